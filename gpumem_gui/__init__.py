@@ -1,0 +1,16 @@
+"""gpumem: will this model, in this setup, fit on my GPUs, and what is eating the memory?
+
+Layers (enforced by import-linter, see ``pyproject.toml``):
+
+* :mod:`gpumem_gui.core`: pure estimation core (stdlib, pydantic, gguf).
+* :mod:`gpumem_gui.hardware`: GPU backends (no Qt; only its NVML module imports ``pynvml``).
+* :mod:`gpumem_gui.ui`: the Qt window (thin: forms in, core results out).
+* :mod:`gpumem_gui.cli` and :mod:`gpumem_gui.app`: entry points and the composition root.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("gpumem")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0.0.0+unknown"

@@ -1,0 +1,60 @@
+"""KV-cache geometry: what one token costs in each layer's cache, and how many tokens a layer keeps.
+
+Per layer and token a cache holds ``k_elems + v_elems`` elements:
+
+* full or sliding attention (MHA/GQA/MQA): ``k = v = num_kv_heads x head_dim`` (never the hidden size);
+* MLA, latent layout (transformers >= 5, vLLM, SGLang/FlashMLA): one compressed latent of
+  ``kv_lora_rank`` plus the shared rope key of ``qk_rope_head_dim`` (no separate V);
+* MLA, decompressed layout (older transformers, llama.cpp before its MLA support): per-head
+  ``K = heads x (qk_nope + qk_rope)`` and ``V = heads x v_head_dim``.
+
+Sliding-window layers in transformers' ``DynamicSlidingWindowLayer`` keep ``sliding_window - 1`` tokens
+(``transformers/cache_utils.py``); verified against the reference measurements (Mistral-7B at 8192
+tokens: 4095 per layer).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from gpumem_gui.core.model import ModelSpec
+
+MLALayout = Literal["latent", "decompressed"]
+
+
+def kv_elements_per_token(spec: ModelSpec, mla_layout: MLALayout = "latent") -> tuple[int, int]:
+    """(K elements, V elements) one token adds to one attention layer's cache."""
+    if spec.mla is not None:
+        m = spec.mla
+        if mla_layout == "latent":
+            return m.kv_lora_rank, m.qk_rope_head_dim
+        a = spec.num_attention_heads
+        return a * m.qk_head_dim, a * m.v_head_dim
+    return spec.kv_width, spec.kv_width
+
+
+def kv_bytes_per_token_per_layer(
+    spec: ModelSpec, bytes_per_element: float = 2, mla_layout: MLALayout = "latent"
+) -> tuple[int, ...]:
+    """Cache bytes one token costs in each layer (before any sliding-window cap)."""
+    k, v = kv_elements_per_token(spec, mla_layout)
+    per = round((k + v) * bytes_per_element)
+    return (per,) * spec.num_layers
+
+
+def tokens_kept_transformers(spec: ModelSpec, tokens: int) -> tuple[int, ...]:
+    """Tokens each layer of transformers' DynamicCache holds after ``tokens`` tokens."""
+    cap = (spec.sliding_window - 1) if spec.sliding_window else None
+    return tuple(
+        min(tokens, cap) if (lt == "sliding_attention" and cap is not None) else tokens
+        for lt in spec.resolved_layer_types
+    )
+
+
+def kv_cache_bytes_transformers(
+    spec: ModelSpec, tokens: int, batch: int = 1, bytes_per_element: float = 2
+) -> tuple[int, ...]:
+    """Per-layer bytes of transformers' DynamicCache for ``batch`` sequences of ``tokens`` tokens."""
+    per_token = kv_bytes_per_token_per_layer(spec, bytes_per_element)
+    kept = tokens_kept_transformers(spec, tokens)
+    return tuple(batch * p * t for p, t in zip(per_token, kept, strict=True))

@@ -1,0 +1,198 @@
+"""``ModelSpec``: an exact, frozen description of a decoder-only transformer's architecture.
+
+It holds what parameter accounting, KV-cache sizing and activation modelling need, and nothing that
+depends on how the model is run. Every field is validated; cross-field rules (heads divide, layer types
+match the layer count, ...) are checked in one place, :meth:`ModelSpec._check_consistency`.
+
+The spec describes what ``transformers`` builds for a checkpoint: e.g. ``head_dim`` is explicit because
+Gemma, Qwen3 and Mistral-Nemo set it apart from ``hidden_size / num_attention_heads``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+PositiveInt = Annotated[int, Field(gt=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+
+PositionEmbedding = Literal["rope", "learned", "alibi", "none"]
+NormKind = Literal["rmsnorm", "layernorm"]
+LayerType = Literal["full_attention", "sliding_attention"]
+QKNorm = Literal["none", "per_head", "full_width"]
+
+
+class Frozen(BaseModel):
+    """Base of every core model: immutable, no unknown fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MoESpec(Frozen):
+    """Mixture-of-experts feed-forward layers.
+
+    ``dense_layers`` lists (0-based) the decoder layers that keep a dense MLP of the model's
+    ``intermediate_size`` instead of experts (DeepSeek's ``first_k_dense_replace``, Qwen-MoE's
+    ``mlp_only_layers`` / ``decoder_sparse_step``); all other layers are MoE layers.
+    """
+
+    num_experts: PositiveInt = Field(description="routed experts per MoE layer")
+    experts_per_token: PositiveInt = Field(description="routed experts each token is sent to (top-k)")
+    expert_intermediate_size: PositiveInt = Field(description="intermediate width of one routed expert")
+    shared_expert_intermediate_size: NonNegInt = Field(
+        0, description="total intermediate width of the always-on shared expert MLP (0: none)"
+    )
+    shared_expert_gate: bool = Field(False, description="a Linear(hidden, 1) gating the shared expert (Qwen-MoE)")
+    router_bias: bool = False
+    expert_bias: bool = Field(False, description="expert linears carry biases")
+    dense_layers: tuple[NonNegInt, ...] = ()
+
+    @model_validator(mode="after")
+    def _check(self) -> MoESpec:
+        if self.experts_per_token > self.num_experts:
+            raise ValueError(
+                f"experts_per_token ({self.experts_per_token}) must be at most num_experts ({self.num_experts})"
+            )
+        if len(set(self.dense_layers)) != len(self.dense_layers):
+            raise ValueError("dense_layers has duplicates")
+        return self
+
+
+class MLASpec(Frozen):
+    """Multi-head latent attention (DeepSeek-V2/V3): low-rank compressed queries and keys/values."""
+
+    q_lora_rank: PositiveInt | None = Field(None, description="None: plain q_proj (DeepSeek-V2-Lite)")
+    kv_lora_rank: PositiveInt
+    qk_nope_head_dim: PositiveInt
+    qk_rope_head_dim: PositiveInt
+    v_head_dim: PositiveInt
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+class VisionSpec(Frozen):
+    """The vision side of a multimodal checkpoint, counted apart from the text model."""
+
+    kind: str = Field(description="e.g. 'siglip'")
+    tower_params: NonNegInt
+    projector_params: NonNegInt
+    position_embedding_params: NonNegInt = Field(0, description="learned patch-position table inside the tower")
+    image_tokens: NonNegInt = Field(0, description="tokens one image adds to the text sequence")
+
+    @property
+    def params(self) -> int:
+        return self.tower_params + self.projector_params
+
+
+class Provenance(Frozen):
+    """Where a spec came from: a file, a hub id, or a catalog entry and its source."""
+
+    kind: Literal["config.json", "safetensors", "gguf", "hub", "catalog", "manual"] = "manual"
+    source: str = ""
+    note: str = ""
+
+
+class ModelSpec(Frozen):
+    """Architecture of a decoder-only LLM (text part), optionally with a vision tower."""
+
+    name: str = Field(min_length=1, max_length=200)
+    model_type: str = Field(min_length=1, max_length=64, description="HF model_type, e.g. 'llama'")
+    hidden_size: PositiveInt
+    num_layers: PositiveInt
+    num_attention_heads: PositiveInt
+    num_kv_heads: PositiveInt
+    head_dim: PositiveInt
+    intermediate_size: PositiveInt = Field(description="dense MLP width")
+    vocab_size: PositiveInt
+    tie_word_embeddings: bool = False
+    embedding_dim: PositiveInt | None = Field(
+        None, description="token-embedding width when it differs from hidden_size (OPT-350m: project_in/out)"
+    )
+    embedding_norm: bool = Field(False, description="a norm right after the token embedding (BLOOM)")
+    position_embedding: PositionEmbedding = "rope"
+    learned_position_rows: NonNegInt = Field(0, description="rows of a learned absolute position table")
+    max_position_embeddings: PositiveInt = 2048
+    norm: NormKind = "rmsnorm"
+    norm_bias: bool = False
+    norms_per_layer: Annotated[int, Field(ge=1, le=4)] = 2
+    final_norm: bool = True
+    qk_norm: QKNorm = "none"
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    lm_head_bias: bool = False
+    mlp_gated: bool = True
+    activation: str = "silu"
+    parallel_attn_mlp: bool = False
+    sliding_window: PositiveInt | None = None
+    layer_types: tuple[LayerType, ...] = ()
+    moe: MoESpec | None = None
+    mla: MLASpec | None = None
+    vision: VisionSpec | None = None
+    provenance: Provenance = Provenance()
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> ModelSpec:
+        if self.num_kv_heads > self.num_attention_heads:
+            raise ValueError(
+                f"num_kv_heads ({self.num_kv_heads}) must be at most num_attention_heads "
+                f"({self.num_attention_heads})"
+            )
+        if self.num_attention_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_attention_heads ({self.num_attention_heads}) must be a multiple of num_kv_heads "
+                f"({self.num_kv_heads})"
+            )
+        if self.layer_types and len(self.layer_types) != self.num_layers:
+            raise ValueError(
+                f"layer_types has {len(self.layer_types)} entries but the model has {self.num_layers} layers"
+            )
+        if "sliding_attention" in self.layer_types and self.sliding_window is None:
+            raise ValueError("layer_types has sliding layers but sliding_window is not set")
+        if self.position_embedding == "learned" and self.learned_position_rows == 0:
+            raise ValueError("learned position embeddings need learned_position_rows > 0")
+        if self.moe is not None and any(i >= self.num_layers for i in self.moe.dense_layers):
+            raise ValueError(f"moe.dense_layers names a layer beyond num_layers ({self.num_layers})")
+        return self
+
+    # ---- derived views -------------------------------------------------------------------------
+    @property
+    def resolved_layer_types(self) -> tuple[LayerType, ...]:
+        """One entry per layer; a model that names none is full attention everywhere."""
+        return self.layer_types or ("full_attention",) * self.num_layers
+
+    def is_moe_layer(self, layer: int) -> bool:
+        return self.moe is not None and layer not in self.moe.dense_layers
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+
+    @property
+    def token_embedding_dim(self) -> int:
+        return self.embedding_dim or self.hidden_size
+
+    @property
+    def q_width(self) -> int:
+        """Width of the query projection output (heads x head_dim; not always hidden_size)."""
+        if self.mla is not None:
+            return self.num_attention_heads * self.mla.qk_head_dim
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """Width of one of K or V (KV heads x head_dim): what GQA/MQA shrink."""
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def attention_kind(self) -> str:
+        if self.mla is not None:
+            return "MLA"
+        if self.num_kv_heads == 1 and self.num_attention_heads > 1:
+            return "MQA"
+        if self.num_kv_heads < self.num_attention_heads:
+            return "GQA"
+        return "MHA"

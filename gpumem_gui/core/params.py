@@ -1,0 +1,204 @@
+"""Exact parameter accounting from a :class:`~gpumem_gui.core.model.ModelSpec`.
+
+Counts what ``transformers`` builds, tensor by tensor, so that the totals equal
+``sum(p.numel() for p in model.parameters())`` of the real model (tied weights once). Each component is
+the sum of named tensors; :func:`tensor_shapes` lists them so that tests can compare shapes one by one
+with a model's own ``named_parameters()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from pydantic import Field
+
+from gpumem_gui.core.model import Frozen, ModelSpec
+
+COMPONENTS = (
+    "embedding",
+    "position_embedding",
+    "embedding_extra",
+    "attention",
+    "mlp",
+    "routed_experts",
+    "shared_experts",
+    "router",
+    "norms",
+    "lm_head",
+    "vision",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Tensor:
+    """One parameter tensor: a transformers-style name, its shape and the component it belongs to.
+
+    ``layer`` is the decoder layer index (None outside the layer stack).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    component: str
+    layer: int | None = None
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+class ParamCounts(Frozen):
+    """Parameter counts of a model, split by component; every figure is an exact element count."""
+
+    total: int = Field(ge=0)
+    text: int = Field(ge=0, description="total without the vision tower and projector")
+    embedding: int = Field(ge=0, description="input token embedding")
+    position_embedding: int = Field(ge=0, description="learned absolute position tables (GPT-2, OPT)")
+    lm_head: int = Field(ge=0, description="output projection (0 when tied to the input embedding)")
+    lm_head_tied: bool
+    routed_experts: int = Field(ge=0)
+    active_per_token: int = Field(ge=0, description="total minus the routed experts a token does not use")
+    vision: int = Field(ge=0)
+    by_component: dict[str, int]
+    per_layer: tuple[int, ...] = Field(description="parameters in each decoder layer")
+
+
+def _norm(spec: ModelSpec, width: int) -> tuple[int, ...]:
+    return (width,)
+
+
+def _norm_tensors(spec: ModelSpec, prefix: str, width: int, layer: int | None) -> Iterator[Tensor]:
+    yield Tensor(f"{prefix}.weight", (width,), "norms", layer)
+    if spec.norm == "layernorm" and spec.norm_bias:
+        yield Tensor(f"{prefix}.bias", (width,), "norms", layer)
+
+
+def _linear(
+    name: str, n_in: int, n_out: int, bias: bool, component: str, layer: int | None
+) -> Iterator[Tensor]:
+    yield Tensor(f"{name}.weight", (n_out, n_in), component, layer)
+    if bias:
+        yield Tensor(f"{name}.bias", (n_out,), component, layer)
+
+
+def _attention(spec: ModelSpec, i: int) -> Iterator[Tensor]:
+    h, p = spec.hidden_size, f"layers.{i}.self_attn"
+    if spec.mla is not None:
+        m, a = spec.mla, spec.num_attention_heads
+        if m.q_lora_rank is None:
+            yield from _linear(f"{p}.q_proj", h, a * m.qk_head_dim, False, "attention", i)
+        else:
+            yield from _linear(f"{p}.q_a_proj", h, m.q_lora_rank, spec.qkv_bias, "attention", i)
+            yield from _norm_tensors(spec, f"{p}.q_a_layernorm", m.q_lora_rank, i)
+            yield from _linear(f"{p}.q_b_proj", m.q_lora_rank, a * m.qk_head_dim, False, "attention", i)
+        yield from _linear(
+            f"{p}.kv_a_proj_with_mqa", h, m.kv_lora_rank + m.qk_rope_head_dim, spec.qkv_bias, "attention", i
+        )
+        yield from _norm_tensors(spec, f"{p}.kv_a_layernorm", m.kv_lora_rank, i)
+        yield from _linear(
+            f"{p}.kv_b_proj", m.kv_lora_rank, a * (m.qk_nope_head_dim + m.v_head_dim), False, "attention", i
+        )
+        yield from _linear(f"{p}.o_proj", a * m.v_head_dim, h, spec.o_bias, "attention", i)
+        return
+    q, kv = spec.q_width, spec.kv_width
+    yield from _linear(f"{p}.q_proj", h, q, spec.qkv_bias, "attention", i)
+    yield from _linear(f"{p}.k_proj", h, kv, spec.qkv_bias, "attention", i)
+    yield from _linear(f"{p}.v_proj", h, kv, spec.qkv_bias, "attention", i)
+    yield from _linear(f"{p}.o_proj", q, h, spec.o_bias, "attention", i)
+    if spec.qk_norm == "per_head":
+        yield from _norm_tensors(spec, f"{p}.q_norm", spec.head_dim, i)
+        yield from _norm_tensors(spec, f"{p}.k_norm", spec.head_dim, i)
+    elif spec.qk_norm == "full_width":
+        yield from _norm_tensors(spec, f"{p}.q_norm", q, i)
+        yield from _norm_tensors(spec, f"{p}.k_norm", kv, i)
+
+
+def _mlp(prefix: str, h: int, f: int, gated: bool, bias: bool, component: str, i: int) -> Iterator[Tensor]:
+    if gated:
+        yield from _linear(f"{prefix}.gate_proj", h, f, bias, component, i)
+    yield from _linear(f"{prefix}.up_proj", h, f, bias, component, i)
+    yield from _linear(f"{prefix}.down_proj", f, h, bias, component, i)
+
+
+def _feed_forward(spec: ModelSpec, i: int) -> Iterator[Tensor]:
+    h, p = spec.hidden_size, f"layers.{i}.mlp"
+    if not spec.is_moe_layer(i):
+        yield from _mlp(p, h, spec.intermediate_size, spec.mlp_gated, spec.mlp_bias, "mlp", i)
+        return
+    moe = spec.moe
+    assert moe is not None
+    e, fe = moe.num_experts, moe.expert_intermediate_size
+    yield from _linear(f"{p}.gate", h, e, moe.router_bias, "router", i)
+    # transformers >= 5 fuses the experts: gate_up_proj [E, 2F, h] (or up only), down_proj [E, h, F].
+    up_rows = 2 * fe if spec.mlp_gated else fe
+    yield Tensor(f"{p}.experts.gate_up_proj", (e, up_rows, h), "routed_experts", i)
+    yield Tensor(f"{p}.experts.down_proj", (e, h, fe), "routed_experts", i)
+    if moe.expert_bias:
+        yield Tensor(f"{p}.experts.gate_up_proj_bias", (e, up_rows), "routed_experts", i)
+        yield Tensor(f"{p}.experts.down_proj_bias", (e, h), "routed_experts", i)
+    if moe.shared_expert_intermediate_size:
+        yield from _mlp(
+            f"{p}.shared_experts", h, moe.shared_expert_intermediate_size, spec.mlp_gated, False, "shared_experts", i
+        )
+        if moe.shared_expert_gate:
+            yield from _linear(f"{p}.shared_expert_gate", h, 1, False, "shared_experts", i)
+
+
+def text_tensors(spec: ModelSpec) -> Iterator[Tensor]:
+    """Every parameter tensor of the text model, tied weights once."""
+    h, e_dim = spec.hidden_size, spec.token_embedding_dim
+    yield Tensor("embed_tokens.weight", (spec.vocab_size, e_dim), "embedding")
+    if spec.position_embedding == "learned":
+        yield Tensor("embed_positions.weight", (spec.learned_position_rows, h), "position_embedding")
+    if e_dim != h:
+        yield from _linear("project_in", e_dim, h, False, "embedding_extra", None)
+        yield from _linear("project_out", h, e_dim, False, "embedding_extra", None)
+    if spec.embedding_norm:
+        yield from _norm_tensors(spec, "embedding_norm", h, None)
+    for i in range(spec.num_layers):
+        for k in range(spec.norms_per_layer):
+            yield from _norm_tensors(spec, f"layers.{i}.norm{k}", h, i)
+        yield from _attention(spec, i)
+        yield from _feed_forward(spec, i)
+    if spec.final_norm:
+        yield from _norm_tensors(spec, "norm", h, None)
+    if not spec.tie_word_embeddings:
+        yield from _linear("lm_head", e_dim, spec.vocab_size, spec.lm_head_bias, "lm_head", None)
+    elif spec.lm_head_bias:
+        yield Tensor("lm_head.bias", (spec.vocab_size,), "lm_head")
+
+
+def count_params(spec: ModelSpec) -> ParamCounts:
+    """Exact parameter counts of ``spec`` (see module docstring)."""
+    by = dict.fromkeys(COMPONENTS, 0)
+    per_layer = [0] * spec.num_layers
+    for t in text_tensors(spec):
+        n = t.numel
+        by[t.component] += n
+        if t.layer is not None:
+            per_layer[t.layer] += n
+    vision = spec.vision.params if spec.vision else 0
+    by["vision"] = vision
+    total = sum(by.values())
+    routed = by["routed_experts"]
+    active = total - routed
+    if spec.moe is not None and routed:
+        # every MoE layer holds num_experts identical experts; a token uses experts_per_token of them
+        active += routed // spec.moe.num_experts * spec.moe.experts_per_token
+    lm_head = by["lm_head"]
+    return ParamCounts(
+        total=total,
+        text=total - vision,
+        embedding=by["embedding"],
+        position_embedding=by["position_embedding"],
+        lm_head=lm_head,
+        lm_head_tied=spec.tie_word_embeddings,
+        routed_experts=routed,
+        active_per_token=active,
+        vision=vision,
+        by_component=by,
+        per_layer=tuple(per_layer),
+    )
