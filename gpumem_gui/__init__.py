@@ -14,3 +14,20 @@ try:
     __version__ = version("gpumem")
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0+unknown"
+
+
+def _hub_client_factory():  # type: ignore[no-untyped-def]
+    from gpumem_gui.hub_client import HfHubClient
+
+    return HfHubClient()
+
+
+def _wire_defaults() -> None:
+    # Hub ids given to ``gpumem_gui.core.load_model`` use the real Hub client unless the caller passes one;
+    # the core itself never imports huggingface_hub.
+    from gpumem_gui.core.loader import set_default_hub_client
+
+    set_default_hub_client(_hub_client_factory)
+
+
+_wire_defaults()

@@ -17,10 +17,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
-from gpumem_gui.core.model import MLASpec, ModelSpec, MoESpec, Provenance, VisionSpec
+from gpumem_gui.core.model import MAX_LAYERS, MAX_SIZE, MLASpec, ModelSpec, MoESpec, Provenance, VisionSpec
 
 Config = Mapping[str, Any]
 _MISSING = object()
+_LAYER_FIELDS = {"num_hidden_layers", "n_layer", "max_window_layers", "first_k_dense_replace"}
 
 
 class _Reader:
@@ -42,14 +43,30 @@ class _Reader:
         v = self.get(*names, default=default)
         if v is None:
             return v
-        if isinstance(v, bool) or not isinstance(v, int | float) or int(v) != v:
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, int | float)
+            or v != v
+            or v in (float("inf"), float("-inf"))
+        ):
+            raise GpumemInputError(f"must be an integer, got {v!r}", source=self.source, field=names[0])
+        if int(v) != v:
             raise GpumemInputError(f"must be an integer, got {v!r}", source=self.source, field=names[0])
         if v < minimum:
             raise GpumemInputError(f"must be >= {minimum}, got {v}", source=self.source, field=names[0])
+        maximum = MAX_LAYERS if names[0] in _LAYER_FIELDS else MAX_SIZE
+        if v > maximum:
+            raise GpumemInputError(f"must be <= {maximum}, got {v}", source=self.source, field=names[0])
         return int(v)
 
     def opt_int(self, *names: str, minimum: int = 1) -> int | None:
         return self.int(*names, default=None, minimum=minimum)
+
+    def window(self, class_default: int | None) -> int | None:
+        """``sliding_window``: an explicit null disables it; an absent key takes the config class default."""
+        if "sliding_window" not in self.cfg:
+            return class_default
+        return self.opt_int("sliding_window")
 
     def bool(self, *names: str, default: Any = _MISSING) -> bool:
         v = self.get(*names, default=default)
@@ -83,15 +100,19 @@ def _layer_types_explicit(r: _Reader, n_layers: int) -> tuple[str, ...] | None:
     bad = sorted({str(t) for t in lt} - allowed)
     if bad:
         raise GpumemInputError(
-            f"unsupported layer type(s) {bad}; supported: {sorted(allowed)}", source=r.source, field="layer_types"
+            f"unsupported layer type(s) {bad}; supported: {sorted(allowed)}",
+            source=r.source,
+            field="layer_types",
         )
     return tuple(lt)
 
 
-def _uniform_sliding(r: _Reader, n_layers: int) -> tuple[tuple[str, ...], int | None]:
+def _uniform_sliding(
+    r: _Reader, n_layers: int, class_default: int | None = None
+) -> tuple[tuple[str, ...], int | None]:
     """Mistral / Phi-3 / Starcoder2: every layer slides when ``sliding_window`` is set."""
     explicit = _layer_types_explicit(r, n_layers)
-    window = r.opt_int("sliding_window")
+    window = r.window(class_default)
     if explicit is not None:
         return explicit, window
     if window is None:
@@ -114,9 +135,12 @@ def _qwen_sliding(r: _Reader, n_layers: int) -> tuple[tuple[str, ...], int | Non
 
 
 def _pattern_sliding(r: _Reader, n_layers: int, default_pattern: int) -> tuple[tuple[str, ...], int | None]:
-    """Gemma-2 (every other layer) and Gemma-3 (5 sliding : 1 global): layer i is full when (i+1) % p == 0."""
+    """Gemma-2 (every other layer) and Gemma-3 (5 sliding : 1 global): layer i is full when (i+1) % p == 0.
+
+    Gemma2Config and Gemma3TextConfig default ``sliding_window`` to 4096.
+    """
     explicit = _layer_types_explicit(r, n_layers)
-    window = r.opt_int("sliding_window")
+    window = r.window(4096)
     if explicit is not None:
         return explicit, window
     if window is None:
@@ -161,7 +185,9 @@ def _llama(r: _Reader, name: str, mt: str) -> dict[str, Any]:
 
 def _mistral(r: _Reader, name: str, mt: str) -> dict[str, Any]:
     f = _common(r, name, mt, tie_word_embeddings=r.bool("tie_word_embeddings", default=False))
-    f["layer_types"], f["sliding_window"] = _uniform_sliding(r, f["num_layers"])
+    # MistralConfig defaults sliding_window to 4096 when the file omits it; MixtralConfig to None.
+    default_window = 4096 if mt == "mistral" else None
+    f["layer_types"], f["sliding_window"] = _uniform_sliding(r, f["num_layers"], default_window)
     return f
 
 
@@ -222,13 +248,21 @@ def _qwen3(r: _Reader, name: str, mt: str) -> dict[str, Any]:
 
 def _gemma(r: _Reader, name: str, mt: str) -> dict[str, Any]:
     bias = r.bool("attention_bias", default=False)
-    f = _common(r, name, mt, qkv_bias=bias, o_bias=bias, activation=str(r.get("hidden_activation", "hidden_act",
-                                                                                  default="gelu_pytorch_tanh")))
+    f = _common(
+        r,
+        name,
+        mt,
+        qkv_bias=bias,
+        o_bias=bias,
+        activation=str(r.get("hidden_activation", "hidden_act", default="gelu_pytorch_tanh")),
+    )
     f["tie_word_embeddings"] = r.bool("tie_word_embeddings", default=True)
     if mt in ("gemma2", "gemma3_text"):
         # pre/post attention and pre/post feed-forward norms
         f["norms_per_layer"] = 4
-        f["layer_types"], f["sliding_window"] = _pattern_sliding(r, f["num_layers"], 2 if mt == "gemma2" else 6)
+        f["layer_types"], f["sliding_window"] = _pattern_sliding(
+            r, f["num_layers"], 2 if mt == "gemma2" else 6
+        )
     if mt == "gemma3_text":
         f["qk_norm"] = "per_head"
     return f
@@ -294,7 +328,8 @@ def _gemma3(r: _Reader, name: str, mt: str) -> dict[str, Any]:
         vr = _Reader({**_SIGLIP_DEFAULTS, **vis_cfg}, f"{r.source} (vision_config)")
         tower, pos = _siglip_params(vr)
         vh = vr.int("hidden_size")
-        # Gemma3MultiModalProjector: mm_input_projection_weight [vision_hidden, text_hidden] + RMSNorm(vision_hidden)
+        # Gemma3MultiModalProjector: mm_input_projection_weight [vision_hidden, text_hidden]
+        # + mm_soft_emb_norm, an RMSNorm(vision_hidden)
         projector = vh * f["hidden_size"] + vh
         f["vision"] = VisionSpec(
             kind="siglip",
@@ -408,10 +443,14 @@ def _opt(r: _Reader, name: str, mt: str) -> dict[str, Any]:
     affine = r.bool("layer_norm_elementwise_affine", default=True)
     if not affine:
         raise GpumemInputError(
-            "OPT without affine layer norms is not supported", source=r.source, field="layer_norm_elementwise_affine"
+            "OPT without affine layer norms is not supported",
+            source=r.source,
+            field="layer_norm_elementwise_affine",
         )
     max_pos = r.int("max_position_embeddings", default=2048)
-    final = r.bool("do_layer_norm_before", default=True) and not r.bool("_remove_final_layer_norm", default=False)
+    final = r.bool("do_layer_norm_before", default=True) and not r.bool(
+        "_remove_final_layer_norm", default=False
+    )
     proj = r.int("word_embed_proj_dim", default=h)
     return dict(
         name=name,
@@ -503,6 +542,7 @@ def _falcon(r: _Reader, name: str, mt: str) -> dict[str, Any]:
         mlp_bias=bias,
         mlp_gated=False,
         parallel_attn_mlp=parallel,
+        transformers_expands_kv=new_arch and kv < a,
         activation=str(r.get("activation", default="gelu")),
     )
 
@@ -594,22 +634,16 @@ def read_json_file(path: Path) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise GpumemInputError(f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}", source=str(path)) from None
+        raise GpumemInputError(
+            f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}", source=str(path)
+        ) from None
     except RecursionError:
         raise GpumemInputError("JSON nested too deeply", source=str(path)) from None
 
 
-def name_from_config(cfg: Config, fallback: str) -> str:
-    n = cfg.get("_name_or_path") if isinstance(cfg, Mapping) else None
-    return n if isinstance(n, str) and n.strip() else fallback
-
-
 def load_config_file(path: Path) -> ModelSpec:
-    """``config.json`` file -> spec; the model is named after its folder (``org__name`` -> ``org/name``)."""
+    """``config.json`` file -> spec, named after its folder (``org__name.json`` files: ``org/name``)."""
     cfg = read_json_file(path)
     stem = path.parent.name if path.name == "config.json" else path.stem
-    fallback = stem.replace("__", "/") if stem else "model"
-    if not isinstance(cfg, Mapping):
-        raise GpumemInputError("a config.json must hold a JSON object", source=str(path))
-    return spec_from_config(cfg, name=fallback if path.name != "config.json" else name_from_config(cfg, fallback),
-                            source=str(path))
+    name = stem.replace("__", "/") if stem else "model"
+    return spec_from_config(cfg, name=name, source=str(path))

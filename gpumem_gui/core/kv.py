@@ -22,14 +22,23 @@ from gpumem_gui.core.model import ModelSpec
 MLALayout = Literal["latent", "decompressed"]
 
 
-def kv_elements_per_token(spec: ModelSpec, mla_layout: MLALayout = "latent") -> tuple[int, int]:
-    """(K elements, V elements) one token adds to one attention layer's cache."""
+def kv_elements_per_token(
+    spec: ModelSpec, mla_layout: MLALayout = "latent", *, transformers: bool = True
+) -> tuple[int, int]:
+    """(K elements, V elements) one token adds to one attention layer's cache.
+
+    ``transformers=True`` follows what transformers stores, including Falcon's K/V broadcast to every
+    query head (:attr:`ModelSpec.transformers_expands_kv`); runtimes with GQA-aware kernels store KV heads.
+    """
     if spec.mla is not None:
         m = spec.mla
         if mla_layout == "latent":
             return m.kv_lora_rank, m.qk_rope_head_dim
         a = spec.num_attention_heads
         return a * m.qk_head_dim, a * m.v_head_dim
+    if transformers and spec.transformers_expands_kv:
+        width = spec.num_attention_heads * spec.head_dim
+        return width, width
     return spec.kv_width, spec.kv_width
 
 

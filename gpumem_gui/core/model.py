@@ -14,8 +14,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-PositiveInt = Annotated[int, Field(gt=0)]
-NonNegInt = Annotated[int, Field(ge=0)]
+# Sanity bounds, far above any published model (the largest have ~100-200 layers, hidden sizes of ~30k,
+# vocabularies of ~260k and ~1M-token contexts); they keep absurd inputs from running for hours.
+MAX_LAYERS = 4096
+MAX_SIZE = 1 << 31
+
+PositiveInt = Annotated[int, Field(gt=0, le=MAX_SIZE)]
+NonNegInt = Annotated[int, Field(ge=0, le=MAX_SIZE)]
 
 PositionEmbedding = Literal["rope", "learned", "alibi", "none"]
 NormKind = Literal["rmsnorm", "layernorm"]
@@ -43,7 +48,9 @@ class MoESpec(Frozen):
     shared_expert_intermediate_size: NonNegInt = Field(
         0, description="total intermediate width of the always-on shared expert MLP (0: none)"
     )
-    shared_expert_gate: bool = Field(False, description="a Linear(hidden, 1) gating the shared expert (Qwen-MoE)")
+    shared_expert_gate: bool = Field(
+        False, description="a Linear(hidden, 1) gating the shared expert (Qwen-MoE)"
+    )
     router_bias: bool = False
     expert_bias: bool = Field(False, description="expert linears carry biases")
     dense_layers: tuple[NonNegInt, ...] = ()
@@ -52,7 +59,8 @@ class MoESpec(Frozen):
     def _check(self) -> MoESpec:
         if self.experts_per_token > self.num_experts:
             raise ValueError(
-                f"experts_per_token ({self.experts_per_token}) must be at most num_experts ({self.num_experts})"
+                f"experts_per_token ({self.experts_per_token}) must be at most "
+                f"num_experts ({self.num_experts})"
             )
         if len(set(self.dense_layers)) != len(self.dense_layers):
             raise ValueError("dense_layers has duplicates")
@@ -79,7 +87,9 @@ class VisionSpec(Frozen):
     kind: str = Field(description="e.g. 'siglip'")
     tower_params: NonNegInt
     projector_params: NonNegInt
-    position_embedding_params: NonNegInt = Field(0, description="learned patch-position table inside the tower")
+    position_embedding_params: NonNegInt = Field(
+        0, description="learned patch-position table inside the tower"
+    )
     image_tokens: NonNegInt = Field(0, description="tokens one image adds to the text sequence")
 
     @property
@@ -101,7 +111,7 @@ class ModelSpec(Frozen):
     name: str = Field(min_length=1, max_length=200)
     model_type: str = Field(min_length=1, max_length=64, description="HF model_type, e.g. 'llama'")
     hidden_size: PositiveInt
-    num_layers: PositiveInt
+    num_layers: Annotated[int, Field(gt=0, le=MAX_LAYERS)]
     num_attention_heads: PositiveInt
     num_kv_heads: PositiveInt
     head_dim: PositiveInt
@@ -127,6 +137,12 @@ class ModelSpec(Frozen):
     mlp_gated: bool = True
     activation: str = "silu"
     parallel_attn_mlp: bool = False
+    transformers_expands_kv: bool = Field(
+        False,
+        description="transformers caches K/V broadcast to every query head (Falcon new_decoder_architecture: "
+        "FalconAttention broadcasts the grouped K/V before the cache update; measured [b, 128, s, 64] for "
+        "falcon-40b), while vLLM/llama.cpp cache only the KV heads",
+    )
     sliding_window: PositiveInt | None = None
     layer_types: tuple[LayerType, ...] = ()
     moe: MoESpec | None = None

@@ -66,10 +66,6 @@ class ParamCounts(Frozen):
     per_layer: tuple[int, ...] = Field(description="parameters in each decoder layer")
 
 
-def _norm(spec: ModelSpec, width: int) -> tuple[int, ...]:
-    return (width,)
-
-
 def _norm_tensors(spec: ModelSpec, prefix: str, width: int, layer: int | None) -> Iterator[Tensor]:
     yield Tensor(f"{prefix}.weight", (width,), "norms", layer)
     if spec.norm == "layernorm" and spec.norm_bias:
@@ -141,7 +137,13 @@ def _feed_forward(spec: ModelSpec, i: int) -> Iterator[Tensor]:
         yield Tensor(f"{p}.experts.down_proj_bias", (e, h), "routed_experts", i)
     if moe.shared_expert_intermediate_size:
         yield from _mlp(
-            f"{p}.shared_experts", h, moe.shared_expert_intermediate_size, spec.mlp_gated, False, "shared_experts", i
+            f"{p}.shared_experts",
+            h,
+            moe.shared_expert_intermediate_size,
+            spec.mlp_gated,
+            False,
+            "shared_experts",
+            i,
         )
         if moe.shared_expert_gate:
             yield from _linear(f"{p}.shared_expert_gate", h, 1, False, "shared_experts", i)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -12,7 +12,7 @@ MB = 10**6
 GB = 10**9
 
 
-class SizeUnit(str, Enum):
+class SizeUnit(StrEnum):
     """The unit a front end shows sizes in; the whole display uses one of them at a time."""
 
     GIB = "GiB"

@@ -1,0 +1,158 @@
+"""``load_model(source)``: one entry point for every way a user names a model.
+
+``source`` may be a catalog id (``Llama-3.1-8B`` or ``meta-llama/Llama-3.1-8B``), a ``config.json``, a model
+folder, a ``.safetensors`` file, a sharded folder with ``model.safetensors.index.json``, a ``.gguf`` file,
+or a Hugging Face Hub id. Local paths win over catalog ids, catalog ids over hub ids.
+
+The result pairs the architecture (:class:`ModelSpec`, when one can be known) with the exact weight
+inventory read from file headers (when files were given): the headers' bytes always win over formulas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import Field
+
+from gpumem_gui.core.catalog import find_model
+from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.gguf_reader import load_gguf
+from gpumem_gui.core.hf_config import load_config_file, spec_from_config
+from gpumem_gui.core.hub import HubClient, looks_like_hub_id
+from gpumem_gui.core.model import Frozen, ModelSpec, Provenance
+from gpumem_gui.core.params import ParamCounts, count_params
+from gpumem_gui.core.safetensors_reader import inventory_from_safetensor_headers, inventory_from_safetensors
+from gpumem_gui.core.weights import WeightsInventory
+
+SourceKind = str
+
+
+class LoadedModel(Frozen):
+    """A model as gpumem knows it: architecture, exact parameter counts, and file-header weights."""
+
+    source: str
+    source_kind: SourceKind = Field(description="catalog | config.json | folder | safetensors | gguf | hub")
+    spec: ModelSpec | None
+    params: ParamCounts | None
+    weights: WeightsInventory | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.spec.name if self.spec else Path(self.source).name
+
+
+_default_hub_client: Callable[[], HubClient] | None = None
+
+
+def set_default_hub_client(factory: Callable[[], HubClient] | None) -> None:
+    """Register how to make a hub client when a caller passes none (the package root does this)."""
+    global _default_hub_client
+    _default_hub_client = factory
+
+
+def _loaded(
+    source: str,
+    kind: str,
+    spec: ModelSpec | None,
+    weights: WeightsInventory | None = None,
+    notes: tuple[str, ...] = (),
+) -> LoadedModel:
+    return LoadedModel(
+        source=source,
+        source_kind=kind,
+        spec=spec,
+        params=count_params(spec) if spec is not None else None,
+        weights=weights,
+        notes=notes,
+    )
+
+
+def _sibling_config(folder: Path) -> ModelSpec | None:
+    cfg = folder / "config.json"
+    return load_config_file(cfg) if cfg.is_file() else None
+
+
+def _load_folder(path: Path) -> LoadedModel:
+    spec = _sibling_config(path)
+    has_st = (path / "model.safetensors.index.json").is_file() or any(path.glob("*.safetensors"))
+    weights = inventory_from_safetensors(path) if has_st else None
+    if weights is None:
+        ggufs = sorted(path.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return _load_gguf(ggufs[0])
+        if len(ggufs) > 1 and spec is None:
+            raise GpumemInputError(
+                f"holds {len(ggufs)} .gguf files and no config.json; open one .gguf file", source=str(path)
+            )
+    if spec is None and weights is None:
+        raise GpumemInputError(
+            "nothing usable here: no config.json, no .safetensors, no .gguf", source=str(path)
+        )
+    notes = () if spec else ("no config.json beside the weights: architecture unknown, weights only",)
+    return _loaded(str(path), "folder", spec, weights, notes)
+
+
+def _load_gguf(path: Path) -> LoadedModel:
+    weights, spec = load_gguf(path)
+    notes = () if spec else ("the GGUF architecture is not one gpumem describes: weights only",)
+    return _loaded(str(path), "gguf", spec, weights, notes)
+
+
+def _load_path(path: Path) -> LoadedModel:
+    if path.is_dir():
+        return _load_folder(path)
+    name = path.name.lower()
+    if name.endswith(".safetensors.index.json"):
+        return _load_folder(path.parent)
+    if name.endswith(".safetensors"):
+        weights = inventory_from_safetensors(path)
+        spec = _sibling_config(path.parent)
+        notes = () if spec else ("no config.json beside the file: architecture unknown, weights only",)
+        return _loaded(str(path), "safetensors", spec, weights, notes)
+    if name.endswith(".gguf"):
+        return _load_gguf(path)
+    if name.endswith(".json"):
+        return _loaded(str(path), "config.json", load_config_file(path))
+    raise GpumemInputError(
+        "unknown file type; expected config.json, .safetensors, model.safetensors.index.json or .gguf",
+        source=str(path),
+    )
+
+
+def _load_hub(repo_id: str, client: HubClient) -> LoadedModel:
+    cfg = client.fetch_config(repo_id)
+    prov = Provenance(kind="hub", source=f"hf://{repo_id}")
+    spec = spec_from_config(cfg, name=repo_id, source=f"{repo_id} (config.json)", provenance=prov)
+    headers = client.fetch_safetensors_headers(repo_id)
+    quant = cfg.get("quantization_config", {}) if isinstance(cfg, dict) else {}
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    weights = (
+        inventory_from_safetensor_headers(headers, source=f"hf://{repo_id}", quant_method=method)
+        if headers
+        else None
+    )
+    return _loaded(repo_id, "hub", spec, weights)
+
+
+def load_model(source: str | Path, *, hub_client: HubClient | None = None) -> LoadedModel:
+    """Load ``source`` (see module docstring). Bad input raises :class:`GpumemInputError`."""
+    text = str(source).strip()
+    if not text:
+        raise GpumemInputError("empty model name", field="model")
+    path = Path(text).expanduser()
+    if path.exists():
+        return _load_path(path)
+    entry = find_model(text)
+    if entry is not None:
+        return _loaded(entry.id, "catalog", entry.spec)
+    if looks_like_hub_id(text) and not text.endswith((".json", ".gguf", ".safetensors")):
+        client = hub_client or (_default_hub_client() if _default_hub_client else None)
+        if client is None:
+            raise GpumemInputError("no Hugging Face Hub client is configured", source=text)
+        return _load_hub(text, client)
+    raise GpumemInputError(
+        "not a file or folder, not a catalog model (see `gpumem models`), and not a hub id (org/name)",
+        source=text,
+    )

@@ -1,0 +1,132 @@
+"""The `gpumem` CLI: inspect equals the ground truth; JSON keys are stable; bad input is one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpumem_gui.cli import main
+from tests.conftest import reference_dir
+
+REF = reference_dir()
+GT = json.loads((REF / "groundtruth.json").read_text())
+NAMES = sorted(n for n, st in GT["static"].items() if "total_params" in st)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_inspect_json_equals_ground_truth(capsys: pytest.CaptureFixture[str], name: str) -> None:
+    rc, out, _ = run(capsys, "inspect", str(REF / "configs" / f"{name}.json"), "--json")
+    assert rc == 0
+    doc = json.loads(out)
+    st = GT["static"][name]
+    assert doc["schema"] == "gpumem.inspect/1"
+    assert doc["params"]["total"] == st["total_params"]
+    assert doc["params"]["embedding"] == st["input_embedding_params"]
+    assert doc["params"]["lm_head"] == st["lm_head_params"]
+    assert doc["params"]["routed_experts"] == st["routed_expert_params"]
+    if "active_params_per_token" in st:
+        assert doc["params"]["active_per_token"] == st["active_params_per_token"]
+    assert doc["kv_cache_bytes_per_token"] == st["kv_cache_bytes_per_token_bf16"]
+    assert sum(doc["kv_cache_bytes_per_token_per_layer"]) == st["kv_cache_bytes_per_token_bf16"]
+    assert len(doc["kv_cache_bytes_per_token_per_layer"]) == st["num_layers"]
+
+
+def test_inspect_json_has_the_documented_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    _rc, out, _ = run(capsys, "inspect", str(REF / "configs" / "google__gemma-3-4b-it.json"), "--json")
+    doc = json.loads(out)
+    for key in ("total", "embedding", "lm_head", "routed_experts", "active_per_token", "vision"):
+        assert key in doc["params"]
+    for key in ("weights_bytes_by_dtype", "kv_cache_bytes_per_token", "kv_cache_bytes_per_token_per_layer"):
+        assert key in doc
+    assert doc["params"]["vision"] > 0
+
+
+def test_inspect_human_output(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(capsys, "inspect", str(REF / "configs" / "mistralai__Mixtral-8x7B-v0.1.json"))
+    assert rc == 0
+    assert "46,702,792,704" in out
+    assert "active per token" in out
+    assert "KV cache" in out
+
+
+def test_models_and_gpus(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(capsys, "models", "--json")
+    assert rc == 0 and len(json.loads(out)) >= 40
+    rc, out, _ = run(capsys, "models", "--search", "qwen3")
+    assert rc == 0 and "Qwen3" in out
+    rc, out, _ = run(capsys, "gpus", "--catalog", "--json")
+    assert rc == 0 and len(json.loads(out)) >= 25
+    rc, out, _ = run(capsys, "gpus", "--catalog")
+    assert rc == 0 and "GiB" in out and "GB" in out
+
+
+def test_catalog_id_inspect(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(capsys, "inspect", "meta-llama/Llama-3.1-8B", "--json")
+    assert rc == 0
+    assert json.loads(out)["params"]["total"] == 8030261248
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ("{broken", "malformed JSON"),
+        ('{"model_type": "llama"}', "required field is missing"),
+        ('{"model_type": "llama", "hidden_size": -1}', "hidden_size"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str, words: str
+) -> None:
+    p = tmp_path / "config.json"
+    p.write_text(content)
+    rc, _out, err = run(capsys, "inspect", str(p))
+    assert rc == 2
+    assert err.count("\n") == 1 and err.startswith("gpumem: error: ")
+    assert words in err and str(p) in err
+
+
+def test_unknown_model_and_empty_folder(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    rc, _, err = run(capsys, "inspect", "definitely not a model")
+    assert rc == 2 and "not a file" in err
+    rc, _, err = run(capsys, "inspect", str(tmp_path))
+    assert rc == 2 and "nothing usable" in err
+
+
+def test_no_traceback_from_the_real_entry_point(tmp_path: Path) -> None:
+    p = tmp_path / "model.safetensors"
+    p.write_bytes(b"\x01")
+    r = subprocess.run(
+        [sys.executable, "-m", "gpumem_gui", "inspect", str(p)], capture_output=True, text=True
+    )
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr and r.stderr.startswith("gpumem: error: ")
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as ei:
+        main(["--version"])
+    assert ei.value.code == 0
+    assert capsys.readouterr().out.startswith("gpumem ")
+
+
+def test_gpus_local_without_driver_exits_0_with_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(capsys, "gpus", "--fake-gpus", "no_driver", "--json")
+    doc = json.loads(out)
+    assert rc == 0 and doc["devices"] == [] and doc["unavailable_reason"]
+
+
+def test_gpus_fake_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(capsys, "gpus", "--fake-gpus", "a100_mig")
+    assert rc == 0 and "MIG" in out
+    rc, _, err = run(capsys, "gpus", "--fake-gpus", "/no/such/file.json")
+    assert rc == 2 and err.startswith("gpumem: error: ")
