@@ -247,6 +247,342 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- estimate / fit / sweep --------------------------------------------------------------------------
+
+ESTIMATE_SCHEMA = "gpumem.estimate/1"
+FIT_SCHEMA = "gpumem.fit/1"
+
+
+def _add_run_flags(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("model", help="catalog id, config.json, model folder, .safetensors, .gguf or hub id")
+    sp.add_argument("--mode", choices=["inference", "train"], default="inference")
+    sp.add_argument("--batch", type=int, default=1, help="sequences per batch (default 1)")
+    sp.add_argument("--seq", type=int, default=2048, help="prompt tokens per sequence (default 2048)")
+    sp.add_argument("--new-tokens", type=int, default=0, help="generated tokens per sequence (default 0)")
+    sp.add_argument(
+        "--weights", default="bf16", help="weight format (gpumem formats lists them; default bf16)"
+    )
+    sp.add_argument("--compute-dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
+    sp.add_argument("--kv-dtype", default="auto", help="KV-cache dtype (default: the compute dtype)")
+    sp.add_argument("--attn", choices=["sdpa", "eager", "flash"], default="sdpa")
+    sp.add_argument(
+        "--logits",
+        choices=["last", "all"],
+        default="last",
+        help="keep logits for the last position (generate) or all positions (eval forward)",
+    )
+    sp.add_argument("--engine", choices=["transformers", "vllm", "llama.cpp"], default="transformers")
+    sp.add_argument("--tp", type=int, default=1, help="tensor parallel degree")
+    sp.add_argument("--pp", type=int, default=1, help="pipeline parallel degree")
+    sp.add_argument("--ep", type=int, default=1, help="expert parallel degree (MoE)")
+    sp.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vLLM (default 0.9)")
+    sp.add_argument("--max-num-seqs", type=int, default=256, help="vLLM (default 256)")
+    sp.add_argument("--max-model-len", type=int, default=None, help="vLLM (default: seq + new tokens)")
+    sp.add_argument("--max-num-batched-tokens", type=int, default=None, help="vLLM (default 8192)")
+    sp.add_argument("--enforce-eager", action="store_true", help="vLLM: no CUDA graphs")
+    sp.add_argument(
+        "--n-gpu-layers", "-ngl", type=int, default=-1, help="llama.cpp layers on the GPU (-1: all)"
+    )
+    sp.add_argument("--n-ubatch", type=int, default=512, help="llama.cpp physical batch (default 512)")
+    sp.add_argument("--no-flash-attn", action="store_true", help="llama.cpp without flash attention")
+    sp.add_argument(
+        "--cuda-context-mib", type=int, default=500, help="CUDA context per process (default 500)"
+    )
+    sp.add_argument("--gpu", default=None, help="catalog GPU, NAME or NAME:COUNT (e.g. H100-80GB:4)")
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _run_from_args(args: argparse.Namespace) -> Any:
+    from gpumem_gui.core.inference import make_run
+
+    if args.mode == "train":
+        raise GpumemError(
+            "training estimates (--mode train) are not built yet; only --mode inference works today"
+        )
+    return make_run(
+        batch=args.batch,
+        seq=args.seq,
+        new_tokens=args.new_tokens,
+        weights=args.weights,
+        compute_dtype=args.compute_dtype,
+        kv_dtype=args.kv_dtype,
+        attn=args.attn,
+        logits=args.logits,
+        engine=args.engine,
+        tp=args.tp,
+        pp=args.pp,
+        ep=args.ep,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        max_num_seqs=args.max_num_seqs,
+        max_model_len=args.max_model_len,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        enforce_eager=args.enforce_eager,
+        n_gpu_layers=args.n_gpu_layers,
+        n_ubatch=args.n_ubatch,
+        n_batch=max(2048, args.n_ubatch),
+        flash_attn=not args.no_flash_attn,
+        cuda_context_mib=args.cuda_context_mib,
+    )
+
+
+def _target(spec_gpu: str | None) -> Any:
+    from gpumem_gui.core.catalog import find_gpu
+    from gpumem_gui.core.errors import GpumemInputError
+    from gpumem_gui.core.fit import GpuTarget
+
+    if not spec_gpu:
+        return None
+    name, _, count = spec_gpu.partition(":")
+    n = 1
+    if count:
+        if not count.isdigit() or int(count) < 1:
+            raise GpumemInputError(f"GPU count must be a positive integer, got {count!r}", field="gpu")
+        n = int(count)
+    g = find_gpu(name)
+    return GpuTarget(name=g.id, capacity_bytes=g.memory_bytes, count=n)
+
+
+def _loaded_spec(model: str) -> Any:
+    from gpumem_gui.core.errors import GpumemInputError
+
+    m = load_model(model)
+    if m.spec is None:
+        raise GpumemInputError(
+            "the architecture is unknown (no config.json); estimates need it", source=model
+        )
+    return m
+
+
+def estimate_json(m: LoadedModel, run: Any, est: Any) -> dict[str, Any]:
+    """The stable ``gpumem estimate --json`` document (schema ``gpumem.estimate/1``)."""
+
+    def comps(cs: Any) -> list[dict[str, Any]]:
+        return [{"key": c.key, "label": c.label, "bytes": c.bytes} for c in cs]
+
+    p = m.params
+    return {
+        "schema": ESTIMATE_SCHEMA,
+        "model": m.name,
+        "run": run.model_dump(mode="json"),
+        "mode": est.mode,
+        "engine": est.engine,
+        "peak_bytes": est.peak_bytes,
+        "total_bytes": est.total_bytes,
+        "peak_phase": est.peak_phase,
+        "components": comps(est.components),
+        "phases": {
+            n: {"peak_bytes": ph.peak_bytes, "components": comps(ph.components), "note": ph.note}
+            for n, ph in est.phases.items()
+        },
+        "per_gpu": [
+            {
+                "index": g.index,
+                "role": g.role,
+                "peak_bytes": g.peak_bytes,
+                "total_bytes": g.total_bytes,
+                "components": comps(g.components),
+            }
+            for g in est.per_gpu
+        ],
+        "params": {"total": p.total, "active_per_token": p.active_per_token} if p else None,
+        "kv_cache_bytes": est.kv_cache_bytes,
+        "facts": est.facts,
+        "warnings": list(est.warnings),
+        "explain": {c.key: c.explain.model_dump(mode="json") for c in est.components},
+    }
+
+
+def _gib(n: int) -> str:
+    return f"{n / GiB:,.2f}"
+
+
+def _print_estimate(m: LoadedModel, run: Any, est: Any) -> None:
+    print(
+        f"{m.name}: {est.mode}, engine {est.engine}, batch {run.batch}, prompt {run.seq}, "
+        f"new {run.new_tokens}, "
+        f"weights {run.weights}, KV {run.kv_dtype_resolved}, attn {run.attn}"
+    )
+    rows = [
+        [c.label, f"{c.bytes:,}", _gib(c.bytes), f"{100 * c.bytes / max(1, est.total_bytes):.1f}%"]
+        for c in est.components
+    ]
+    _print_table(rows, ["component (at the peak)", "bytes", "GiB", "share"], right={1, 2, 3})
+    print()
+    print(
+        f"peak of live tensors: {_gib(est.peak_bytes)} GiB in phase '{est.peak_phase}'   "
+        f"(torch.cuda.max_memory_allocated)"
+    )
+    print(f"GPU memory needed:    {_gib(est.total_bytes)} GiB per GPU (what nvidia-smi shows)")
+    print(f"KV cache:             {_gib(est.kv_cache_bytes)} GiB")
+    phases = "   ".join(f"{n} {_gib(ph.peak_bytes)}" for n, ph in est.phases.items())
+    print(f"phases (GiB):         {phases}")
+    for k, v in est.facts.items():
+        if k.startswith(("kv_tokens", "max_concurrency", "budget", "kv_pool", "cpu_bytes", "offloaded")):
+            print(f"{k}: {v:,}" if isinstance(v, int) else f"{k}: {v}")
+    for w in est.warnings:
+        print(f"warning: {w}")
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    from gpumem_gui.core.inference import estimate_inference
+
+    m = _loaded_spec(args.model)
+    run = _run_from_args(args)
+    target = _target(args.gpu)
+    est = estimate_inference(m.spec, run, target.capacity_bytes if target else None)
+    if args.json:
+        doc = estimate_json(m, run, est)
+        if target:
+            doc["fit"] = _fit_json(_fit(m, run, target, args))
+        _dump(doc)
+    else:
+        _print_estimate(m, run, est)
+        if target:
+            print()
+            _print_fit(_fit(m, run, target, args))
+    return 0
+
+
+def _fit(m: LoadedModel, run: Any, target: Any, args: argparse.Namespace) -> Any:
+    from gpumem_gui.core.fit import fit_report
+
+    return fit_report(m.spec, run, target, margin=args.margin_mib << 20)
+
+
+def _fit_json(rep: Any) -> dict[str, Any]:
+    return {
+        "schema": FIT_SCHEMA,
+        "gpu": rep.target.name,
+        "gpu_count": rep.target.count,
+        "capacity_bytes": rep.target.capacity_bytes,
+        "margin_bytes": rep.margin_bytes,
+        "fits": rep.fits,
+        "verdicts": [v.model_dump(mode="json") for v in rep.verdicts],
+        "max_batch": rep.max_batch,
+        "max_context": rep.max_context,
+        "max_concurrency": rep.max_concurrency,
+        "fewest_gpus": rep.fewest_gpus,
+        "smallest_weights": rep.smallest_weights,
+        "smallest_kv_dtype": rep.smallest_kv_dtype,
+        "changes": [c.model_dump(mode="json") for c in rep.changes],
+    }
+
+
+def _print_fit(rep: Any) -> None:
+    t = rep.target
+    print(
+        f"fit on {t.count} x {t.name} ({_gib(t.capacity_bytes)} GiB each, "
+        f"margin {_gib(rep.margin_bytes)} GiB):"
+    )
+    for v in rep.verdicts:
+        state = (
+            f"fits with {_gib(v.headroom_bytes)} GiB headroom"
+            if v.fits
+            else f"misses by {_gib(-v.headroom_bytes)} GiB"
+        )
+        print(
+            f"  GPU {v.gpu_index} ({v.role}): needs {_gib(v.needed_bytes)} of "
+            f"{_gib(v.available_bytes)} GiB: {state}"
+        )
+    print(
+        f"  max batch {rep.max_batch}, max context {rep.max_context} tokens, fewest GPUs {rep.fewest_gpus}, "
+        f"best weights {rep.smallest_weights}, best KV dtype {rep.smallest_kv_dtype}"
+        + (f", max concurrency {rep.max_concurrency}x" if rep.max_concurrency is not None else "")
+    )
+    if rep.changes:
+        print("  to make it fit (ranked):" if not rep.fits else "  other options:")
+        for c in rep.changes:
+            print(f"    {'+' if c.fits else '-'} {c.description}: {_gib(c.total_bytes)} GiB")
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from gpumem_gui.core.errors import GpumemInputError
+
+    if not args.gpu:
+        raise GpumemInputError("fit needs --gpu NAME[:COUNT]", field="gpu")
+    m = _loaded_spec(args.model)
+    run = _run_from_args(args)
+    rep = _fit(m, run, _target(args.gpu), args)
+    if args.json:
+        _dump(_fit_json(rep))
+    else:
+        _print_estimate(m, run, rep.estimate)
+        print()
+        _print_fit(rep)
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from gpumem_gui.core.errors import GpumemInputError
+    from gpumem_gui.core.inference import estimate_inference
+
+    m = _loaded_spec(args.model)
+    base = _run_from_args(args)
+    target = _target(args.gpu)
+    if args.steps < 1 or args.steps > 100_000:
+        raise GpumemInputError("must be between 1 and 100000", field="steps")
+    if args.start < 1 or args.stop < args.start:
+        raise GpumemInputError("need 1 <= --from <= --to", field="from")
+    pts = sorted(
+        {round(args.start + (args.stop - args.start) * i / max(1, args.steps - 1)) for i in range(args.steps)}
+    )
+    rows = []
+    for x in pts:
+        run = base.model_copy(update={args.over: x})
+        est = estimate_inference(m.spec, run, target.capacity_bytes if target else None)
+        rows.append(
+            {
+                args.over: x,
+                "peak_bytes": est.peak_bytes,
+                "total_bytes": est.total_bytes,
+                "kv_cache_bytes": est.kv_cache_bytes,
+                "peak_phase": est.peak_phase,
+                **(
+                    {"fits": est.total_bytes + (args.margin_mib << 20) <= target.capacity_bytes}
+                    if target
+                    else {}
+                ),
+            }
+        )
+    if args.json:
+        _dump({"schema": "gpumem.sweep/1", "model": m.name, "over": args.over, "points": rows})
+    elif args.csv:
+        keys = list(rows[0])
+        print(",".join(keys))
+        for r in rows:
+            print(",".join(str(r[k]) for k in keys))
+    else:
+        _print_table(
+            [
+                [
+                    str(r[args.over]),
+                    _gib(r["peak_bytes"]),
+                    _gib(r["total_bytes"]),
+                    _gib(r["kv_cache_bytes"]),
+                    r["peak_phase"],
+                ]
+                + ([("yes" if r["fits"] else "no")] if target else [])
+                for r in rows
+            ],
+            [args.over, "peak GiB", "total GiB", "KV GiB", "peak phase"] + (["fits"] if target else []),
+            right={1, 2, 3},
+        )
+    return 0
+
+
+def cmd_formats(args: argparse.Namespace) -> int:
+    from gpumem_gui.core.formats import list_weight_formats
+
+    fmts = list_weight_formats()
+    if args.json:
+        _dump([f.model_dump(mode="json") for f in fmts])
+    else:
+        _print_table(
+            [[f.id, f"{f.bits:g}", f.label] for f in fmts], ["format", "bits", "description"], right={1}
+        )
+    return 0
+
+
 # ---- entry point -------------------------------------------------------------------------------------
 
 
@@ -280,6 +616,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--json", action="store_true", help="machine-readable output")
     sp.set_defaults(func=cmd_inspect)
+
+    sp = sub.add_parser("estimate", help="memory of a run: components, phases, per GPU, with explanations")
+    _add_run_flags(sp)
+    sp.add_argument("--margin-mib", type=int, default=1024, help="safety margin per GPU (default 1024 MiB)")
+    sp.set_defaults(func=cmd_estimate)
+
+    sp = sub.add_parser("fit", help="does the run fit on --gpu; the maxima that fit; ranked changes")
+    _add_run_flags(sp)
+    sp.add_argument("--margin-mib", type=int, default=1024, help="safety margin per GPU (default 1024 MiB)")
+    sp.set_defaults(func=cmd_fit)
+
+    sp = sub.add_parser("sweep", help="estimates at evenly spaced batch sizes or sequence lengths")
+    _add_run_flags(sp)
+    sp.add_argument("--over", choices=["seq", "batch"], required=True)
+    sp.add_argument("--from", dest="start", type=int, required=True)
+    sp.add_argument("--to", dest="stop", type=int, required=True)
+    sp.add_argument("--steps", type=int, default=16)
+    sp.add_argument("--csv", action="store_true", help="CSV output")
+    sp.add_argument("--margin-mib", type=int, default=1024, help="safety margin per GPU (default 1024 MiB)")
+    sp.set_defaults(func=cmd_sweep)
+
+    sp = sub.add_parser("formats", help="weight formats gpumem knows")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_formats)
     return p
 
 

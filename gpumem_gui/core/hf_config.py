@@ -260,6 +260,13 @@ def _gemma(r: _Reader, name: str, mt: str) -> dict[str, Any]:
     if mt in ("gemma2", "gemma3_text"):
         # pre/post attention and pre/post feed-forward norms
         f["norms_per_layer"] = 4
+        # Gemma2Config defaults final_logit_softcapping to 30.0, Gemma3TextConfig to None
+        cap = r.get("final_logit_softcapping", default=30.0 if mt == "gemma2" else None)
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int | float) or cap <= 0):
+            raise GpumemInputError(
+                f"must be a positive number, got {cap!r}", source=r.source, field="final_logit_softcapping"
+            )
+        f["final_logit_softcapping"] = float(cap) if cap is not None else None
         f["layer_types"], f["sliding_window"] = _pattern_sliding(
             r, f["num_layers"], 2 if mt == "gemma2" else 6
         )

@@ -75,6 +75,7 @@ class ForwardShape:
     kv_dt: float = 2
     attn: Attn = "sdpa"
     logits_all: bool = False
+    lm_head: bool = True  # False for pipeline stages other than the last
 
     @property
     def kv_len(self) -> int:
@@ -121,6 +122,37 @@ def _rope(tr: Tracker, src: str, out: str, nbytes: int) -> None:
     tr.free(f"{out}.xcos", f"{out}.rsin")
 
 
+def _cache_tokens_after(spec: ModelSpec, fs: ForwardShape, sliding: bool) -> int:
+    """Tokens in a layer's cache storage after this forward's ``torch.cat``: the stored past (a sliding
+    layer stores ``window - 1`` tokens as a view) plus the new tokens."""
+    past = fs.past
+    if sliding and spec.sliding_window:
+        past = min(past, spec.sliding_window - 1)
+    return past + fs.q
+
+
+def _cache_elems_per_token(spec: ModelSpec) -> tuple[int, int]:
+    """(K, V) elements per token of one layer's cache as transformers stores them."""
+    if spec.mla is not None:
+        return spec.mla.kv_lora_rank, spec.mla.qk_rope_head_dim
+    kvh = spec.num_attention_heads if spec.transformers_expands_kv else spec.num_kv_heads
+    return kvh * spec.head_dim, kvh * spec.head_dim
+
+
+def _skip_layer(tr: Tracker, spec: ModelSpec, fs: ForwardShape, layer: int, sliding: bool) -> None:
+    """A layer whose transient peak is dominated by a later layer of the same kind (same ops, less cache
+    below it): only its lasting effects are applied, its cache and its output."""
+    k, v = _cache_elems_per_token(spec)
+    toks = fs.batch * _cache_tokens_after(spec, fs, sliding)
+    for name, width in ((f"cache{layer}.k", k), (f"cache{layer}.v", v)):
+        if tr.has(name):
+            tr.free(name)
+        tr.alloc(name, round(toks * width * fs.kv_dt), "kv_cache")
+    if tr.live["h_in"][0] == 0:
+        tr.free("h_in")
+    tr.alloc("h_out", fs.batch * fs.q * spec.hidden_size * fs.dt, "hidden_states")
+
+
 def _uses_rope(spec: ModelSpec) -> bool:
     return spec.position_embedding == "rope"
 
@@ -135,18 +167,20 @@ def _has_mask(spec: ModelSpec, fs: ForwardShape, sliding: bool) -> bool:
         return True
     if fs.attn == "flash":
         return False
-    if sliding and spec.sliding_window is not None and fs.kv_len > spec.sliding_window:
-        return True
-    return False
+    if spec.model_type == "falcon":
+        return True  # FalconModel always passes a mask to its attention (no is_causal shortcut)
+    return sliding and spec.sliding_window is not None and fs.kv_len > spec.sliding_window
 
 
 def _attention(tr: Tracker, spec: ModelSpec, fs: ForwardShape, x: str, layer: int, sliding: bool) -> None:
-    """Self-attention of one layer from normed input ``x``; leaves ``attn_out`` (and eager's probabilities)."""
+    """Self-attention of one layer from normed input ``x``.
+
+    Leaves ``attn_out`` (and eager's probabilities, freed when the layer returns)."""
     b, q, dt = fs.batch, fs.q, fs.dt
     a, d = spec.num_attention_heads, spec.head_dim
     kvh = spec.num_attention_heads if spec.transformers_expands_kv else spec.num_kv_heads
     qw, kvw = a * d, kvh * d
-    kv_tokens_new = fs.kv_len
+    kv_tokens_new = _cache_tokens_after(spec, fs, sliding)
     cache_k, cache_v = f"cache{layer}.k", f"cache{layer}.v"
     tr.where = f"layer {layer} attention"
 
@@ -167,9 +201,12 @@ def _attention(tr: Tracker, spec: ModelSpec, fs: ForwardShape, x: str, layer: in
         _rope(tr, "q", "q_pe", rope_q)
         _rope(tr, "ckv", "k_pe", b * q * m.qk_rope_head_dim * dt)
         # cache update: latent and rope key concatenated into the cache
-        _cache_update(tr, fs, cache_k, b * kv_tokens_new * m.kv_lora_rank, b * q * m.kv_lora_rank, sliding, spec)
-        _cache_update(tr, fs, cache_v, b * kv_tokens_new * m.qk_rope_head_dim, b * q * m.qk_rope_head_dim,
-                      sliding, spec)
+        _cache_update(
+            tr, fs, cache_k, b * kv_tokens_new * m.kv_lora_rank, b * q * m.kv_lora_rank, sliding, spec
+        )
+        _cache_update(
+            tr, fs, cache_v, b * kv_tokens_new * m.qk_rope_head_dim, b * q * m.qk_rope_head_dim, sliding, spec
+        )
         tr.free("k_nope", "k_pe", "ckv")
         tr.alloc("query", b * q * qwid * dt, "attention")  # cat(q_nope, q_pe)
         tr.free("q", "q_pe")
@@ -223,7 +260,15 @@ def _cache_update(
 
 
 def _core_attention(
-    tr: Tracker, spec: ModelSpec, fs: ForwardShape, qn: str, kn: str, vn: str, kvh: int, vd: int, a: int,
+    tr: Tracker,
+    spec: ModelSpec,
+    fs: ForwardShape,
+    qn: str,
+    kn: str,
+    vn: str,
+    kvh: int,
+    vd: int,
+    a: int,
     sliding: bool,
 ) -> None:
     """softmax(QK^T)V by the chosen implementation; leaves ``attn_o`` of shape [b, q, a*vd]."""
@@ -237,7 +282,24 @@ def _core_attention(
     if repeat:
         tr.alloc("k_rep", b * a * kv * k_elems_per_head * dt, "attention")
         tr.alloc("v_rep", b * a * kv * vd * dt, "attention")
-    if fs.attn == "eager":
+    if spec.model_type == "falcon" and mask:
+        tr.alloc("mask_float", b * q * kv * dt, "mask")  # torch.where(mask, 0, min) inside FalconAttention
+    if fs.attn == "sdpa" and _math_sdpa(spec, mask):
+        _math_attention(tr, spec, fs, a, kvh, kv, k_elems_per_head, vd, mask)
+    elif fs.attn == "eager" and not _eager_softmax_fp32(spec):
+        # GPT-2 / Falcon eager: softmax stays in the activation dtype
+        s = b * a * q * kv
+        tr.alloc("scores", s * dt, "attention")
+        tr.alloc("scores_scaled", s * dt, "attention")
+        tr.free("scores")
+        tr.alloc("scores_masked", s * dt, "attention")
+        tr.free("scores_scaled")
+        tr.alloc("probs", s * dt, "attention")
+        tr.free("scores_masked")
+        tr.alloc("attn_raw", b * a * q * vd * dt, "attention")
+        tr.alloc("attn_o", b * q * a * vd * dt, "attention")
+        tr.free("attn_raw")
+    elif fs.attn == "eager":
         s = b * a * q * kv
         tr.alloc("scores", s * dt, "attention")
         tr.alloc("scores_scaled", s * dt, "attention")
@@ -262,6 +324,46 @@ def _core_attention(
         tr.free("attn_raw")
     if repeat:
         tr.free("k_rep", "v_rep")
+    if tr.has("mask_float"):
+        tr.free("mask_float")
+
+
+def _eager_softmax_fp32(spec: ModelSpec) -> bool:
+    """Llama-style eager attention upcasts the softmax to fp32; GPT-2's and Falcon's do not."""
+    return spec.model_type not in ("gpt2", "falcon")
+
+
+def _math_sdpa(spec: ModelSpec, mask: bool) -> bool:
+    """Cases where torch's SDPA falls back to its math path (fp32 scores), as measured on the reference:
+    a single KV head broadcast to all query heads with a mask (Falcon multi-query), and MLA's unequal
+    query/key and value head dims, which the fused CPU kernel rejects."""
+    if spec.mla is not None:
+        return spec.mla.qk_head_dim != spec.mla.v_head_dim
+    return spec.model_type == "falcon" and spec.num_kv_heads < spec.num_attention_heads
+
+
+def _math_attention(
+    tr: Tracker, spec: ModelSpec, fs: ForwardShape, a: int, kvh: int, kv: int, kd: int, vd: int, mask: bool
+) -> None:
+    """torch's ``_scaled_dot_product_attention_math`` for bf16 inputs: q/k/v copied to fp32, q scaled,
+    fp32 scores (and the masked scores), fp32 softmax, fp32 output cast back."""
+    b, q, dt = fs.batch, fs.q, fs.dt
+    s = b * a * q * kv
+    tr.alloc("q32", b * a * q * kd * 4, "attention")
+    tr.alloc("k32", b * kvh * kv * kd * 4, "attention")
+    tr.alloc("v32", b * kvh * kv * vd * 4, "attention")
+    tr.alloc("q32s", b * a * q * kd * 4, "attention")
+    tr.alloc("scores32", s * 4, "attention")
+    tr.alloc("masked32", s * 4, "attention")
+    tr.free("scores32")
+    tr.alloc("probs32", s * 4, "attention")
+    tr.free("masked32")
+    tr.alloc("out32", b * a * q * vd * 4, "attention")
+    tr.free("probs32", "q32", "k32", "v32", "q32s")
+    tr.alloc("attn_raw", b * a * q * vd * dt, "attention")
+    tr.free("out32")
+    tr.alloc("attn_o", b * q * a * vd * dt, "attention")
+    tr.free("attn_raw")
 
 
 def _mlp(tr: Tracker, spec: ModelSpec, fs: ForwardShape, x: str, layer: int) -> None:
@@ -309,7 +411,13 @@ def _moe(tr: Tracker, spec: ModelSpec, fs: ForwardShape, t: int) -> None:
     projected back, weighted, un-permuted and summed over k; shared experts run beside them."""
     moe = spec.moe
     assert moe is not None
-    dt, h, e, k, fe = fs.dt, spec.hidden_size, moe.num_experts, moe.experts_per_token, moe.expert_intermediate_size
+    dt, h, e, k, fe = (
+        fs.dt,
+        spec.hidden_size,
+        moe.num_experts,
+        moe.experts_per_token,
+        moe.expert_intermediate_size,
+    )
     s = t * k
     tr.alloc("router_logits", t * e * dt, "mlp")
     tr.alloc("router_probs", t * e * 4, "mlp")
@@ -413,7 +521,9 @@ def _rope_bytes(spec: ModelSpec, fs: ForwardShape) -> int:
     return n_rotary * 2 * fs.q * d * fs.dt  # cos and sin, [1, q, d] (position_ids has batch 1)
 
 
-def simulate_forward(spec: ModelSpec, fs: ForwardShape, past_storage: tuple[int, ...] | None = None) -> SimResult:
+def simulate_forward(
+    spec: ModelSpec, fs: ForwardShape, past_storage: tuple[int, ...] | None = None
+) -> SimResult:
     """Simulate one forward of ``spec`` with shape ``fs`` (see module docstring).
 
     ``past_storage`` gives each layer's cache storage before the forward (bytes; prefill: zeros).
@@ -453,26 +563,47 @@ def simulate_forward(spec: ModelSpec, fs: ForwardShape, past_storage: tuple[int,
             tr.alloc(f"cache{i}.v", storage[i] - storage[i] // 2, "kv_cache")
     # The first layer's input is the embedding output itself (held by the caller and by inputs_embeds).
     tr.live["h_in"] = (0, "hidden_states")
+    kinds = [(types[i], spec.is_moe_layer(i)) for i in range(n)]
+    last_of_kind = {kind: i for i, kind in enumerate(kinds)}
     for i in range(n):
-        _layer(tr, spec, fs, i, types[i] == "sliding_attention")
-        tr.free("h_in")
+        if last_of_kind[kinds[i]] == i:
+            _layer(tr, spec, fs, i, types[i] == "sliding_attention")
+        else:
+            _skip_layer(tr, spec, fs, i, types[i] == "sliding_attention")
+        if tr.has("h_in"):
+            tr.free("h_in")
         tr.live["h_in"] = tr.live.pop("h_out")
     tr.where = "final norm"
     _norm(tr, spec, "h_in", "h_final", b * q * h, dt)
     # The model's forward returns: its inputs, masks, rotary tables and the last layer output are freed.
-    for name in ("h_in", "embeds", "embeds_proj", "embeds_scaled", "pos_embeds", "h0", "cos_sin", "mask", "alibi",
-                 "position_ids"):
+    for name in (
+        "h_in",
+        "embeds",
+        "embeds_proj",
+        "embeds_scaled",
+        "pos_embeds",
+        "h0",
+        "cos_sin",
+        "mask",
+        "alibi",
+        "position_ids",
+    ):
         if tr.has(name):
             tr.free(name)
     if spec.embedding_dim and spec.embedding_dim != h:
         tr.alloc("h_proj_out", b * q * spec.embedding_dim * dt, "hidden_states")
     tr.where = "lm_head"
     keep = q if fs.logits_all else 1
-    logits = b * keep * spec.vocab_size * dt
+    logits = b * keep * spec.vocab_size * dt if fs.lm_head else 0
     tr.alloc("logits", logits, "logits")
+    if spec.final_logit_softcapping and logits:
+        # logits / cap, tanh, * cap: each a new tensor while the previous one is alive
+        tr.alloc("logits_capped", logits, "logits")
+        tr.free("logits")
+        tr.live["logits"] = tr.live.pop("logits_capped")
     kv_storage = sum(n for name, (n, k) in tr.live.items() if k == "kv_cache")
     logical = 0
-    for i, t in enumerate(types):
+    for t in types:
         if spec.mla is not None:
             per_tok = b * (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) * fs.kv_dt
         else:

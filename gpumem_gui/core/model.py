@@ -143,6 +143,9 @@ class ModelSpec(Frozen):
         "FalconAttention broadcasts the grouped K/V before the cache update; measured [b, 128, s, 64] for "
         "falcon-40b), while vLLM/llama.cpp cache only the KV heads",
     )
+    final_logit_softcapping: float | None = Field(
+        None, gt=0, description="logits = cap * tanh(logits / cap) (Gemma-2); costs a second logits tensor"
+    )
     sliding_window: PositiveInt | None = None
     layer_types: tuple[LayerType, ...] = ()
     moe: MoESpec | None = None

@@ -1,0 +1,302 @@
+"""Will it fit, and what would make it fit.
+
+A verdict compares each GPU's ``total_bytes`` (what nvidia-smi would show) with its capacity minus a safety
+margin. The solvers use the estimate's monotone structure (memory never falls as batch, context or bits
+grow) and bisect, so each answer costs a few dozen estimates, not a scan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+from pydantic import Field
+
+from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.estimate import Estimate
+from gpumem_gui.core.formats import KV_DTYPES, engine_kv_dtypes, get_weight_format, list_weight_formats
+from gpumem_gui.core.inference import InferenceRun, estimate_inference
+from gpumem_gui.core.model import Frozen, ModelSpec
+from gpumem_gui.core.units import MiB
+
+# Default safety margin per GPU: llama.cpp's --fit leaves 1024 MiB free on every device
+# (ggml-org/llama.cpp PR #16653, "cannot fulfill margin of 1024 MiB").
+DEFAULT_MARGIN_BYTES = 1024 * MiB
+
+
+class GpuTarget(Frozen):
+    """The GPUs a plan must fit on: ``count`` GPUs with ``capacity_bytes`` usable each."""
+
+    name: str
+    capacity_bytes: Annotated[int, Field(gt=0)]
+    count: Annotated[int, Field(ge=1, le=4096)] = 1
+    free_bytes: tuple[int, ...] | None = Field(None, description="free memory per GPU now (local GPUs)")
+
+    def available(self, i: int) -> int:
+        if self.free_bytes is not None and i < len(self.free_bytes):
+            return self.free_bytes[i]
+        return self.capacity_bytes
+
+
+class Verdict(Frozen):
+    gpu_index: int
+    role: str
+    needed_bytes: int
+    available_bytes: int
+    margin_bytes: int
+    fits: bool
+    headroom_bytes: int = Field(description="available - margin - needed; negative: misses by that much")
+
+
+class Change(Frozen):
+    """One change to the run, with the memory it would need and whether that fits."""
+
+    kind: str
+    description: str
+    update: dict[str, object]
+    total_bytes: int
+    fits: bool
+
+
+class FitReport(Frozen):
+    target: GpuTarget
+    margin_bytes: int
+    estimate: Estimate
+    verdicts: tuple[Verdict, ...]
+    fits: bool
+    max_batch: int | None
+    max_context: int | None
+    max_concurrency: float | None
+    fewest_gpus: int | None
+    smallest_weights: str | None
+    smallest_kv_dtype: str | None
+    changes: tuple[Change, ...]
+
+
+def verdicts(est: Estimate, target: GpuTarget, margin: int) -> tuple[Verdict, ...]:
+    if len(est.per_gpu) > target.count:
+        raise GpumemInputError(
+            f"the plan uses {len(est.per_gpu)} GPUs but the target has {target.count} ({target.name})",
+            field="gpu",
+        )
+    out = []
+    for share in est.per_gpu:
+        avail = target.available(share.index)
+        need = share.total_bytes
+        if est.engine == "vllm":
+            need = int(est.facts.get("budget_bytes", need))  # type: ignore[arg-type]
+        head = avail - margin - need
+        ok = head >= 0
+        if est.engine == "vllm" and "kv_tokens" in est.facts:
+            # vLLM starts only if one max_model_len request fits in the pool; the batch runs at once only if
+            # all its sequences' pages fit
+            kv_tokens = int(est.facts["kv_tokens"])  # type: ignore[arg-type]
+            need_tokens = int(est.facts.get("kv_tokens_needed", 0))  # type: ignore[arg-type]
+            ok = ok and kv_tokens >= int(est.facts.get("max_model_len", 0)) and kv_tokens >= need_tokens  # type: ignore[arg-type]
+        out.append(
+            Verdict(
+                gpu_index=share.index,
+                role=share.role,
+                needed_bytes=need,
+                available_bytes=avail,
+                margin_bytes=margin,
+                fits=ok,
+                headroom_bytes=head,
+            )
+        )
+    return tuple(out)
+
+
+def _fits(spec: ModelSpec, run: InferenceRun, target: GpuTarget, margin: int) -> tuple[bool, Estimate]:
+    est = estimate_inference(spec, run, target.capacity_bytes)
+    return all(v.fits for v in verdicts(est, target, margin)), est
+
+
+def _safe(fn: Callable[[], tuple[bool, Estimate]]) -> tuple[bool, Estimate | None]:
+    try:
+        return fn()
+    except GpumemInputError:
+        return False, None
+
+
+def largest(pred: Callable[[int], bool], lo: int, hi: int) -> int | None:
+    """Largest n in [lo, hi] with pred(n) true, for pred monotone (true, then false).
+
+    None when pred(lo) is already false."""
+    if not pred(lo):
+        return None
+    if pred(hi):
+        return hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def fit_report(
+    spec: ModelSpec, run: InferenceRun, target: GpuTarget, margin: int = DEFAULT_MARGIN_BYTES
+) -> FitReport:
+    """Verdict per GPU, the maxima that fit, and a ranked list of changes (see module docstring)."""
+    if run.gpus > target.count:
+        raise GpumemInputError(
+            f"tp x pp = {run.gpus} GPUs but --gpu gives {target.count}; use NAME:COUNT", field="gpu"
+        )
+    est = estimate_inference(spec, run, target.capacity_bytes)
+    vs = verdicts(est, target, margin)
+    ok = all(v.fits for v in vs)
+
+    def fits_with(**upd: object) -> bool:
+        r = run.model_copy(update=upd)
+        return _safe(lambda: _fits(spec, InferenceRun.model_validate(r.model_dump()), target, margin))[0]
+
+    max_batch = largest(lambda b: fits_with(batch=b), 1, 1 << 16)
+    max_ctx_total = largest(
+        lambda t: fits_with(seq=max(1, t - run.new_tokens)) if t > run.new_tokens else False,
+        run.new_tokens + 1,
+        max(run.tokens, spec.max_position_embeddings) * 4,
+    )
+    max_concurrency = None
+    if run.engine == "vllm" and "max_concurrency" in est.facts:
+        max_concurrency = float(est.facts["max_concurrency"])  # type: ignore[arg-type]
+    fewest = _fewest_gpus(spec, run, target, margin)
+    smallest_w = _best_format(spec, run, target, margin)
+    smallest_kv = _best_kv(spec, run, target, margin)
+    changes = _changes(spec, run, target, margin, max_batch, max_ctx_total, fewest, smallest_w, smallest_kv)
+    return FitReport(
+        target=target,
+        margin_bytes=margin,
+        estimate=est,
+        verdicts=vs,
+        fits=ok,
+        max_batch=max_batch,
+        max_context=max_ctx_total,
+        max_concurrency=max_concurrency,
+        fewest_gpus=fewest,
+        smallest_weights=smallest_w,
+        smallest_kv_dtype=smallest_kv,
+        changes=changes,
+    )
+
+
+def _tp_options(spec: ModelSpec, limit: int) -> list[int]:
+    return [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= limit and spec.num_attention_heads % t == 0]
+
+
+def _fewest_gpus(spec: ModelSpec, run: InferenceRun, target: GpuTarget, margin: int) -> int | None:
+    """Fewest GPUs of the target's type: tensor parallel first (up to 8), then pipeline stages."""
+    big = target.model_copy(update={"count": 4096, "free_bytes": None})
+    best = None
+    for tp in _tp_options(spec, 8):
+        for pp in range(1, min(spec.num_layers, 64) + 1):
+            if best is not None and tp * pp >= best:
+                break
+            ok, _ = _safe(
+                lambda tp=tp, pp=pp: _fits(spec, run.model_copy(update={"tp": tp, "pp": pp}), big, margin)
+            )
+            if ok:
+                best = tp * pp
+                break
+    return best
+
+
+def _best_format(spec: ModelSpec, run: InferenceRun, target: GpuTarget, margin: int) -> str | None:
+    """The most precise weight format at or below the run's precision that fits (engine's formats)."""
+    engine_prefix = "gguf-" if run.engine == "llama.cpp" else ""
+    current = get_weight_format(run.weights).bits
+    fmts = [f for f in _engine_formats(engine_prefix) if f.bits <= current]
+    for f in sorted(fmts, key=lambda f: -f.bits):
+        ok, _ = _safe(lambda f=f: _fits(spec, run.model_copy(update={"weights": f.id}), target, margin))
+        if ok:
+            return f.id
+    return None
+
+
+def _engine_formats(prefix: str) -> list:
+    return [
+        f
+        for f in list_weight_formats()
+        if f.id.startswith(prefix) and (prefix or not f.id.startswith("gguf-"))
+    ]
+
+
+def _smaller_kv(run: InferenceRun) -> list[str]:
+    current = KV_DTYPES[run.kv_dtype_resolved]
+    return sorted(
+        (k for k in engine_kv_dtypes(run.engine) if KV_DTYPES[k] <= current), key=lambda k: -KV_DTYPES[k]
+    )
+
+
+def _best_kv(spec: ModelSpec, run: InferenceRun, target: GpuTarget, margin: int) -> str | None:
+    """The most precise KV dtype at or below the run's that fits."""
+    for kv in _smaller_kv(run):
+        ok, _ = _safe(lambda kv=kv: _fits(spec, run.model_copy(update={"kv_dtype": kv}), target, margin))
+        if ok:
+            return kv
+    return None
+
+
+def _changes(
+    spec: ModelSpec,
+    run: InferenceRun,
+    target: GpuTarget,
+    margin: int,
+    max_batch: int | None,
+    max_ctx: int | None,
+    fewest: int | None,
+    best_w: str | None,
+    best_kv: str | None,
+) -> tuple[Change, ...]:
+    """Candidate changes, each re-estimated; ranked: those that fit first, then by how little they give up."""
+    cands: list[tuple[int, str, str, dict[str, object]]] = []
+    kv_choice = best_kv or (_smaller_kv(run)[-1] if _smaller_kv(run) else None)
+    if kv_choice and KV_DTYPES[kv_choice] < KV_DTYPES[run.kv_dtype_resolved]:
+        cands.append((1, "kv_dtype", f"quantize the KV cache to {kv_choice}", {"kv_dtype": kv_choice}))
+    w_choice = best_w
+    if w_choice is None:
+        # nothing fits alone: still show what the common 4-bit format of this engine would need
+        w_choice = "gguf-Q4_K_M" if run.engine == "llama.cpp" else "nf4"
+    if w_choice != run.weights and get_weight_format(w_choice).bits < get_weight_format(run.weights).bits:
+        cands.append((2, "weights", f"use {w_choice} weights", {"weights": w_choice}))
+    if max_batch is not None and max_batch < run.batch:
+        cands.append((3, "batch", f"batch {max_batch} instead of {run.batch}", {"batch": max_batch}))
+    if fewest is not None and fewest > run.gpus:
+        tp = next((t for t in _tp_options(spec, 8) if t >= min(fewest, 8)), 8)
+        pp = max(1, -(-fewest // tp))
+        cands.append((4, "gpus", f"{tp * pp} GPUs (tp {tp}, pp {pp})", {"tp": tp, "pp": pp}))
+    if max_ctx is not None and max_ctx < run.tokens and max_ctx > run.new_tokens:
+        seq = max_ctx - run.new_tokens
+        cands.append(
+            (5, "context", f"context {max_ctx} tokens ({seq} prompt + {run.new_tokens} new)", {"seq": seq})
+        )
+    if run.engine == "llama.cpp":
+        n = spec.num_layers
+        best = largest(
+            lambda k: _safe(lambda: _fits(spec, run.model_copy(update={"n_gpu_layers": k}), target, margin))[
+                0
+            ],
+            0,
+            n,
+        )
+        if best is not None and best < n:
+            cands.append(
+                (6, "offload", f"offload {n - best} layers to the CPU (-ngl {best})", {"n_gpu_layers": best})
+            )
+    out = []
+    for rank, kind, desc, upd in cands:
+        r = run.model_copy(update=upd)
+        big = target.model_copy(update={"count": max(target.count, r.gpus)})
+        ok, est = _safe(lambda r=r, big=big: _fits(spec, r, big, margin))
+        if est is None:
+            continue
+        out.append(
+            (
+                not ok,
+                rank,
+                Change(kind=kind, description=desc, update=upd, total_bytes=est.total_bytes, fits=ok),
+            )
+        )
+    out.sort(key=lambda t: (t[0], t[1]))
+    return tuple(c for *_, c in out)

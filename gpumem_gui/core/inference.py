@@ -1,0 +1,414 @@
+"""Inference memory: ``estimate_inference(spec, run) -> Estimate``.
+
+Phases (transformers runtime profile, the default):
+
+* ``load``: the weights (in the chosen format) and the model's buffers;
+* ``prefill``: one forward over the prompt, simulated op by op (:mod:`gpumem_gui.core.hf_sim`);
+* ``decode``: the last generation step (one token after ``seq + new_tokens - 1`` cached tokens), plus what
+  ``generate()`` keeps (fp32 copies of the last logits).
+
+``peak_bytes`` is the largest live-tensor total over the phases on the most-loaded GPU (what
+``torch.cuda.max_memory_allocated()`` reports); ``total_bytes`` adds the CUDA context, the cuBLAS workspace
+and the caching allocator's reserve (:mod:`gpumem_gui.core.overheads`). vLLM and llama.cpp have their own
+profiles (:mod:`gpumem_gui.core.engines`).
+"""
+
+from __future__ import annotations
+
+from math import ceil
+from typing import Annotated, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
+from gpumem_gui.core.estimate import Component, Estimate, Explanation, GpuShare, Phase
+from gpumem_gui.core.formats import check_kv_dtype, kv_bytes_per_element, weight_bytes
+from gpumem_gui.core.hf_sim import KINDS, ForwardShape, SimResult, simulate_forward
+from gpumem_gui.core.model import Frozen, ModelSpec
+from gpumem_gui.core.overheads import overhead_components
+from gpumem_gui.core.params import count_params
+
+Engine = Literal["transformers", "vllm", "llama.cpp"]
+Degree = Annotated[int, Field(ge=1, le=4096)]
+
+COMPUTE_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+class InferenceRun(Frozen):
+    """Everything about an inference run that changes its memory (validated; see field descriptions)."""
+
+    batch: Annotated[int, Field(ge=1, le=1 << 20, description="sequences processed together")] = 1
+    seq: Annotated[int, Field(ge=1, le=1 << 24, description="prompt tokens per sequence")] = 2048
+    new_tokens: Annotated[int, Field(ge=0, le=1 << 24, description="generated tokens per sequence")] = 0
+    weights: str = Field("bf16", description="weight format id (see `gpumem formats`)")
+    compute_dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
+    kv_dtype: str = Field("auto", description="KV-cache dtype; auto = the compute dtype")
+    attn: Literal["sdpa", "eager", "flash"] = "sdpa"
+    logits: Literal["last", "all"] = "last"
+    engine: Engine = "transformers"
+    tp: Degree = 1
+    pp: Degree = 1
+    ep: Degree = 1
+    # vLLM knobs
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
+    max_num_seqs: Annotated[int, Field(ge=1, le=1 << 16)] = 256
+    max_model_len: Annotated[int, Field(ge=1, le=1 << 24)] | None = None
+    max_num_batched_tokens: Annotated[int, Field(ge=1, le=1 << 24)] | None = None
+    enforce_eager: bool = False
+    # llama.cpp knobs
+    n_gpu_layers: Annotated[int, Field(ge=-1, le=4096)] = -1
+    n_batch: Annotated[int, Field(ge=1, le=1 << 20)] = 2048
+    n_ubatch: Annotated[int, Field(ge=1, le=1 << 20)] = 512
+    flash_attn: bool = True
+    # overheads
+    cuda_context_mib: Annotated[int, Field(ge=0, le=1 << 16)] = 500
+
+    @model_validator(mode="after")
+    def _check(self) -> InferenceRun:
+        if self.n_ubatch > self.n_batch:
+            raise ValueError(f"n_ubatch ({self.n_ubatch}) must be at most n_batch ({self.n_batch})")
+        return self
+
+    @property
+    def tokens(self) -> int:
+        return self.seq + self.new_tokens
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def dt(self) -> int:
+        return COMPUTE_DTYPE_BYTES[self.compute_dtype]
+
+    @property
+    def kv_dtype_resolved(self) -> str:
+        return self.compute_dtype if self.kv_dtype == "auto" else self.kv_dtype
+
+
+def make_run(**fields: object) -> InferenceRun:
+    """Build an :class:`InferenceRun`; a bad value is one :class:`GpumemInputError` naming the field."""
+    try:
+        return InferenceRun(**fields)  # type: ignore[arg-type]
+    except ValidationError as e:
+        raise describe_validation_error(e, source="run") from None
+
+
+def check_run(spec: ModelSpec, run: InferenceRun) -> tuple[str, ...]:
+    """Cross-checks of run against model: errors raise, soft problems come back as warnings."""
+    warnings: list[str] = []
+    check_kv_dtype(run.engine, run.kv_dtype_resolved)
+    if spec.num_attention_heads % run.tp:
+        raise GpumemInputError(
+            f"tensor parallel degree {run.tp} does not divide the {spec.num_attention_heads} attention heads",
+            field="tp",
+        )
+    if run.pp > spec.num_layers:
+        raise GpumemInputError(f"pipeline degree {run.pp} exceeds the {spec.num_layers} layers", field="pp")
+    if spec.num_layers % run.pp:
+        warnings.append(
+            f"pp: {run.pp} stages do not divide {spec.num_layers} layers; the first stages get "
+            f"{ceil(spec.num_layers / run.pp)} layers (the estimate uses the fullest stage)"
+        )
+    if run.ep > 1:
+        if spec.moe is None:
+            raise GpumemInputError("expert parallelism needs a mixture-of-experts model", field="ep")
+        if spec.moe.num_experts % run.ep:
+            raise GpumemInputError(
+                f"expert parallel degree {run.ep} does not divide the {spec.moe.num_experts} experts",
+                field="ep",
+            )
+        if run.ep > run.gpus:
+            raise GpumemInputError(
+                f"expert parallel degree {run.ep} exceeds the {run.gpus} GPUs (tp x pp)", field="ep"
+            )
+    if run.tokens > spec.max_position_embeddings:
+        warnings.append(
+            f"seq: {run.tokens} tokens exceed the model's max_position_embeddings "
+            f"({spec.max_position_embeddings}); fine only with rope scaling"
+        )
+    if run.engine == "transformers" and run.attn == "flash" and run.compute_dtype == "fp32":
+        raise GpumemInputError("flash attention needs fp16 or bf16 activations", field="attn")
+    return tuple(warnings)
+
+
+# ---- splitting across GPUs --------------------------------------------------------------------------------
+
+
+def stage_layers(spec: ModelSpec, pp: int, stage: int) -> range:
+    """Layers of pipeline stage ``stage``: contiguous, the first stages take the remainder (as vLLM's
+    ``get_pp_indices`` does without a custom partition)."""
+    n = spec.num_layers
+    base, extra = divmod(n, pp)
+    start = stage * base + min(stage, extra)
+    return range(start, start + base + (1 if stage < extra else 0))
+
+
+def rank_spec(spec: ModelSpec, run: InferenceRun, stage: int) -> ModelSpec:
+    """The model as one tensor-parallel rank of pipeline stage ``stage`` sees it: heads, KV heads
+    (replicated when tp exceeds them), MLP width, experts and vocabulary divided; only its layers."""
+    tp = run.tp
+    layers = stage_layers(spec, run.pp, stage)
+    kvh = max(1, spec.num_kv_heads // tp) if spec.num_kv_heads >= tp else 1
+    heads = spec.num_attention_heads // tp
+    moe = spec.moe
+    if moe is not None:
+        ep_share = max(1, run.ep)
+        experts = max(1, moe.num_experts // ep_share)
+        fe = moe.expert_intermediate_size if run.ep > 1 else ceil(moe.expert_intermediate_size / tp)
+        moe = moe.model_copy(
+            update={
+                "num_experts": experts,
+                "experts_per_token": min(moe.experts_per_token, experts),
+                "expert_intermediate_size": max(1, fe),
+                "shared_expert_intermediate_size": ceil(moe.shared_expert_intermediate_size / tp),
+                "dense_layers": tuple(i - layers.start for i in moe.dense_layers if i in layers),
+            }
+        )
+    types = spec.resolved_layer_types[layers.start : layers.stop] if spec.layer_types else ()
+    update = {
+        "num_layers": len(layers),
+        "num_attention_heads": heads,
+        "num_kv_heads": min(kvh, heads),
+        "intermediate_size": max(1, ceil(spec.intermediate_size / tp)),
+        "vocab_size": ceil(spec.vocab_size / tp),
+        "layer_types": types,
+        "moe": moe,
+    }
+    return ModelSpec.model_validate({**spec.model_dump(), **update})
+
+
+# ---- the transformers profile -----------------------------------------------------------------------------
+
+
+def _kind_components(sim: SimResult, dt_label: str) -> list[Component]:
+    labels = {
+        "kv_cache": "KV cache",
+        "hidden_states": "hidden states",
+        "attention": "attention temporaries",
+        "mlp": "MLP temporaries",
+        "norm": "norm temporaries",
+        "logits": "logits",
+        "rope": "rotary tables",
+        "mask": "attention mask",
+        "inputs": "input ids",
+    }
+    out = []
+    for kind in KINDS:
+        n = sim.by_kind.get(kind, 0)
+        if not n:
+            continue
+        key = kind if kind in ("kv_cache", "logits") else f"act_{kind}"
+        out.append(
+            Component(
+                key=key,
+                label=labels[kind],
+                bytes=n,
+                explain=Explanation(
+                    formula=f"{labels[kind]} live at the peak ({sim.where}), from an op-by-op replay of the "
+                    "transformers forward",
+                    inputs={"where": sim.where, "dtype": dt_label},
+                    source="transformers 5.x modeling code; checked against PyTorch MemTracker measurements",
+                ),
+            )
+        )
+    return out
+
+
+def _buffers_bytes(spec: ModelSpec) -> int:
+    """Rotary ``inv_freq`` and ``original_inv_freq`` buffers (fp32, head_dim/2 each; Gemma-3 has two
+    rotary modules): ``LlamaRotaryEmbedding.__init__``."""
+    if spec.position_embedding != "rope":
+        return 0
+    d = spec.mla.qk_rope_head_dim if spec.mla else spec.head_dim
+    modules = 2 if spec.model_type.startswith("gemma3") else 1
+    return modules * 2 * (d // 2) * 4
+
+
+def estimate_inference(spec: ModelSpec, run: InferenceRun, capacity: int | None = None) -> Estimate:
+    """The inference estimate of ``spec`` under ``run`` (see module docstring).
+
+    ``capacity`` (bytes of one GPU) matters only to vLLM, which sizes its KV pool from it.
+    """
+    warnings = check_run(spec, run)
+    if run.engine != "transformers":
+        from gpumem_gui.core.engines import estimate_engine
+
+        return estimate_engine(spec, run, warnings, capacity)
+    return _estimate_transformers(spec, run, warnings)
+
+
+def _weights_component(spec: ModelSpec, run: InferenceRun, stage: int) -> Component:
+    wb = weight_bytes(spec, run.weights, compute_dtype_bytes=run.dt)
+    layers = stage_layers(spec, run.pp, stage)
+    layer_bytes = sum(wb.per_layer[i] for i in layers)
+    outside = wb.total_bytes - sum(wb.per_layer)  # embeddings, final norm, lm_head, vision
+    # embeddings (and vision) on the first stage, final norm + lm_head on the last; tied heads share the table
+    first, last = stage == 0, stage == run.pp - 1
+    emb = (
+        wb.by_component.get("embedding", 0)
+        + wb.by_component.get("position_embedding", 0)
+        + wb.by_component.get("embedding_extra", 0)
+        + wb.by_component.get("vision", 0)
+    )
+    head = outside - emb
+    stage_outside = (emb if first else 0) + (head if last else 0)
+    if spec.tie_word_embeddings and last and not first:
+        stage_outside += wb.by_component.get("embedding", 0)  # the last stage needs its own copy of the table
+    sharded = layer_bytes + stage_outside
+    per_rank = _tp_share(spec, run, wb, layers, sharded)
+    return Component(
+        key="weights",
+        label=f"weights ({run.weights})",
+        bytes=per_rank + (_buffers_bytes(spec) if first else 0),
+        explain=Explanation(
+            formula=wb.explain.formula
+            + (f"; split over tp={run.tp} x pp={run.pp}" if run.gpus > 1 else "")
+            + "; + rotary buffers",
+            inputs={
+                **wb.explain.inputs,
+                "tp": run.tp,
+                "pp": run.pp,
+                "ep": run.ep,
+                "stage_layers": len(layers),
+            },
+            source=wb.explain.source,
+        ),
+    )
+
+
+def _tp_share(spec: ModelSpec, run: InferenceRun, wb: object, layers: range, stage_bytes: int) -> int:
+    """Bytes of one TP/EP rank: linears and embeddings divided, norms replicated, experts over ep x tp."""
+    if run.tp == 1 and run.ep == 1:
+        return stage_bytes
+    by = wb.by_component  # type: ignore[attr-defined]
+    total = wb.total_bytes  # type: ignore[attr-defined]
+    frac = stage_bytes / total if total else 0
+    norms = by.get("norms", 0) * frac
+    experts = by.get("routed_experts", 0) * frac
+    rest = stage_bytes - norms - experts
+    expert_ranks = run.ep * (run.tp if run.ep == 1 else 1)
+    return round(rest / run.tp + norms + experts / expert_ranks)
+
+
+def _past_storage(spec: ModelSpec, run: InferenceRun, rspec: ModelSpec, past: int) -> tuple[int, ...]:
+    """Cache storage per layer before the last decode step (sliding layers hold the previous step's window
+    concatenation)."""
+    kvb = kv_bytes_per_element(run.kv_dtype_resolved)
+    out = []
+    for t in rspec.resolved_layer_types:
+        if rspec.mla is not None:
+            per_tok = rspec.mla.kv_lora_rank + rspec.mla.qk_rope_head_dim
+        else:
+            kvh = rspec.num_attention_heads if rspec.transformers_expands_kv else rspec.num_kv_heads
+            per_tok = 2 * kvh * rspec.head_dim
+        toks = past
+        if t == "sliding_attention" and rspec.sliding_window:
+            toks = min(past, rspec.sliding_window)
+        out.append(round(run.batch * per_tok * toks * kvb))
+    return tuple(out)
+
+
+def _estimate_transformers(spec: ModelSpec, run: InferenceRun, warnings: tuple[str, ...]) -> Estimate:
+    kvb = kv_bytes_per_element(run.kv_dtype_resolved)
+    shares: list[tuple[GpuShare, dict[str, Phase], int]] = []
+    kv_logical_total = 0
+    for stage in range(run.pp):
+        rspec = rank_spec(spec, run, stage)
+        weights = _weights_component(spec, run, stage)
+        last_stage = stage == run.pp - 1
+        phases: dict[str, Phase] = {
+            "load": Phase(name="load", peak_bytes=weights.bytes, components=(weights,))
+        }
+        fs = ForwardShape(
+            batch=run.batch,
+            q=run.seq,
+            past=0,
+            dt=run.dt,
+            kv_dt=kvb,
+            attn=run.attn,
+            logits_all=run.logits == "all",
+            lm_head=last_stage,
+        )
+        pre = simulate_forward(rspec, fs)
+        kv_logical_total = max(kv_logical_total, pre.kv_cache_logical)
+        comps = (weights, *_kind_components(pre, run.compute_dtype))
+        phases["prefill"] = Phase(
+            name="prefill", peak_bytes=weights.bytes + pre.peak, components=comps, note=f"peak at {pre.where}"
+        )
+        if run.new_tokens > 0:
+            past = run.tokens - 1
+            dec_fs = ForwardShape(
+                batch=run.batch, q=1, past=past, dt=run.dt, kv_dt=kvb, attn=run.attn, lm_head=last_stage
+            )
+            dec = simulate_forward(rspec, dec_fs, _past_storage(spec, run, rspec, past))
+            extra = []
+            if last_stage:
+                # generate(): next_token_logits = logits[:, -1].to(copy=True, dtype=float32), then the
+                # processed scores (transformers generation/utils.py, _sample)
+                gen = 2 * run.batch * rspec.vocab_size * 4
+                extra.append(
+                    Component(
+                        key="generate_logits",
+                        label="generate() fp32 scores",
+                        bytes=gen,
+                        explain=Explanation(
+                            formula="2 x batch x vocab x 4 B: fp32 copy of the last logits, processed scores",
+                            inputs={"batch": run.batch, "vocab": rspec.vocab_size},
+                            source="transformers generation/utils.py _sample()",
+                        ),
+                    )
+                )
+            dcomps = (weights, *_kind_components(dec, run.compute_dtype), *extra)
+            phases["decode"] = Phase(
+                name="decode",
+                peak_bytes=weights.bytes + dec.peak + sum(c.bytes for c in extra),
+                components=dcomps,
+                note=f"last step: 1 token after {past} cached; peak at {dec.where}",
+            )
+            kv_logical_total = max(kv_logical_total, dec.kv_cache_logical)
+        peak_phase = max(phases.values(), key=lambda p: p.peak_bytes)
+        over = overhead_components(
+            peak_phase.peak_bytes, weights.bytes, context_bytes=run.cuda_context_mib << 20
+        )
+        total = peak_phase.peak_bytes + sum(c.bytes for c in over)
+        role = f"PP stage {stage}" + (f", TP rank 0 of {run.tp}" if run.tp > 1 else "")
+        shares.append(
+            (
+                GpuShare(
+                    index=stage * run.tp,
+                    role=role,
+                    peak_bytes=peak_phase.peak_bytes,
+                    total_bytes=total,
+                    components=(*peak_phase.components, *over),
+                ),
+                phases,
+                sum(c.bytes for c in over),
+            )
+        )
+    worst_share, worst_phases, _ = max(shares, key=lambda s: s[0].total_bytes)
+    peak_phase = max(worst_phases.values(), key=lambda p: p.peak_bytes)
+    per_gpu = tuple(
+        GpuShare(
+            index=s.index + r,
+            role=s.role.replace("rank 0", f"rank {r}"),
+            peak_bytes=s.peak_bytes,
+            total_bytes=s.total_bytes,
+            components=s.components,
+        )
+        for s, _, _ in shares
+        for r in range(run.tp)
+    )
+    return Estimate(
+        mode="inference",
+        engine="transformers",
+        phases=worst_phases,
+        peak_phase=peak_phase.name,
+        peak_bytes=worst_share.peak_bytes,
+        total_bytes=worst_share.total_bytes,
+        components=worst_share.components,
+        per_gpu=per_gpu,
+        kv_cache_bytes=kv_logical_total,
+        warnings=warnings,
+        facts={"params_total": count_params(spec).total, "gpus": run.gpus},
+    )
