@@ -260,7 +260,10 @@ def _add_run_flags(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--seq", type=int, default=2048, help="prompt tokens per sequence (default 2048)")
     sp.add_argument("--new-tokens", type=int, default=0, help="generated tokens per sequence (default 0)")
     sp.add_argument(
-        "--weights", default="bf16", help="weight format (gpumem formats lists them; default bf16)"
+        "--weights",
+        default=None,
+        help="weight format (gpumem formats lists them); default: the model files' own bytes when "
+        "safetensors/GGUF files were given ('file'), else bf16",
     )
     sp.add_argument("--compute-dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     sp.add_argument("--kv-dtype", default="auto", help="KV-cache dtype (default: the compute dtype)")
@@ -292,9 +295,10 @@ def _add_run_flags(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def _run_from_args(args: argparse.Namespace) -> Any:
+def _run_from_args(args: argparse.Namespace, m: LoadedModel) -> Any:
     from gpumem_gui.core.inference import make_run
 
+    weights = args.weights or ("file" if m.weights is not None else "bf16")
     if args.mode == "train":
         raise GpumemError(
             "training estimates (--mode train) are not built yet; only --mode inference works today"
@@ -303,7 +307,7 @@ def _run_from_args(args: argparse.Namespace) -> Any:
         batch=args.batch,
         seq=args.seq,
         new_tokens=args.new_tokens,
-        weights=args.weights,
+        weights=weights,
         compute_dtype=args.compute_dtype,
         kv_dtype=args.kv_dtype,
         attn=args.attn,
@@ -427,9 +431,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     from gpumem_gui.core.inference import estimate_inference
 
     m = _loaded_spec(args.model)
-    run = _run_from_args(args)
+    run = _run_from_args(args, m)
     target = _target(args.gpu)
-    est = estimate_inference(m.spec, run, target.capacity_bytes if target else None)
+    est = estimate_inference(m.spec, run, target.capacity_bytes if target else None, m.weights)
     if args.json:
         doc = estimate_json(m, run, est)
         if target:
@@ -446,7 +450,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 def _fit(m: LoadedModel, run: Any, target: Any, args: argparse.Namespace) -> Any:
     from gpumem_gui.core.fit import fit_report
 
-    return fit_report(m.spec, run, target, margin=args.margin_mib << 20)
+    return fit_report(m.spec, run, target, margin=args.margin_mib << 20, file_weights=m.weights)
 
 
 def _fit_json(rep: Any) -> dict[str, Any]:
@@ -501,7 +505,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if not args.gpu:
         raise GpumemInputError("fit needs --gpu NAME[:COUNT]", field="gpu")
     m = _loaded_spec(args.model)
-    run = _run_from_args(args)
+    run = _run_from_args(args, m)
     rep = _fit(m, run, _target(args.gpu), args)
     if args.json:
         _dump(_fit_json(rep))
@@ -517,7 +521,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from gpumem_gui.core.inference import estimate_inference
 
     m = _loaded_spec(args.model)
-    base = _run_from_args(args)
+    base = _run_from_args(args, m)
     target = _target(args.gpu)
     if args.steps < 1 or args.steps > 100_000:
         raise GpumemInputError("must be between 1 and 100000", field="steps")
@@ -529,7 +533,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     rows = []
     for x in pts:
         run = base.model_copy(update={args.over: x})
-        est = estimate_inference(m.spec, run, target.capacity_bytes if target else None)
+        est = estimate_inference(m.spec, run, target.capacity_bytes if target else None, m.weights)
         rows.append(
             {
                 args.over: x,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -130,3 +131,119 @@ def test_gpus_fake_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0 and "MIG" in out
     rc, _, err = run(capsys, "gpus", "--fake-gpus", "/no/such/file.json")
     assert rc == 2 and err.startswith("gpumem: error: ")
+
+
+def test_estimate_json_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(capsys, "estimate", "Llama-3.2-1B", "--seq", "1024", "--new-tokens", "16", "--json")
+    assert rc == 0
+    doc = json.loads(out)
+    for key in (
+        "peak_bytes",
+        "total_bytes",
+        "peak_phase",
+        "components",
+        "phases",
+        "per_gpu",
+        "params",
+        "kv_cache_bytes",
+        "explain",
+    ):
+        assert key in doc, key
+    assert set(doc["phases"]) == {"load", "prefill", "decode"}
+    assert doc["phases"]["prefill"]["peak_bytes"] > 0 and doc["phases"]["prefill"]["components"]
+    assert sum(c["bytes"] for c in doc["components"]) == doc["total_bytes"]
+    assert all(doc["explain"][c["key"]]["formula"] for c in doc["components"])
+
+
+def test_estimate_matches_a_reference_point(capsys: pytest.CaptureFixture[str]) -> None:
+    p = next(p for p in GT["grid"] if p["mode"] == "infer_prefill" and p["attn_implementation"] == "sdpa")
+    cfg = str(REF / "configs" / f"{p['model']}.json")
+    _rc, out, _ = run(
+        capsys,
+        "estimate",
+        cfg,
+        "--batch",
+        str(p["batch"]),
+        "--seq",
+        str(p["seq"]),
+        "--logits",
+        "all",
+        "--json",
+    )
+    doc = json.loads(out)
+    assert abs(doc["peak_bytes"] - p["peak_bytes"]) / p["peak_bytes"] < 0.03
+    assert doc["kv_cache_bytes"] == p["kv_cache_bytes"]
+
+
+def test_fit_and_sweep(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(capsys, "fit", "Llama-3.1-8B", "--seq", "32768", "--batch", "4", "--gpu", "RTX-4090")
+    assert rc == 0 and "misses by" in out and "to make it fit" in out
+    rc, out, _ = run(capsys, "fit", "Llama-3.1-8B", "--gpu", "H100-SXM-80GB:2", "--tp", "2", "--json")
+    doc = json.loads(out)
+    assert rc == 0 and doc["fits"] and len(doc["verdicts"]) == 2
+    rc, out, _ = run(
+        capsys,
+        "sweep",
+        "Llama-3.2-1B",
+        "--over",
+        "seq",
+        "--from",
+        "512",
+        "--to",
+        "8192",
+        "--steps",
+        "5",
+        "--gpu",
+        "T4",
+        "--json",
+    )
+    pts = json.loads(out)["points"]
+    assert rc == 0 and [p["seq"] for p in pts] == [512, 2432, 4352, 6272, 8192]
+    assert all(a["total_bytes"] <= b["total_bytes"] for a, b in itertools.pairwise(pts))
+    rc, out, _ = run(capsys, "sweep", "Llama-3.2-1B", "--over", "batch", "--from", "1", "--to", "4", "--csv")
+    assert rc == 0 and out.splitlines()[0].startswith("batch,")
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["estimate", "Llama-3.2-1B", "--batch", "0"], "batch"),
+        (["estimate", "Llama-3.2-1B", "--tp", "3"], "tp"),
+        (["estimate", "Llama-3.2-1B", "--weights", "q4km"], "weights"),
+        (["estimate", "Llama-3.2-1B", "--engine", "vllm", "--kv-dtype", "q4_0"], "kv_dtype"),
+        (["fit", "Llama-3.2-1B"], "gpu"),
+        (["fit", "Llama-3.2-1B", "--gpu", "H100:zero"], "gpu"),
+        (["estimate", "Llama-3.2-1B", "--mode", "train"], "not built yet"),
+    ],
+)
+def test_estimate_bad_input(capsys: pytest.CaptureFixture[str], argv: list[str], words: str) -> None:
+    rc, _, err = run(capsys, *argv)
+    assert rc == 2 and words in err and err.count("\n") == 1
+
+
+def test_estimate_uses_file_bytes_when_files_are_given(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import shutil
+    import struct
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    shutil.copy(REF / "configs" / "meta-llama__Llama-3.2-1B.json", folder / "config.json")
+    header = {
+        "model.embed_tokens.weight": {
+            "dtype": "BF16",
+            "shape": [128256, 2048],
+            "data_offsets": [0, 525336576],
+        }
+    }
+    raw = json.dumps(header).encode()
+    with open(folder / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        f.truncate(8 + len(raw) + 525336576)
+    rc, out, _ = run(capsys, "estimate", str(folder), "--seq", "128", "--json")
+    doc = json.loads(out)
+    assert rc == 0 and doc["run"]["weights"] == "file"
+    weights = next(c for c in doc["components"] if c["key"] == "weights")
+    assert weights["bytes"] >= 525336576
+    assert weights["bytes"] < 1_000_000_000  # the file holds only the embedding, not the whole model

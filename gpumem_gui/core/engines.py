@@ -18,7 +18,7 @@ from __future__ import annotations
 from math import ceil
 
 from gpumem_gui.core.estimate import Component, Estimate, Explanation, GpuShare, Phase
-from gpumem_gui.core.formats import kv_bytes_per_element, weight_bytes
+from gpumem_gui.core.formats import WeightBytes, kv_bytes_per_element
 from gpumem_gui.core.model import ModelSpec
 from gpumem_gui.core.params import count_params
 from gpumem_gui.core.units import GiB, MiB
@@ -39,8 +39,7 @@ NCCL_BYTES_PER_PEER = 256 * MiB
 VLLM_CUDAGRAPH_BYTES_PER_LAYER = round(0.65 * GiB / 34)
 
 
-def _weights(spec: ModelSpec, fmt: str, dt: int, tp: int) -> tuple[int, Explanation]:
-    wb = weight_bytes(spec, fmt, compute_dtype_bytes=dt)
+def _weights(wb: WeightBytes, tp: int) -> tuple[int, Explanation]:
     norms = wb.by_component.get("norms", 0)
     per_rank = round((wb.total_bytes - norms) / tp + norms)
     return per_rank, wb.explain
@@ -59,11 +58,11 @@ def _kv_per_token(spec: ModelSpec, kv_elem: float, tp: int, *, mla_latent: bool 
 
 
 def estimate_engine(
-    spec: ModelSpec, run: object, warnings: tuple[str, ...], capacity: int | None = None
+    spec: ModelSpec, run: object, warnings: tuple[str, ...], capacity: int | None, wb: WeightBytes
 ) -> Estimate:
     if run.engine == "vllm":  # type: ignore[attr-defined]
-        return estimate_vllm(spec, run, warnings, capacity)
-    return estimate_llamacpp(spec, run, warnings)
+        return estimate_vllm(spec, run, warnings, capacity, wb)
+    return estimate_llamacpp(spec, run, warnings, wb)
 
 
 def _comp(key: str, label: str, n: int, formula: str, source: str, **inputs: object) -> Component:
@@ -76,12 +75,12 @@ def _comp(key: str, label: str, n: int, formula: str, source: str, **inputs: obj
 
 
 def estimate_vllm(
-    spec: ModelSpec, run: object, warnings: tuple[str, ...], capacity: int | None = None
+    spec: ModelSpec, run: object, warnings: tuple[str, ...], capacity: int | None, wb: WeightBytes
 ) -> Estimate:
     r = run
     tp = r.tp  # type: ignore[attr-defined]
     dt = r.dt  # type: ignore[attr-defined]
-    w, wexp = _weights(spec, r.weights, dt, tp)  # type: ignore[attr-defined]
+    w, wexp = _weights(wb, tp)
     kv_elem = kv_bytes_per_element(r.kv_dtype_resolved)  # type: ignore[attr-defined]
     per_tok = _kv_per_token(spec, kv_elem, tp)
     max_len = r.max_model_len or r.tokens  # type: ignore[attr-defined]
@@ -217,10 +216,9 @@ def estimate_vllm(
     )  # type: ignore[arg-type]
 
 
-def estimate_llamacpp(spec: ModelSpec, run: object, warnings: tuple[str, ...]) -> Estimate:
+def estimate_llamacpp(spec: ModelSpec, run: object, warnings: tuple[str, ...], wb: WeightBytes) -> Estimate:
     r = run
     fmt = r.weights  # type: ignore[attr-defined]
-    wb = weight_bytes(spec, fmt, compute_dtype_bytes=2)
     n_layers = spec.num_layers
     ngl = r.n_gpu_layers  # type: ignore[attr-defined]
     offloaded = n_layers if ngl < 0 or ngl > n_layers else ngl

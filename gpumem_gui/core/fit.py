@@ -8,16 +8,24 @@ grow) and bisect, so each answer costs a few dozen estimates, not a scan.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated
 
 from pydantic import Field
 
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.estimate import Estimate
-from gpumem_gui.core.formats import KV_DTYPES, engine_kv_dtypes, get_weight_format, list_weight_formats
+from gpumem_gui.core.formats import (
+    KV_DTYPES,
+    WeightFormat,
+    engine_kv_dtypes,
+    get_weight_format,
+    list_weight_formats,
+)
 from gpumem_gui.core.inference import InferenceRun, estimate_inference
 from gpumem_gui.core.model import Frozen, ModelSpec
 from gpumem_gui.core.units import MiB
+from gpumem_gui.core.weights import WeightsInventory
 
 # Default safety margin per GPU: llama.cpp's --fit leaves 1024 MiB free on every device
 # (ggml-org/llama.cpp PR #16653, "cannot fulfill margin of 1024 MiB").
@@ -107,16 +115,27 @@ def verdicts(est: Estimate, target: GpuTarget, margin: int) -> tuple[Verdict, ..
     return tuple(out)
 
 
-def _fits(spec: ModelSpec, run: InferenceRun, target: GpuTarget, margin: int) -> tuple[bool, Estimate]:
-    est = estimate_inference(spec, run, target.capacity_bytes)
-    return all(v.fits for v in verdicts(est, target, margin)), est
+@dataclass(frozen=True)
+class _Problem:
+    """What every solver step shares: the model, its files, the GPUs and the margin."""
 
+    spec: ModelSpec
+    target: GpuTarget
+    margin: int
+    file_weights: WeightsInventory | None
 
-def _safe(fn: Callable[[], tuple[bool, Estimate]]) -> tuple[bool, Estimate | None]:
-    try:
-        return fn()
-    except GpumemInputError:
-        return False, None
+    def check(self, run: InferenceRun, target: GpuTarget | None = None) -> tuple[bool, Estimate | None]:
+        """(fits, estimate) for ``run``; a run the model rejects (e.g. tp not dividing heads) does not fit."""
+        t = target or self.target
+        try:
+            run = InferenceRun.model_validate(run.model_dump())
+            est = estimate_inference(self.spec, run, t.capacity_bytes, self.file_weights)
+            return all(v.fits for v in verdicts(est, t, self.margin)), est
+        except GpumemInputError:
+            return False, None
+
+    def fits(self, run: InferenceRun, **update: object) -> bool:
+        return self.check(run.model_copy(update=update))[0]
 
 
 def largest(pred: Callable[[int], bool], lo: int, hi: int) -> int | None:
@@ -137,47 +156,48 @@ def largest(pred: Callable[[int], bool], lo: int, hi: int) -> int | None:
 
 
 def fit_report(
-    spec: ModelSpec, run: InferenceRun, target: GpuTarget, margin: int = DEFAULT_MARGIN_BYTES
+    spec: ModelSpec,
+    run: InferenceRun,
+    target: GpuTarget,
+    margin: int = DEFAULT_MARGIN_BYTES,
+    file_weights: WeightsInventory | None = None,
 ) -> FitReport:
-    """Verdict per GPU, the maxima that fit, and a ranked list of changes (see module docstring)."""
+    """Verdict per GPU, the maxima that fit, and a ranked list of changes (see module docstring).
+
+    ``file_weights`` is the model's header inventory, used when ``run.weights == 'file'``.
+    """
     if run.gpus > target.count:
         raise GpumemInputError(
             f"tp x pp = {run.gpus} GPUs but --gpu gives {target.count}; use NAME:COUNT", field="gpu"
         )
-    est = estimate_inference(spec, run, target.capacity_bytes)
+    pb = _Problem(spec, target, margin, file_weights)
+    est = estimate_inference(spec, run, target.capacity_bytes, file_weights)
     vs = verdicts(est, target, margin)
-    ok = all(v.fits for v in vs)
-
-    def fits_with(**upd: object) -> bool:
-        r = run.model_copy(update=upd)
-        return _safe(lambda: _fits(spec, InferenceRun.model_validate(r.model_dump()), target, margin))[0]
-
-    max_batch = largest(lambda b: fits_with(batch=b), 1, 1 << 16)
-    max_ctx_total = largest(
-        lambda t: fits_with(seq=max(1, t - run.new_tokens)) if t > run.new_tokens else False,
+    max_batch = largest(lambda b: pb.fits(run, batch=b), 1, 1 << 16)
+    max_ctx = largest(
+        lambda t: t > run.new_tokens and pb.fits(run, seq=t - run.new_tokens),
         run.new_tokens + 1,
         max(run.tokens, spec.max_position_embeddings) * 4,
     )
     max_concurrency = None
     if run.engine == "vllm" and "max_concurrency" in est.facts:
         max_concurrency = float(est.facts["max_concurrency"])  # type: ignore[arg-type]
-    fewest = _fewest_gpus(spec, run, target, margin)
-    smallest_w = _best_format(spec, run, target, margin)
-    smallest_kv = _best_kv(spec, run, target, margin)
-    changes = _changes(spec, run, target, margin, max_batch, max_ctx_total, fewest, smallest_w, smallest_kv)
+    fewest = _fewest_gpus(pb, run)
+    best_w = _best_format(pb, run)
+    best_kv = _best_kv(pb, run)
     return FitReport(
         target=target,
         margin_bytes=margin,
         estimate=est,
         verdicts=vs,
-        fits=ok,
+        fits=all(v.fits for v in vs),
         max_batch=max_batch,
-        max_context=max_ctx_total,
+        max_context=max_ctx,
         max_concurrency=max_concurrency,
         fewest_gpus=fewest,
-        smallest_weights=smallest_w,
-        smallest_kv_dtype=smallest_kv,
-        changes=changes,
+        smallest_weights=best_w,
+        smallest_kv_dtype=best_kv,
+        changes=_changes(pb, run, max_batch, max_ctx, fewest, best_w, best_kv),
     )
 
 
@@ -185,41 +205,40 @@ def _tp_options(spec: ModelSpec, limit: int) -> list[int]:
     return [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= limit and spec.num_attention_heads % t == 0]
 
 
-def _fewest_gpus(spec: ModelSpec, run: InferenceRun, target: GpuTarget, margin: int) -> int | None:
+def _fewest_gpus(pb: _Problem, run: InferenceRun) -> int | None:
     """Fewest GPUs of the target's type: tensor parallel first (up to 8), then pipeline stages."""
-    big = target.model_copy(update={"count": 4096, "free_bytes": None})
+    big = pb.target.model_copy(update={"count": 4096, "free_bytes": None})
     best = None
-    for tp in _tp_options(spec, 8):
-        for pp in range(1, min(spec.num_layers, 64) + 1):
+    for tp in _tp_options(pb.spec, 8):
+        for pp in range(1, min(pb.spec.num_layers, 64) + 1):
             if best is not None and tp * pp >= best:
                 break
-            ok, _ = _safe(
-                lambda tp=tp, pp=pp: _fits(spec, run.model_copy(update={"tp": tp, "pp": pp}), big, margin)
-            )
-            if ok:
+            if pb.check(run.model_copy(update={"tp": tp, "pp": pp}), big)[0]:
                 best = tp * pp
                 break
     return best
 
 
-def _best_format(spec: ModelSpec, run: InferenceRun, target: GpuTarget, margin: int) -> str | None:
-    """The most precise weight format at or below the run's precision that fits (engine's formats)."""
-    engine_prefix = "gguf-" if run.engine == "llama.cpp" else ""
-    current = get_weight_format(run.weights).bits
-    fmts = [f for f in _engine_formats(engine_prefix) if f.bits <= current]
-    for f in sorted(fmts, key=lambda f: -f.bits):
-        ok, _ = _safe(lambda f=f: _fits(spec, run.model_copy(update={"weights": f.id}), target, margin))
-        if ok:
-            return f.id
-    return None
-
-
-def _engine_formats(prefix: str) -> list:
+def _engine_formats(prefix: str) -> list[WeightFormat]:
     return [
         f
         for f in list_weight_formats()
         if f.id.startswith(prefix) and (prefix or not f.id.startswith("gguf-"))
     ]
+
+
+def _current_bits(run: InferenceRun) -> float:
+    return 64.0 if run.weights == "file" else get_weight_format(run.weights).bits
+
+
+def _best_format(pb: _Problem, run: InferenceRun) -> str | None:
+    """The most precise weight format at or below the run's precision that fits (engine's formats)."""
+    engine_prefix = "gguf-" if run.engine == "llama.cpp" else ""
+    fmts = [f for f in _engine_formats(engine_prefix) if f.bits <= _current_bits(run)]
+    for f in sorted(fmts, key=lambda f: -f.bits):
+        if pb.fits(run, weights=f.id):
+            return f.id
+    return None
 
 
 def _smaller_kv(run: InferenceRun) -> list[str]:
@@ -229,74 +248,53 @@ def _smaller_kv(run: InferenceRun) -> list[str]:
     )
 
 
-def _best_kv(spec: ModelSpec, run: InferenceRun, target: GpuTarget, margin: int) -> str | None:
+def _best_kv(pb: _Problem, run: InferenceRun) -> str | None:
     """The most precise KV dtype at or below the run's that fits."""
-    for kv in _smaller_kv(run):
-        ok, _ = _safe(lambda kv=kv: _fits(spec, run.model_copy(update={"kv_dtype": kv}), target, margin))
-        if ok:
-            return kv
-    return None
+    return next((kv for kv in _smaller_kv(run) if pb.fits(run, kv_dtype=kv)), None)
 
 
 def _changes(
-    spec: ModelSpec,
+    pb: _Problem,
     run: InferenceRun,
-    target: GpuTarget,
-    margin: int,
     max_batch: int | None,
     max_ctx: int | None,
     fewest: int | None,
     best_w: str | None,
     best_kv: str | None,
 ) -> tuple[Change, ...]:
-    """Candidate changes, each re-estimated; ranked: those that fit first, then by how little they give up."""
+    """Candidate changes, each re-estimated; ranked: those that fit first, then by how little they give up
+    (KV quantization, weight quantization, smaller batch, more GPUs, shorter context, CPU offload)."""
     cands: list[tuple[int, str, str, dict[str, object]]] = []
-    kv_choice = best_kv or (_smaller_kv(run)[-1] if _smaller_kv(run) else None)
+    smaller_kv = _smaller_kv(run)
+    kv_choice = best_kv or (smaller_kv[-1] if smaller_kv else None)
     if kv_choice and KV_DTYPES[kv_choice] < KV_DTYPES[run.kv_dtype_resolved]:
         cands.append((1, "kv_dtype", f"quantize the KV cache to {kv_choice}", {"kv_dtype": kv_choice}))
-    w_choice = best_w
-    if w_choice is None:
-        # nothing fits alone: still show what the common 4-bit format of this engine would need
-        w_choice = "gguf-Q4_K_M" if run.engine == "llama.cpp" else "nf4"
-    if w_choice != run.weights and get_weight_format(w_choice).bits < get_weight_format(run.weights).bits:
+    # when nothing fits alone, still show what the engine's common 4-bit format would need
+    w_choice = best_w or ("gguf-Q4_K_M" if run.engine == "llama.cpp" else "nf4")
+    if w_choice != run.weights and get_weight_format(w_choice).bits < _current_bits(run):
         cands.append((2, "weights", f"use {w_choice} weights", {"weights": w_choice}))
     if max_batch is not None and max_batch < run.batch:
         cands.append((3, "batch", f"batch {max_batch} instead of {run.batch}", {"batch": max_batch}))
     if fewest is not None and fewest > run.gpus:
-        tp = next((t for t in _tp_options(spec, 8) if t >= min(fewest, 8)), 8)
+        tp = next((t for t in _tp_options(pb.spec, 8) if t >= min(fewest, 8)), 8)
         pp = max(1, -(-fewest // tp))
         cands.append((4, "gpus", f"{tp * pp} GPUs (tp {tp}, pp {pp})", {"tp": tp, "pp": pp}))
-    if max_ctx is not None and max_ctx < run.tokens and max_ctx > run.new_tokens:
+    if max_ctx is not None and run.new_tokens < max_ctx < run.tokens:
         seq = max_ctx - run.new_tokens
-        cands.append(
-            (5, "context", f"context {max_ctx} tokens ({seq} prompt + {run.new_tokens} new)", {"seq": seq})
-        )
+        desc = f"context {max_ctx} tokens ({seq} prompt + {run.new_tokens} new)"
+        cands.append((5, "context", desc, {"seq": seq}))
     if run.engine == "llama.cpp":
-        n = spec.num_layers
-        best = largest(
-            lambda k: _safe(lambda: _fits(spec, run.model_copy(update={"n_gpu_layers": k}), target, margin))[
-                0
-            ],
-            0,
-            n,
-        )
+        n = pb.spec.num_layers
+        best = largest(lambda k: pb.fits(run, n_gpu_layers=k), 0, n)
         if best is not None and best < n:
-            cands.append(
-                (6, "offload", f"offload {n - best} layers to the CPU (-ngl {best})", {"n_gpu_layers": best})
-            )
+            desc = f"offload {n - best} layers to the CPU (-ngl {best})"
+            cands.append((6, "offload", desc, {"n_gpu_layers": best}))
     out = []
     for rank, kind, desc, upd in cands:
         r = run.model_copy(update=upd)
-        big = target.model_copy(update={"count": max(target.count, r.gpus)})
-        ok, est = _safe(lambda r=r, big=big: _fits(spec, r, big, margin))
-        if est is None:
-            continue
-        out.append(
-            (
-                not ok,
-                rank,
-                Change(kind=kind, description=desc, update=upd, total_bytes=est.total_bytes, fits=ok),
-            )
-        )
+        ok, est = pb.check(r, pb.target.model_copy(update={"count": max(pb.target.count, r.gpus)}))
+        if est is not None:
+            change = Change(kind=kind, description=desc, update=upd, total_bytes=est.total_bytes, fits=ok)
+            out.append((not ok, rank, change))
     out.sort(key=lambda t: (t[0], t[1]))
     return tuple(c for *_, c in out)

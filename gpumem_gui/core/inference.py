@@ -22,11 +22,18 @@ from pydantic import Field, ValidationError, model_validator
 
 from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
 from gpumem_gui.core.estimate import Component, Estimate, Explanation, GpuShare, Phase
-from gpumem_gui.core.formats import check_kv_dtype, kv_bytes_per_element, weight_bytes
+from gpumem_gui.core.formats import (
+    WeightBytes,
+    check_kv_dtype,
+    get_weight_format,
+    kv_bytes_per_element,
+    weight_bytes,
+)
 from gpumem_gui.core.hf_sim import KINDS, ForwardShape, SimResult, simulate_forward
 from gpumem_gui.core.model import Frozen, ModelSpec
 from gpumem_gui.core.overheads import overhead_components
-from gpumem_gui.core.params import count_params
+from gpumem_gui.core.params import COMPONENTS, count_params
+from gpumem_gui.core.weights import WeightsInventory
 
 Engine = Literal["transformers", "vllm", "llama.cpp"]
 Degree = Annotated[int, Field(ge=1, le=4096)]
@@ -40,7 +47,10 @@ class InferenceRun(Frozen):
     batch: Annotated[int, Field(ge=1, le=1 << 20, description="sequences processed together")] = 1
     seq: Annotated[int, Field(ge=1, le=1 << 24, description="prompt tokens per sequence")] = 2048
     new_tokens: Annotated[int, Field(ge=0, le=1 << 24, description="generated tokens per sequence")] = 0
-    weights: str = Field("bf16", description="weight format id (see `gpumem formats`)")
+    weights: str = Field(
+        "bf16",
+        description="weight format id (see `gpumem formats`), or 'file' for the bytes in the model's files",
+    )
     compute_dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
     kv_dtype: str = Field("auto", description="KV-cache dtype; auto = the compute dtype")
     attn: Literal["sdpa", "eager", "flash"] = "sdpa"
@@ -225,21 +235,73 @@ def _buffers_bytes(spec: ModelSpec) -> int:
     return modules * 2 * (d // 2) * 4
 
 
-def estimate_inference(spec: ModelSpec, run: InferenceRun, capacity: int | None = None) -> Estimate:
+def weights_from_files(spec: ModelSpec, inv: WeightsInventory) -> WeightBytes:
+    """The exact bytes of the model's own files (safetensors/GGUF headers), in the shape formulas give."""
+    by = dict.fromkeys(COMPONENTS, 0)
+    per_layer = [0] * spec.num_layers
+    for t in inv.tensors:
+        by[t.component if t.component in by else "embedding_extra"] += t.nbytes
+        if t.layer is not None and t.layer < spec.num_layers:
+            per_layer[t.layer] += t.nbytes
+    params = count_params(spec).total
+    return WeightBytes(
+        format="file",
+        total_bytes=inv.total_bytes,
+        params=params,
+        quantized_params=0,
+        quantized_bytes=0,
+        by_component=by,
+        per_layer=tuple(per_layer),
+        by_storage=dict(inv.bytes_by_dtype),
+        bits_per_param=inv.total_bytes * 8 / params if params else 0.0,
+        explain=Explanation(
+            formula="sum of every tensor's bytes in the file headers (the files win over any formula)",
+            inputs={"files": len(inv.files), "tensors": inv.tensor_count, "quantization": inv.quantization},
+            source=f"{inv.format} headers of {inv.source}",
+        ),
+    )
+
+
+def run_weight_bytes(
+    spec: ModelSpec, run: InferenceRun, file_weights: WeightsInventory | None = None
+) -> WeightBytes:
+    """Weight bytes of the run: the files' exact bytes for ``weights='file'``, else the format's formula.
+
+    transformers with bitsandbytes leaves fused 3-D expert tensors unquantized (they are not ``nn.Linear``;
+    bitsandbytes issue #1849), so MoE experts stay 16-bit there.
+    """
+    if run.weights == "file":
+        if file_weights is None:
+            raise GpumemInputError(
+                "'file' needs a model opened from .safetensors or .gguf files", field="weights"
+            )
+        return weights_from_files(spec, file_weights)
+    family = get_weight_format(run.weights).family
+    quantize_experts = not (run.engine == "transformers" and family == "bitsandbytes")
+    return weight_bytes(spec, run.weights, compute_dtype_bytes=run.dt, quantize_experts=quantize_experts)
+
+
+def estimate_inference(
+    spec: ModelSpec,
+    run: InferenceRun,
+    capacity: int | None = None,
+    file_weights: WeightsInventory | None = None,
+) -> Estimate:
     """The inference estimate of ``spec`` under ``run`` (see module docstring).
 
-    ``capacity`` (bytes of one GPU) matters only to vLLM, which sizes its KV pool from it.
+    ``capacity`` (bytes of one GPU) matters only to vLLM, which sizes its KV pool from it; ``file_weights``
+    (a model's header inventory) is used when ``run.weights == 'file'``.
     """
     warnings = check_run(spec, run)
+    wb = run_weight_bytes(spec, run, file_weights)
     if run.engine != "transformers":
         from gpumem_gui.core.engines import estimate_engine
 
-        return estimate_engine(spec, run, warnings, capacity)
-    return _estimate_transformers(spec, run, warnings)
+        return estimate_engine(spec, run, warnings, capacity, wb)
+    return _estimate_transformers(spec, run, warnings, wb)
 
 
-def _weights_component(spec: ModelSpec, run: InferenceRun, stage: int) -> Component:
-    wb = weight_bytes(spec, run.weights, compute_dtype_bytes=run.dt)
+def _weights_component(spec: ModelSpec, run: InferenceRun, stage: int, wb: WeightBytes) -> Component:
     layers = stage_layers(spec, run.pp, stage)
     layer_bytes = sum(wb.per_layer[i] for i in layers)
     outside = wb.total_bytes - sum(wb.per_layer)  # embeddings, final norm, lm_head, vision
@@ -309,13 +371,15 @@ def _past_storage(spec: ModelSpec, run: InferenceRun, rspec: ModelSpec, past: in
     return tuple(out)
 
 
-def _estimate_transformers(spec: ModelSpec, run: InferenceRun, warnings: tuple[str, ...]) -> Estimate:
+def _estimate_transformers(
+    spec: ModelSpec, run: InferenceRun, warnings: tuple[str, ...], wb: WeightBytes
+) -> Estimate:
     kvb = kv_bytes_per_element(run.kv_dtype_resolved)
     shares: list[tuple[GpuShare, dict[str, Phase], int]] = []
     kv_logical_total = 0
     for stage in range(run.pp):
         rspec = rank_spec(spec, run, stage)
-        weights = _weights_component(spec, run, stage)
+        weights = _weights_component(spec, run, stage, wb)
         last_stage = stage == run.pp - 1
         phases: dict[str, Phase] = {
             "load": Phase(name="load", peak_bytes=weights.bytes, components=(weights,))
