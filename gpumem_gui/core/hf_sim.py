@@ -31,11 +31,11 @@ KINDS = ("kv_cache", "hidden_states", "attention", "mlp", "norm", "logits", "rop
 class Tracker:
     """Live bytes by tensor name, with the peak and the set live at the peak."""
 
-    base: int = 0  # bytes outside the simulation (weights, caches of other layers)
     live: dict[str, tuple[int, str]] = field(default_factory=dict)
     total: int = 0
+    kinds: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     peak: int = 0
-    at_peak: dict[str, tuple[int, str]] = field(default_factory=dict)
+    at_peak: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     peak_where: str = ""
     where: str = ""
 
@@ -44,24 +44,26 @@ class Tracker:
             self.free(name)
         self.live[name] = (nbytes, kind)
         self.total += nbytes
+        self.kinds[kind] += nbytes
         if self.total > self.peak:
             self.peak = self.total
-            self.at_peak = dict(self.live)
+            self.at_peak = dict(self.kinds)
             self.peak_where = self.where
 
     def free(self, *names: str) -> None:
         for name in names:
-            n, _ = self.live.pop(name)
+            n, kind = self.live.pop(name)
             self.total -= n
+            self.kinds[kind] -= n
+
+    def rename(self, old: str, new: str) -> None:
+        self.live[new] = self.live.pop(old)
 
     def has(self, name: str) -> bool:
         return name in self.live
 
     def by_kind(self) -> dict[str, int]:
-        out = dict.fromkeys(KINDS, 0)
-        for n, k in self.at_peak.values():
-            out[k] += n
-        return out
+        return dict(self.at_peak)
 
 
 @dataclass(frozen=True)
@@ -255,8 +257,7 @@ def _cache_update(
     tr.alloc(f"{name}.new", round(elems_after * fs.kv_dt), "kv_cache")
     if tr.has(name):
         tr.free(name)
-    n, kind = tr.live.pop(f"{name}.new")
-    tr.live[name] = (n, kind)
+    tr.rename(f"{name}.new", name)
 
 
 def _core_attention(
@@ -455,8 +456,7 @@ def _moe(tr: Tracker, spec: ModelSpec, fs: ForwardShape, t: int) -> None:
         tr.alloc("mlp_out", t * h * dt, "mlp")
         tr.free("sh_out", "moe_sum")
     else:
-        n, kind = tr.live.pop("moe_sum")
-        tr.live["mlp_out"] = (n, kind)
+        tr.rename("moe_sum", "mlp_out")
 
 
 def _layer(tr: Tracker, spec: ModelSpec, fs: ForwardShape, layer: int, sliding: bool) -> None:
@@ -473,7 +473,7 @@ def _layer(tr: Tracker, spec: ModelSpec, fs: ForwardShape, layer: int, sliding: 
     if post_norms:
         _norm(tr, spec, "attn_out", "attn_n", act, dt)
         tr.free("attn_out")
-        tr.live["attn_out"] = tr.live.pop("attn_n")
+        tr.rename("attn_n", "attn_out")
     if spec.parallel_attn_mlp:
         _norm(tr, spec, "h_in", "x2", act, dt)
         _mlp(tr, spec, fs, "x2", layer)
@@ -494,7 +494,7 @@ def _layer(tr: Tracker, spec: ModelSpec, fs: ForwardShape, layer: int, sliding: 
         if post_norms:
             _norm(tr, spec, "mlp_out", "mlp_n", act, dt)
             tr.free("mlp_out")
-            tr.live["mlp_out"] = tr.live.pop("mlp_n")
+            tr.rename("mlp_n", "mlp_out")
         tr.alloc("h_out", act * dt, "hidden_states")
         tr.free("mlp_out", "h_mid")
     if tr.has("probs"):
@@ -562,7 +562,7 @@ def simulate_forward(
             tr.alloc(f"cache{i}.k", storage[i] // 2, "kv_cache")
             tr.alloc(f"cache{i}.v", storage[i] - storage[i] // 2, "kv_cache")
     # The first layer's input is the embedding output itself (held by the caller and by inputs_embeds).
-    tr.live["h_in"] = (0, "hidden_states")
+    tr.alloc("h_in", 0, "hidden_states")
     kinds = [(types[i], spec.is_moe_layer(i)) for i in range(n)]
     last_of_kind = {kind: i for i, kind in enumerate(kinds)}
     for i in range(n):
@@ -572,7 +572,7 @@ def simulate_forward(
             _skip_layer(tr, spec, fs, i, types[i] == "sliding_attention")
         if tr.has("h_in"):
             tr.free("h_in")
-        tr.live["h_in"] = tr.live.pop("h_out")
+        tr.rename("h_out", "h_in")
     tr.where = "final norm"
     _norm(tr, spec, "h_in", "h_final", b * q * h, dt)
     # The model's forward returns: its inputs, masks, rotary tables and the last layer output are freed.
@@ -600,8 +600,8 @@ def simulate_forward(
         # logits / cap, tanh, * cap: each a new tensor while the previous one is alive
         tr.alloc("logits_capped", logits, "logits")
         tr.free("logits")
-        tr.live["logits"] = tr.live.pop("logits_capped")
-    kv_storage = sum(n for name, (n, k) in tr.live.items() if k == "kv_cache")
+        tr.rename("logits_capped", "logits")
+    kv_storage = tr.kinds["kv_cache"]
     logical = 0
     for t in types:
         if spec.mla is not None:

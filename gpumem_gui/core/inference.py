@@ -15,6 +15,8 @@ profiles (:mod:`gpumem_gui.core.engines`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import lru_cache
 from math import ceil
 from typing import Annotated, Literal
 
@@ -145,6 +147,13 @@ def check_run(spec: ModelSpec, run: InferenceRun) -> tuple[str, ...]:
 # ---- splitting across GPUs --------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Degrees:
+    tp: int
+    pp: int
+    ep: int
+
+
 def stage_layers(spec: ModelSpec, pp: int, stage: int) -> range:
     """Layers of pipeline stage ``stage``: contiguous, the first stages take the remainder (as vLLM's
     ``get_pp_indices`` does without a custom partition)."""
@@ -157,7 +166,14 @@ def stage_layers(spec: ModelSpec, pp: int, stage: int) -> range:
 def rank_spec(spec: ModelSpec, run: InferenceRun, stage: int) -> ModelSpec:
     """The model as one tensor-parallel rank of pipeline stage ``stage`` sees it: heads, KV heads
     (replicated when tp exceeds them), MLP width, experts and vocabulary divided; only its layers."""
-    tp = run.tp
+    if run.tp == 1 and run.pp == 1 and run.ep == 1:
+        return spec
+    return _rank_spec(spec, run.tp, run.pp, run.ep, stage)
+
+
+@lru_cache(maxsize=256)
+def _rank_spec(spec: ModelSpec, tp: int, pp: int, ep: int, stage: int) -> ModelSpec:
+    run = _Degrees(tp=tp, pp=pp, ep=ep)
     layers = stage_layers(spec, run.pp, stage)
     kvh = max(1, spec.num_kv_heads // tp) if spec.num_kv_heads >= tp else 1
     heads = spec.num_attention_heads // tp

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 
 from pydantic import Field
 
@@ -173,8 +174,9 @@ def text_tensors(spec: ModelSpec) -> Iterator[Tensor]:
         yield Tensor("lm_head.bias", (spec.vocab_size,), "lm_head")
 
 
+@lru_cache(maxsize=256)
 def count_params(spec: ModelSpec) -> ParamCounts:
-    """Exact parameter counts of ``spec`` (see module docstring)."""
+    """Exact parameter counts of ``spec`` (see module docstring); cached, specs are frozen."""
     by = dict.fromkeys(COMPONENTS, 0)
     per_layer = [0] * spec.num_layers
     for t in text_tensors(spec):
