@@ -154,3 +154,14 @@ def test_memory_never_falls_as_batch_or_context_grows(
     for upd in ({"batch": batch + 1}, {"seq": seq + 1}, {"new_tokens": new + 1}, {"compute_dtype": "fp32"}):
         bigger = estimate_inference(spec, run.model_copy(update=upd))
         assert bigger.peak_bytes >= base.peak_bytes, upd
+    # more bits per weight or per KV element never needs less memory
+    chain = [
+        estimate_inference(spec, run.model_copy(update={"weights": w})).peak_bytes
+        for w in ("nf4-dq", "nf4", "int8", "bf16", "fp32")
+    ]
+    assert chain == sorted(chain)
+    kv = [
+        estimate_inference(spec, run.model_copy(update={"kv_dtype": k})).peak_bytes
+        for k in ("int4", "int8", "bf16", "fp32")
+    ]
+    assert kv == sorted(kv)
