@@ -292,6 +292,10 @@ def _add_run_flags(sp: argparse.ArgumentParser) -> None:
         "--cuda-context-mib", type=int, default=500, help="CUDA context per process (default 500)"
     )
     sp.add_argument("--gpu", default=None, help="catalog GPU, NAME or NAME:COUNT (e.g. H100-80GB:4)")
+    sp.add_argument(
+        "--local", action="store_true", help="check against the local GPUs' free memory now (NVML)"
+    )
+    sp.add_argument("--fake-gpus", metavar="FILE", help="with --local: a fake-GPU scenario instead of NVML")
     sp.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -327,6 +331,35 @@ def _run_from_args(args: argparse.Namespace, m: LoadedModel) -> Any:
         flash_attn=not args.no_flash_attn,
         cuda_context_mib=args.cuda_context_mib,
     )
+
+
+def _local_target(fake: str | None) -> Any:
+    """The CUDA-visible local GPUs as a fit target: the smallest total as capacity, free memory per GPU."""
+    from gpumem_gui.core.errors import GpumemInputError
+    from gpumem_gui.core.fit import GpuTarget
+    from gpumem_gui.hardware import default_backend
+
+    backend = default_backend(fake)
+    try:
+        snap = backend.snapshot()
+    finally:
+        backend.close()
+    if not snap.available:
+        raise GpumemInputError(f"no local GPU to check against: {snap.unavailable_reason}", field="local")
+    devs = [d for d in snap.cuda_devices if d.ok and d.total_bytes]
+    if not devs:
+        raise GpumemInputError("no usable local GPU (none visible to CUDA, or all lost)", field="local")
+    names = {d.name for d in devs}
+    return GpuTarget(
+        name=devs[0].name if len(names) == 1 else "local GPUs (mixed)",
+        capacity_bytes=min(d.total_bytes for d in devs),
+        count=len(devs),
+        free_bytes=tuple(d.free_bytes or 0 for d in devs),
+    )
+
+
+def _target_from_args(args: argparse.Namespace) -> Any:
+    return _local_target(args.fake_gpus) if args.local else _target(args.gpu)
 
 
 def _target(spec_gpu: str | None) -> Any:
@@ -432,7 +465,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
     m = _loaded_spec(args.model)
     run = _run_from_args(args, m)
-    target = _target(args.gpu)
+    target = _target_from_args(args)
     est = estimate_inference(m.spec, run, target.capacity_bytes if target else None, m.weights)
     if args.json:
         doc = estimate_json(m, run, est)
@@ -468,6 +501,8 @@ def _fit_json(rep: Any) -> dict[str, Any]:
         "fewest_gpus": rep.fewest_gpus,
         "smallest_weights": rep.smallest_weights,
         "smallest_kv_dtype": rep.smallest_kv_dtype,
+        "local_gpus": list(rep.local_gpus) if rep.local_gpus is not None else None,
+        "local_tp": rep.local_tp,
         "changes": [c.model_dump(mode="json") for c in rep.changes],
     }
 
@@ -493,6 +528,8 @@ def _print_fit(rep: Any) -> None:
         f"best weights {rep.smallest_weights}, best KV dtype {rep.smallest_kv_dtype}"
         + (f", max concurrency {rep.max_concurrency}x" if rep.max_concurrency is not None else "")
     )
+    if rep.local_gpus is not None:
+        print(f"  local GPUs that hold it: {', '.join(map(str, rep.local_gpus))} (tp {rep.local_tp})")
     if rep.changes:
         print("  to make it fit (ranked):" if not rep.fits else "  other options:")
         for c in rep.changes:
@@ -502,11 +539,11 @@ def _print_fit(rep: Any) -> None:
 def cmd_fit(args: argparse.Namespace) -> int:
     from gpumem_gui.core.errors import GpumemInputError
 
-    if not args.gpu:
-        raise GpumemInputError("fit needs --gpu NAME[:COUNT]", field="gpu")
+    if not args.gpu and not args.local:
+        raise GpumemInputError("fit needs --gpu NAME[:COUNT] or --local", field="gpu")
     m = _loaded_spec(args.model)
     run = _run_from_args(args, m)
-    rep = _fit(m, run, _target(args.gpu), args)
+    rep = _fit(m, run, _target_from_args(args), args)
     if args.json:
         _dump(_fit_json(rep))
     else:
@@ -522,7 +559,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     m = _loaded_spec(args.model)
     base = _run_from_args(args, m)
-    target = _target(args.gpu)
+    target = _target_from_args(args)
     if args.steps < 1 or args.steps > 100_000:
         raise GpumemInputError("must be between 1 and 100000", field="steps")
     if args.start < 1 or args.stop < args.start:

@@ -92,3 +92,14 @@ def test_vllm_reports_kv_tokens_and_concurrency() -> None:
     f = rep.estimate.facts
     assert f["kv_tokens"] > 8192 and rep.max_concurrency and rep.max_concurrency > 1
     assert f["kv_tokens"] % 16 == 0
+
+
+def test_local_gpus_pick_the_freest_that_hold_the_plan() -> None:
+    g = find_gpu("H100-SXM-80GB")
+    free = (70 * GiB, 70 * GiB, 3 * GiB, 2 * GiB)
+    t = GpuTarget(name=g.id, capacity_bytes=g.memory_bytes, count=4, free_bytes=free)
+    spec70 = load_config_file(reference_dir() / "configs" / "meta-llama__Llama-2-70b-hf.json")
+    rep = fit_report(spec70, make_run(seq=4096, tp=4), t)
+    assert not rep.fits
+    assert rep.local_gpus == (0, 1) and rep.local_tp == 2
+    assert rep.changes[0].kind == "local_gpus" and rep.changes[0].fits

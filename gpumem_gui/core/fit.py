@@ -78,6 +78,10 @@ class FitReport(Frozen):
     fewest_gpus: int | None
     smallest_weights: str | None
     smallest_kv_dtype: str | None
+    local_gpus: tuple[int, ...] | None = Field(
+        None, description="with free memory per GPU: the fewest, freest GPUs that hold the plan together"
+    )
+    local_tp: int | None = None
     changes: tuple[Change, ...]
 
 
@@ -185,6 +189,7 @@ def fit_report(
     fewest = _fewest_gpus(pb, run)
     best_w = _best_format(pb, run)
     best_kv = _best_kv(pb, run)
+    local = _local_choice(pb, run)
     return FitReport(
         target=target,
         margin_bytes=margin,
@@ -197,8 +202,31 @@ def fit_report(
         fewest_gpus=fewest,
         smallest_weights=best_w,
         smallest_kv_dtype=best_kv,
-        changes=_changes(pb, run, max_batch, max_ctx, fewest, best_w, best_kv),
+        local_gpus=local[0] if local else None,
+        local_tp=local[1] if local else None,
+        changes=_changes(pb, run, max_batch, max_ctx, fewest, best_w, best_kv, local),
     )
+
+
+def _local_choice(pb: _Problem, run: InferenceRun) -> tuple[tuple[int, ...], int] | None:
+    """Which local GPUs to use: for tensor-parallel degrees 1, 2, 4, ... the freest GPUs, until every one of
+    them has room for its share (free memory - margin >= what the rank needs)."""
+    free = pb.target.free_bytes
+    if not free:
+        return None
+    order = sorted(range(len(free)), key=lambda i: -free[i])
+    for tp in _tp_options(pb.spec, len(free)):
+        _fits, est = pb.check(
+            run.model_copy(update={"tp": tp, "pp": 1}),
+            pb.target.model_copy(update={"free_bytes": None, "count": len(free)}),
+        )
+        if est is None:
+            continue
+        need = max(g.total_bytes for g in est.per_gpu)
+        chosen = order[:tp]
+        if all(free[i] - pb.margin >= need for i in chosen):
+            return tuple(sorted(chosen)), tp
+    return None
 
 
 def _tp_options(spec: ModelSpec, limit: int) -> list[int]:
@@ -261,6 +289,7 @@ def _changes(
     fewest: int | None,
     best_w: str | None,
     best_kv: str | None,
+    local: tuple[tuple[int, ...], int] | None = None,
 ) -> tuple[Change, ...]:
     """Candidate changes, each re-estimated; ranked: those that fit first, then by how little they give up
     (KV quantization, weight quantization, smaller batch, more GPUs, shorter context, CPU offload)."""
@@ -273,6 +302,10 @@ def _changes(
     w_choice = best_w or ("gguf-Q4_K_M" if run.engine == "llama.cpp" else "nf4")
     if w_choice != run.weights and get_weight_format(w_choice).bits < _current_bits(run):
         cands.append((2, "weights", f"use {w_choice} weights", {"weights": w_choice}))
+    if local and (local[1] != run.tp or local[0] != tuple(range(run.gpus))):
+        ids = ",".join(str(i) for i in local[0])
+        desc = f"run on local GPUs {ids} (CUDA_VISIBLE_DEVICES={ids}) with tp {local[1]}"
+        cands.append((0, "local_gpus", desc, {"tp": local[1], "pp": 1}))
     if max_batch is not None and max_batch < run.batch:
         cands.append((3, "batch", f"batch {max_batch} instead of {run.batch}", {"batch": max_batch}))
     if fewest is not None and fewest > run.gpus:
@@ -292,7 +325,11 @@ def _changes(
     out = []
     for rank, kind, desc, upd in cands:
         r = run.model_copy(update=upd)
-        ok, est = pb.check(r, pb.target.model_copy(update={"count": max(pb.target.count, r.gpus)}))
+        t = pb.target.model_copy(update={"count": max(pb.target.count, r.gpus)})
+        if kind == "local_gpus" and local:
+            free = pb.target.free_bytes or ()
+            t = t.model_copy(update={"free_bytes": tuple(free[i] for i in local[0])})
+        ok, est = pb.check(r, t)
         if est is not None:
             change = Change(kind=kind, description=desc, update=upd, total_bytes=est.total_bytes, fits=ok)
             out.append((not ok, rank, change))
