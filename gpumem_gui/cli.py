@@ -14,6 +14,7 @@ from typing import Any
 
 from gpumem_gui import __version__
 from gpumem_gui.core.catalog import load_gpu_catalog, search_models
+from gpumem_gui.core.documents import estimate_document, fit_document
 from gpumem_gui.core.errors import GpumemError
 from gpumem_gui.core.kv import kv_bytes_per_token_per_layer
 from gpumem_gui.core.loader import LoadedModel, load_model
@@ -249,9 +250,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 # ---- estimate / fit / sweep --------------------------------------------------------------------------
 
-ESTIMATE_SCHEMA = "gpumem.estimate/1"
-FIT_SCHEMA = "gpumem.fit/1"
-
 
 def _add_run_flags(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("model", help="catalog id, config.json, model folder, .safetensors, .gguf or hub id")
@@ -392,41 +390,7 @@ def _loaded_spec(model: str) -> Any:
 
 def estimate_json(m: LoadedModel, run: Any, est: Any) -> dict[str, Any]:
     """The stable ``gpumem estimate --json`` document (schema ``gpumem.estimate/1``)."""
-
-    def comps(cs: Any) -> list[dict[str, Any]]:
-        return [{"key": c.key, "label": c.label, "bytes": c.bytes} for c in cs]
-
-    p = m.params
-    return {
-        "schema": ESTIMATE_SCHEMA,
-        "model": m.name,
-        "run": run.model_dump(mode="json"),
-        "mode": est.mode,
-        "engine": est.engine,
-        "peak_bytes": est.peak_bytes,
-        "total_bytes": est.total_bytes,
-        "peak_phase": est.peak_phase,
-        "components": comps(est.components),
-        "phases": {
-            n: {"peak_bytes": ph.peak_bytes, "components": comps(ph.components), "note": ph.note}
-            for n, ph in est.phases.items()
-        },
-        "per_gpu": [
-            {
-                "index": g.index,
-                "role": g.role,
-                "peak_bytes": g.peak_bytes,
-                "total_bytes": g.total_bytes,
-                "components": comps(g.components),
-            }
-            for g in est.per_gpu
-        ],
-        "params": {"total": p.total, "active_per_token": p.active_per_token} if p else None,
-        "kv_cache_bytes": est.kv_cache_bytes,
-        "facts": est.facts,
-        "warnings": list(est.warnings),
-        "explain": {c.key: c.explain.model_dump(mode="json") for c in est.components},
-    }
+    return estimate_document(m.name, m.params, run, est)
 
 
 def _gib(n: int) -> str:
@@ -487,24 +451,7 @@ def _fit(m: LoadedModel, run: Any, target: Any, args: argparse.Namespace) -> Any
 
 
 def _fit_json(rep: Any) -> dict[str, Any]:
-    return {
-        "schema": FIT_SCHEMA,
-        "gpu": rep.target.name,
-        "gpu_count": rep.target.count,
-        "capacity_bytes": rep.target.capacity_bytes,
-        "margin_bytes": rep.margin_bytes,
-        "fits": rep.fits,
-        "verdicts": [v.model_dump(mode="json") for v in rep.verdicts],
-        "max_batch": rep.max_batch,
-        "max_context": rep.max_context,
-        "max_concurrency": rep.max_concurrency,
-        "fewest_gpus": rep.fewest_gpus,
-        "smallest_weights": rep.smallest_weights,
-        "smallest_kv_dtype": rep.smallest_kv_dtype,
-        "local_gpus": list(rep.local_gpus) if rep.local_gpus is not None else None,
-        "local_tp": rep.local_tp,
-        "changes": [c.model_dump(mode="json") for c in rep.changes],
-    }
+    return fit_document(rep)
 
 
 def _print_fit(rep: Any) -> None:

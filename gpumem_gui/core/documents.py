@@ -1,0 +1,85 @@
+"""The stable JSON documents of an estimate and a fit, shared by the CLI and the window's export.
+
+``gpumem estimate --json`` (schema ``gpumem.estimate/1``) and ``gpumem fit --json`` (``gpumem.fit/1``) are
+built here, so a plan exported from the window and one printed by the CLI for the same inputs are identical.
+Keys are documented in README.md; an incompatible change bumps the schema number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel
+
+from gpumem_gui.core.estimate import Component, Estimate
+from gpumem_gui.core.fit import FitReport
+from gpumem_gui.core.params import ParamCounts
+
+ESTIMATE_SCHEMA = "gpumem.estimate/1"
+FIT_SCHEMA = "gpumem.fit/1"
+
+
+def _components(cs: Iterable[Component]) -> list[dict[str, Any]]:
+    return [{"key": c.key, "label": c.label, "bytes": c.bytes} for c in cs]
+
+
+def estimate_document(
+    model: str, params: ParamCounts | None, run: BaseModel, est: Estimate, fit: FitReport | None = None
+) -> dict[str, Any]:
+    """The ``gpumem estimate --json`` document; with ``fit``, its ``fit`` key holds :func:`fit_document`."""
+    doc: dict[str, Any] = {
+        "schema": ESTIMATE_SCHEMA,
+        "model": model,
+        "run": run.model_dump(mode="json"),
+        "mode": est.mode,
+        "engine": est.engine,
+        "peak_bytes": est.peak_bytes,
+        "total_bytes": est.total_bytes,
+        "peak_phase": est.peak_phase,
+        "components": _components(est.components),
+        "phases": {
+            n: {"peak_bytes": ph.peak_bytes, "components": _components(ph.components), "note": ph.note}
+            for n, ph in est.phases.items()
+        },
+        "per_gpu": [
+            {
+                "index": g.index,
+                "role": g.role,
+                "peak_bytes": g.peak_bytes,
+                "total_bytes": g.total_bytes,
+                "components": _components(g.components),
+            }
+            for g in est.per_gpu
+        ],
+        "params": {"total": params.total, "active_per_token": params.active_per_token} if params else None,
+        "kv_cache_bytes": est.kv_cache_bytes,
+        "facts": dict(est.facts),
+        "warnings": list(est.warnings),
+        "explain": {c.key: c.explain.model_dump(mode="json") for c in est.components},
+    }
+    if fit is not None:
+        doc["fit"] = fit_document(fit)
+    return doc
+
+
+def fit_document(rep: FitReport) -> dict[str, Any]:
+    """The ``gpumem fit --json`` document."""
+    return {
+        "schema": FIT_SCHEMA,
+        "gpu": rep.target.name,
+        "gpu_count": rep.target.count,
+        "capacity_bytes": rep.target.capacity_bytes,
+        "margin_bytes": rep.margin_bytes,
+        "fits": rep.fits,
+        "verdicts": [v.model_dump(mode="json") for v in rep.verdicts],
+        "max_batch": rep.max_batch,
+        "max_context": rep.max_context,
+        "max_concurrency": rep.max_concurrency,
+        "fewest_gpus": rep.fewest_gpus,
+        "smallest_weights": rep.smallest_weights,
+        "smallest_kv_dtype": rep.smallest_kv_dtype,
+        "local_gpus": list(rep.local_gpus) if rep.local_gpus is not None else None,
+        "local_tp": rep.local_tp,
+        "changes": [c.model_dump(mode="json") for c in rep.changes],
+    }
