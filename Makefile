@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test lint contracts pytest clean
+.PHONY: install run test lint contracts pytest clean validate
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,9 @@ pytest: install
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
 
 test: lint contracts pytest
+
+validate: install
+	$(PY) validation/validate.py --out docs/validation.md
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .ruff_cache .hypothesis
