@@ -250,9 +250,20 @@ def estimate_llamacpp(spec: ModelSpec, run: object, warnings: tuple[str, ...], w
     ub = min(r.n_ubatch, n_ctx)  # type: ignore[attr-defined]
     h = spec.hidden_size
     f = spec.moe.expert_intermediate_size * spec.moe.experts_per_token if spec.moe else spec.intermediate_size
-    compute = ub * spec.vocab_size * 4 + ub * (2 * h + 2 * f) * 4
-    if not r.flash_attn:  # type: ignore[attr-defined]
-        compute += ub * n_ctx * spec.num_attention_heads * 4  # the KQ matrix in f32
+    # ggml's graph allocator reuses memory between the stages of one micro-batch, so the buffer is the
+    # largest stage, not the sum (ggml/src/ggml-alloc.c): f32 tensors of n_ubatch rows each.
+    row = ub * h * 4  # one hidden-state tensor
+    stages = {
+        # logits of the micro-batch and the normed hidden state feeding them
+        "output": ub * spec.vocab_size * 4 + row,
+        # gate and up projections (x experts used per token) and their product
+        "ffn": 2 * ub * f * 4 + 2 * row,
+        # without flash attention the KQ matrix [n_kv, n_ubatch, n_head] is materialised in f32; with it,
+        # only per-head tiles; plus q/k/v/out rows
+        "attention": (0 if r.flash_attn else ub * n_ctx * spec.num_attention_heads * 4) + 4 * row,  # type: ignore[attr-defined]
+    }
+    stage = max(stages, key=lambda k: stages[k])
+    compute = stages[stage]
     weights_c = _comp(
         "weights",
         f"model buffer ({fmt}, {offloaded}/{n_layers} layers on GPU)",
@@ -275,11 +286,15 @@ def estimate_llamacpp(spec: ModelSpec, run: object, warnings: tuple[str, ...], w
         "compute_buffer",
         "compute buffer",
         compute,
-        "n_ubatch x (vocab + 2h + 2F) x 4 B (+ n_ubatch x n_ctx x heads x 4 B without flash attention)",
-        "ggml graph allocator sizing, calibrated on published llama.cpp logs",
+        "largest graph stage of one micro-batch, f32: output (n_ubatch x vocab + row), FFN "
+        "(2 x n_ubatch x F_used + 2 rows) or attention (n_ubatch x n_ctx x heads without flash attention "
+        "+ 4 rows); row = n_ubatch x hidden x 4 B",
+        "ggml/src/ggml-alloc.c (buffers reused between stages); checked against published llama.cpp logs "
+        "(docs/validation.md)",
         n_ubatch=ub,
-        flash_attn=r.flash_attn,
-    )  # type: ignore[attr-defined]
+        flash_attn=r.flash_attn,  # type: ignore[attr-defined]
+        stage=stage,
+    )
     ctx = _comp(
         "cuda_context",
         "CUDA context",
