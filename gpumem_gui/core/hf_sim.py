@@ -17,6 +17,7 @@ checked against PyTorch's own memory tracker (``../shared/reference/groundtruth.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 from gpumem_gui.core.model import ModelSpec
@@ -55,6 +56,17 @@ class Tracker:
             n, kind = self.live.pop(name)
             self.total -= n
             self.kinds[kind] -= n
+
+    def grow(self, name: str, delta: int) -> None:
+        """Resize a live tensor group by ``delta`` bytes (the aggregated caches of skipped layers)."""
+        n, kind = self.live[name]
+        self.live[name] = (n + delta, kind)
+        self.total += delta
+        self.kinds[kind] += delta
+        if self.total > self.peak:
+            self.peak = self.total
+            self.at_peak = dict(self.kinds)
+            self.peak_where = self.where
 
     def rename(self, old: str, new: str) -> None:
         self.live[new] = self.live.pop(old)
@@ -141,18 +153,12 @@ def _cache_elems_per_token(spec: ModelSpec) -> tuple[int, int]:
     return kvh * spec.head_dim, kvh * spec.head_dim
 
 
-def _skip_layer(tr: Tracker, spec: ModelSpec, fs: ForwardShape, layer: int, sliding: bool) -> None:
-    """A layer whose transient peak is dominated by a later layer of the same kind (same ops, less cache
-    below it): only its lasting effects are applied, its cache and its output."""
-    k, v = _cache_elems_per_token(spec)
-    toks = fs.batch * _cache_tokens_after(spec, fs, sliding)
-    for name, width in ((f"cache{layer}.k", k), (f"cache{layer}.v", v)):
-        if tr.has(name):
-            tr.free(name)
-        tr.alloc(name, round(toks * width * fs.kv_dt), "kv_cache")
-    if tr.live["h_in"][0] == 0:
-        tr.free("h_in")
-    tr.alloc("h_out", fs.batch * fs.q * spec.hidden_size * fs.dt, "hidden_states")
+@lru_cache(maxsize=256)
+def _replayed_layers(spec: ModelSpec) -> frozenset[int]:
+    """The last layer of each kind (attention type x dense/MoE): the layers replayed op by op."""
+    types = spec.resolved_layer_types
+    last = {(types[i], spec.is_moe_layer(i)): i for i in range(spec.num_layers)}
+    return frozenset(last.values())
 
 
 def _uses_rope(spec: ModelSpec) -> bool:
@@ -556,23 +562,42 @@ def simulate_forward(
         tr.alloc("mask", b * q * fs.kv_len, "mask")  # boolean sliding mask
     if spec.position_embedding == "alibi":
         tr.alloc("alibi", b * spec.num_attention_heads * fs.kv_len * 4, "mask")
+    # Only the last layer of each kind is replayed op by op (its transient peak sits on the most cache);
+    # the caches of the other layers are one aggregate.
+    replayed = _replayed_layers(spec)
     # Caches of all layers, as stored before this forward.
-    for i in range(n):
+    for i in replayed:
         if storage[i]:
             tr.alloc(f"cache{i}.k", storage[i] // 2, "kv_cache")
             tr.alloc(f"cache{i}.v", storage[i] - storage[i] // 2, "kv_cache")
+    tr.alloc("caches_other", sum(storage) - sum(storage[i] for i in replayed), "kv_cache")
     # The first layer's input is the embedding output itself (held by the caller and by inputs_embeds).
     tr.alloc("h_in", 0, "hidden_states")
-    kinds = [(types[i], spec.is_moe_layer(i)) for i in range(n)]
-    last_of_kind = {kind: i for i, kind in enumerate(kinds)}
+    k, v = _cache_elems_per_token(spec)
+    after = {
+        sl: round(fs.batch * _cache_tokens_after(spec, fs, sl) * k * fs.kv_dt)
+        + round(fs.batch * _cache_tokens_after(spec, fs, sl) * v * fs.kv_dt)
+        for sl in (False, True)
+    }
+    pending = 0  # cache growth of skipped layers, applied before the next replayed layer
     for i in range(n):
-        if last_of_kind[kinds[i]] == i:
-            _layer(tr, spec, fs, i, types[i] == "sliding_attention")
-        else:
-            _skip_layer(tr, spec, fs, i, types[i] == "sliding_attention")
-        if tr.has("h_in"):
+        sliding = types[i] == "sliding_attention"
+        if i in replayed:
+            if pending:
+                tr.grow("caches_other", pending)
+                pending = 0
+            _layer(tr, spec, fs, i, sliding)
             tr.free("h_in")
-        tr.rename("h_out", "h_in")
+            tr.rename("h_out", "h_in")
+        else:
+            # A skipped layer's transient peak is dominated by the replayed layer of its kind (same ops, more
+            # cache below it): only its lasting effects count, its cache and its output.
+            pending += after[sliding] - storage[i]
+            if tr.live["h_in"][0] == 0:
+                tr.free("h_in")
+                tr.alloc("h_in", b * q * h * dt, "hidden_states")
+    if pending:
+        tr.grow("caches_other", pending)
     tr.where = "final norm"
     _norm(tr, spec, "h_in", "h_final", b * q * h, dt)
     # The model's forward returns: its inputs, masks, rotary tables and the last layer output are freed.

@@ -226,11 +226,11 @@ def _kind_components(sim: SimResult, dt_label: str) -> list[Component]:
             continue
         key = kind if kind in ("kv_cache", "logits") else f"act_{kind}"
         out.append(
-            Component(
+            Component.model_construct(
                 key=key,
                 label=labels[kind],
                 bytes=n,
-                explain=Explanation(
+                explain=Explanation.model_construct(
                     formula=f"{labels[kind]} live at the peak ({sim.where}), from an op-by-op replay of the "
                     "transformers forward",
                     inputs={"where": sim.where, "dtype": dt_label},
@@ -270,7 +270,7 @@ def weights_from_files(spec: ModelSpec, inv: WeightsInventory) -> WeightBytes:
         per_layer=tuple(per_layer),
         by_storage=dict(inv.bytes_by_dtype),
         bits_per_param=inv.total_bytes * 8 / params if params else 0.0,
-        explain=Explanation(
+        explain=Explanation.model_construct(
             formula="sum of every tensor's bytes in the file headers (the files win over any formula)",
             inputs={"files": len(inv.files), "tensors": inv.tensor_count, "quantization": inv.quantization},
             source=f"{inv.format} headers of {inv.source}",
@@ -335,11 +335,11 @@ def _weights_component(spec: ModelSpec, run: InferenceRun, stage: int, wb: Weigh
         stage_outside += wb.by_component.get("embedding", 0)  # the last stage needs its own copy of the table
     sharded = layer_bytes + stage_outside
     per_rank = _tp_share(spec, run, wb, layers, sharded)
-    return Component(
+    return Component.model_construct(
         key="weights",
         label=f"weights ({run.weights})",
         bytes=per_rank + (_buffers_bytes(spec) if first else 0),
-        explain=Explanation(
+        explain=Explanation.model_construct(
             formula=wb.explain.formula
             + (f"; split over tp={run.tp} x pp={run.pp}" if run.gpus > 1 else "")
             + "; + rotary buffers",
@@ -398,7 +398,7 @@ def _estimate_transformers(
         weights = _weights_component(spec, run, stage, wb)
         last_stage = stage == run.pp - 1
         phases: dict[str, Phase] = {
-            "load": Phase(name="load", peak_bytes=weights.bytes, components=(weights,))
+            "load": Phase.model_construct(name="load", peak_bytes=weights.bytes, components=(weights,))
         }
         fs = ForwardShape(
             batch=run.batch,
@@ -413,7 +413,7 @@ def _estimate_transformers(
         pre = simulate_forward(rspec, fs)
         kv_logical_total = max(kv_logical_total, pre.kv_cache_logical)
         comps = (weights, *_kind_components(pre, run.compute_dtype))
-        phases["prefill"] = Phase(
+        phases["prefill"] = Phase.model_construct(
             name="prefill", peak_bytes=weights.bytes + pre.peak, components=comps, note=f"peak at {pre.where}"
         )
         if run.new_tokens > 0:
@@ -428,11 +428,11 @@ def _estimate_transformers(
                 # processed scores (transformers generation/utils.py, _sample)
                 gen = 2 * run.batch * rspec.vocab_size * 4
                 extra.append(
-                    Component(
+                    Component.model_construct(
                         key="generate_logits",
                         label="generate() fp32 scores",
                         bytes=gen,
-                        explain=Explanation(
+                        explain=Explanation.model_construct(
                             formula="2 x batch x vocab x 4 B: fp32 copy of the last logits, processed scores",
                             inputs={"batch": run.batch, "vocab": rspec.vocab_size},
                             source="transformers generation/utils.py _sample()",
@@ -440,7 +440,7 @@ def _estimate_transformers(
                     )
                 )
             dcomps = (weights, *_kind_components(dec, run.compute_dtype), *extra)
-            phases["decode"] = Phase(
+            phases["decode"] = Phase.model_construct(
                 name="decode",
                 peak_bytes=weights.bytes + dec.peak + sum(c.bytes for c in extra),
                 components=dcomps,
@@ -455,7 +455,7 @@ def _estimate_transformers(
         role = f"PP stage {stage}" + (f", TP rank 0 of {run.tp}" if run.tp > 1 else "")
         shares.append(
             (
-                GpuShare(
+                GpuShare.model_construct(
                     index=stage * run.tp,
                     role=role,
                     peak_bytes=peak_phase.peak_bytes,
@@ -469,7 +469,7 @@ def _estimate_transformers(
     worst_share, worst_phases, _ = max(shares, key=lambda s: s[0].total_bytes)
     peak_phase = max(worst_phases.values(), key=lambda p: p.peak_bytes)
     per_gpu = tuple(
-        GpuShare(
+        GpuShare.model_construct(
             index=s.index + r,
             role=s.role.replace("rank 0", f"rank {r}"),
             peak_bytes=s.peak_bytes,
@@ -479,7 +479,7 @@ def _estimate_transformers(
         for s, _, _ in shares
         for r in range(run.tp)
     )
-    return Estimate(
+    return Estimate.model_construct(
         mode="inference",
         engine="transformers",
         phases=worst_phases,

@@ -39,32 +39,32 @@ def overhead_components(
     transient = max(0, peak_bytes - weight_bytes)
     reserve = round(transient * ALLOCATOR_FRAGMENTATION)
     return (
-        Component(
+        Component.model_construct(
             key="cuda_context",
             label="CUDA context",
             bytes=context_bytes,
-            explain=Explanation(
+            explain=Explanation.model_construct(
                 formula="fixed per process: driver context, loaded kernels (lazy loading)",
                 inputs={"context_bytes": context_bytes},
                 source="300 MiB-2 GiB observed (vram.asmirnov.xyz); ~0.3-1 GiB (shared/reference/README.md); "
                 "default 500 MiB, override with --cuda-context-mib",
             ),
         ),
-        Component(
+        Component.model_construct(
             key="workspace",
             label="cuBLAS workspace",
             bytes=workspace_bytes,
-            explain=Explanation(
+            explain=Explanation.model_construct(
                 formula="CUBLAS_WORKSPACE_CONFIG :4096:8 = 8 x 4096 KiB per handle",
                 inputs={"workspace_bytes": workspace_bytes},
                 source="PyTorch aten/src/ATen/cuda/CublasHandlePool.cpp getChosenWorkspaceSize()",
             ),
         ),
-        Component(
+        Component.model_construct(
             key="allocator_reserve",
             label="allocator reserve",
             bytes=reserve,
-            explain=Explanation(
+            explain=Explanation.model_construct(
                 formula="reserve = 5 % x (peak - weights): cached free blocks and 2 MiB rounding",
                 inputs={
                     "peak_bytes": peak_bytes,
