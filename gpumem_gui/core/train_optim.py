@@ -1,0 +1,200 @@
+"""Optimizer states and the temporaries of one optimizer step, per implementation.
+
+Each optimizer is described by what it keeps per parameter (states, their dtype) and by what its ``step()``
+allocates on top (temporaries), read from the implementations:
+
+* ``torch.optim.AdamW`` (torch/optim/adam.py, AdamW = Adam with decoupled weight decay): ``exp_avg`` and
+  ``exp_avg_sq`` are ``zeros_like(param)`` (the parameter's dtype) plus a 0-dim ``step`` tensor (on the CPU
+  unless
+  fused/capturable). ``foreach`` (CUDA's default, ``_multi_tensor_adam``) computes
+  ``exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)`` for a whole dtype/device group at once: one temporary
+  the size of the group. ``for_loop`` (``_single_tensor_adam``) evaluates
+  ``(exp_avg_sq.sqrt() / bias_correction2_sqrt)`` per parameter: two temporaries the size of the largest
+  parameter. ``fused`` (``_fused_adamw_``) updates in place: none.
+* bitsandbytes ``AdamW8bit`` / ``PagedAdamW8bit`` (bitsandbytes/optim/optimizer.py ``Optimizer2State``,
+  ``optim_bits=8``, ``block_wise=True``, ``min_8bit_size=4096``): ``state1``/``state2`` uint8 plus an fp32
+  ``absmax`` per 256-element block for each; parameters under 4096 elements keep fp32 states; the update is
+  one
+  fused kernel (no temporaries). Paged states live in CUDA unified memory and can be evicted to the CPU under
+  pressure; they are counted on the GPU here.
+* ``transformers.optimization.Adafactor`` (HF Trainer ``optim="adafactor"``, ``beta1=None``): a factored
+  second
+  moment ``exp_avg_sq_row`` [out] + ``exp_avg_sq_col`` [in] in fp32 for matrices, a full fp32 ``exp_avg_sq``
+  for
+  vectors; per parameter the step holds ``grad**2 + eps`` and the approximated ``update`` (and ``-update``),
+  all
+  fp32, plus fp32 copies of the gradient and the parameter when those are 16-bit.
+* ``torch.optim.SGD`` (foreach): no state, in-place update; with momentum a ``momentum_buffer`` like the
+  parameter, still updated in place.
+* Lion (lion-pytorch ``update_fn``): ``exp_avg`` like the parameter; ``exp_avg.clone().mul_(b1).add(grad,
+  alpha=1 - b1).sign_()`` holds two temporaries the size of the parameter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil
+
+from gpumem_gui.core.train_autograd import DT_BYTES, Param, Sim, Storage
+
+OPTIMIZERS = (
+    "adamw",
+    "adamw-fused",
+    "adamw-foreach",
+    "adamw-for-loop",
+    "adamw-8bit",
+    "paged-adamw-8bit",
+    "adafactor",
+    "sgd",
+    "sgd-momentum",
+    "lion",
+)
+
+_BNB_BLOCK = 256
+_BNB_MIN_8BIT = 4096
+
+
+@dataclass(frozen=True)
+class OptimizerInfo:
+    """How an optimizer is described to the user."""
+
+    label: str
+    states: str
+    temporaries: str
+    source: str
+
+
+INFO: dict[str, OptimizerInfo] = {
+    "adamw-foreach": OptimizerInfo(
+        "AdamW (torch, foreach)",
+        "exp_avg + exp_avg_sq, each like the parameter",
+        "one temporary the size of a dtype/device group (torch._foreach_sqrt(exp_avg_sqs))",
+        "torch/optim/adam.py _multi_tensor_adam",
+    ),
+    "adamw-fused": OptimizerInfo(
+        "AdamW (torch, fused)",
+        "exp_avg + exp_avg_sq, each like the parameter; step counters on the GPU",
+        "none (in-place fused kernel)",
+        "torch/optim/adam.py _fused_adam -> torch._fused_adamw_",
+    ),
+    "adamw-for-loop": OptimizerInfo(
+        "AdamW (torch, for-loop)",
+        "exp_avg + exp_avg_sq, each like the parameter",
+        "two temporaries the size of the largest parameter (exp_avg_sq.sqrt() / bias_correction2_sqrt)",
+        "torch/optim/adam.py _single_tensor_adam",
+    ),
+    "adamw-8bit": OptimizerInfo(
+        "AdamW 8-bit (bitsandbytes)",
+        "state1 + state2 uint8 and an fp32 absmax per 256 elements each (fp32 states under 4096 elements)",
+        "none (fused blockwise kernel)",
+        "bitsandbytes/optim/optimizer.py Optimizer2State.init_state (optim_bits=8, block_wise, "
+        "min_8bit_size)",
+    ),
+    "paged-adamw-8bit": OptimizerInfo(
+        "paged AdamW 8-bit (bitsandbytes)",
+        "as AdamW 8-bit, in CUDA unified (paged) memory that can be evicted to the CPU",
+        "none (fused blockwise kernel)",
+        "bitsandbytes/optim/optimizer.py Optimizer2State (is_paged=True, get_paged)",
+    ),
+    "adafactor": OptimizerInfo(
+        "Adafactor (transformers)",
+        "fp32 factored second moment: row [out] + column [in] for matrices, full for vectors",
+        "per parameter: grad**2+eps, update and -update in fp32 (+ fp32 copies of 16-bit grad and param)",
+        "transformers/optimization.py Adafactor.step (beta1=None)",
+    ),
+    "sgd": OptimizerInfo("SGD (torch)", "none", "none (in-place foreach add)", "torch/optim/sgd.py"),
+    "sgd-momentum": OptimizerInfo(
+        "SGD with momentum (torch)",
+        "momentum_buffer like the parameter",
+        "none (in-place foreach updates)",
+        "torch/optim/sgd.py _multi_tensor_sgd",
+    ),
+    "lion": OptimizerInfo(
+        "Lion",
+        "exp_avg like the parameter",
+        "two temporaries the size of the largest parameter (clone, out-of-place add)",
+        "lion-pytorch lion_pytorch.py update_fn",
+    ),
+}
+INFO["adamw"] = INFO["adamw-foreach"]
+
+
+def resolve(optimizer: str) -> str:
+    return "adamw-foreach" if optimizer == "adamw" else optimizer
+
+
+def state_bytes_of(optimizer: str, numel: int, shape: tuple[int, ...], dt: str) -> int:
+    """Bytes of the optimizer state of one parameter of ``numel`` elements stored as ``dt``."""
+    opt = resolve(optimizer)
+    b = DT_BYTES[dt]
+    if opt in ("adamw-foreach", "adamw-fused", "adamw-for-loop"):
+        return round(2 * numel * b)
+    if opt in ("adamw-8bit", "paged-adamw-8bit"):
+        if numel < _BNB_MIN_8BIT:
+            return 2 * numel * 4
+        return 2 * (numel + 4 * ceil(numel / _BNB_BLOCK))
+    if opt == "adafactor":
+        if len(shape) >= 2:
+            rows = numel // shape[-1]
+            return 4 * (rows + shape[-1] * (numel // (shape[-1] * shape[-2])))
+        return 4 * numel
+    if opt in ("sgd-momentum", "lion"):
+        return round(numel * b)
+    return 0
+
+
+def step_counter_bytes(optimizer: str, n_tensors: int) -> int:
+    """0-dim fp32 ``step`` tensors: on the GPU only for fused AdamW (elsewhere they live on the CPU)."""
+    return 4 * n_tensors if resolve(optimizer) == "adamw-fused" else 0
+
+
+def create_states(
+    sim: Sim,
+    optimizer: str,
+    params: list[Param],
+    shapes: dict[str, tuple[int, ...]],
+    shard: int = 1,
+    master_bytes_per_param: int = 0,
+) -> list[Storage]:
+    """Allocate the optimizer state of every trainable parameter (what exists between steps); ``shard``:
+    ZeRO-1+/FSDP ranks keep 1/shard of it; ``master_bytes_per_param``: an fp32 master copy (Megatron), whose
+    states are then fp32 too."""
+    total = 0
+    for p in params:
+        dt = "f32" if master_bytes_per_param else p.dt
+        total += state_bytes_of(optimizer, p.numel, shapes.get(p.name, (p.numel,)), dt)
+        total += master_bytes_per_param * p.numel
+    total = -(-total // shard) + step_counter_bytes(optimizer, len(params))
+    return [sim.storage(total, "optimizer states", "optstate")] if total else []
+
+
+def step(sim: Sim, optimizer: str, params: list[Param], shard: int = 1, fused: bool = False) -> None:
+    """The temporaries of one ``optimizer.step()`` over ``params`` (gradients and states already live);
+    a ZeRO/FSDP rank steps only its 1/shard of every group; ``fused``: a multi-tensor fused kernel (Megatron's
+    FusedAdam) with no temporaries."""
+    opt = resolve(optimizer)
+    if not params or fused:
+        return
+    if opt == "adamw-foreach":
+        groups: dict[str, int] = {}
+        for p in params:
+            groups[p.dt] = groups.get(p.dt, 0) + round(p.numel * DT_BYTES[p.dt])
+        for nbytes in groups.values():
+            tmp = sim.storage(-(-nbytes // shard), "optimizer temporaries", "optstate")
+            del tmp
+        return
+    largest = max(params, key=lambda p: p.numel * DT_BYTES[p.dt])
+    nb = round(largest.numel * DT_BYTES[largest.dt])
+    if opt in ("adamw-for-loop", "lion"):
+        a = sim.storage(nb, "optimizer temporaries", "optstate")
+        b = sim.storage(nb, "optimizer temporaries", "optstate")
+        del a, b
+        return
+    if opt == "adafactor":
+        worst = max(params, key=lambda p: p.numel)
+        n32 = 4 * worst.numel
+        half = worst.dt != "f32"
+        held = [sim.storage(n32, "optimizer temporaries", "optstate") for _ in range(4 if half else 2)]
+        del held
+        return
+    # fused AdamW, 8-bit AdamW, SGD (+momentum): in-place kernels
