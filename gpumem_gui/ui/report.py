@@ -1,0 +1,329 @@
+"""What the window exports and copies: the JSON plan, the Markdown report, the command lines. No Qt here.
+
+The JSON plan is the core's own ``gpumem estimate --json`` document (:mod:`gpumem_gui.core.documents`, which
+the CLI prints too), so a plan exported from the window and one printed by the CLI for the same inputs are
+identical.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+import os
+import shlex
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gpumem_gui.core.documents import estimate_document
+from gpumem_gui.core.estimate import Component, Estimate
+from gpumem_gui.core.fit import DEFAULT_MARGIN_BYTES, FitReport, Verdict
+from gpumem_gui.core.inference import InferenceRun
+from gpumem_gui.core.loader import LoadedModel
+from gpumem_gui.core.units import MiB, SizeUnit, fmt_bytes, fmt_count
+
+# ---- files -------------------------------------------------------------------------------------------------
+
+
+def atomic_write(path: Path, data: bytes | str) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``, so a crash
+    or a full disk never leaves a half-written file behind."""
+    path = Path(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+# ---- the JSON plan ---------------------------------------------------------------------------------------
+
+
+def plan_document(
+    m: LoadedModel, run: InferenceRun, est: Estimate, rep: FitReport | None = None
+) -> dict[str, Any]:
+    """What ``gpumem estimate ... --json`` prints (the core's document, so the two are always identical)."""
+    return estimate_document(m.name, m.params, run, est, rep)
+
+
+def plan_json(m: LoadedModel, run: InferenceRun, est: Estimate, rep: FitReport | None = None) -> str:
+    """The plan as the CLI prints it (``indent=2``, trailing newline)."""
+    return json.dumps(plan_document(m, run, est, rep), indent=2, sort_keys=False) + "\n"
+
+
+# ---- words -------------------------------------------------------------------------------------------------
+
+
+def verdict_words(v: Verdict, unit: SizeUnit) -> str:
+    """``fits with 3.20 GiB headroom`` / ``misses by 1.50 GiB``."""
+    if v.fits:
+        return f"fits with {fmt_bytes(v.headroom_bytes, unit)} headroom"
+    if v.headroom_bytes >= 0:
+        return "misses: the engine's KV pool is too small for the requested context"
+    return f"misses by {fmt_bytes(-v.headroom_bytes, unit)}"
+
+
+def worst_verdict(vs: Sequence[Verdict]) -> Verdict | None:
+    """The verdict of the GPU in the worst shape (a miss before a fit, then the least headroom)."""
+    return min(vs, key=lambda v: (v.fits, v.headroom_bytes)) if vs else None
+
+
+# ---- command lines -----------------------------------------------------------------------------------------
+
+# InferenceRun field -> the gpumem CLI flag (see gpumem_gui/cli.py _add_run_flags)
+_CLI_FLAGS = {
+    "batch": "--batch",
+    "seq": "--seq",
+    "new_tokens": "--new-tokens",
+    "weights": "--weights",
+    "compute_dtype": "--compute-dtype",
+    "kv_dtype": "--kv-dtype",
+    "attn": "--attn",
+    "logits": "--logits",
+    "engine": "--engine",
+    "tp": "--tp",
+    "pp": "--pp",
+    "ep": "--ep",
+    "gpu_memory_utilization": "--gpu-memory-utilization",
+    "max_num_seqs": "--max-num-seqs",
+    "max_model_len": "--max-model-len",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "n_gpu_layers": "--n-gpu-layers",
+    "n_ubatch": "--n-ubatch",
+    "cuda_context_mib": "--cuda-context-mib",
+}
+
+
+def cli_command(
+    source: str,
+    run: InferenceRun,
+    gpu: str | None = None,
+    count: int = 1,
+    margin_bytes: int = DEFAULT_MARGIN_BYTES,
+) -> str:
+    """The ``gpumem estimate ...`` command line for this plan (non-default flags only), shell-quoted.
+
+    The CLI always sets llama.cpp's ``n_batch`` to ``max(2048, n_ubatch)``; a different value cannot be given
+    on its command line and is named in a trailing comment.
+    """
+    default = InferenceRun()
+    # --weights always: the CLI's default depends on the model (its files' bytes when it has weight files)
+    args = ["gpumem", "estimate", source, "--weights", run.weights]
+    for field, flag in _CLI_FLAGS.items():
+        value = getattr(run, field)
+        if field != "weights" and value != getattr(default, field) and value is not None:
+            args += [flag, str(value)]
+    if run.enforce_eager:
+        args.append("--enforce-eager")
+    if not run.flash_attn:
+        args.append("--no-flash-attn")
+    if gpu:
+        args += ["--gpu", f"{gpu}:{count}" if count > 1 else gpu]
+    margin_mib = margin_bytes // MiB
+    if margin_mib != DEFAULT_MARGIN_BYTES // MiB:
+        args += ["--margin-mib", str(margin_mib)]
+    line = shlex.join(args)
+    cli_n_batch = max(2048, run.n_ubatch)
+    if run.engine == "llama.cpp" and run.n_batch != cli_n_batch:
+        line += f"  # n_batch {run.n_batch}: the CLI has no flag for it (it uses {cli_n_batch})"
+    return line
+
+
+def runtime_flags(model: str, run: InferenceRun, est: Estimate) -> str:
+    """The engine's own command line this plan implies (vLLM, llama.cpp), or transformers' load arguments."""
+    if run.engine == "vllm":
+        max_len = run.max_model_len or int(est.facts.get("max_model_len", run.tokens) or run.tokens)
+        args = [
+            "vllm",
+            "serve",
+            model,
+            "--max-model-len",
+            str(max_len),
+            "--gpu-memory-utilization",
+            f"{run.gpu_memory_utilization:g}",
+            "--kv-cache-dtype",
+            run.kv_dtype if run.kv_dtype != "auto" else "auto",
+            "--tensor-parallel-size",
+            str(run.tp),
+        ]
+        if run.pp > 1:
+            args += ["--pipeline-parallel-size", str(run.pp)]
+        if run.ep > 1:
+            args.append("--enable-expert-parallel")
+        if run.max_num_seqs != InferenceRun().max_num_seqs:
+            args += ["--max-num-seqs", str(run.max_num_seqs)]
+        if run.max_num_batched_tokens:
+            args += ["--max-num-batched-tokens", str(run.max_num_batched_tokens)]
+        if run.enforce_eager:
+            args.append("--enforce-eager")
+        return shlex.join(args)
+    if run.engine == "llama.cpp":
+        kv = {"fp16": "f16", "fp32": "f32", "bf16": "bf16"}.get(run.kv_dtype_resolved, run.kv_dtype_resolved)
+        ngl = 999 if run.n_gpu_layers < 0 else run.n_gpu_layers
+        args = [
+            "llama-server",
+            "-m",
+            model if model.endswith(".gguf") else f"{model}.gguf",
+            "-c",
+            str(run.batch * run.tokens),
+            "-ngl",
+            str(ngl),
+            "-ctk",
+            kv,
+            "-ctv",
+            kv,
+            "-b",
+            str(run.n_batch),
+            "-ub",
+            str(run.n_ubatch),
+            "-fa",
+            "on" if run.flash_attn else "off",
+        ]
+        if run.batch > 1:
+            args += ["-np", str(run.batch)]
+        return shlex.join(args)
+    dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}[run.compute_dtype]
+    return (
+        f"AutoModelForCausalLM.from_pretrained({model!r}, dtype={dtype}, "
+        f"attn_implementation={run.attn!r}, device_map='auto')"
+    )
+
+
+# ---- Markdown ----------------------------------------------------------------------------------------------
+
+
+def _md_cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_report(
+    m: LoadedModel,
+    run: InferenceRun,
+    est: Estimate,
+    rep: FitReport | None,
+    *,
+    unit: SizeUnit,
+    target_text: str,
+    command: str,
+    flags: str,
+    chart_png: str | None = None,
+) -> str:
+    """A self-contained Markdown report: the numbers, the verdict, the changes and every explanation."""
+    total = max(1, est.total_bytes)
+    out = [
+        f"# gpumem plan: {m.name}",
+        "",
+        f"- model: `{m.source}` ({m.source_kind})"
+        + (f", {fmt_count(m.params.total)} parameters" if m.params else ""),
+        f"- engine: {est.engine}; batch {run.batch}, prompt {run.seq} tokens, {run.new_tokens} new tokens",
+        f"- weights {run.weights}, compute {run.compute_dtype}, KV cache {run.kv_dtype_resolved}, "
+        f"attention {run.attn}, tp {run.tp} x pp {run.pp} (ep {run.ep})",
+        f"- target: {target_text}",
+        "",
+        f"**GPU memory needed: {fmt_bytes(est.total_bytes, unit)} per GPU** (what nvidia-smi shows); "
+        f"peak of live tensors {fmt_bytes(est.peak_bytes, unit)} in phase `{est.peak_phase}`; "
+        f"KV cache {fmt_bytes(est.kv_cache_bytes, unit)}.",
+        "",
+    ]
+    if rep is not None:
+        state = "fits" if rep.fits else "does not fit"
+        out += [f"## Verdict: {state}", ""]
+        for v in rep.verdicts:
+            out.append(
+                f"- GPU {v.gpu_index} ({v.role}): needs {fmt_bytes(v.needed_bytes, unit)} of "
+                f"{fmt_bytes(v.available_bytes, unit)} (margin {fmt_bytes(v.margin_bytes, unit)}): "
+                f"{verdict_words(v, unit)}"
+            )
+        out += [
+            "",
+            f"Maxima that fit: batch {rep.max_batch}, context {rep.max_context} tokens, fewest GPUs "
+            f"{rep.fewest_gpus}, most precise weights {rep.smallest_weights}, "
+            f"KV dtype {rep.smallest_kv_dtype}"
+            + (f", max concurrency {rep.max_concurrency}x" if rep.max_concurrency is not None else "")
+            + ".",
+        ]
+        if rep.changes:
+            out += ["", "### To make it fit (ranked)" if not rep.fits else "### Other options", ""]
+            for c in rep.changes:
+                out.append(
+                    f"- {'fits' if c.fits else 'still misses'}: {c.description} "
+                    f"({fmt_bytes(c.total_bytes, unit)})"
+                )
+        out.append("")
+    out += [
+        "## Components at the peak",
+        "",
+        f"| component | bytes | {unit.value} | share |",
+        "|---|---:|---:|---:|",
+    ]
+    for c in est.components:
+        out.append(
+            f"| {_md_cell(c.label)} | {c.bytes:,} | {c.bytes / unit.factor:.2f} "
+            f"| {100 * c.bytes / total:.1f} % |"
+        )
+    out.append(f"| **total** | {est.total_bytes:,} | {est.total_bytes / unit.factor:.2f} | 100 % |")
+    out += ["", "## Phases", "", f"| phase | peak ({unit.value}) | note |", "|---|---:|---|"]
+    for name, ph in est.phases.items():
+        mark = " (peak)" if name == est.peak_phase else ""
+        out.append(f"| {name}{mark} | {ph.peak_bytes / unit.factor:.2f} | {_md_cell(ph.note)} |")
+    if len(est.per_gpu) > 1:
+        out += ["", "## Per GPU", "", f"| GPU | role | total ({unit.value}) |", "|---|---|---:|"]
+        for g in est.per_gpu:
+            out.append(f"| {g.index} | {_md_cell(g.role)} | {g.total_bytes / unit.factor:.2f} |")
+    if est.warnings:
+        out += ["", "## Warnings", ""] + [f"- {w}" for w in est.warnings]
+    if chart_png:
+        out += ["", "## Charts", "", f"![charts]({chart_png})"]
+    out += ["", "## How each number is computed", ""]
+    for c in est.components:
+        out += [f"### {c.label} (`{c.key}`): {fmt_bytes(c.bytes, unit)}", "", f"{c.explain.formula}", ""]
+        if c.explain.inputs:
+            out += [f"- {k} = `{v}`" for k, v in c.explain.inputs.items()]
+            out.append("")
+        if c.explain.source:
+            out += [f"Source: {c.explain.source}", ""]
+    out += [
+        "## Reproduce",
+        "",
+        "```bash",
+        command,
+        "```",
+        "",
+        "Runtime flags this plan implies:",
+        "",
+        "```",
+        flags,
+        "```",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def explanation_html(c: Component, unit: SizeUnit, total_bytes: int) -> str:
+    """One component's explanation (formula, inputs, source) as simple HTML for a text panel."""
+    e = html.escape
+    rows = "".join(
+        f"<tr><td>{e(str(k))}</td><td>&nbsp;=&nbsp;</td><td><code>{e(str(v))}</code></td></tr>"
+        for k, v in c.explain.inputs.items()
+    )
+    share = 100 * c.bytes / max(1, total_bytes)
+    parts = [
+        f"<h3>{e(c.label)}</h3>",
+        f"<p><b>{e(fmt_bytes(c.bytes, unit))}</b> ({c.bytes:,} bytes, {share:.1f} % of the total)"
+        f" &mdash; key <code>{e(c.key)}</code></p>",
+        f"<p><b>Formula</b><br>{e(c.explain.formula)}</p>",
+    ]
+    if rows:
+        parts.append(f"<p><b>Inputs</b></p><table>{rows}</table>")
+    if c.explain.source:
+        parts.append(f"<p><b>Source</b><br>{e(c.explain.source)}</p>")
+    return "".join(parts)

@@ -1,0 +1,250 @@
+"""Scenarios: a model, a run and a GPU target saved as versioned JSON; recent files; side-by-side comparison.
+
+A scenario file::
+
+    {"format": "gpumem-scenario", "version": 1,
+     "model": {"source": "meta-llama/Llama-3.1-8B"},
+     "run": {... every InferenceRun field ...},
+     "gpu": {"kind": "catalog", "gpu_id": "RTX-4090", "count": 1, "margin_mib": 1024, "basis": "free", ...}}
+
+Files are written atomically (a temporary file in the same folder, then ``os.replace``). Reading validates
+the whole document first; anything wrong raises :class:`ScenarioError` with one clear line, and the caller
+changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDialog,
+    QDialogButtonBox,
+    QGridLayout,
+    QHeaderView,
+    QLabel,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gpumem_gui.core.errors import describe_validation_error
+from gpumem_gui.core.estimate import Estimate
+from gpumem_gui.core.inference import InferenceRun
+from gpumem_gui.core.units import SizeUnit, fmt_bytes
+from gpumem_gui.ui.report import atomic_write
+from gpumem_gui.ui.run_form import GpuChoice
+
+SCENARIO_FORMAT = "gpumem-scenario"
+SCENARIO_VERSION = 1
+MAX_RECENT = 8
+MAX_SCENARIO_BYTES = 1 << 20
+
+
+class ScenarioError(Exception):
+    """A scenario file that cannot be read or understood; ``str()`` is one line for the user."""
+
+
+class ModelRef(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str = Field(min_length=1, max_length=4096, description="catalog id, local path or hub id")
+
+
+class Scenario(BaseModel):
+    """One saved plan (see module docstring)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format: Literal["gpumem-scenario"] = SCENARIO_FORMAT
+    version: Literal[1] = SCENARIO_VERSION
+    model: ModelRef
+    run: InferenceRun
+    gpu: GpuChoice = GpuChoice()
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json"), indent=2) + "\n"
+
+
+def scenario_from_json(text: str, source: str = "scenario") -> Scenario:
+    """Parse and validate a scenario document; raises :class:`ScenarioError`."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ScenarioError(
+            f"{source}: not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})"
+        ) from None
+    if not isinstance(doc, dict):
+        raise ScenarioError(f"{source}: a scenario must be a JSON object")
+    if doc.get("format") != SCENARIO_FORMAT:
+        raise ScenarioError(f"{source}: not a gpumem scenario (format is {doc.get('format')!r})")
+    if doc.get("version") != SCENARIO_VERSION:
+        raise ScenarioError(
+            f"{source}: scenario version {doc.get('version')!r} is not supported (this gpumem reads "
+            f"{SCENARIO_VERSION})"
+        )
+    try:
+        return Scenario.model_validate(doc)
+    except ValidationError as e:
+        raise ScenarioError(describe_validation_error(e, source=source).one_line()) from None
+
+
+def read_scenario(path: Path | str) -> Scenario:
+    """Read a scenario file; raises :class:`ScenarioError` (never anything else for a bad file)."""
+    path = Path(path)
+    try:
+        if path.stat().st_size > MAX_SCENARIO_BYTES:
+            raise ScenarioError(f"{path}: too large for a scenario (over 1 MiB)")
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{path}: not UTF-8 text") from None
+    except OSError as e:
+        raise ScenarioError(f"{path}: cannot read: {e.strerror or e}") from None
+    return scenario_from_json(text, str(path))
+
+
+def looks_like_scenario(path: Path | str) -> bool:
+    """Whether ``path`` is a JSON file that says it is a gpumem scenario (cheap sniff, never raises)."""
+    path = Path(path)
+    if path.suffix.lower() != ".json" or not path.is_file():
+        return False
+    try:
+        with path.open("rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return SCENARIO_FORMAT.encode() in head
+
+
+def save_scenario(path: Path | str, scenario: Scenario) -> None:
+    """Write ``scenario`` atomically (raises ``OSError`` when the folder cannot be written)."""
+    atomic_write(Path(path), scenario.to_json())
+
+
+class RecentFiles:
+    """The recently opened or saved scenarios, newest first, kept in QSettings."""
+
+    KEY = "recent/scenarios"
+
+    def __init__(self, settings: QSettings, limit: int = MAX_RECENT) -> None:
+        self._settings = settings
+        self._limit = limit
+
+    def paths(self) -> list[str]:
+        value = self._settings.value(self.KEY, [])
+        if isinstance(value, str):
+            value = [value]
+        return [str(v) for v in (value or []) if v][: self._limit]
+
+    def add(self, path: Path | str) -> None:
+        p = str(Path(path).resolve())
+        items = [p, *(x for x in self.paths() if x != p)][: self._limit]
+        self._settings.setValue(self.KEY, items)
+
+    def remove(self, path: Path | str) -> None:
+        p = str(path)
+        self._settings.setValue(self.KEY, [x for x in self.paths() if x != p])
+
+    def clear(self) -> None:
+        self._settings.setValue(self.KEY, [])
+
+
+# ---- comparison --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison: a name, what it runs, and its estimate."""
+
+    title: str
+    model: str
+    run: InferenceRun
+    estimate: Estimate
+
+
+def delta_rows(a: Estimate, b: Estimate) -> list[tuple[str, str, int, int]]:
+    """``(key, label, bytes in a, bytes in b)`` for every component of either, in first-seen order; plus the
+    total as the last row (key ``""``)."""
+    labels: dict[str, str] = {}
+    for c in (*a.components, *b.components):
+        labels.setdefault(c.key, c.label)
+    rows = []
+    for key, label in labels.items():
+        ca, cb = a.component(key), b.component(key)
+        rows.append((key, label, ca.bytes if ca else 0, cb.bytes if cb else 0))
+    rows.append(("", "total (what nvidia-smi shows)", a.total_bytes, b.total_bytes))
+    return rows
+
+
+class CompareDialog(QDialog):
+    """Two scenarios side by side: what each runs, and each component's bytes with the difference."""
+
+    def __init__(self, a: Side, b: Side, unit: SizeUnit, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Compare scenarios")
+        self.resize(820, 520)
+        head = QGridLayout()
+        for col, side in enumerate((a, b)):
+            r = side.run
+            title = QLabel(f"<b>{'AB'[col]}: {side.title}</b>")
+            title.setWordWrap(True)
+            text = QLabel(
+                f"{side.model}<br>{r.engine}, batch {r.batch}, prompt {r.seq:,} + {r.new_tokens:,} new, "
+                f"weights "
+                f"{r.weights}, KV {r.kv_dtype_resolved}, tp {r.tp} x pp {r.pp}<br>"
+                f"needs <b>{fmt_bytes(side.estimate.total_bytes, unit)}</b> per GPU"
+            )
+            text.setWordWrap(True)
+            text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            head.addWidget(title, 0, col)
+            head.addWidget(text, 1, col)
+        rows = delta_rows(a.estimate, b.estimate)
+        self.table = QTableWidget(len(rows), 4)
+        self.table.setHorizontalHeaderLabels(
+            ["component", f"A ({unit.value})", f"B ({unit.value})", f"B - A ({unit.value})"]
+        )
+        self.table.verticalHeader().hide()
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setAlternatingRowColors(True)
+        h = self.table.horizontalHeader()
+        h.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for i in (1, 2, 3):
+            h.setSectionResizeMode(i, QHeaderView.ResizeMode.ResizeToContents)
+        bold = QFont(self.table.font())
+        bold.setBold(True)
+        right = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+        for i, (key, label, na, nb) in enumerate(rows):
+            d = nb - na
+            cells = [
+                label,
+                f"{na / unit.factor:,.2f}",
+                f"{nb / unit.factor:,.2f}",
+                f"{d / unit.factor:+,.2f}",
+            ]
+            for col, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                item.setToolTip(f"{key}: A {na:,} B, B {nb:,} B, difference {d:+,} B" if key else "")
+                if col:
+                    item.setTextAlignment(right)
+                if not key:
+                    item.setFont(bold)
+                self.table.setItem(i, col, item)
+        self.rows = rows
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(self.reject)
+        v = QVBoxLayout(self)
+        v.addLayout(head)
+        v.addWidget(self.table, 1)
+        v.addWidget(buttons)
+
+
+def side_titles(paths: Sequence[Path | str]) -> list[str]:
+    return [Path(p).name for p in paths]
