@@ -254,6 +254,34 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def _add_run_flags(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("model", help="catalog id, config.json, model folder, .safetensors, .gguf or hub id")
     sp.add_argument("--mode", choices=["inference", "train"], default="inference")
+    tr = sp.add_argument_group("training (--mode train)")
+    tr.add_argument("--method", choices=["full", "lora", "qlora"], default="full")
+    tr.add_argument(
+        "--precision", choices=["amp-bf16", "amp-fp16", "bf16", "fp32", "megatron-bf16"], default="amp-bf16"
+    )
+    tr.add_argument(
+        "--optimizer",
+        default="adamw",
+        help="adamw (torch's CUDA default, foreach), adamw-fused, adamw-foreach, adamw-for-loop, adamw-8bit, "
+        "paged-adamw-8bit, adafactor, sgd, sgd-momentum, lion",
+    )
+    tr.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
+    tr.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing (non-reentrant)")
+    tr.add_argument("--lora-rank", type=int, default=16)
+    tr.add_argument(
+        "--lora-targets", default="all-linear", help="all-linear or a comma list: q_proj,v_proj,..."
+    )
+    tr.add_argument("--lora-dropout", type=float, default=0.0)
+    tr.add_argument("--qlora-base", choices=["nf4", "nf4-dq"], default="nf4")
+    tr.add_argument("--frozen-layers", type=int, default=0, help="first decoder layers kept frozen")
+    tr.add_argument("--zero", type=int, default=0, help="DeepSpeed ZeRO stage 0-3")
+    tr.add_argument("--offload", choices=["none", "optimizer", "optimizer+params"], default="none")
+    tr.add_argument("--fsdp", choices=["none", "full_shard", "shard_grad_op", "hybrid_shard"], default="none")
+    tr.add_argument("--dp", type=int, default=1, help="data parallel degree")
+    tr.add_argument("--cp", type=int, default=1, help="context parallel degree")
+    tr.add_argument(
+        "--first-step", action="store_true", help="the first step (optimizer states created in it)"
+    )
     sp.add_argument("--batch", type=int, default=1, help="sequences per batch (default 1)")
     sp.add_argument("--seq", type=int, default=2048, help="prompt tokens per sequence (default 2048)")
     sp.add_argument("--new-tokens", type=int, default=0, help="generated tokens per sequence (default 0)")
@@ -302,8 +330,37 @@ def _run_from_args(args: argparse.Namespace, m: LoadedModel) -> Any:
 
     weights = args.weights or ("file" if m.weights is not None else "bf16")
     if args.mode == "train":
-        raise GpumemError(
-            "training estimates (--mode train) are not built yet; only --mode inference works today"
+        from gpumem_gui.core.training import make_training_run
+
+        targets = (
+            args.lora_targets
+            if args.lora_targets == "all-linear"
+            else tuple(t.strip() for t in args.lora_targets.split(",") if t.strip())
+        )
+        return make_training_run(
+            method=args.method,
+            precision=args.precision,
+            optimizer=args.optimizer,
+            batch=args.batch,
+            seq=args.seq,
+            grad_accum=args.grad_accum,
+            grad_ckpt=args.grad_ckpt,
+            attn=args.attn,
+            lora_rank=args.lora_rank,
+            lora_targets=targets,
+            lora_dropout=args.lora_dropout,
+            qlora_base=args.qlora_base,
+            frozen_layers=args.frozen_layers,
+            zero=args.zero,
+            offload=args.offload,
+            fsdp=args.fsdp,
+            dp=args.dp,
+            tp=args.tp,
+            pp=args.pp,
+            ep=args.ep,
+            cp=args.cp,
+            first_step=args.first_step,
+            cuda_context_mib=args.cuda_context_mib,
         )
     return make_run(
         batch=args.batch,
@@ -398,11 +455,17 @@ def _gib(n: int) -> str:
 
 
 def _print_estimate(m: LoadedModel, run: Any, est: Any) -> None:
-    print(
-        f"{m.name}: {est.mode}, engine {est.engine}, batch {run.batch}, prompt {run.seq}, "
-        f"new {run.new_tokens}, "
-        f"weights {run.weights}, KV {run.kv_dtype_resolved}, attn {run.attn}"
-    )
+    if est.mode == "train":
+        print(
+            f"{m.name}: training, {run.method}, {run.precision}, {run.optimizer}, micro-batch {run.batch}, "
+            f"seq {run.seq}, grad accum {run.grad_accum}, checkpointing {'on' if run.grad_ckpt else 'off'}, "
+            f"attn {run.attn}"
+        )
+    else:
+        print(
+            f"{m.name}: {est.mode}, engine {est.engine}, batch {run.batch}, prompt {run.seq}, "
+            f"new {run.new_tokens}, weights {run.weights}, KV {run.kv_dtype_resolved}, attn {run.attn}"
+        )
     rows = [
         [c.label, f"{c.bytes:,}", _gib(c.bytes), f"{100 * c.bytes / max(1, est.total_bytes):.1f}%"]
         for c in est.components
@@ -414,7 +477,8 @@ def _print_estimate(m: LoadedModel, run: Any, est: Any) -> None:
         f"(torch.cuda.max_memory_allocated)"
     )
     print(f"GPU memory needed:    {_gib(est.total_bytes)} GiB per GPU (what nvidia-smi shows)")
-    print(f"KV cache:             {_gib(est.kv_cache_bytes)} GiB")
+    if est.mode != "train":
+        print(f"KV cache:             {_gib(est.kv_cache_bytes)} GiB")
     phases = "   ".join(f"{n} {_gib(ph.peak_bytes)}" for n, ph in est.phases.items())
     print(f"phases (GiB):         {phases}")
     for k, v in est.facts.items():
@@ -425,12 +489,10 @@ def _print_estimate(m: LoadedModel, run: Any, est: Any) -> None:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    from gpumem_gui.core.inference import estimate_inference
-
     m = _loaded_spec(args.model)
     run = _run_from_args(args, m)
     target = _target_from_args(args)
-    est = estimate_inference(m.spec, run, target.capacity_bytes if target else None, m.weights)
+    est = _estimate(m, run, target.capacity_bytes if target else None)
     if args.json:
         doc = estimate_json(m, run, est)
         if target:
@@ -444,8 +506,23 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _estimate(m: LoadedModel, run: Any, capacity: int | None) -> Any:
+    """Inference or training estimate, by the run's type."""
+    from gpumem_gui.core.inference import InferenceRun, estimate_inference
+    from gpumem_gui.core.training import estimate_training
+
+    if isinstance(run, InferenceRun):
+        return estimate_inference(m.spec, run, capacity, m.weights)
+    return estimate_training(m.spec, run)
+
+
 def _fit(m: LoadedModel, run: Any, target: Any, args: argparse.Namespace) -> Any:
     from gpumem_gui.core.fit import fit_report
+    from gpumem_gui.core.inference import InferenceRun
+    from gpumem_gui.core.train_fit import fit_training
+
+    if not isinstance(run, InferenceRun):
+        return fit_training(m.spec, run, target, margin=args.margin_mib << 20)
 
     return fit_report(m.spec, run, target, margin=args.margin_mib << 20, file_weights=m.weights)
 
@@ -470,11 +547,18 @@ def _print_fit(rep: Any) -> None:
             f"  GPU {v.gpu_index} ({v.role}): needs {_gib(v.needed_bytes)} of "
             f"{_gib(v.available_bytes)} GiB: {state}"
         )
-    print(
-        f"  max batch {rep.max_batch}, max context {rep.max_context} tokens, fewest GPUs {rep.fewest_gpus}, "
-        f"best weights {rep.smallest_weights}, best KV dtype {rep.smallest_kv_dtype}"
-        + (f", max concurrency {rep.max_concurrency}x" if rep.max_concurrency is not None else "")
-    )
+    maxima = [
+        f"max batch {rep.max_batch}",
+        f"max context {rep.max_context} tokens",
+        f"fewest GPUs {rep.fewest_gpus}",
+    ]
+    if rep.smallest_weights is not None:
+        maxima.append(f"best weights {rep.smallest_weights}")
+    if rep.smallest_kv_dtype is not None:
+        maxima.append(f"best KV dtype {rep.smallest_kv_dtype}")
+    if rep.max_concurrency is not None:
+        maxima.append(f"max concurrency {rep.max_concurrency}x")
+    print("  " + ", ".join(maxima))
     if rep.local_gpus is not None:
         print(f"  local GPUs that hold it: {', '.join(map(str, rep.local_gpus))} (tp {rep.local_tp})")
     if rep.changes:
@@ -502,7 +586,6 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from gpumem_gui.core.errors import GpumemInputError
-    from gpumem_gui.core.inference import estimate_inference
 
     m = _loaded_spec(args.model)
     base = _run_from_args(args, m)
@@ -517,7 +600,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     rows = []
     for x in pts:
         run = base.model_copy(update={args.over: x})
-        est = estimate_inference(m.spec, run, target.capacity_bytes if target else None, m.weights)
+        est = _estimate(m, run, target.capacity_bytes if target else None)
         rows.append(
             {
                 args.over: x,

@@ -1,0 +1,214 @@
+"""Will a training run fit, and what would make it fit.
+
+The same verdicts as inference (:func:`gpumem_gui.core.fit.verdicts`) on the most-loaded rank, the largest
+micro-batch and the longest sequence that fit (memory never falls as either grows, so a galloping search
+from the current value, then bisection), the fewest GPUs for the run's sharding, and a ranked list of single
+changes: gradient checkpointing, an 8-bit optimizer, LoRA instead of full fine-tuning, QLoRA, a higher ZeRO
+stage, optimizer offload, more GPUs, a shorter sequence, a smaller micro-batch with more accumulation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from math import ceil
+
+from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.estimate import Estimate
+from gpumem_gui.core.fit import DEFAULT_MARGIN_BYTES, Change, FitReport, GpuTarget, verdicts
+from gpumem_gui.core.model import ModelSpec
+from gpumem_gui.core.training import TrainingRun, estimate_training, make_training_run
+
+ADAMW_FAMILY = ("adamw", "adamw-fused", "adamw-foreach", "adamw-for-loop")
+
+
+def _check(spec: ModelSpec, run: TrainingRun, target: GpuTarget, margin: int) -> tuple[bool, Estimate | None]:
+    """(fits, estimate); a run the model or the rules reject does not fit."""
+    try:
+        run = make_training_run(**run.model_dump())
+        est = estimate_training(spec, run)
+        big = target.model_copy(update={"count": max(target.count, len(est.per_gpu))})
+        return all(v.fits for v in verdicts(est, big, margin)), est
+    except GpumemInputError:
+        return False, None
+
+
+def gallop(pred: Callable[[int], bool], start: int, lo: int, hi: int) -> int | None:
+    """Largest n in [lo, hi] with pred(n), pred monotone (true, then false), searching outward from ``start``
+    (doubling up, or halving down), then bisecting: few evaluations when the answer is near ``start``."""
+    start = min(max(start, lo), hi)
+    if pred(start):
+        good, bad = start, None
+        n = start
+        while n < hi:
+            n = min(hi, n * 2)
+            if pred(n):
+                good = n
+            else:
+                bad = n
+                break
+        if bad is None:
+            return good
+    else:
+        bad, good = start, None
+        n = start
+        while n > lo:
+            n = max(lo, n // 2)
+            if pred(n):
+                good = n
+                break
+            bad = n
+        if good is None:
+            return None
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if pred(mid):
+            good = mid
+        else:
+            bad = mid
+    return good
+
+
+def fit_training(
+    spec: ModelSpec, run: TrainingRun, target: GpuTarget, margin: int = DEFAULT_MARGIN_BYTES
+) -> FitReport:
+    """Verdicts, maxima and ranked changes for a training run (see module docstring)."""
+    est = estimate_training(spec, run)
+    if len(est.per_gpu) > target.count:
+        raise GpumemInputError(
+            f"the run uses {len(est.per_gpu)} GPUs but --gpu gives {target.count}; use NAME:COUNT",
+            field="gpu",
+        )
+    vs = verdicts(est, target, margin)
+
+    def fits(**upd: object) -> bool:
+        return _check(spec, run.model_copy(update=upd), target, margin)[0]
+
+    max_batch = gallop(lambda b: fits(batch=b), run.batch, 1, 1 << 14)
+    max_seq = gallop(lambda s: fits(seq=s), run.seq, 1, 4 * spec.max_position_embeddings)
+    fewest = _fewest_gpus(spec, run, target, margin)
+    return FitReport(
+        target=target,
+        margin_bytes=margin,
+        estimate=est,
+        verdicts=vs,
+        fits=all(v.fits for v in vs),
+        max_batch=max_batch,
+        max_context=max_seq,
+        max_concurrency=None,
+        fewest_gpus=fewest[0] if fewest else None,
+        smallest_weights=None,
+        smallest_kv_dtype=None,
+        changes=_changes(spec, run, target, margin, max_batch, max_seq, fewest),
+    )
+
+
+def _sharded(run: TrainingRun) -> bool:
+    return run.zero > 0 or run.fsdp != "none"
+
+
+def _fewest_gpus(
+    spec: ModelSpec, run: TrainingRun, target: GpuTarget, margin: int
+) -> tuple[int, dict[str, object]] | None:
+    """Fewest GPUs with the run's sharding: data-parallel ranks when states are sharded (ZeRO/FSDP), else
+    tensor-parallel degrees 1, 2, 4, 8."""
+    big = target.model_copy(update={"count": 4096, "free_bytes": None})
+    other = run.tp * run.pp * run.cp
+    if _sharded(run):
+
+        def fits_dp(d: int) -> bool:
+            return _check(spec, run.model_copy(update={"dp": d, "gpus": None}), big, margin)[0]
+
+        # memory per rank never rises with dp when states are sharded: the last dp that misses, plus one
+        misses = gallop(lambda d: not fits_dp(d), run.dp, 1, 512)
+        first = 1 if misses is None else misses + 1
+        if first <= 512 and fits_dp(first):
+            return first * other, {"dp": first, "gpus": None}
+        return None
+    for tp in (1, 2, 4, 8):
+        if spec.num_attention_heads % tp == 0:
+            upd: dict[str, object] = {"tp": tp, "gpus": None}
+            if _check(spec, run.model_copy(update=upd), big, margin)[0]:
+                return tp * run.pp * run.cp * run.dp, upd
+    return None
+
+
+def _changes(
+    spec: ModelSpec,
+    run: TrainingRun,
+    target: GpuTarget,
+    margin: int,
+    max_batch: int | None,
+    max_seq: int | None,
+    fewest: tuple[int, dict[str, object]] | None,
+) -> tuple[Change, ...]:
+    cands: list[tuple[int, str, str, dict[str, object]]] = []
+    if not run.grad_ckpt:
+        cands.append((1, "grad_ckpt", "enable gradient checkpointing", {"grad_ckpt": True}))
+    if run.optimizer in ADAMW_FAMILY:
+        cands.append((2, "optimizer", "8-bit AdamW (bitsandbytes)", {"optimizer": "adamw-8bit"}))
+    if run.method == "full":
+        cands.append(
+            (
+                3,
+                "method",
+                f"LoRA r{run.lora_rank} on all linear layers instead of a full fine-tune",
+                {"method": "lora", "lora_targets": "all-linear"},
+            )
+        )
+    if run.method != "qlora":
+        cands.append(
+            (
+                4,
+                "method",
+                "QLoRA (nf4 with double quantization) instead",
+                {"method": "qlora", "qlora_base": "nf4-dq", "lora_targets": "all-linear"},
+            )
+        )
+        if not run.grad_ckpt:
+            # the usual single-GPU recipe (QLoRA paper, arXiv 2305.14314: 4-bit base, paged optimizer,
+            # gradient checkpointing)
+            recipe = {
+                "method": "qlora",
+                "qlora_base": "nf4-dq",
+                "lora_targets": "all-linear",
+                "grad_ckpt": True,
+                "optimizer": "paged-adamw-8bit",
+            }
+            cands.append((4, "recipe", "QLoRA + gradient checkpointing + paged 8-bit AdamW", recipe))
+    if run.dp > 1 and run.fsdp == "none" and run.zero < 3:
+        cands.append((5, "zero", f"ZeRO stage {run.zero + 1}", {"zero": run.zero + 1}))
+    if run.zero >= 2 and run.offload == "none":
+        cands.append((6, "offload", "offload optimizer states to the CPU", {"offload": "optimizer"}))
+    if fewest is not None and fewest[0] > _world(run):
+        n, upd = fewest
+        how = ", ".join(f"{k} {v}" for k, v in upd.items() if v is not None)
+        cands.append((7, "gpus", f"{n} GPUs ({how})", upd))
+    if max_seq is not None and max_seq < run.seq:
+        cands.append((8, "seq", f"sequences of {max_seq} tokens", {"seq": max_seq}))
+    if max_batch is not None and max_batch < run.batch:
+        accum = ceil(run.batch * run.grad_accum / max_batch)
+        cands.append(
+            (
+                9,
+                "batch",
+                f"micro-batch {max_batch} with {accum} accumulation steps (same global batch)",
+                {"batch": max_batch, "grad_accum": accum},
+            )
+        )
+    out = []
+    for rank, kind, desc, upd in cands:
+        ok, est = _check(spec, run.model_copy(update=upd), target, margin)
+        if est is not None:
+            out.append(
+                (
+                    not ok,
+                    rank,
+                    Change(kind=kind, description=desc, update=upd, total_bytes=est.total_bytes, fits=ok),
+                )
+            )
+    out.sort(key=lambda t: (t[0], t[1]))
+    return tuple(c for *_, c in out)
+
+
+def _world(run: TrainingRun) -> int:
+    return run.dp * run.tp * run.pp * run.cp
