@@ -213,7 +213,7 @@ def test_fit_and_sweep(capsys: pytest.CaptureFixture[str]) -> None:
         (["estimate", "Llama-3.2-1B", "--engine", "vllm", "--kv-dtype", "q4_0"], "kv_dtype"),
         (["fit", "Llama-3.2-1B"], "gpu"),
         (["fit", "Llama-3.2-1B", "--gpu", "H100:zero"], "gpu"),
-        (["estimate", "Llama-3.2-1B", "--mode", "train"], "not built yet"),
+        (["estimate", "Llama-3.2-1B", "--mode", "train", "--zero", "5"], "zero"),
     ],
 )
 def test_estimate_bad_input(capsys: pytest.CaptureFixture[str], argv: list[str], words: str) -> None:
