@@ -20,8 +20,8 @@ run: install
 	$(VENV)/bin/gpumem-gui
 
 lint: install
-	$(VENV)/bin/ruff check gpumem_gui tests benchmarks
-	$(VENV)/bin/ruff format --check gpumem_gui tests benchmarks
+	$(VENV)/bin/ruff check gpumem_gui tests benchmarks validation packaging
+	$(VENV)/bin/ruff format --check gpumem_gui tests benchmarks validation packaging
 
 contracts: install
 	$(VENV)/bin/lint-imports
@@ -36,3 +36,15 @@ validate: install
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .ruff_cache .hypothesis
+
+# ---- packaging/: the installable Linux binary (README "Installable binary") ----------------------------
+.PHONY: package package-test
+
+# dist/gpumem-<version>-linux-x86_64.tar.gz and dist/gpumem_<version>_amd64.deb, from a clean build venv
+package:
+	PYTHON=$(PYTHON) bash packaging/build.sh
+
+# build, then unpack the archive into an empty folder and smoke-test it against the source install
+package-test: package install
+	$(PY) packaging/smoke_test.py
+	$(PY) benchmarks/bench_frozen_start.py --runs 5
