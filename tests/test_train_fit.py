@@ -63,6 +63,7 @@ def test_cli_train_estimate_fit_and_errors(capsys: pytest.CaptureFixture[str]) -
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0 and doc["mode"] == "train"
     assert set(doc["phases"]) == {"forward", "backward", "optimizer"}
+    assert doc["per_rank"] == doc["per_gpu"] and doc["cpu_bytes"] == 0
     assert doc["run"]["method"] == "full"
     rc = main(
         [

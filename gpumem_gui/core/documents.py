@@ -58,6 +58,10 @@ def estimate_document(
         "warnings": list(est.warnings),
         "explain": {c.key: c.explain.model_dump(mode="json") for c in est.components},
     }
+    if est.mode == "train":
+        # training documents also name the ranks and the host memory offload needs (issue 4's keys)
+        doc["per_rank"] = doc["per_gpu"]
+        doc["cpu_bytes"] = est.facts.get("cpu_bytes", 0)
     if fit is not None:
         doc["fit"] = fit_document(fit)
     return doc
