@@ -34,6 +34,8 @@ from gpumem_gui.core.fit import GpuTarget, fit_report, largest, verdicts
 from gpumem_gui.core.formats import weight_bytes
 from gpumem_gui.core.inference import estimate_inference, make_run
 from gpumem_gui.core.model import ModelSpec
+from gpumem_gui.core.train_fit import fit_training
+from gpumem_gui.core.training import estimate_training, make_training_run
 
 GOAL_ESTIMATE_S = 50e-6
 GOAL_SWEEP_S = 20e-3
@@ -106,6 +108,13 @@ def count_estimates(fn: Callable[[], object]) -> int:
     return n
 
 
+def _clear_training_cache() -> None:
+    """estimate_training memoises the step replay per (spec, run); a cold call clears it first."""
+    from gpumem_gui.core import training
+
+    training._simulate_cached.cache_clear()
+
+
 def benchmarks() -> list[tuple[str, Callable[[], object], str]]:
     llama = _spec("meta-llama/Llama-3.1-8B")
     dsv3 = _spec("deepseek-ai/DeepSeek-V3")
@@ -117,6 +126,9 @@ def benchmarks() -> list[tuple[str, Callable[[], object], str]]:
     margin = fit_mod.DEFAULT_MARGIN_BYTES
     fits = _fits(llama, target, margin)
     run_fit = make_run(batch=1, seq=8192)
+    train = make_training_run(method="lora", batch=1, seq=4096, grad_ckpt=True)
+    train_z3 = make_training_run(batch=1, seq=4096, zero=3, dp=8, tp=2, gpus=16)
+    h100_target = GpuTarget(name="H100-SXM-80GB", capacity_bytes=h100)
     seqs = [round(1024 + (131072 - 1024) * i / (SWEEP_POINTS - 1)) for i in range(SWEEP_POINTS)]
 
     def sweep() -> None:
@@ -149,6 +161,26 @@ def benchmarks() -> list[tuple[str, Callable[[], object], str]]:
         ),
         ("estimate: vLLM Llama-3.1-8B, H100 capacity", lambda: estimate_inference(llama, run_vllm, h100), ""),
         ("estimate: llama.cpp Llama-3.1-8B Q4_K_M", lambda: estimate_inference(llama, run_gguf), ""),
+        (
+            "estimate: training LoRA Llama-3.1-8B b1 s4096 ckpt",
+            lambda: estimate_training(llama, train),
+            "replays the whole step (cached per run)",
+        ),
+        (
+            "estimate: training, uncached",
+            lambda: (_clear_training_cache(), estimate_training(llama, train)),
+            "forward + backward + optimizer replayed",
+        ),
+        (
+            "estimate: training full ZeRO-3 dp8 x TP2, uncached",
+            lambda: (_clear_training_cache(), estimate_training(llama, train_z3)),
+            "",
+        ),
+        (
+            "fit_training end to end (LoRA, H100), uncached",
+            lambda: (_clear_training_cache(), fit_training(llama, train, h100_target)),
+            "galloping searches over batch, seq, GPUs",
+        ),
         (f"sweep: {SWEEP_POINTS} points over seq (one process)", sweep, "the 20 ms goal"),
         (
             "fit_report end to end (transformers, RTX-4090)",

@@ -56,15 +56,37 @@ def test_unmapped_and_training_points_are_listed_not_dropped(report, validate) -
     import json
 
     entries = json.loads((validate.reference_dir() / "published" / "published.json").read_text())
-    mapped = {m.id for m in validate.PUBLISHED}
-    listed = {i for i, *_ in report.not_reproduced} | {i for i, *_ in report.training}
+    mapped = {m.id for m in validate.PUBLISHED} | {m.id for m in validate.PUBLISHED_TRAINING}
+    listed = {i for i, *_ in report.not_reproduced}
     assert {e["id"] for e in entries} == mapped | listed
+    assert not mapped & listed
+    assert all("not mapped yet" not in why for *_, why in report.not_reproduced)
+
+
+def test_training_points_and_phases_within_3_percent(report) -> None:  # type: ignore[no-untyped-def]
+    assert len(report.train) == 2 and len(report.train_phases) == 6
+    for row in [*report.train, *report.train_phases]:
+        assert row.measured > 0 and row.ours > 0
+        assert abs(row.err) < 0.03, f"{row.setup}: {row.err:+.2%}"
+    assert all(len(r.phases) == 3 for r in report.train)
+
+
+def test_published_training_rows_have_kinds_and_reasons(report) -> None:  # type: ignore[no-untyped-def]
+    assert {r.kind for r in report.train_published} >= {
+        "published training peak, allocated / active",
+        "published training peak, reserved",
+    }
+    for row in report.train_published:
+        assert math.isfinite(row.err)
+        if abs(row.err) > 0.05:
+            assert row.reason and "investigate" not in row.reason, row.setup
+    assert report.train_bounds and all(b[-1] == "agree" for b in report.train_bounds)
 
 
 def test_report_renders(report, validate) -> None:  # type: ignore[no-untyped-def]
     text = validate.render(report)
     assert "## Summary" in text and "median |error|" in text
-    assert "MemTracker" in text and "training: not estimated yet" in text
+    assert "MemTracker" in text and "## (d) Training" in text and "forward meas / ours" in text
     assert text == validate.render(report)  # deterministic
 
 
