@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test lint contracts pytest clean validate
+.PHONY: install run test lint contracts pytest clean validate bench
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ test: lint contracts pytest
 
 validate: install
 	$(PY) validation/validate.py --out docs/validation.md
+
+# core speed table (benchmarks/README.md); app timings: benchmarks/bench_ui.py, soak_poller.py
+bench: install
+	$(PY) benchmarks/bench_core.py --markdown
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .ruff_cache .hypothesis
