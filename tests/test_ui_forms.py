@@ -157,9 +157,16 @@ def test_resolve_local_target_uses_free_memory(fake_snapshots) -> None:
 
     (snap,) = fake_snapshots("8xh100_busy")
     r = resolve_target(GpuChoice(kind="local", device="4", count=4), snap, SizeUnit.GIB)
-    assert r.target.count == 4 and r.devices == ("4", "5", "6", "7")
+    # count N: the picked GPU and the N - 1 freest others, in index order
+    others = sorted(
+        (d for d in snap.physical_devices if d.key != "4"), key=lambda d: (-d.free_bytes, d.index)
+    )
+    expected = sorted(["4", *(d.key for d in others[:3])], key=int)
+    assert r.target.count == 4 and list(r.devices) == expected
     assert r.target.free_bytes == tuple(snap.device(k).free_bytes for k in r.devices)
+    least_free_taken = min(snap.device(k).free_bytes for k in r.devices if k != "4")
+    assert all(d.free_bytes <= least_free_taken for d in snap.physical_devices if d.key not in r.devices)
     total = resolve_target(GpuChoice(kind="local", device="4", count=4, basis="total"), snap, SizeUnit.GIB)
     assert total.target.free_bytes is None and total.free_now == r.free_now
-    with pytest.raises(Exception, match="only 2 local GPU"):
-        resolve_target(GpuChoice(kind="local", device="6", count=4), snap, SizeUnit.GIB)
+    with pytest.raises(Exception, match="only 8 local GPU"):
+        resolve_target(GpuChoice(kind="local", device="6", count=9), snap, SizeUnit.GIB)

@@ -42,7 +42,7 @@ def test_save_and_load_round_trip(main_window: MainWindow, tmp_path: Path) -> No
     path = folder / "plan.json"
     assert w.save_scenario(path)
     doc = json.loads(path.read_text())
-    assert doc["format"] == SCENARIO_FORMAT and doc["version"] == 1
+    assert doc["format"] == SCENARIO_FORMAT and doc["version"] == 2 and doc["mode"] == "infer"
     assert doc["model"] == {"source": "Qwen/Qwen3-8B"}
     assert doc["run"]["engine"] == "vllm" and doc["gpu"]["gpu_id"] == "H100-SXM-80GB"
     assert [p.name for p in folder.iterdir()] == ["plan.json"]  # no temporary file left behind

@@ -265,6 +265,11 @@ class BreakdownChart(QWidget):
             else:
                 _set_line(line, value / factor, f"{name} {fmt_bytes(value, unit, 1)}")
                 top = max(top, value / factor)
+        if free_bytes is not None:  # the label under its line, unless that would run into the axis
+            low = free_bytes / factor < 0.15 * max(top, 1e-3)
+            anchor = (1, 1) if low else (1, 0)
+            self.free_line.label.anchors = [anchor, anchor]
+            self.free_line.label.updatePosition()
         n = len(stacks)
         self.plot.setXRange(-0.6, n - 0.4, padding=0)
         self.plot.setYRange(0, max(top * 1.08, 1e-3), padding=0)
@@ -354,6 +359,7 @@ class SweepChart(_Chart):
         capacity_bytes: int | None,
         max_fit: int | None,
         current: int,
+        what: str | None = None,
     ) -> None:
         self.data = list(points)
         self.over = over
@@ -366,7 +372,7 @@ class SweepChart(_Chart):
             for p in points
         ]
         self.points.setData(xs, ys, brush=brushes)
-        what = "prompt tokens" if over == "seq" else "batch (sequences)"
+        what = what or ("prompt tokens" if over == "seq" else "batch (sequences)")
         self.plot.setTitle(f"Total memory against {what}", color=self.text_color().name())
         _set_axis_label(self.plot, "left", unit.value, self.text_color())
         _set_axis_label(self.plot, "bottom", what, self.text_color())

@@ -1,24 +1,26 @@
 """The main window: model panel, run form and GPU target on the left, results in the middle, GPUs in a dock.
 
 It wires the panels to each other and to the core, and nothing more: every number comes from
-``estimate_inference``, ``verdicts`` and ``fit_report``. Dependencies come in through the constructor (the
-settings store, the model loader); GPU snapshots come in through :meth:`MainWindow.on_snapshot`, which the
-composition root connects to the poller's signal.
+``estimate_inference`` / ``estimate_training``, ``verdicts`` and ``fit_report`` / ``fit_training``. The
+Inference and Training tabs each hold a form; the tab on top decides which estimate is shown. Dependencies
+come in through the constructor (the settings store, the model loader); GPU snapshots come in through
+:meth:`MainWindow.on_snapshot`, which the composition root connects to the poller's signal.
 
-Every edit restarts a 120 ms single-shot timer; when it fires, one estimate runs in the GUI thread (a few ms)
-and the charts, table and verdicts update; the fit report and the 48-point sweep (~50-300 ms) then run in a
-worker thread and only the newest answer is shown. Invalid input shows inline and the last good estimate
-stays.
+Every edit restarts a 120 ms single-shot timer; when it fires, one estimate runs in the GUI thread (a few ms
+for inference; 1-200 ms for training, which replays one step) and the charts, table and verdicts update; the
+fit report and the sweep (inference: 48 points, ~50-300 ms; training: 16 points and the training solvers,
+1-5 s) then run in a worker thread and only the newest answer is shown. Invalid input shows inline and the
+last good estimate stays.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QSettings, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QSettings, QSignalBlocker, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -44,7 +46,9 @@ from gpumem_gui.core.fit import FitReport, GpuTarget, Verdict, fit_report, verdi
 from gpumem_gui.core.inference import InferenceRun, estimate_inference
 from gpumem_gui.core.loader import LoadedModel, load_model
 from gpumem_gui.core.model import ModelSpec
-from gpumem_gui.core.units import SizeUnit
+from gpumem_gui.core.train_fit import fit_training
+from gpumem_gui.core.training import TrainingRun, estimate_training
+from gpumem_gui.core.units import SizeUnit, fmt_bytes
 from gpumem_gui.core.weights import WeightsInventory
 from gpumem_gui.hardware.snapshot import GpuDevice, GpuSnapshot
 from gpumem_gui.ui.charts import SweepPoint
@@ -56,6 +60,8 @@ from gpumem_gui.ui.report import (
     markdown_report,
     plan_json,
     runtime_flags,
+    training_cli_command,
+    training_runtime_flags,
     worst_verdict,
 )
 from gpumem_gui.ui.results import ResultsView
@@ -79,20 +85,52 @@ from gpumem_gui.ui.scenario import (
     save_scenario,
     scenario_from_json,
 )
+from gpumem_gui.ui.train_form import TRAINING_PRESETS, TrainingForm
 from gpumem_gui.ui.workers import BackgroundRunner
 
 DEBOUNCE_MS = 120
 BACKGROUND_DELAY_MS = 25
 SWEEP_POINTS = 48
+TRAINING_SWEEP_POINTS = 16  # a training estimate replays a whole step: fewer points, same curve
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B"
 DEFAULT_RUN = InferenceRun(seq=4096, new_tokens=512)
-TRAINING_TEXT = (
-    "<h3>Training estimates are not available yet</h3>"
-    "<p>gpumem estimates <b>inference</b> memory today. Training (full fine-tuning, LoRA/QLoRA, optimizer "
-    "states, gradients, activation checkpointing, ZeRO/FSDP) is being built in the estimation core; this tab "
-    "will hold its form when the core can compute it.</p>"
-    "<p>No training numbers are shown until then, on purpose: a guess here would be worse than none.</p>"
-)
+DEFAULT_TRAINING_RUN = TRAINING_PRESETS[0].run
+AnyRun = InferenceRun | TrainingRun
+
+
+def run_gpus(run: AnyRun) -> int:
+    """GPUs the run occupies: tp x pp for inference, dp x tp x pp x cp for training."""
+    return run.world if isinstance(run, TrainingRun) else run.gpus
+
+
+def training_sweep_points(
+    spec: ModelSpec,
+    run: TrainingRun,
+    over: str,
+    target: GpuTarget | None,
+    margin: int,
+    n: int = TRAINING_SWEEP_POINTS,
+) -> list[SweepPoint]:
+    """``n`` training estimates of ``run`` with ``over`` ('seq' or 'batch') spread evenly up to a maximum."""
+    if over == "batch":
+        hi = max(2 * run.batch, 16)
+    else:
+        hi = max(2 * run.seq, min(spec.max_position_embeddings, 32768))
+    xs = sorted({max(1, round(hi * (i + 1) / n)) for i in range(n)})
+    out: list[SweepPoint] = []
+    for x in xs:
+        try:
+            est = estimate_training(spec, run.model_copy(update={over: x}))
+        except GpumemInputError:
+            continue
+        fits = None
+        if target is not None:
+            try:
+                fits = all(v.fits for v in verdicts(est, target, margin))
+            except GpumemInputError:
+                fits = None
+        out.append(SweepPoint(x=x, total_bytes=est.total_bytes, fits=fits))
+    return out
 
 
 def sweep_points(
@@ -131,6 +169,7 @@ class BackgroundResult:
     over: str
     points: list[SweepPoint]
     seconds: float
+    serial: int = 0  # the window's input serial when the job was made (see MainWindow._inputs_serial)
 
 
 class MainWindow(QMainWindow):
@@ -174,7 +213,7 @@ class MainWindow(QMainWindow):
         self.scenario_path: Path | None = None
 
         self._model: LoadedModel | None = None
-        self._run: InferenceRun | None = None
+        self._run: AnyRun | None = None
         self._est: Estimate | None = None
         self._fit: FitReport | None = None
         self._resolved: ResolvedTarget | None = None
@@ -189,7 +228,12 @@ class MainWindow(QMainWindow):
         self._debounce = QTimer(self)
         self._debounce.setSingleShot(True)
         self._debounce.setInterval(debounce_ms)
-        self._debounce.timeout.connect(self.recompute_now)
+        self._debounce.timeout.connect(self._on_debounce)
+        # bumped by every recompute except a refresh for new free-memory readings; a fit report made for the
+        # same serial is still worth showing when a refresh superseded it (busy GPUs change every poll)
+        self._inputs_serial = 0
+        self._refresh_pending = False
+        self._refreshing = False
         # the worker starts a moment after the estimate is drawn, so the redraw does not wait for the GIL
         self._bg_delay = QTimer(self)
         self._bg_delay.setSingleShot(True)
@@ -210,6 +254,7 @@ class MainWindow(QMainWindow):
             self._restore()
         if self._model is None:
             self.run_form.set_value(DEFAULT_RUN)
+            self.train_form.set_value(DEFAULT_TRAINING_RUN)
             self.model_panel.load_source(DEFAULT_MODEL)
 
     # ---- construction --------------------------------------------------------------------------------------
@@ -217,45 +262,57 @@ class MainWindow(QMainWindow):
     def _build_widgets(self, loader: Loader) -> None:
         self.model_panel = ModelPanel(loader)
         self.run_form = RunForm()
+        self.train_form = TrainingForm()
         self.target_form = TargetForm()
         self.results = ResultsView()
         self.gpu_panel = GpuPanel()
         self.gpu_panel.set_evaluator(self._evaluate_device)
 
-        self.presets = QComboBox()
-        self.presets.addItem("Start from a preset…", None)
-        for p in PRESETS:
-            self.presets.addItem(p.name, p.name)
-            self.presets.setItemData(self.presets.count() - 1, p.description, Qt.ItemDataRole.ToolTipRole)
-        self.presets.setToolTip("Named starting points; they replace the run settings")
+        def preset_combo(presets: tuple) -> QComboBox:
+            combo = QComboBox()
+            combo.addItem("Start from a preset…", None)
+            for p in presets:
+                combo.addItem(p.name, p.name)
+                combo.setItemData(combo.count() - 1, p.description, Qt.ItemDataRole.ToolTipRole)
+            combo.setToolTip(
+                "Named starting points; they replace the run settings (and a catalog GPU target)"
+            )
+            return combo
 
-        inference = QWidget()
-        iv = QVBoxLayout(inference)
-        iv.setContentsMargins(4, 4, 4, 4)
-        prow = QHBoxLayout()
-        prow.addWidget(QLabel("Preset:"))
-        prow.addWidget(self.presets, 1)
-        iv.addLayout(prow)
-        iv.addWidget(self.target_form)
-        iv.addWidget(self.run_form)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setWidget(inference)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        def tab(presets: QComboBox, form: QWidget) -> QScrollArea:
+            page = QWidget()
+            v = QVBoxLayout(page)
+            v.setContentsMargins(4, 4, 4, 4)
+            row = QHBoxLayout()
+            row.addWidget(QLabel("Preset:"))
+            row.addWidget(presets, 1)
+            v.addLayout(row)
+            v.addWidget(form)
+            scroll = QScrollArea()
+            scroll.setWidgetResizable(True)
+            scroll.setWidget(page)
+            scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+            return scroll
 
-        training = QLabel(TRAINING_TEXT)
-        training.setObjectName("training_placeholder")
-        training.setWordWrap(True)
-        training.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
-        training.setMargin(12)
-
+        self.presets = preset_combo(PRESETS)
+        self.train_presets = preset_combo(TRAINING_PRESETS)
         self.mode_tabs = QTabWidget()
-        self.mode_tabs.addTab(scroll, "Inference")
-        self.mode_tabs.addTab(training, "Training")
+        self.mode_tabs.addTab(tab(self.presets, self.run_form), "Inference")
+        self.mode_tabs.addTab(tab(self.train_presets, self.train_form), "Training")
+        self.mode_tabs.setTabToolTip(0, "Serving / generation memory: weights, KV cache, activations")
+        self.mode_tabs.setTabToolTip(
+            1, "Training memory: parameters, gradients, optimizer states, activations, per phase"
+        )
+
+        run_box = QWidget()
+        rv = QVBoxLayout(run_box)
+        rv.setContentsMargins(0, 0, 0, 0)
+        rv.addWidget(self.target_form)
+        rv.addWidget(self.mode_tabs, 1)
 
         left = QSplitter(Qt.Orientation.Vertical)
         left.addWidget(self.model_panel)
-        left.addWidget(self.mode_tabs)
+        left.addWidget(run_box)
         left.setStretchFactor(0, 2)
         left.setStretchFactor(1, 3)
         left.setChildrenCollapsible(False)
@@ -339,6 +396,9 @@ class MainWindow(QMainWindow):
         self.model_panel.load_failed.connect(self._on_model_failed)
         self.model_panel.open_requested.connect(lambda: self._guard(self.open_dialog))
         self.run_form.changed.connect(self.schedule)
+        self.train_form.changed.connect(self.schedule)
+        self.mode_tabs.currentChanged.connect(lambda _i: self._guard(self._on_mode_changed))
+        self.train_presets.activated.connect(lambda i: self._guard(lambda: self._on_training_preset(i)))
         self.target_form.changed.connect(self._on_target_edited)
         # every slot body that is more than a one-liner runs under _guard: nothing raises out of a slot
         self.results.apply_requested.connect(lambda upd: self._guard(lambda: self.apply_change(upd)))
@@ -377,8 +437,21 @@ class MainWindow(QMainWindow):
         return self._fit
 
     @property
-    def run(self) -> InferenceRun | None:
+    def run(self) -> AnyRun | None:
         return self._run
+
+    @property
+    def mode(self) -> str:
+        """'train' when the Training tab is on top, else 'infer'."""
+        return "train" if self.mode_tabs.currentIndex() == 1 else "infer"
+
+    def set_mode(self, mode: str) -> None:
+        """Bring the Inference ('infer') or Training ('train') tab to the top (recomputes)."""
+        self.mode_tabs.setCurrentIndex(1 if mode == "train" else 0)
+
+    @property
+    def active_form(self) -> RunForm | TrainingForm:
+        return self.train_form if self.mode == "train" else self.run_form
 
     @property
     def model(self) -> LoadedModel | None:
@@ -389,7 +462,22 @@ class MainWindow(QMainWindow):
     @Slot()
     def schedule(self) -> None:
         """Recompute after the debounce interval (restarted by every edit)."""
+        self._refresh_pending = False
         self._debounce.start()
+
+    def _schedule_refresh(self) -> None:
+        """Recompute for new GPU readings (same inputs): unless an edit is pending, a refresh."""
+        if not self._debounce.isActive():
+            self._refresh_pending = True
+        self._debounce.start()
+
+    def _on_debounce(self) -> None:
+        refresh, self._refresh_pending = self._refresh_pending, False
+        self._refreshing = refresh
+        try:
+            self.recompute_now()
+        finally:
+            self._refreshing = False
 
     def _on_target_edited(self) -> None:
         self._target_user_set = True
@@ -410,6 +498,23 @@ class MainWindow(QMainWindow):
             self.target_form.set_value(preset.gpu.model_copy(update={"margin_mib": current.margin_mib}))
         self.recompute_now()
 
+    def _on_training_preset(self, index: int) -> None:
+        name = self.train_presets.itemData(index)
+        self.train_presets.setCurrentIndex(0)
+        preset = next((p for p in TRAINING_PRESETS if p.name == name), None)
+        if preset is None:
+            return
+        self.train_form.set_value(preset.run)
+        current = self.target_form.value()
+        if preset.gpu is not None and current.kind == "catalog":
+            self.target_form.set_value(preset.gpu.model_copy(update={"margin_mib": current.margin_mib}))
+        self.recompute_now()
+
+    def _on_mode_changed(self) -> None:
+        self.results.set_mode(self.mode)
+        self._fit = None
+        self.recompute_now()
+
     def _on_card_clicked(self, key: str) -> None:
         current = self.target_form.value()
         self.target_form.set_value(current.model_copy(update={"kind": "local", "device": key, "count": 1}))
@@ -424,18 +529,26 @@ class MainWindow(QMainWindow):
         self._sweep_over = over
         self._start_background()
 
+    def _updated_run(self, update: dict) -> AnyRun:
+        """The current run with ``update`` applied (validated; raises on a bad update)."""
+        base = self._run if self._run is not None else self.active_form.value()
+        cls = TrainingRun if isinstance(base, TrainingRun) else InferenceRun
+        return cls.model_validate({**base.model_dump(), **update})
+
     def apply_change(self, update: dict) -> None:
         """Apply one of the ranked changes to the run form (and the GPU count when it needs more GPUs)."""
-        base = self._run or self.run_form.value()
         try:
-            run = InferenceRun.model_validate({**base.model_dump(), **update})
+            run = self._updated_run(update)
         except Exception as e:
             self.notify("gpumem", f"cannot apply {update}: {e}")
             return
-        self.run_form.set_value(run)
+        if isinstance(run, TrainingRun):
+            self.train_form.set_value(run)
+        else:
+            self.run_form.set_value(run)
         choice = self.target_form.value()
-        if run.gpus > choice.count:  # local GPUs: an error says so when there are not that many
-            self.target_form.set_value(choice.model_copy(update={"count": run.gpus}))
+        if run_gpus(run) > choice.count:  # local GPUs: an error says so when there are not that many
+            self.target_form.set_value(choice.model_copy(update={"count": run_gpus(run)}))
         self.recompute_now()
 
     def set_unit(self, unit: SizeUnit) -> None:
@@ -448,7 +561,7 @@ class MainWindow(QMainWindow):
         if self._est is not None:
             self._show_estimate()
         if self._fit is not None:
-            self.results.changes.show_report(self._fit, unit)
+            self._show_report(self._fit)
         self._start_background()
 
     # ---- GPU snapshots -------------------------------------------------------------------------------------
@@ -482,7 +595,7 @@ class MainWindow(QMainWindow):
             self.schedule()
             return
         if self.target_form.value().kind == "local" and self._local_changed(old, snap):
-            self.schedule()
+            self._schedule_refresh()
 
     def _local_changed(self, old: GpuSnapshot | None, new: GpuSnapshot) -> bool:
         keys = self._resolved.devices if self._resolved and self._resolved.devices else ()
@@ -506,7 +619,7 @@ class MainWindow(QMainWindow):
         est, run, model = self._est, self._run, self._model
         if est is None or run is None or model is None or model.spec is None or dev.total_bytes is None:
             return None
-        if est.engine == "vllm":
+        if est.engine == "vllm" and isinstance(run, InferenceRun):
             key = (id(est), dev.total_bytes)
             cached = self._capacity_cache.get(key)
             if cached is None:
@@ -577,7 +690,9 @@ class MainWindow(QMainWindow):
         m = self._model
         if m is None or m.spec is None:
             return
-        run = self.run_form.checked_value()
+        form = self.active_form
+        self.results.set_mode(self.mode)
+        run = form.checked_value()
         if run is None:
             self.results.mark_stale(
                 "Fix the highlighted field; the numbers below are for the last valid input."
@@ -588,25 +703,56 @@ class MainWindow(QMainWindow):
         resolved: ResolvedTarget | None = None
         try:
             resolved = resolve_target(choice, self._snapshot, self.unit)
+            if isinstance(run, TrainingRun) and run.world > resolved.target.count:
+                raise GpumemInputError(
+                    f"the run uses {run.world} GPUs (dp x tp x pp x cp) but the target has "
+                    f"{resolved.target.count}: raise the count",
+                    field="gpu",
+                )
         except GpumemInputError as e:
+            resolved = None
             self.target_form.show_error("gpu", e.message)
+        if isinstance(run, TrainingRun) and resolved is not None and resolved.target.free_bytes:
+            resolved = self._training_target(resolved)
         capacity = resolved.target.capacity_bytes if resolved else None
         t0 = time.perf_counter()
         try:
-            est = estimate_inference(m.spec, run, capacity, m.weights)
+            if isinstance(run, TrainingRun):
+                est = estimate_training(m.spec, run)
+            else:
+                est = estimate_inference(m.spec, run, capacity, m.weights)
         except GpumemInputError as e:
-            self.run_form.show_error(e.field, e.message)
+            form.show_error(e.field, e.message)
             self.results.mark_stale(f"{e.one_line()} (the numbers below are for the last valid input)")
             return
         self.last_estimate_ms = (time.perf_counter() - t0) * 1000
+        refresh = self._refreshing and run == self._run
+        if not refresh:
+            self._inputs_serial += 1
         self._est, self._run, self._resolved = est, run, resolved
-        self._fit = None
         self._show_estimate()
         self.gpu_panel.set_selected(resolved.devices[0] if resolved and resolved.devices else None)
         self.gpu_panel.refresh_verdicts()
-        self.results.changes.set_busy("Working out what would make it fit…")
+        if refresh and self._fit is not None:  # keep the last report up (not greyed) while it is redone
+            self._show_report(self._fit)
+        else:
+            self._fit = None
+            self.results.changes.set_busy("Working out what would make it fit…")
         self._bg_delay.start()
         self.estimate_updated.emit()
+
+    def _training_target(self, resolved: ResolvedTarget) -> ResolvedTarget:
+        """Local GPUs checked against free memory, for training: the estimate describes one replica's ranks
+        (every data-parallel replica is the same), so each rank is checked against the least-free GPU."""
+        free = resolved.target.free_bytes or ()
+        low = min(free)
+        worst = resolved.devices[free.index(low)] if resolved.devices else "?"
+        target = resolved.target.model_copy(update={"free_bytes": (low,) * resolved.target.count})
+        text = (
+            f"{resolved.text}; every training rank against the least-free GPU ({worst}: "
+            f"{fmt_bytes(low, self.unit)} free)"
+        )
+        return replace(resolved, target=target, text=text, free_now=(low,) * len(resolved.free_now or ()))
 
     def _show_estimate(self) -> None:
         est, resolved = self._est, self._resolved
@@ -637,7 +783,7 @@ class MainWindow(QMainWindow):
         m, run, resolved = self._model, self._run, self._resolved
         if m is None or m.spec is None or run is None:
             return None
-        spec, weights, over = m.spec, m.weights, self._sweep_over
+        spec, weights, over, serial = m.spec, m.weights, self._sweep_over, self._inputs_serial
         target = resolved.target if resolved else None
         margin = self.target_form.value().margin_bytes
 
@@ -646,11 +792,17 @@ class MainWindow(QMainWindow):
             rep, err = None, None
             if target is not None:
                 try:
-                    rep = fit_report(spec, run, target, margin, weights)
+                    if isinstance(run, TrainingRun):
+                        rep = fit_training(spec, run, target, margin)
+                    else:
+                        rep = fit_report(spec, run, target, margin, weights)
                 except GpumemInputError as e:
                     err = str(e)
-            points = sweep_points(spec, run, over, target, margin, weights)
-            return BackgroundResult(rep, err, over, points, time.perf_counter() - t0)
+            if isinstance(run, TrainingRun):
+                points = training_sweep_points(spec, run, over, target, margin)
+            else:
+                points = sweep_points(spec, run, over, target, margin, weights)
+            return BackgroundResult(rep, err, over, points, time.perf_counter() - t0, serial)
 
         return job
 
@@ -659,7 +811,8 @@ class MainWindow(QMainWindow):
         job = self._background_job()
         if job is None:
             return
-        self.results.changes.set_busy("Working out what would make it fit…")
+        if self._fit is None:
+            self.results.changes.set_busy("Working out what would make it fit…")
         self._bg.submit(job)
 
     def flush_background(self, timeout_ms: int = 10000) -> bool:
@@ -673,26 +826,33 @@ class MainWindow(QMainWindow):
 
     @Slot(int, object)
     def _on_background_finished(self, job_id: int, result: object) -> None:
-        if job_id != self._bg.latest or not isinstance(result, BackgroundResult):
+        if not isinstance(result, BackgroundResult):
             return
+        latest = job_id == self._bg.latest
+        if not latest and result.serial != self._inputs_serial:
+            return  # made for inputs that have changed since
         try:
             self._apply_background(result)
         except Exception as e:  # never raise out of a slot
             self.results.changes.clear(f"could not show the fit report: {type(e).__name__}: {e}")
-        self.background_done.emit()
+        if latest:
+            self.background_done.emit()
 
     def _apply_background(self, result: BackgroundResult) -> None:
         self.last_background_ms = result.seconds * 1000
         self._fit = result.report
         run = self._run
         if result.report is not None:
-            self.results.changes.show_report(result.report, self.unit)
+            self._show_report(result.report)
         else:
             self.results.changes.clear(
                 result.report_error or "Pick a GPU target to see what would make it fit."
             )
         rep = result.report
-        if result.over == "seq":
+        if result.over == "seq" and isinstance(run, TrainingRun):
+            max_fit = rep.max_context if rep else None
+            current = run.seq
+        elif result.over == "seq":
             max_fit = rep.max_context - run.new_tokens if rep and rep.max_context and run else None
             current = run.seq if run else 0
         else:
@@ -700,11 +860,59 @@ class MainWindow(QMainWindow):
             current = run.batch if run else 0
         cap = self._resolved.target.capacity_bytes if self._resolved else None
         self.results.sweep.show_sweep(
-            result.over, result.points, self.unit, capacity_bytes=cap, max_fit=max_fit, current=current
+            result.over,
+            result.points,
+            self.unit,
+            capacity_bytes=cap,
+            max_fit=max_fit,
+            current=current,
+            what=self.results.sweep_axis(result.over),
         )
         self.timing.setText(
             f"estimate {self.last_estimate_ms:.1f} ms · fit report + sweep {self.last_background_ms:.0f} ms"
         )
+
+    def _local_gpu_count(self) -> int | None:
+        """How many whole GPUs this machine has (None when the target is not local or nothing was read)."""
+        if self._resolved is None or not self._resolved.devices or self._snapshot is None:
+            return None
+        snap = self._snapshot
+        return sum(
+            1 for d in snap.physical_devices if d.ok and not (d.mig_mode and snap.mig_instances(d.index))
+        )
+
+    def _show_report(self, rep: FitReport) -> None:
+        """The changes panel (changes needing more GPUs than a local target has left out, with a note) and
+        the local GPUs the report suggests, in the banner."""
+        changes = list(rep.changes)
+        note = ""
+        local = self._local_gpu_count()
+        if local is not None:
+            kept = []
+            for c in changes:
+                try:
+                    need = run_gpus(self._updated_run(dict(c.update)))
+                except Exception:
+                    need = 0
+                if need <= local:
+                    kept.append(c)
+            hidden = len(changes) - len(kept)
+            if hidden:
+                note = (
+                    f"{hidden} change(s) left out: they need more GPUs than this machine has ({local}); pick "
+                    "a catalog GPU to see them."
+                )
+            changes = kept
+        self.results.changes.show_report(rep, self.unit, changes, note)
+        resolved, run = self._resolved, self._run
+        if rep.local_gpus and resolved is not None and resolved.devices and run is not None:
+            keys = [resolved.devices[i] for i in rep.local_gpus if i < len(resolved.devices)]
+            current_tp = run.tp
+            if keys != list(resolved.devices) or (rep.local_tp or current_tp) != current_tp:  # a suggestion
+                ids = ",".join(keys)
+                tp = f" with tp {rep.local_tp}" if rep.local_tp else ""
+                gpus = "GPU" if len(keys) == 1 else "GPUs"
+                self.results.banner.add_line(f"use local {gpus} {ids}{tp} (CUDA_VISIBLE_DEVICES={ids})")
 
     @Slot(int, str)
     def _on_background_failed(self, job_id: int, message: str) -> None:
@@ -721,10 +929,22 @@ class MainWindow(QMainWindow):
         try:
             run = self.run_form.value()
         except GpumemInputError:
-            run = self._run
-        if run is None:
+            run = self._run if isinstance(self._run, InferenceRun) else None
+        try:
+            training = self.train_form.value()
+        except GpumemInputError:
+            training = self._run if isinstance(self._run, TrainingRun) else None
+        if run is None and self.mode == "infer":
             return None
-        return Scenario(model=ModelRef(source=m.source), run=run, gpu=self.target_form.value())
+        if training is None and self.mode == "train":
+            return None
+        return Scenario(
+            model=ModelRef(source=m.source),
+            mode=self.mode,  # type: ignore[arg-type]
+            run=run or InferenceRun(),
+            training=training,
+            gpu=self.target_form.value(),
+        )
 
     def save_scenario(self, path: Path | str) -> bool:
         sc = self.current_scenario()
@@ -771,6 +991,11 @@ class MainWindow(QMainWindow):
 
     def _apply_scenario_settings(self, sc: Scenario) -> None:
         self.run_form.set_value(sc.run)
+        if sc.training is not None:
+            self.train_form.set_value(sc.training)
+        with QSignalBlocker(self.mode_tabs):
+            self.set_mode(sc.mode)
+        self.results.set_mode(sc.mode)
         self.target_form.set_value(sc.gpu)
         self.gpu_panel.set_basis(sc.gpu.basis)
         self._target_user_set = True
@@ -791,11 +1016,13 @@ class MainWindow(QMainWindow):
             m = self.model_panel.try_load(sc.model.source)
             if m.spec is None:
                 raise GpumemInputError("the architecture is unknown (no config.json)", source=sc.model.source)
-            cap = None
-            if sc.gpu.kind == "catalog":
-                cap = find_gpu(sc.gpu.gpu_id).memory_bytes
-            est = estimate_inference(m.spec, sc.run, cap, m.weights)
-            sides.append(Side(Path(path).name, m.name, sc.run, est))
+            run = sc.active_run
+            if isinstance(run, TrainingRun):
+                est = estimate_training(m.spec, run)
+            else:
+                cap = find_gpu(sc.gpu.gpu_id).memory_bytes if sc.gpu.kind == "catalog" else None
+                est = estimate_inference(m.spec, run, cap, m.weights)
+            sides.append(Side(Path(path).name, m.name, run, est))
         dialog = CompareDialog(sides[0], sides[1], self.unit, self)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         return dialog
@@ -820,12 +1047,17 @@ class MainWindow(QMainWindow):
         if m is None or run is None:
             raise GpumemInputError("no plan yet")
         gpu, count = self._cli_gpu()
-        return cli_command(m.source, run, gpu, count, self.target_form.value().margin_bytes)
+        margin = self.target_form.value().margin_bytes
+        if isinstance(run, TrainingRun):
+            return training_cli_command(m.source, run, gpu, count, margin)
+        return cli_command(m.source, run, gpu, count, margin)
 
     def runtime_flags_text(self) -> str:
         m, run, est = self._model, self._run, self._est
         if m is None or run is None or est is None:
             raise GpumemInputError("no plan yet")
+        if isinstance(run, TrainingRun):
+            return training_runtime_flags(m.source, run)
         return runtime_flags(m.source, run, est)
 
     def copy_command(self) -> None:
@@ -834,7 +1066,8 @@ class MainWindow(QMainWindow):
 
     def copy_runtime_flags(self) -> None:
         QApplication.clipboard().setText(self.runtime_flags_text())
-        self.statusBar().showMessage(f"Copied the {self._run.engine if self._run else ''} command line", 4000)
+        what = "training arguments" if isinstance(self._run, TrainingRun) else "engine command line"
+        self.statusBar().showMessage(f"Copied the {what}", 4000)
 
     def export_report(self, base: Path | str) -> list[Path]:
         """Write ``base``.md (report), ``base``.png (charts) and ``base``.json (the plan as
@@ -869,7 +1102,7 @@ class MainWindow(QMainWindow):
             unit=self.unit,
             target_text=target_text,
             command=self.command_line(),
-            flags=runtime_flags(m.source, run, est),
+            flags=self.runtime_flags_text(),
             chart_png=png_path.name,
         )
         atomic_write(md_path, md)

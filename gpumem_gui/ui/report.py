@@ -22,6 +22,7 @@ from gpumem_gui.core.estimate import Component, Estimate
 from gpumem_gui.core.fit import DEFAULT_MARGIN_BYTES, FitReport, Verdict
 from gpumem_gui.core.inference import InferenceRun
 from gpumem_gui.core.loader import LoadedModel
+from gpumem_gui.core.training import TrainingRun
 from gpumem_gui.core.units import MiB, SizeUnit, fmt_bytes, fmt_count
 
 # ---- files -------------------------------------------------------------------------------------------------
@@ -49,13 +50,15 @@ def atomic_write(path: Path, data: bytes | str) -> None:
 
 
 def plan_document(
-    m: LoadedModel, run: InferenceRun, est: Estimate, rep: FitReport | None = None
+    m: LoadedModel, run: InferenceRun | TrainingRun, est: Estimate, rep: FitReport | None = None
 ) -> dict[str, Any]:
     """What ``gpumem estimate ... --json`` prints (the core's document, so the two are always identical)."""
     return estimate_document(m.name, m.params, run, est, rep)
 
 
-def plan_json(m: LoadedModel, run: InferenceRun, est: Estimate, rep: FitReport | None = None) -> str:
+def plan_json(
+    m: LoadedModel, run: InferenceRun | TrainingRun, est: Estimate, rep: FitReport | None = None
+) -> str:
     """The plan as the CLI prints it (``indent=2``, trailing newline)."""
     return json.dumps(plan_document(m, run, est, rep), indent=2, sort_keys=False) + "\n"
 
@@ -198,6 +201,165 @@ def runtime_flags(model: str, run: InferenceRun, est: Estimate) -> str:
     )
 
 
+# TrainingRun field -> the gpumem CLI flag (``gpumem estimate MODEL --mode train ...``)
+_TRAIN_CLI_FLAGS = {
+    "method": "--method",
+    "precision": "--precision",
+    "optimizer": "--optimizer",
+    "batch": "--batch",
+    "seq": "--seq",
+    "grad_accum": "--grad-accum",
+    "attn": "--attn",
+    "lora_rank": "--lora-rank",
+    "lora_targets": "--lora-targets",
+    "zero": "--zero",
+    "offload": "--offload",
+    "fsdp": "--fsdp",
+    "dp": "--dp",
+    "tp": "--tp",
+    "pp": "--pp",
+    "ep": "--ep",
+    "cp": "--cp",
+}
+# fields the CLI has no flag for: named in a trailing comment when they differ from the default
+_TRAIN_NO_FLAG = (
+    "qlora_base",
+    "lora_alpha",
+    "lora_dropout",
+    "dropout",
+    "frozen_layers",
+    "gpus_per_node",
+    "cuda_context_mib",
+)
+
+
+def _flag_value(value: object) -> str:
+    return ",".join(value) if isinstance(value, tuple) else str(value)
+
+
+def training_cli_command(
+    source: str,
+    run: TrainingRun,
+    gpu: str | None = None,
+    count: int = 1,
+    margin_bytes: int = DEFAULT_MARGIN_BYTES,
+) -> str:
+    """The ``gpumem estimate MODEL --mode train ...`` command line (method, precision and optimizer always;
+    other flags when not the default), shell-quoted; fields without a flag in a trailing comment."""
+    default = TrainingRun()
+    args = ["gpumem", "estimate", source, "--mode", "train"]
+    lora = run.method != "full"
+    for field, flag in _TRAIN_CLI_FLAGS.items():
+        value = getattr(run, field)
+        if field.startswith("lora_") and not lora:
+            continue
+        if field in ("method", "precision", "optimizer") or value != getattr(default, field):
+            args += [flag, _flag_value(value)]
+    if run.grad_ckpt:
+        args.append("--grad-ckpt")
+    if run.first_step:
+        args.append("--first-step")
+    if gpu:
+        args += ["--gpu", f"{gpu}:{count}" if count > 1 else gpu]
+    margin_mib = margin_bytes // MiB
+    if margin_mib != DEFAULT_MARGIN_BYTES // MiB:
+        args += ["--margin-mib", str(margin_mib)]
+    line = shlex.join(args)
+    extra = [
+        f"{f}={_flag_value(getattr(run, f))}"
+        for f in _TRAIN_NO_FLAG
+        if getattr(run, f) != getattr(default, f) and (lora or not f.startswith(("lora_", "qlora_")))
+    ]
+    if extra:
+        line += f"  # no CLI flag for: {', '.join(extra)}"
+    return line
+
+
+_HF_OPTIM = {
+    "adamw": "adamw_torch",
+    "adamw-fused": "adamw_torch_fused",
+    "adamw-foreach": "adamw_torch",
+    "adamw-for-loop": "adamw_torch",
+    "adamw-8bit": "adamw_bnb_8bit",
+    "paged-adamw-8bit": "paged_adamw_8bit",
+    "adafactor": "adafactor",
+    "sgd": "sgd",
+    "sgd-momentum": "sgd",
+    "lion": "lion_32bit",
+}
+
+
+def training_runtime_flags(model: str, run: TrainingRun) -> str:
+    """The Hugging Face ``TrainingArguments`` (and PEFT / bitsandbytes configs) this run corresponds to."""
+    lines = []
+    if run.method == "qlora":
+        lines.append(
+            "BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4', "
+            f"bnb_4bit_use_double_quant={run.qlora_base == 'nf4-dq'}, bnb_4bit_compute_dtype=torch.bfloat16)"
+        )
+    if run.method != "full":
+        targets = run.lora_targets if isinstance(run.lora_targets, str) else list(run.lora_targets)
+        lines.append(
+            f"LoraConfig(r={run.lora_rank}, lora_alpha={run.lora_alpha:g}, "
+            f"lora_dropout={run.lora_dropout:g}, "
+            f"target_modules={targets!r})"
+        )
+    args = [
+        f"per_device_train_batch_size={run.batch}",
+        f"gradient_accumulation_steps={run.grad_accum}",
+        f"gradient_checkpointing={run.grad_ckpt}",
+        f"optim={_HF_OPTIM.get(run.optimizer, run.optimizer)!r}",
+    ]
+    if run.precision == "amp-bf16":
+        args.append("bf16=True")
+    elif run.precision == "amp-fp16":
+        args.append("fp16=True")
+    if run.optimizer == "sgd-momentum":
+        args.append("optim_args='momentum=0.9'")
+    if run.zero:
+        offload = {
+            "optimizer": ", offload_optimizer=cpu",
+            "optimizer+params": ", offload_optimizer+param=cpu",
+        }
+        args.append(
+            f"deepspeed='ds_zero{run.zero}.json'  # ZeRO stage {run.zero}{offload.get(run.offload, '')}"
+        )
+    elif run.fsdp != "none":
+        args.append(f"fsdp='{run.fsdp}'" + (" offload" if run.offload == "optimizer+params" else ""))
+    lines.append("TrainingArguments(" + ", ".join(args) + ")")
+    lines.append(
+        f"model = AutoModelForCausalLM.from_pretrained({model!r}, attn_implementation={run.attn!r})"
+        f"  # seq {run.seq} tokens; {run.world} GPU(s): dp {run.dp} x tp {run.tp} x pp {run.pp} x cp {run.cp}"
+    )
+    return "\n".join(lines)
+
+
+def run_summary(run: InferenceRun | TrainingRun) -> str:
+    """One line saying what the run does (reports and the compare dialog)."""
+    if isinstance(run, TrainingRun):
+        method = {
+            "full": "full fine-tune",
+            "lora": f"LoRA r{run.lora_rank}",
+            "qlora": f"QLoRA r{run.lora_rank}",
+        }
+        shard = f", ZeRO-{run.zero}" if run.zero else f", FSDP {run.fsdp}" if run.fsdp != "none" else ""
+        offload = f", offload {run.offload}" if run.offload != "none" else ""
+        return (
+            f"training: {method[run.method]}, {run.precision}, {run.optimizer}; micro-batch {run.batch} x "
+            f"{run.seq:,} tokens, accumulation {run.grad_accum}"
+            + (", gradient checkpointing" if run.grad_ckpt else "")
+            + f", attention {run.attn}; dp {run.dp} x tp {run.tp} x pp {run.pp} x cp {run.cp} (ep {run.ep})"
+            + shard
+            + offload
+        )
+    return (
+        f"{run.engine}; batch {run.batch}, prompt {run.seq:,} + {run.new_tokens:,} new tokens; weights "
+        f"{run.weights}, compute {run.compute_dtype}, KV cache {run.kv_dtype_resolved}, "
+        f"attention {run.attn}, "
+        f"tp {run.tp} x pp {run.pp} (ep {run.ep})"
+    )
+
+
 # ---- Markdown ----------------------------------------------------------------------------------------------
 
 
@@ -207,7 +369,7 @@ def _md_cell(text: object) -> str:
 
 def markdown_report(
     m: LoadedModel,
-    run: InferenceRun,
+    run: InferenceRun | TrainingRun,
     est: Estimate,
     rep: FitReport | None,
     *,
@@ -224,14 +386,16 @@ def markdown_report(
         "",
         f"- model: `{m.source}` ({m.source_kind})"
         + (f", {fmt_count(m.params.total)} parameters" if m.params else ""),
-        f"- engine: {est.engine}; batch {run.batch}, prompt {run.seq} tokens, {run.new_tokens} new tokens",
-        f"- weights {run.weights}, compute {run.compute_dtype}, KV cache {run.kv_dtype_resolved}, "
-        f"attention {run.attn}, tp {run.tp} x pp {run.pp} (ep {run.ep})",
+        f"- run: {run_summary(run)}",
         f"- target: {target_text}",
         "",
         f"**GPU memory needed: {fmt_bytes(est.total_bytes, unit)} per GPU** (what nvidia-smi shows); "
-        f"peak of live tensors {fmt_bytes(est.peak_bytes, unit)} in phase `{est.peak_phase}`; "
-        f"KV cache {fmt_bytes(est.kv_cache_bytes, unit)}.",
+        f"peak of live tensors {fmt_bytes(est.peak_bytes, unit)} in phase `{est.peak_phase}`"
+        + (
+            f"; CPU RAM for offloaded state {fmt_bytes(int(est.facts.get('cpu_bytes') or 0), unit)} per rank."
+            if isinstance(run, TrainingRun)
+            else f"; KV cache {fmt_bytes(est.kv_cache_bytes, unit)}."
+        ),
         "",
     ]
     if rep is not None:
@@ -243,14 +407,20 @@ def markdown_report(
                 f"{fmt_bytes(v.available_bytes, unit)} (margin {fmt_bytes(v.margin_bytes, unit)}): "
                 f"{verdict_words(v, unit)}"
             )
-        out += [
-            "",
-            f"Maxima that fit: batch {rep.max_batch}, context {rep.max_context} tokens, fewest GPUs "
-            f"{rep.fewest_gpus}, most precise weights {rep.smallest_weights}, "
-            f"KV dtype {rep.smallest_kv_dtype}"
-            + (f", max concurrency {rep.max_concurrency}x" if rep.max_concurrency is not None else "")
-            + ".",
-        ]
+        if isinstance(run, TrainingRun):
+            maxima = (
+                f"Maxima that fit: micro-batch {rep.max_batch}, sequence {rep.max_context} tokens, fewest "
+                f"GPUs {rep.fewest_gpus}."
+            )
+        else:
+            maxima = (
+                f"Maxima that fit: batch {rep.max_batch}, context {rep.max_context} tokens, fewest GPUs "
+                f"{rep.fewest_gpus}, most precise weights {rep.smallest_weights}, "
+                f"KV dtype {rep.smallest_kv_dtype}"
+                + (f", max concurrency {rep.max_concurrency}x" if rep.max_concurrency is not None else "")
+                + "."
+            )
+        out += ["", maxima]
         if rep.changes:
             out += ["", "### To make it fit (ranked)" if not rep.fits else "### Other options", ""]
             for c in rep.changes:

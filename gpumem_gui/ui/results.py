@@ -90,6 +90,12 @@ class VerdictBanner(QFrame):
             pal.setColor(QPalette.ColorRole.WindowText, self.palette().color(QPalette.ColorRole.WindowText))
         self.title.setPalette(pal)
 
+    def add_line(self, text: str) -> None:
+        """Append one line to the detail (e.g. the local GPUs the fit report suggests), once."""
+        current = self.detail.text()
+        if text and text not in current.split("\n"):
+            self.detail.setText(f"{current}\n{text}" if current else text)
+
 
 class ComponentTable(QTableWidget):
     """component | bytes | GiB (or GB) | share; the last row is the total."""
@@ -214,22 +220,35 @@ class ChangesPanel(QWidget):
         self.maxima.setEnabled(True)
         self._rows_box.setEnabled(True)
 
-    def show_report(self, rep: FitReport, unit: SizeUnit) -> None:
+    def show_report(
+        self, rep: FitReport, unit: SizeUnit, changes: Sequence[Change] | None = None, note: str = ""
+    ) -> None:
+        """Show ``rep``'s maxima and ``changes`` (default: all of ``rep.changes``); ``note`` says why some
+        are left out."""
         self.maxima.setEnabled(True)
         self._rows_box.setEnabled(True)
         self.heading.setText("<b>To make it fit</b>" if not rep.fits else "<b>Other options</b>")
-        parts = [
-            f"max batch <b>{rep.max_batch if rep.max_batch is not None else 'none'}</b>",
-            f"max context <b>{f'{rep.max_context:,}' if rep.max_context else 'none'}</b> tokens",
-            f"fewest GPUs <b>{rep.fewest_gpus if rep.fewest_gpus is not None else 'none'}</b>",
-            f"best weights <b>{rep.smallest_weights or 'none'}</b>",
-            f"best KV dtype <b>{rep.smallest_kv_dtype or 'none'}</b>",
-        ]
+        changes = list(rep.changes if changes is None else changes)
+        if rep.estimate.mode == "train":
+            parts = [
+                f"max micro-batch <b>{rep.max_batch if rep.max_batch is not None else 'none'}</b>",
+                f"longest sequence <b>{f'{rep.max_context:,}' if rep.max_context else 'none'}</b> tokens",
+                f"fewest GPUs <b>{rep.fewest_gpus if rep.fewest_gpus is not None else 'none'}</b>",
+            ]
+        else:
+            parts = [
+                f"max batch <b>{rep.max_batch if rep.max_batch is not None else 'none'}</b>",
+                f"max context <b>{f'{rep.max_context:,}' if rep.max_context else 'none'}</b> tokens",
+                f"fewest GPUs <b>{rep.fewest_gpus if rep.fewest_gpus is not None else 'none'}</b>",
+                f"best weights <b>{rep.smallest_weights or 'none'}</b>",
+                f"best KV dtype <b>{rep.smallest_kv_dtype or 'none'}</b>",
+            ]
         if rep.max_concurrency is not None:
             parts.append(f"max concurrency <b>{rep.max_concurrency:g}x</b>")
         self.maxima.setText(" · ".join(parts))
-        self.status.setText("" if rep.changes else "No change is needed." if rep.fits else "No change found.")
-        self._set_rows(list(rep.changes), unit)
+        status = "" if changes else "No change is needed." if rep.fits else "No change found."
+        self.status.setText(" ".join(t for t in (status, note) if t))
+        self._set_rows(changes, unit)
 
     def _set_rows(self, changes: list[Change], unit: SizeUnit) -> None:
         while self._rows.count() > 1:
@@ -252,6 +271,7 @@ class ChangesPanel(QWidget):
                 f"<b>{i + 1}. {html.escape(c.description)}</b><br>needs {fmt_bytes(c.total_bytes, unit)}"
             )
             text.setToolTip(f"{c.description}: needs {fmt_bytes(c.total_bytes, unit)} per GPU")
+            text.setWordWrap(True)
             text.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             text.setMinimumWidth(80)
             button = QPushButton("Apply")
@@ -262,6 +282,16 @@ class ChangesPanel(QWidget):
             h.addWidget(button)
             self._rows.insertWidget(self._rows.count() - 1, row)
             self.buttons.append(button)
+
+
+SWEEP_LABELS = {
+    "infer": {"seq": "against prompt length", "batch": "against batch"},
+    "train": {"seq": "against sequence length", "batch": "against micro-batch"},
+}
+SWEEP_AXES = {
+    "infer": {"seq": "prompt tokens", "batch": "batch (sequences)"},
+    "train": {"seq": "sequence tokens", "batch": "micro-batch (sequences)"},
+}
 
 
 class ResultsView(QWidget):
@@ -283,8 +313,9 @@ class ResultsView(QWidget):
         self.phases = PhaseChart()
         self.sweep = SweepChart()
         self.sweep_over = QComboBox()
-        self.sweep_over.addItem("against prompt length", "seq")
-        self.sweep_over.addItem("against batch", "batch")
+        self.sweep_over.addItem(SWEEP_LABELS["infer"]["seq"], "seq")
+        self.sweep_over.addItem(SWEEP_LABELS["infer"]["batch"], "batch")
+        self.mode = "infer"
         self.sweep_over.setToolTip("What the sweep chart varies (48 estimates at once)")
         self.sweep_over.currentIndexChanged.connect(
             lambda _i: self.sweep_over_changed.emit(self.sweep_over.currentData())
@@ -346,6 +377,16 @@ class ResultsView(QWidget):
 
     # ---- updates -------------------------------------------------------------------------------------------
 
+    def set_mode(self, mode: str) -> None:
+        """'infer' or 'train': names the sweep's choices and axis for what the estimate is about."""
+        self.mode = mode
+        with QSignalBlocker(self.sweep_over):
+            for i in range(self.sweep_over.count()):
+                self.sweep_over.setItemText(i, SWEEP_LABELS[mode][self.sweep_over.itemData(i)])
+
+    def sweep_axis(self, over: str) -> str:
+        return SWEEP_AXES[self.mode][over]
+
     def show_estimate(
         self,
         est: Estimate,
@@ -373,8 +414,10 @@ class ResultsView(QWidget):
         words = verdict_words(worst, unit)
         state = "fits" if worst.fits else "misses"
         head = words[0].upper() + words[1:] if worst.fits else f"Does not fit: {words}"
+        who = "rank" if est.mode == "train" else "GPU"
         detail = (
-            f"{need} ({est.engine}, peak in {est.peak_phase}); on {target_text}: worst GPU {worst.gpu_index} "
+            f"{need} ({est.engine}, peak in {est.peak_phase}); on {target_text}: "
+            f"worst {who} {worst.gpu_index} "
             f"needs {fmt_bytes(worst.needed_bytes, unit)} of {fmt_bytes(worst.available_bytes, unit)} "
             f"with a {fmt_bytes(worst.margin_bytes, unit)} margin"
         )

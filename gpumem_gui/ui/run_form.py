@@ -128,6 +128,7 @@ class _FieldForm(QWidget):
 
     def show_error(self, field: str | None, message: str) -> None:
         """Show ``message`` next to ``field``'s widget, or above the form when no such field is here."""
+        message = message.replace("Value error, ", "")
         row = self._rows.get(field or "")
         if row is not None:
             row.error.show_message(message)
@@ -576,12 +577,21 @@ def _local_devices(choice: GpuChoice, snapshot: GpuSnapshot | None) -> list[GpuD
             raise GpumemInputError("a MIG instance is one device: set the count to 1", field="gpu")
         chosen = [dev]
     else:
+        # the picked GPU and the count - 1 freest others (most free memory first, ties by index),
+        # in index order
         phys = [d for d in snapshot.physical_devices if not (d.mig_mode and snapshot.mig_instances(d.index))]
-        start = next(i for i, d in enumerate(phys) if d.key == dev.key)
-        chosen = phys[start : start + choice.count]
+        if len(phys) < choice.count:
+            raise GpumemInputError(
+                f"only {len(phys)} local GPU(s) on this machine, not {choice.count}", field="gpu"
+            )
+        others = sorted(
+            (d for d in phys if d.key != dev.key and d.ok),
+            key=lambda d: (-(d.free_bytes or 0), d.index),
+        )
+        chosen = sorted([dev, *others[: choice.count - 1]], key=lambda d: d.index)
         if len(chosen) < choice.count:
             raise GpumemInputError(
-                f"only {len(chosen)} local GPU(s) from GPU {key} on, not {choice.count}", field="gpu"
+                f"only {len(chosen)} usable local GPU(s) on this machine, not {choice.count}", field="gpu"
             )
     for d in chosen:
         if d.error:
@@ -643,7 +653,13 @@ class TargetForm(_FieldForm):
         )
         assert isinstance(self._gpu, QComboBox)
         self._gpu.setMaxVisibleItems(24)
-        self._add_row(f, "count", "Count", _spin(1, 4096, suffix=" GPUs"), "How many such GPUs (1 to 4096).")
+        self._add_row(
+            f,
+            "count",
+            "Count",
+            _spin(1, 4096, suffix=" GPUs"),
+            "How many such GPUs (1 to 4096). Local GPUs: the picked one and the freest others.",
+        )
         self._add_row(
             f,
             "margin_mib",

@@ -2,10 +2,15 @@
 
 A scenario file::
 
-    {"format": "gpumem-scenario", "version": 1,
+    {"format": "gpumem-scenario", "version": 2,
      "model": {"source": "meta-llama/Llama-3.1-8B"},
+     "mode": "infer",                      # or "train": which tab (and estimate) the scenario is about
      "run": {... every InferenceRun field ...},
+     "training": {... every TrainingRun field ...},   # or null
      "gpu": {"kind": "catalog", "gpu_id": "RTX-4090", "count": 1, "margin_mib": 1024, "basis": "free", ...}}
+
+Version 1 files (no ``mode``, no ``training``: inference only) are still read; they load as inference
+scenarios. Files are always written as version 2.
 
 Files are written atomically (a temporary file in the same folder, then ``os.replace``). Reading validates
 the whole document first; anything wrong raises :class:`ScenarioError` with one clear line, and the caller
@@ -14,6 +19,7 @@ changes nothing.
 
 from __future__ import annotations
 
+import html
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,12 +45,14 @@ from PySide6.QtWidgets import (
 from gpumem_gui.core.errors import describe_validation_error
 from gpumem_gui.core.estimate import Estimate
 from gpumem_gui.core.inference import InferenceRun
+from gpumem_gui.core.training import TrainingRun
 from gpumem_gui.core.units import SizeUnit, fmt_bytes
-from gpumem_gui.ui.report import atomic_write
+from gpumem_gui.ui.report import atomic_write, run_summary
 from gpumem_gui.ui.run_form import GpuChoice
 
 SCENARIO_FORMAT = "gpumem-scenario"
-SCENARIO_VERSION = 1
+SCENARIO_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 MAX_RECENT = 8
 MAX_SCENARIO_BYTES = 1 << 20
 
@@ -65,10 +73,17 @@ class Scenario(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     format: Literal["gpumem-scenario"] = SCENARIO_FORMAT
-    version: Literal[1] = SCENARIO_VERSION
+    version: Literal[1, 2] = SCENARIO_VERSION
     model: ModelRef
-    run: InferenceRun
+    mode: Literal["infer", "train"] = "infer"
+    run: InferenceRun = InferenceRun()
+    training: TrainingRun | None = None
     gpu: GpuChoice = GpuChoice()
+
+    @property
+    def active_run(self) -> InferenceRun | TrainingRun:
+        """The run the scenario is about: the training run in mode 'train', else the inference run."""
+        return self.training if self.mode == "train" and self.training is not None else self.run
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), indent=2) + "\n"
@@ -86,15 +101,25 @@ def scenario_from_json(text: str, source: str = "scenario") -> Scenario:
         raise ScenarioError(f"{source}: a scenario must be a JSON object")
     if doc.get("format") != SCENARIO_FORMAT:
         raise ScenarioError(f"{source}: not a gpumem scenario (format is {doc.get('format')!r})")
-    if doc.get("version") != SCENARIO_VERSION:
+    version = doc.get("version")
+    if version not in READABLE_VERSIONS:
         raise ScenarioError(
-            f"{source}: scenario version {doc.get('version')!r} is not supported (this gpumem reads "
-            f"{SCENARIO_VERSION})"
+            f"{source}: scenario version {version!r} is not supported (this gpumem reads "
+            f"{', '.join(map(str, READABLE_VERSIONS))})"
         )
+    if version == 1:
+        extra = sorted({"mode", "training"} & doc.keys())
+        if extra:
+            raise ScenarioError(f"{source}: a version 1 scenario has no {', '.join(extra)}")
+        if "run" not in doc:
+            raise ScenarioError(f"{source}: run: field required")
     try:
-        return Scenario.model_validate(doc)
+        sc = Scenario.model_validate(doc)
     except ValidationError as e:
         raise ScenarioError(describe_validation_error(e, source=source).one_line()) from None
+    if sc.mode == "train" and sc.training is None:
+        raise ScenarioError(f"{source}: mode 'train' needs a 'training' run")
+    return sc.model_copy(update={"version": SCENARIO_VERSION})
 
 
 def read_scenario(path: Path | str) -> Scenario:
@@ -166,7 +191,7 @@ class Side:
 
     title: str
     model: str
-    run: InferenceRun
+    run: InferenceRun | TrainingRun
     estimate: Estimate
 
 
@@ -193,13 +218,10 @@ class CompareDialog(QDialog):
         self.resize(820, 520)
         head = QGridLayout()
         for col, side in enumerate((a, b)):
-            r = side.run
             title = QLabel(f"<b>{'AB'[col]}: {side.title}</b>")
             title.setWordWrap(True)
             text = QLabel(
-                f"{side.model}<br>{r.engine}, batch {r.batch}, prompt {r.seq:,} + {r.new_tokens:,} new, "
-                f"weights "
-                f"{r.weights}, KV {r.kv_dtype_resolved}, tp {r.tp} x pp {r.pp}<br>"
+                f"{html.escape(side.model)}<br>{html.escape(run_summary(side.run))}<br>"
                 f"needs <b>{fmt_bytes(side.estimate.total_bytes, unit)}</b> per GPU"
             )
             text.setWordWrap(True)

@@ -33,6 +33,19 @@ SERIES_COLORS: dict[str, str] = {
     "cuda_context": "#bab0ac",
     "workspace": "#d7b5a6",
     "allocator_reserve": "#79706e",
+    # training (gpumem_gui.core.training component keys)
+    "parameters": "#4e79a7",
+    "gathered_parameters": "#a0cbe8",
+    "buffers": "#9c755f",
+    "gradients": "#f28e2b",
+    "optimizer_states": "#b07aa1",
+    "optimizer_temporaries": "#ff9da7",
+    "weight_copies": "#76b7b2",
+    "dequantized_weights": "#fabfd2",
+    "temporaries": "#edc948",
+    "inputs": "#499894",
+    "pipeline_inflight": "#8cd17d",
+    "context_parallel": "#d37295",
 }
 _FALLBACK = ("#499894", "#f1ce63", "#fabfd2", "#d37295", "#a0cbe8", "#ffbe7d", "#8cd17d", "#b6992d")
 
