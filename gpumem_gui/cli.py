@@ -508,12 +508,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 def _estimate(m: LoadedModel, run: Any, capacity: int | None) -> Any:
     """Inference or training estimate, by the run's type."""
-    from gpumem_gui.core.inference import InferenceRun, estimate_inference
-    from gpumem_gui.core.training import estimate_training
+    from gpumem_gui.core.sweep import estimate_any
 
-    if isinstance(run, InferenceRun):
-        return estimate_inference(m.spec, run, capacity, m.weights)
-    return estimate_training(m.spec, run)
+    return estimate_any(m.spec, run, capacity, m.weights)
 
 
 def _fit(m: LoadedModel, run: Any, target: Any, args: argparse.Namespace) -> Any:
@@ -586,6 +583,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from gpumem_gui.core.errors import GpumemInputError
+    from gpumem_gui.core.sweep import evenly_spaced, sweep
 
     m = _loaded_spec(args.model)
     base = _run_from_args(args, m)
@@ -594,27 +592,26 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise GpumemInputError("must be between 1 and 100000", field="steps")
     if args.start < 1 or args.stop < args.start:
         raise GpumemInputError("need 1 <= --from <= --to", field="from")
-    pts = sorted(
-        {round(args.start + (args.stop - args.start) * i / max(1, args.steps - 1)) for i in range(args.steps)}
+    points = sweep(
+        m.spec,
+        base,
+        args.over,
+        evenly_spaced(args.start, args.stop, args.steps),
+        target,
+        args.margin_mib << 20,
+        m.weights,
     )
-    rows = []
-    for x in pts:
-        run = base.model_copy(update={args.over: x})
-        est = _estimate(m, run, target.capacity_bytes if target else None)
-        rows.append(
-            {
-                args.over: x,
-                "peak_bytes": est.peak_bytes,
-                "total_bytes": est.total_bytes,
-                "kv_cache_bytes": est.kv_cache_bytes,
-                "peak_phase": est.peak_phase,
-                **(
-                    {"fits": est.total_bytes + (args.margin_mib << 20) <= target.capacity_bytes}
-                    if target
-                    else {}
-                ),
-            }
-        )
+    rows = [
+        {
+            args.over: p.x,
+            "peak_bytes": p.peak_bytes,
+            "total_bytes": p.total_bytes,
+            "kv_cache_bytes": p.kv_cache_bytes,
+            "peak_phase": p.peak_phase,
+            **({"fits": p.fits} if target else {}),
+        }
+        for p in points
+    ]
     if args.json:
         _dump({"schema": "gpumem.sweep/1", "model": m.name, "over": args.over, "points": rows})
     elif args.csv:

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.hf_config import load_config_file
-from gpumem_gui.core.inference import InferenceRun, estimate_inference, make_run
+from gpumem_gui.core.inference import estimate_inference, make_run
 from gpumem_gui.core.model import ModelSpec
+from gpumem_gui.core.reference_points import inference_run_for_point
 from tests.conftest import REPO, reference_dir
 
 EXTRA = REPO / "tests" / "reference" / "extra"
@@ -34,18 +35,6 @@ def _points() -> list[dict]:
 POINTS = _points()
 
 
-def _run_for(p: dict) -> InferenceRun:
-    attn = p.get("attn_implementation_used") or p["attn_implementation"]
-    return make_run(
-        batch=p["batch"],
-        seq=p["seq"],
-        new_tokens=0,
-        weights="bf16",
-        attn=attn,
-        logits="all" if p["mode"] == "infer_prefill" else "last",
-    )
-
-
 @pytest.mark.parametrize(
     "point",
     POINTS,
@@ -53,7 +42,7 @@ def _run_for(p: dict) -> InferenceRun:
 )
 def test_peak_within_3_percent_and_kv_exact(point: dict) -> None:
     spec = load_config_file(_config(point["model"]))
-    est = estimate_inference(spec, _run_for(point))
+    est = estimate_inference(spec, inference_run_for_point(point))
     err = (est.peak_bytes - point["peak_bytes"]) / point["peak_bytes"]
     assert abs(err) < 0.03, f"peak {est.peak_bytes} vs measured {point['peak_bytes']} ({err:+.2%})"
     assert est.kv_cache_bytes == point["kv_cache_bytes"]

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.hf_config import load_config_file
 from gpumem_gui.core.model import ModelSpec
+from gpumem_gui.core.reference_points import training_run_for_point
 from gpumem_gui.core.train_step import simulate_step
 from gpumem_gui.core.training import (
-    TrainingRun,
     estimate_training,
     make_training_run,
     simulate_kwargs,
@@ -49,34 +49,6 @@ def _points() -> list[dict]:
 POINTS = _points()
 
 
-def run_for_point(p: dict) -> TrainingRun:
-    """The TrainingRun a measured point corresponds to (method.modes of groundtruth.json; lora_* modes of
-    grid_train.json: PEFT LoRA on a bf16 base, fp32 adapters, with or without autocast)."""
-    mode = p["mode"]
-    kw: dict[str, object] = {
-        "batch": p["batch"],
-        "seq": p["seq"],
-        "attn": p.get("attn_implementation_used") or p["attn_implementation"],
-        "grad_ckpt": mode.endswith("_gc"),
-    }
-    if mode.startswith("lora"):
-        targets = p["lora_targets"]
-        kw.update(
-            method="lora",
-            precision="amp-bf16" if mode.startswith("lora_amp") else "bf16",
-            lora_rank=p["lora_rank"],
-            lora_dropout=p.get("lora_dropout", 0.0),
-            lora_targets=targets if targets == "all-linear" else tuple(targets),
-        )
-    else:
-        kw["precision"] = "amp-bf16" if "amp" in mode else "bf16"
-    override = p.get("config_override") or {}
-    drop = [v for k, v in override.items() if "drop" in k]
-    if drop:
-        kw["dropout"] = float(max(drop))
-    return make_training_run(**kw)
-
-
 def _id(p: dict) -> str:
     extra = f"-r{p['lora_rank']}" if "lora_rank" in p else ""
     extra += "-override" if p.get("config_override") else ""
@@ -87,7 +59,7 @@ def _estimated(point: dict) -> tuple[int, dict[str, int]]:
     """(peak, phase peaks) for a measured point. Points measured with dropout on the CPU replay the CPU
     dropout
     kernel (a noise tensor of the input's dtype) instead of CUDA's bool mask, the estimator's default."""
-    spec, run = _spec(point["model"]), run_for_point(point)
+    spec, run = _spec(point["model"]), training_run_for_point(point)
     if point.get("dropout_kernel") == "cpu":
         cfg, rspec = step_config(spec, run)
         res = simulate_step(rspec, replace(cfg, cpu_dropout=True), run.optimizer, **simulate_kwargs(run))

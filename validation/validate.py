@@ -45,11 +45,12 @@ if str(REPO) not in sys.path:  # a source tree that was never installed
 
 from gpumem_gui.core.catalog import find_gpu, find_model  # noqa: E402
 from gpumem_gui.core.estimate import Estimate  # noqa: E402
+from gpumem_gui.core.fit import gallop  # noqa: E402
 from gpumem_gui.core.formats import gguf_plan  # noqa: E402
 from gpumem_gui.core.hf_config import load_config_file, spec_from_config  # noqa: E402
 from gpumem_gui.core.inference import InferenceRun, estimate_inference, make_run  # noqa: E402
 from gpumem_gui.core.model import ModelSpec  # noqa: E402
-from gpumem_gui.core.train_fit import gallop  # noqa: E402
+from gpumem_gui.core.reference_points import inference_run_for_point, training_run_for_point  # noqa: E402
 from gpumem_gui.core.train_step import simulate_step  # noqa: E402
 from gpumem_gui.core.training import (  # noqa: E402
     TrainingRun,
@@ -162,17 +163,6 @@ def grid_points(subset: bool = False) -> list[tuple[str, dict]]:
     return out
 
 
-def grid_run(p: dict) -> InferenceRun:
-    return make_run(
-        batch=p["batch"],
-        seq=p["seq"],
-        new_tokens=0,
-        weights="bf16",
-        attn=p.get("attn_implementation_used") or p["attn_implementation"],
-        logits=MODE_LOGITS[p["mode"]],
-    )
-
-
 def _short(model: str) -> str:
     return model.split("__", 1)[-1]
 
@@ -202,7 +192,7 @@ def grid_rows(subset: bool = False) -> list[Row]:
     for label, p in grid_points(subset):
         spec = specs.get(p["model"]) or load_config_file(config_path(p["model"]))
         specs[p["model"]] = spec
-        est = estimate_inference(spec, grid_run(p))
+        est = estimate_inference(spec, inference_run_for_point(p))
         row = Row(
             table="grid",
             kind="peak live tensors (MemTracker = max_memory_allocated)",
@@ -749,34 +739,6 @@ def train_grid_points(subset: bool = False) -> list[tuple[str, dict]]:
     return out
 
 
-def train_grid_run(p: dict) -> TrainingRun:
-    """The run a measured point stands for: ``train_amp_adamw`` = amp-bf16 + AdamW (foreach),
-    ``_gc`` = + activation checkpointing, ``train_bf16_adamw`` = pure bf16; ``lora_amp`` / ``lora_bf16``:
-    PEFT LoRA on a bf16 base with fp32 adapters, with or without autocast (as tests/test_training.py)."""
-    mode = p["mode"]
-    kw: dict[str, object] = {
-        "batch": p["batch"],
-        "seq": p["seq"],
-        "attn": p.get("attn_implementation_used") or p["attn_implementation"],
-        "grad_ckpt": mode.endswith("_gc"),
-    }
-    if mode.startswith("lora"):
-        targets = p["lora_targets"]
-        kw.update(
-            method="lora",
-            precision="amp-bf16" if mode.startswith("lora_amp") else "bf16",
-            lora_rank=p["lora_rank"],
-            lora_dropout=p.get("lora_dropout", 0.0),
-            lora_targets=targets if targets == "all-linear" else tuple(targets),
-        )
-    else:
-        kw["precision"] = "amp-bf16" if "amp" in mode else "bf16"
-    drop = [v for k, v in (p.get("config_override") or {}).items() if "drop" in k]
-    if drop:
-        kw["dropout"] = float(max(drop))
-    return make_training_run(**kw)
-
-
 def train_grid_setup(p: dict) -> str:
     mode = p["mode"]
     what = {
@@ -799,7 +761,7 @@ def train_grid_setup(p: dict) -> str:
 def _train_estimate(spec: ModelSpec, p: dict) -> tuple[int, dict[str, int], str, Estimate | None]:
     """(peak, phase peaks, peak phase, estimate) for a measured point. A point measured with dropout on
     the CPU replays CPU dropout (a noise tensor of the input's dtype), not CUDA's bool mask."""
-    run = train_grid_run(p)
+    run = training_run_for_point(p)
     if p.get("dropout_kernel") == "cpu":
         cfg, rspec = step_config(spec, run)
         res = simulate_step(rspec, dc_replace(cfg, cpu_dropout=True), run.optimizer, **simulate_kwargs(run))

@@ -6,6 +6,7 @@ the source of any constant. The GUI's explanation view and the CLI's ``--json`` 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated
 
 from pydantic import Field
@@ -74,3 +75,19 @@ class Estimate(Frozen):
 
     def component(self, key: str) -> Component | None:
         return next((c for c in self.components if c.key == key), None)
+
+
+def tp_ranks(stage_shares: Iterable[GpuShare], tp: int) -> tuple[GpuShare, ...]:
+    """Every GPU of a plan from one share per pipeline stage (TP rank 0): tensor-parallel ranks of a stage
+    hold the same amount, so each stage's share is repeated ``tp`` times with its GPU index and role."""
+    return tuple(
+        GpuShare.model_construct(
+            index=s.index + r,
+            role=s.role.replace("rank 0", f"rank {r}"),
+            peak_bytes=s.peak_bytes,
+            total_bytes=s.total_bytes,
+            components=s.components,
+        )
+        for s in stage_shares
+        for r in range(tp)
+    )

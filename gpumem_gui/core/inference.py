@@ -23,7 +23,7 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
-from gpumem_gui.core.estimate import Component, Estimate, Explanation, GpuShare, Phase
+from gpumem_gui.core.estimate import Component, Estimate, Explanation, GpuShare, Phase, tp_ranks
 from gpumem_gui.core.formats import (
     WeightBytes,
     check_kv_dtype,
@@ -468,17 +468,7 @@ def _estimate_transformers(
         )
     worst_share, worst_phases, _ = max(shares, key=lambda s: s[0].total_bytes)
     peak_phase = max(worst_phases.values(), key=lambda p: p.peak_bytes)
-    per_gpu = tuple(
-        GpuShare.model_construct(
-            index=s.index + r,
-            role=s.role.replace("rank 0", f"rank {r}"),
-            peak_bytes=s.peak_bytes,
-            total_bytes=s.total_bytes,
-            components=s.components,
-        )
-        for s, _, _ in shares
-        for r in range(run.tp)
-    )
+    per_gpu = tp_ranks((s for s, _, _ in shares), run.tp)
     return Estimate.model_construct(
         mode="inference",
         engine="transformers",

@@ -9,12 +9,11 @@ stage, optimizer offload, more GPUs, a shorter sequence, a smaller micro-batch w
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from math import ceil
 
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.estimate import Estimate
-from gpumem_gui.core.fit import DEFAULT_MARGIN_BYTES, Change, FitReport, GpuTarget, verdicts
+from gpumem_gui.core.fit import DEFAULT_MARGIN_BYTES, Change, FitReport, GpuTarget, gallop, verdicts
 from gpumem_gui.core.model import ModelSpec
 from gpumem_gui.core.training import TrainingRun, estimate_training, make_training_run
 
@@ -30,42 +29,6 @@ def _check(spec: ModelSpec, run: TrainingRun, target: GpuTarget, margin: int) ->
         return all(v.fits for v in verdicts(est, big, margin)), est
     except GpumemInputError:
         return False, None
-
-
-def gallop(pred: Callable[[int], bool], start: int, lo: int, hi: int) -> int | None:
-    """Largest n in [lo, hi] with pred(n), pred monotone (true, then false), searching outward from ``start``
-    (doubling up, or halving down), then bisecting: few evaluations when the answer is near ``start``."""
-    start = min(max(start, lo), hi)
-    if pred(start):
-        good, bad = start, None
-        n = start
-        while n < hi:
-            n = min(hi, n * 2)
-            if pred(n):
-                good = n
-            else:
-                bad = n
-                break
-        if bad is None:
-            return good
-    else:
-        bad, good = start, None
-        n = start
-        while n > lo:
-            n = max(lo, n // 2)
-            if pred(n):
-                good = n
-                break
-            bad = n
-        if good is None:
-            return None
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        if pred(mid):
-            good = mid
-        else:
-            bad = mid
-    return good
 
 
 def fit_training(

@@ -29,7 +29,7 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
-from gpumem_gui.core.estimate import Component, Estimate, Explanation, GpuShare, Phase
+from gpumem_gui.core.estimate import Component, Estimate, Explanation, GpuShare, Phase, tp_ranks
 from gpumem_gui.core.formats import weight_bytes
 from gpumem_gui.core.inference import InferenceRun, rank_spec, stage_layers
 from gpumem_gui.core.model import Frozen, ModelSpec
@@ -655,17 +655,7 @@ def estimate_training(spec: ModelSpec, run: TrainingRun) -> Estimate:
         )
     worst, worst_phases, worst_res = max(shares, key=lambda s: s[0].total_bytes)
     peak_phase = max(worst_phases.values(), key=lambda p: p.peak_bytes)
-    per_gpu = tuple(
-        GpuShare(
-            index=s.index + r,
-            role=s.role.replace("rank 0", f"rank {r}"),
-            peak_bytes=s.peak_bytes,
-            total_bytes=s.total_bytes,
-            components=s.components,
-        )
-        for s, _, _ in shares
-        for r in range(run.tp)
-    )
+    per_gpu = tp_ranks((s for s, _, _ in shares), run.tp)
     counts = count_params(spec)
     cpu = _cpu_bytes(spec, run, [s[2] for s in shares])
     facts: dict[str, int | float | str | bool | None] = {

@@ -8,7 +8,6 @@ colors of :mod:`gpumem_gui.ui.theme` (one per component key, the same in every c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
@@ -17,6 +16,7 @@ from PySide6.QtGui import QColor, QPalette, QPixmap
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from gpumem_gui.core.estimate import Component, Estimate
+from gpumem_gui.core.sweep import SweepPoint
 from gpumem_gui.core.units import SizeUnit, fmt_bytes
 from gpumem_gui.ui.theme import (
     CAPACITY_COLOR,
@@ -312,13 +312,6 @@ class PhaseChart(_Chart):
             self.peak_text.hide()
         self.plot.setXRange(-0.6, len(names) - 0.4, padding=0)
         self.plot.setYRange(0, max(top * 1.22, 1e-3), padding=0)
-
-
-@dataclass(frozen=True)
-class SweepPoint:
-    x: int
-    total_bytes: int
-    fits: bool | None
 
 
 class SweepChart(_Chart):

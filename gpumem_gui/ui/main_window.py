@@ -46,12 +46,11 @@ from gpumem_gui.core.fit import FitReport, GpuTarget, Verdict, fit_report, verdi
 from gpumem_gui.core.inference import InferenceRun, estimate_inference
 from gpumem_gui.core.loader import LoadedModel, load_model
 from gpumem_gui.core.model import ModelSpec
+from gpumem_gui.core.sweep import SweepPoint, estimate_any, sweep
 from gpumem_gui.core.train_fit import fit_training
-from gpumem_gui.core.training import TrainingRun, estimate_training
+from gpumem_gui.core.training import TrainingRun
 from gpumem_gui.core.units import SizeUnit, fmt_bytes
-from gpumem_gui.core.weights import WeightsInventory
 from gpumem_gui.hardware.snapshot import GpuDevice, GpuSnapshot
-from gpumem_gui.ui.charts import SweepPoint
 from gpumem_gui.ui.gpu_panel import GpuPanel
 from gpumem_gui.ui.model_panel import Loader, ModelPanel
 from gpumem_gui.ui.report import (
@@ -103,63 +102,17 @@ def run_gpus(run: AnyRun) -> int:
     return run.world if isinstance(run, TrainingRun) else run.gpus
 
 
-def training_sweep_points(
-    spec: ModelSpec,
-    run: TrainingRun,
-    over: str,
-    target: GpuTarget | None,
-    margin: int,
-    n: int = TRAINING_SWEEP_POINTS,
-) -> list[SweepPoint]:
-    """``n`` training estimates of ``run`` with ``over`` ('seq' or 'batch') spread evenly up to a maximum."""
+def sweep_xs(spec: ModelSpec, run: AnyRun, over: str) -> list[int]:
+    """The swept values: evenly up to a sensible maximum (training replays a whole step: fewer points)."""
+    training = isinstance(run, TrainingRun)
+    n = TRAINING_SWEEP_POINTS if training else SWEEP_POINTS
     if over == "batch":
-        hi = max(2 * run.batch, 16)
-    else:
+        hi = max(2 * run.batch, 16 if training else 32)
+    elif training:
         hi = max(2 * run.seq, min(spec.max_position_embeddings, 32768))
-    xs = sorted({max(1, round(hi * (i + 1) / n)) for i in range(n)})
-    out: list[SweepPoint] = []
-    for x in xs:
-        try:
-            est = estimate_training(spec, run.model_copy(update={over: x}))
-        except GpumemInputError:
-            continue
-        fits = None
-        if target is not None:
-            try:
-                fits = all(v.fits for v in verdicts(est, target, margin))
-            except GpumemInputError:
-                fits = None
-        out.append(SweepPoint(x=x, total_bytes=est.total_bytes, fits=fits))
-    return out
-
-
-def sweep_points(
-    spec: ModelSpec,
-    run: InferenceRun,
-    over: str,
-    target: GpuTarget | None,
-    margin: int,
-    file_weights: WeightsInventory | None,
-    n: int = SWEEP_POINTS,
-) -> list[SweepPoint]:
-    """``n`` estimates of ``run`` with ``over`` ('seq' or 'batch') spread evenly up to a sensible maximum."""
-    hi = max(2 * run.batch, 32) if over == "batch" else max(2 * run.seq, spec.max_position_embeddings)
-    xs = sorted({max(1, round(hi * (i + 1) / n)) for i in range(n)})
-    out: list[SweepPoint] = []
-    for x in xs:
-        r = run.model_copy(update={over: x})
-        try:
-            est = estimate_inference(spec, r, target.capacity_bytes if target else None, file_weights)
-        except GpumemInputError:
-            continue
-        fits = None
-        if target is not None:
-            try:
-                fits = all(v.fits for v in verdicts(est, target, margin))
-            except GpumemInputError:
-                fits = None
-        out.append(SweepPoint(x=x, total_bytes=est.total_bytes, fits=fits))
-    return out
+    else:
+        hi = max(2 * run.seq, spec.max_position_embeddings)
+    return sorted({max(1, round(hi * (i + 1) / n)) for i in range(n)})
 
 
 @dataclass(frozen=True)
@@ -717,10 +670,7 @@ class MainWindow(QMainWindow):
         capacity = resolved.target.capacity_bytes if resolved else None
         t0 = time.perf_counter()
         try:
-            if isinstance(run, TrainingRun):
-                est = estimate_training(m.spec, run)
-            else:
-                est = estimate_inference(m.spec, run, capacity, m.weights)
+            est = estimate_any(m.spec, run, capacity, m.weights)
         except GpumemInputError as e:
             form.show_error(e.field, e.message)
             self.results.mark_stale(f"{e.one_line()} (the numbers below are for the last valid input)")
@@ -798,10 +748,9 @@ class MainWindow(QMainWindow):
                         rep = fit_report(spec, run, target, margin, weights)
                 except GpumemInputError as e:
                     err = str(e)
-            if isinstance(run, TrainingRun):
-                points = training_sweep_points(spec, run, over, target, margin)
-            else:
-                points = sweep_points(spec, run, over, target, margin, weights)
+            points = sweep(
+                spec, run, over, sweep_xs(spec, run, over), target, margin, weights, skip_invalid=True
+            )
             return BackgroundResult(rep, err, over, points, time.perf_counter() - t0, serial)
 
         return job
@@ -1017,11 +966,8 @@ class MainWindow(QMainWindow):
             if m.spec is None:
                 raise GpumemInputError("the architecture is unknown (no config.json)", source=sc.model.source)
             run = sc.active_run
-            if isinstance(run, TrainingRun):
-                est = estimate_training(m.spec, run)
-            else:
-                cap = find_gpu(sc.gpu.gpu_id).memory_bytes if sc.gpu.kind == "catalog" else None
-                est = estimate_inference(m.spec, run, cap, m.weights)
+            cap = find_gpu(sc.gpu.gpu_id).memory_bytes if sc.gpu.kind == "catalog" else None
+            est = estimate_any(m.spec, run, cap, m.weights)
             sides.append(Side(Path(path).name, m.name, run, est))
         dialog = CompareDialog(sides[0], sides[1], self.unit, self)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
