@@ -3,8 +3,12 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# the peers' scratch environments (make peers), read by validate and bench
+PEERS_VENV ?= /tmp/peers-venv
+GT_VENV    ?= /tmp/gt-venv
+PEER_ENV   := GPUMEM_PEERS_VENV=$(PEERS_VENV) GPUMEM_GT_VENV=$(GT_VENV)
 
-.PHONY: install run test lint contracts pytest clean validate bench
+.PHONY: install run test lint contracts pytest clean validate bench peers
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,11 +36,19 @@ pytest: install
 test: lint contracts pytest
 
 validate: install
-	$(PY) validation/validate.py --out docs/validation.md
+	$(PEER_ENV) $(PY) validation/validate.py --out docs/validation.md
 
-# core speed table (benchmarks/README.md); app timings: benchmarks/bench_ui.py, soak_poller.py
+# docs/performance.md and the README's speed block, all measured in one run (~15 min; benchmarks/README.md)
 bench: install
-	$(PY) benchmarks/bench_core.py --markdown
+	$(PEER_ENV) $(PY) benchmarks/report.py --out docs/performance.md --readme README.md
+
+# scratch environments for the peers that validate.py and report.py compare against (needs PyPI):
+# llm-analysis, and accelerate + transformers on the CPU build of torch
+peers:
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet 'llm-analysis==0.2.2'
+	test -x $(GT_VENV)/bin/python || $(PYTHON) -m venv $(GT_VENV)
+	$(GT_VENV)/bin/python -m pip install --quiet 'torch==2.13.0' 'transformers==5.24.0' 'accelerate==1.15.0' safetensors
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .ruff_cache .hypothesis

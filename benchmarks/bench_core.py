@@ -211,7 +211,7 @@ def benchmarks() -> list[tuple[str, Callable[[], object], str]]:
     ]
 
 
-def run_all(min_time: float, only: str | None, repeat: int = 1) -> list[Result]:
+def run_all(min_time: float, only: str | None, repeat: int = 1, min_runs: int = 5) -> list[Result]:
     """Each benchmark's median; with ``repeat`` > 1 the whole suite runs that often and the lowest median
     is kept (the least disturbed by other processes on a shared machine)."""
     best: dict[str, Result] = {}
@@ -219,7 +219,7 @@ def run_all(min_time: float, only: str | None, repeat: int = 1) -> list[Result]:
         for name, fn, note in benchmarks():
             if only and only.lower() not in name.lower():
                 continue
-            med, n = measure(fn, min_time)
+            med, n = measure(fn, min_time, min_runs)
             if name not in best or med < best[name].median_s:
                 best[name] = Result(name, med, n + (best[name].runs if name in best else 0), note)
             elif name in best:

@@ -19,6 +19,7 @@ exit), says so, and reports spawn → exit only. ``--compare-source`` times the 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -116,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--archive", type=Path, default=REPO / "dist" / f"gpumem-{version}-linux-x86_64.tar.gz")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--compare-source", action="store_true", help="also time .venv/bin/gpumem-gui")
+    ap.add_argument("--json", type=Path, help="also write the medians to this JSON file")
     args = ap.parse_args(argv)
+    results: dict[str, object] = {"archive": str(args.archive), "runs": args.runs}
 
     with tempfile.TemporaryDirectory(prefix="gpumem-bench-") as tmp:
         scratch = Path(tmp)
@@ -135,24 +138,26 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"frozen gpumem-gui start, offscreen, {bundle} (load average {load:.1f} on {os.cpu_count()} CPUs)"
         )
-        measure(bundle / "gpumem-gui", args.runs, env, scratch, "frozen")
-        cli_start(bundle / "gpumem", args.runs, env, scratch, "frozen")
+        results["frozen_gui"] = measure(bundle / "gpumem-gui", args.runs, env, scratch, "frozen")
+        results["frozen_cli_version_s"] = cli_start(bundle / "gpumem", args.runs, env, scratch, "frozen")
         if args.compare_source:
             src = REPO / ".venv" / "bin"
-            measure(
+            results["source_gui"] = measure(
                 src / "gpumem-gui",
                 args.runs,
                 {**os.environ, **env, "PATH": os.environ["PATH"]},
                 scratch,
                 "source",
             )
-            cli_start(
+            results["source_cli_version_s"] = cli_start(
                 src / "gpumem",
                 args.runs,
                 {**os.environ, **env, "PATH": os.environ["PATH"]},
                 scratch,
                 "source",
             )
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
 
 

@@ -100,3 +100,55 @@ def test_published_quotes_parse(validate) -> None:  # type: ignore[no-untyped-de
 def test_script_path_exists() -> None:
     assert SCRIPT.is_file()
     assert Path(SCRIPT).read_text().startswith('"""Validation report')
+
+
+@pytest.fixture(scope="module")
+def gpu_compare():  # type: ignore[no-untyped-def]
+    """validation/gpu_compare.py, imported the way validate.py imports it (validation/ on sys.path)."""
+    here = str(REPO / "validation")
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import gpu_compare as module
+
+    return module
+
+
+def test_gpu_compare_maps_each_real_gpu_figure_to_ours(gpu_compare) -> None:  # type: ignore[no-untyped-def]
+    """validation/gpu_compare.py (section (e)): a real-GPU result is compared for inference and training."""
+    gib = 1 << 30
+    doc = {
+        "gpu": "NVIDIA H200",
+        "versions": {"torch": "2.13.0", "transformers": "5.24.0"},
+        "context_bytes": 540 << 20,
+        "points": [
+            {"config": "meta-llama__Llama-3.2-1B", "mode": "infer", "batch": 1, "seq": 2048, "logits": "last",
+             "new_tokens": 0, "allocated": int(2.6 * gib), "reserved": int(2.8 * gib),
+             "nvml_used": int(3.4 * gib)},
+            {"config": "meta-llama__Llama-3.2-1B", "mode": "train_amp_adamw", "batch": 2, "seq": 1024,
+             "allocated": 22 * gib, "reserved": 24 * gib, "nvml_used": 25 * gib},
+            {"config": "Qwen__Qwen3-0.6B", "mode": "infer", "batch": 2, "seq": 2048, "error": "OOM"},
+        ],
+    }  # fmt: skip
+    rows = gpu_compare.rows(doc)
+    assert rows[2] == {"setup": "Qwen__Qwen3-0.6B infer b2 s2048", "error": "OOM"}
+    infer, train = rows[0], rows[1]
+    # ours = the same estimate the CLI makes; the error is relative to the measurement
+    assert infer["peak"] > 2 * gib and abs(infer["allocated_err"] - (infer["peak"] / (2.6 * gib) - 1)) < 1e-3
+    assert train["peak"] > 10 * gib  # fp32 weights + grads + AdamW states of 1.2 B parameters
+    for r in (infer, train):
+        assert r["total"] == r["reserved_ours"] + r["context_ours"]
+        assert r["slack_ours"] == r["reserved_ours"] - r["peak"] > 0
+    text = "\n".join(gpu_compare.render(doc))
+    assert "NVIDIA H200" in text and "failed: OOM" in text
+    assert "CUDA context: measured 540 MiB" in text
+    assert "median |error|" in text
+
+
+def test_real_gpu_section_says_when_nothing_was_measured(
+    validate, gpu_compare, tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(gpu_compare, "RESULTS", tmp_path)
+    monkeypatch.setattr(gpu_compare.result_files, "__defaults__", (tmp_path,))
+    lines: list[str] = []
+    validate._render_real_gpu(lines.append)
+    assert any("Not measured yet" in line for line in lines)

@@ -13,9 +13,8 @@ Usage (device machine)::
 
     python3 validation/gpu_check.py --configs tests/reference/configs --out $OUT/gpu_check.json
 
-then here::
-
-    .venv/bin/python validation/gpu_compare.py gpu_check.json   # writes docs/gpu_check.md
+then here: copy the JSON to ``validation/gpu_results/<gpu>.json`` and run ``make validate``, which adds the
+comparison to ``docs/validation.md`` (section (e)); ``validation/gpu_compare.py FILE`` prints it alone.
 
 ``--device cpu`` runs the same code paths on the CPU with tiny shapes (memory figures are then zero); the
 test suite does not run this script, it needs torch.
@@ -75,10 +74,11 @@ def run_one(torch, transformers, cfg_path: Path, setup: dict, device: str) -> di
             setattr(cfg, k, 1)
     train = setup["mode"].startswith("train")
     dtype = torch.float32 if setup["mode"].startswith("train_amp") else torch.bfloat16
+    # transformers >= 4.56 calls it ``dtype`` (``torch_dtype`` is deprecated there, the only name before)
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    dtype_kw = {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
     with torch.device(device):
-        model = transformers.AutoModelForCausalLM.from_config(
-            cfg, torch_dtype=dtype, attn_implementation="sdpa"
-        )
+        model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", **dtype_kw)
     b, s = setup["batch"], setup["seq"] if cuda else 16
     ids = torch.randint(0, cfg.vocab_size if hasattr(cfg, "vocab_size") else 1000, (b, s), device=device)
     if cuda:

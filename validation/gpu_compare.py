@@ -1,71 +1,171 @@
-"""Compare a ``validation/gpu_check.py`` run with gpumem's estimates; writes ``docs/gpu_check.md``.
+"""Compare a ``validation/gpu_check.py`` run on a real GPU with gpumem's estimates.
 
-Usage: ``.venv/bin/python validation/gpu_compare.py gpu_check.json [--out docs/gpu_check.md]``.
-Inference points compare ``max_memory_allocated`` with ``peak_bytes`` and NVML's used memory with
-``total_bytes``; training points are listed with their measurements until gpumem estimates training.
+Usage: ``.venv/bin/python validation/gpu_compare.py gpu_check.json [--out FILE]`` prints (or writes) the
+table; keep the JSON in ``validation/gpu_results/`` and ``make validate`` adds the same table to
+``docs/validation.md`` (section (e)).
+
+Which of our numbers stands for each measurement (as for the published training points):
+
+* ``torch.cuda.max_memory_allocated`` ↔ ``peak_bytes`` (live tensors at the peak);
+* ``torch.cuda.max_memory_reserved`` ↔ ``total_bytes − cuda_context`` (peak + cuBLAS workspace + allocator
+  reserve: the caching allocator holds the workspaces too, never the context);
+* NVML used memory of the device ↔ ``total_bytes`` (everything the process holds, context included);
+* the CUDA context (NVML used after ``torch.zeros(1, device="cuda")`` minus before) ↔ our ``cuda_context``
+  term; reserved − allocated ↔ our ``workspace + allocator_reserve``. These two rows are the calibration.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from gpumem_gui.core.estimate import Estimate  # noqa: E402
 from gpumem_gui.core.hf_config import load_config_file  # noqa: E402
 from gpumem_gui.core.inference import estimate_inference, make_run  # noqa: E402
-from gpumem_gui.core.units import GiB  # noqa: E402
+from gpumem_gui.core.reference_points import training_run_for_point  # noqa: E402
+from gpumem_gui.core.training import estimate_training  # noqa: E402
+from gpumem_gui.core.units import GiB, MiB  # noqa: E402
+
+CONFIGS = REPO / "tests" / "reference" / "configs"
+RESULTS = Path(__file__).resolve().parent / "gpu_results"
 
 
-def _pct(ours: int, real: int) -> str:
-    return f"{100 * (ours - real) / real:+.1f} %" if real else "-"
+def estimate_point(p: dict, configs: Path = CONFIGS) -> Estimate:
+    """Our estimate for one ``gpu_check.py`` point (its setups mirror the reference grid's modes)."""
+    spec = load_config_file(configs / f"{p['config']}.json")
+    if p["mode"].startswith(("train", "lora")):
+        run = training_run_for_point({**p, "attn_implementation": "sdpa"})
+        return estimate_training(spec, run)
+    run = make_run(
+        batch=p["batch"],
+        seq=p["seq"],
+        new_tokens=p.get("new_tokens", 0),
+        logits=p.get("logits", "last"),
+        attn="sdpa",
+    )
+    return estimate_inference(spec, run)
 
 
-def compare(doc: dict, configs: Path) -> str:
-    lines = [
-        "# gpumem against a real GPU",
-        "",
-        f"GPU: {doc.get('gpu', '?')}, torch {doc['versions']['torch']}, "
-        f"transformers {doc['versions']['transformers']}. "
-        f"CUDA context measured by NVML: {doc.get('context_bytes', 0) / GiB:.2f} GiB.",
-        "",
-        "| setup | allocated (GiB) | ours peak | err | NVML used (GiB) | ours total | err |",
-        "|---|---|---|---|---|---|---|",
-    ]
+def _err(ours: int, real: int | None) -> float | None:
+    return (ours - real) / real if real else None
+
+
+def rows(doc: dict, configs: Path = CONFIGS) -> list[dict]:
+    """One dict per measured point: measured and ours for allocated, reserved and NVML used."""
+    out = []
     for p in doc["points"]:
         setup = f"{p['config']} {p['mode']} b{p['batch']} s{p['seq']}"
+        if p.get("new_tokens"):
+            setup += f" +{p['new_tokens']} tokens"
         if "error" in p:
-            lines.append(f"| {setup} | failed: {p['error']} | | | | | |")
+            out.append({"setup": setup, "error": p["error"]})
             continue
-        if p["mode"] not in ("infer", "generate"):
-            lines.append(
-                f"| {setup} | {p['allocated'] / GiB:.2f} | (training: not estimated yet) | | "
-                f"{(p['nvml_used'] or 0) / GiB:.2f} | | |"
-            )
-            continue
-        spec = load_config_file(configs / f"{p['config']}.json")
-        run = make_run(batch=p["batch"], seq=p["seq"], new_tokens=p.get("new_tokens", 0), logits=p["logits"])
-        est = estimate_inference(spec, run)
-        used = p["nvml_used"] or 0
-        lines.append(
-            f"| {setup} | {p['allocated'] / GiB:.2f} | {est.peak_bytes / GiB:.2f} "
-            f"| {_pct(est.peak_bytes, p['allocated'])} "
-            f"| {used / GiB:.2f} | {est.total_bytes / GiB:.2f} | {_pct(est.total_bytes, used)} |"
+        est = estimate_point(p, configs)
+        ctx = est.component("cuda_context")
+        ctx_bytes = ctx.bytes if ctx else 0
+        reserved_ours = est.total_bytes - ctx_bytes
+        out.append(
+            {
+                "setup": setup,
+                "allocated": p["allocated"],
+                "peak": est.peak_bytes,
+                "allocated_err": _err(est.peak_bytes, p["allocated"]),
+                "reserved": p["reserved"],
+                "reserved_ours": reserved_ours,
+                "reserved_err": _err(reserved_ours, p["reserved"]),
+                "nvml_used": p.get("nvml_used"),
+                "total": est.total_bytes,
+                "nvml_err": _err(est.total_bytes, p.get("nvml_used")),
+                "slack_measured": p["reserved"] - p["allocated"],
+                "slack_ours": reserved_ours - est.peak_bytes,
+                "context_ours": ctx_bytes,
+            }
         )
-    return "\n".join(lines) + "\n"
+    return out
+
+
+def _pct(e: float | None) -> str:
+    return f"{e * 100:+.1f} %" if e is not None else "-"
+
+
+def _gib(b: int | None) -> str:
+    return f"{b / GiB:.2f}" if b is not None else "-"
+
+
+def render(doc: dict, configs: Path = CONFIGS, title_level: str = "###") -> list[str]:
+    rs = rows(doc, configs)
+    ok = [r for r in rs if "error" not in r]
+    L = [
+        f"{title_level} {doc.get('gpu', 'unknown GPU')} (torch {doc['versions']['torch']}, "
+        f"transformers {doc['versions']['transformers']})",
+        "",
+        "| setup | allocated | ours peak | err | reserved | ours (total − context) | err | NVML used | "
+        "ours total | err |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rs:
+        if "error" in r:
+            L.append(f"| {r['setup']} | failed: {r['error']} | | | | | | | | |")
+            continue
+        L.append(
+            f"| {r['setup']} | {_gib(r['allocated'])} | {_gib(r['peak'])} | {_pct(r['allocated_err'])} | "
+            f"{_gib(r['reserved'])} | {_gib(r['reserved_ours'])} | {_pct(r['reserved_err'])} | "
+            f"{_gib(r['nvml_used'])} | {_gib(r['total'])} | {_pct(r['nvml_err'])} |"
+        )
+    L.append("")
+    L.append("GiB (2^30 bytes).")
+    if ok:
+        ctx_ours = ok[0]["context_ours"]
+        measured_ctx = doc.get("context_bytes")
+        slack = [(r["slack_measured"], r["slack_ours"]) for r in ok]
+        L += [
+            "",
+            "Calibration:",
+            "",
+            f"* CUDA context: measured {measured_ctx / MiB:.0f} MiB (NVML, after CUDA initialisation), ours "
+            f"{ctx_ours / MiB:.0f} MiB."
+            if measured_ctx is not None
+            else "* CUDA context: not measured in this run.",
+            "* reserved − allocated (cuBLAS workspace + allocator slack): measured median "
+            f"{statistics.median(m for m, _ in slack) / MiB:.0f} MiB, ours median "
+            f"{statistics.median(o for _, o in slack) / MiB:.0f} MiB.",
+        ]
+        for key, label in (
+            ("allocated_err", "allocated"),
+            ("reserved_err", "reserved"),
+            ("nvml_err", "NVML"),
+        ):
+            errs = [abs(r[key]) for r in ok if r[key] is not None]
+            if errs:
+                L.append(
+                    f"* {label}: median |error| {statistics.median(errs) * 100:.1f} %, worst "
+                    f"{max(errs) * 100:.1f} % ({len(errs)} points)."
+                )
+    return L
+
+
+def result_files(folder: Path = RESULTS) -> list[Path]:
+    return sorted(folder.glob("*.json")) if folder.is_dir() else []
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("result", type=Path)
-    ap.add_argument("--configs", type=Path, default=REPO / "tests" / "reference" / "configs")
-    ap.add_argument("--out", type=Path, default=REPO / "docs" / "gpu_check.md")
+    ap.add_argument("--configs", type=Path, default=CONFIGS)
+    ap.add_argument("--out", type=Path, help="write the Markdown here (default: print it)")
     args = ap.parse_args(argv)
-    args.out.write_text(compare(json.loads(args.result.read_text()), args.configs))
-    print(f"wrote {args.out}")
+    text = "\n".join(render(json.loads(args.result.read_text()), args.configs)) + "\n"
+    if args.out:
+        args.out.write_text(text)
+        print(f"wrote {args.out}")
+    else:
+        print(text)
     return 0
 
 

@@ -504,8 +504,8 @@ PUBLISHED: tuple[Mapping, ...] = (
                 K_V_ACT,
                 "activations",
                 _vllm_act_reason(
-                    "vLLM measures the torch peak of one dummy forward of 8192 tokens (v0, Dec 2024), "
-                    "which also holds the rotary cache, the sampler's temporaries and allocator rounding"
+                    "vLLM measures the torch peak of one dummy forward of 8192 tokens (v0, Dec 2024), which "
+                    "also holds the rotary cache, the sampler's temporaries and allocator rounding"
                 ),
             ),
             Metric(
@@ -536,8 +536,8 @@ PUBLISHED: tuple[Mapping, ...] = (
             ),
         ),
         assumptions="capacity from the GPU catalog (L40S, 46068 MiB as nvidia-smi reports it); "
-        "gpu_memory_utilization 0.9 and max_num_batched_tokens/max_num_seqs at our defaults (the log "
-        "states none of them); max_model_len 32768",
+        "gpu_memory_utilization 0.9 and max_num_batched_tokens/max_num_seqs at our defaults (the log states "
+        "none of them); max_model_len 32768",
     ),
     Mapping(
         id="inf-vllm-llama2-7b-blocks",
@@ -779,8 +779,8 @@ def _train_grid_reason(p: dict, phases: dict[str, int], top: str) -> str:
     bd = meas[worst]
     parts = ", ".join(f"{k} {v / GiB:.3f}" for k, v in bd.items() if k != "Total" and v > MiB)
     return (
-        f"{worst} phase: ours {phases[worst] / GiB:.3f} GiB vs measured {bd['Total'] / GiB:.3f} GiB "
-        f"({parts} GiB); our peak phase is {top}"
+        f"{worst} phase: ours {phases[worst] / GiB:.3f} GiB vs measured {bd['Total'] / GiB:.3f} GiB ({parts} "
+        f"GiB); our peak phase is {top}"
     )
 
 
@@ -845,8 +845,8 @@ TRAIN_OURS = {
     "fwd_bwd": "max(forward, backward) phase peak with first_step=True and SGD (no optimizer states exist: "
     "the log times forward + backward only)",
     "reserved": "total_bytes − cuda_context = peak + cuBLAS workspace + allocator reserve "
-    "(max_memory_reserved counts every block the caching allocator holds, workspaces included, "
-    "but never the CUDA context)",
+    "(max_memory_reserved counts every block the caching allocator holds, workspaces included, but never "
+    "the CUDA context)",
     "max_seq": "the largest seq whose total_bytes fits the GPU (galloping search, as fit_training)",
     "fits": "total_bytes ≤ the usable memory the point states",
 }
@@ -894,8 +894,8 @@ class TMapping:
 
 GB = 1e9
 _TT_AC = (
-    "torchtune's row adds torch.compile and chunked cross-entropy (the loss in 8 chunks: no full fp32 logits "
-    "or their gradient), which we do not model"
+    "torchtune's row adds torch.compile and chunked cross-entropy (the loss in 8 chunks: no full fp32 "
+    "logits or their gradient), which we do not model"
 )
 
 
@@ -934,8 +934,8 @@ PUBLISHED_TRAINING: tuple[TMapping, ...] = (
                 _tt_reason(
                     "torchtune's NF4 (torchao) dequantizes each linear's weight in the autograd function "
                     "and its 2024 QLoRA recipe ran under torch.compile (**), whose saved buffers we do not "
-                    "model; "
-                    "the table does not say whether its 'peak memory' is allocated, active or reserved"
+                    "model; the table does not say whether its 'peak memory' is allocated, active or "
+                    "reserved"
                 ),
             ),
         ),
@@ -965,8 +965,7 @@ PUBLISHED_TRAINING: tuple[TMapping, ...] = (
                 _tt_reason(
                     "the gap is near our whole logits + loss term: if the figure is reserved (not stated) "
                     "the allocator's cached blocks explain it; torchtune's recipe also keeps the fp32 "
-                    "logits of "
-                    "the whole batch alive in its loss"
+                    "logits of the whole batch alive in its loss"
                 ),
             ),
         ),
@@ -992,9 +991,9 @@ PUBLISHED_TRAINING: tuple[TMapping, ...] = (
                 lambda c: (
                     "ours keeps every gradient until the step "
                     f"({_g(c.est, 'gradients', 'optimizer_states')}); torchtune's optimizer_in_bwd=True "
-                    "steps and frees each parameter's gradient inside "
-                    "backward (not modelled), and PagedAdamW pages its states to host once the 24 GB card is "
-                    "full, so the figure is the card's limit rather than the run's demand"
+                    "steps and frees each parameter's gradient inside backward (not modelled), and "
+                    "PagedAdamW pages its states to host once the 24 GB card is full, so the figure is the "
+                    "card's limit rather than the run's demand"
                 ),
             ),
         ),
@@ -1090,11 +1089,10 @@ PUBLISHED_TRAINING: tuple[TMapping, ...] = (
                 K_T_RESERVED,
                 "reserved",
                 lambda c: (
-                    f"torchtitan's op-level selective checkpointing keeps more than our full checkpointing "
-                    "and less than none: without checkpointing ours is "
-                    f"{_no_ckpt_reserved(c) / GiB:.1f} GiB, "
-                    "so the measured 82.4 lies between; FSDP2's MixedPrecision gathers bf16 params per layer "
-                    f"where our amp-bf16 keeps autocast bf16 copies ({_g(c.est, 'weight_copies')}); "
+                    "torchtitan's op-level selective checkpointing keeps more than our full checkpointing "
+                    f"and less than none: without checkpointing ours is {_no_ckpt_reserved(c) / GiB:.1f} "
+                    "GiB, so the measured 82.4 lies between; FSDP2's MixedPrecision gathers bf16 params per "
+                    f"layer where our amp-bf16 keeps autocast bf16 copies ({_g(c.est, 'weight_copies')}); "
                     "multi-GPU sharding is modelled from the FSDP source only"
                 ),
             ),
@@ -1191,10 +1189,9 @@ PUBLISHED_TRAINING: tuple[TMapping, ...] = (
                 "reserved",
                 lambda c: (
                     "our allocated peak is +3 % but our reserve is small "
-                    f"({_g(c.est, 'allocator_reserve')}); "
-                    "the log's reserved − allocated is 1.06 GiB (10.22 − 9.16): caching-allocator "
-                    "fragmentation from FSDP's per-layer all-gather buffers, which our reserve term "
-                    "(calibrated on single-GPU steps) does not model"
+                    f"({_g(c.est, 'allocator_reserve')}); the log's reserved − allocated is 1.06 GiB (10.22 "
+                    "− 9.16): caching-allocator fragmentation from FSDP's per-layer all-gather buffers, "
+                    "which our reserve term (calibrated on single-GPU steps) does not model"
                 ),
             ),
         ),
@@ -1221,7 +1218,7 @@ PUBLISHED_TRAINING: tuple[TMapping, ...] = (
                 K_T_ALLOC,
                 "fwd_bwd",
                 lambda c: (
-                    f"GPT-2's default dropout 0.1 is assumed on (our bool masks and scaled copies); with "
+                    "GPT-2's default dropout 0.1 is assumed on (our bool masks and scaled copies); with "
                     f"dropout off ours is {_gpt2_nodrop(c) / MiB:.0f} MiB. The benchmark script's model mode "
                     "and its loss are not stated"
                 ),
@@ -1379,9 +1376,8 @@ def published_training_rows(
                         m.id,
                         f"{entry['model']} · {_train_run_text(m.run, m.gpu)}",
                         mt.label,
-                        f"{'fits' if ok else 'OOM'}: total {est.total_bytes / GiB:.2f} GiB of "
-                        f"{m.usable_gib} GiB "
-                        f"(peak {est.peak_bytes / GiB:.2f} GiB)",
+                        f"{'fits' if ok else 'OOM'}: total {est.total_bytes / GiB:.2f} GiB of {m.usable_gib} "
+                        f"GiB (peak {est.peak_bytes / GiB:.2f} GiB)",
                         agree,
                     )
                 )
@@ -1650,9 +1646,8 @@ def _summary(rows: list[Row]) -> list[str]:
         worst = max(rs, key=lambda r: abs(r.err))
         out.append(
             f"- **{kind}** ({len(rs)} point{'s' if len(rs) > 1 else ''}): median |error| "
-            f"{statistics.median(errs) * 100:.2f} %, worst "
-            f"{_pct(worst.err)}{_gib_note(worst)} at {worst.setup}"
-            + (f" — {worst.metric}" if worst.metric else "")
+            f"{statistics.median(errs) * 100:.2f} %, worst {_pct(worst.err)}{_gib_note(worst)} at "
+            f"{worst.setup}" + (f" — {worst.metric}" if worst.metric else "")
         )
     return out
 
@@ -1789,6 +1784,8 @@ def render(rep: Report) -> str:
     add("")
     _render_training(rep, add)
     add("")
+    _render_real_gpu(add)
+    add("")
     add("## Versions")
     add("")
     for k, v in rep.versions.items():
@@ -1824,8 +1821,8 @@ def _render_training(rep: Report, add: Callable[[str], None]) -> None:
     add("### PyTorch-measured grid")
     add("")
     add(
-        "| setup | measured peak | ours | error % | error GiB | forward meas / ours / err | "
-        "backward meas / ours / err | optimizer meas / ours / err | reason |"
+        "| setup | measured peak | ours | error % | error GiB | forward meas / ours / err | backward meas / "
+        "ours / err | optimizer meas / ours / err | reason |"
     )
     add("|---|---|---|---|---|---|---|---|---|")
     for r in rep.train:
@@ -1862,6 +1859,41 @@ def _render_training(rep: Report, add: Callable[[str], None]) -> None:
             add("| " + " | ".join(_esc(x) for x in b) + " |")
 
 
+def _render_real_gpu(add: Callable[[str], None]) -> None:
+    """Section (e): each ``validation/gpu_results/*.json`` that ``validation/gpu_check.py`` wrote."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import gpu_compare
+
+    add("## (e) Real GPU: allocated, reserved and NVML used")
+    add("")
+    add(
+        "Measured by `validation/gpu_check.py` on a machine with an NVIDIA GPU (models built from their "
+        "config.json with random weights, the same inference and training steps as the reference grid); "
+        "`validation/gpu_compare.py` maps each figure to ours: allocated ↔ `peak_bytes`, reserved ↔ "
+        "`total_bytes − cuda_context`, NVML used ↔ `total_bytes`. This is what calibrates the CUDA context, "
+        "cuBLAS workspace and allocator reserve terms."
+    )
+    add("")
+    files = gpu_compare.result_files()
+    if not files:
+        add(
+            "**Not measured yet**: no GPU has been lent to this project so far, so the context (500 MiB), "
+            "workspace (32 MiB) and allocator reserve (5 % of the non-weight peak) are the cited defaults "
+            "of `gpumem_gui/core/overheads.py`, not calibrated. On any NVIDIA machine with torch and "
+            "transformers: `python3 validation/gpu_check.py --out validation/gpu_results/<gpu>.json`, then "
+            "`make validate`."
+        )
+        return
+    for f in files:
+        for line in gpu_compare.render(json.loads(f.read_text())):
+            add(line)
+        add("")
+        add(f"(from `validation/gpu_results/{f.name}`)")
+        add("")
+
+
 def _render_peers(rep: Report, add: Callable[[str], None]) -> None:
     add("## (c) Peers on the grid points")
     add("")
@@ -1893,8 +1925,8 @@ def _render_peers(rep: Report, add: Callable[[str], None]) -> None:
     for name, es in errs.items():
         if es:
             add(
-                f"- **{name}**: {len(es)} points, median |error| {statistics.median(es) * 100:.1f} %, "
-                f"worst {max(es) * 100:.1f} %"
+                f"- **{name}**: {len(es)} points, median |error| {statistics.median(es) * 100:.1f} %, worst "
+                f"{max(es) * 100:.1f} %"
             )
 
 
