@@ -128,9 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return False
 
     first_paint = None
-    if args.quit_after_paint:
-        first_paint = _FirstPaint()
-        app.installEventFilter(first_paint)
+    if args.quit_after_paint:  # the window is painted first, before its children; a filter on the whole
+        first_paint = _FirstPaint()  # application would run in Python for every event before that paint
+        window.installEventFilter(first_paint)
 
     if args.path and not args.self_test:
         opened = window.open_path(args.path) if Path(args.path).exists() else window.load_source(args.path)

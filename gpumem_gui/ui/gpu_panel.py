@@ -117,7 +117,7 @@ class GpuCard(QFrame):
         self.stats.setWordWrap(True)
         self.verdict = QLabel()
         self.verdict.setWordWrap(True)
-        self.spark = pg.PlotWidget()
+        self.spark = pg.PlotWidget(enableMenu=False)  # its context menus are then never built (~15 ms)
         self.spark.setFixedHeight(30)
         self.spark.hideAxis("left")
         self.spark.hideAxis("bottom")

@@ -7,10 +7,11 @@ come in through the constructor (the settings store, the model loader); GPU snap
 :meth:`MainWindow.on_snapshot`, which the composition root connects to the poller's signal.
 
 Every edit restarts a 120 ms single-shot timer; when it fires, one estimate runs in the GUI thread (a few ms
-for inference; 1-200 ms for training, which replays one step) and the charts, table and verdicts update; the
-fit report and the sweep (inference: 48 points, ~50-300 ms; training: 16 points and the training solvers,
-1-5 s) then run in a worker thread and only the newest answer is shown. Invalid input shows inline and the
-last good estimate stays.
+for inference; 1-200 ms for training, which replays one step) and the charts, table and verdicts update; once
+that is painted, the fit report and the sweep (inference: 48 points, ~50-300 ms; training: 16 points and the
+training solvers, 1-5 s) run in a worker thread and only the newest answer is shown (the worker holds the GIL
+while it runs: started before the paint, it would slow the paint down, the first one at start-up included).
+Invalid input shows inline and the last good estimate stays.
 """
 
 from __future__ import annotations
@@ -20,7 +21,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QSettings, QSignalBlocker, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import (
+    QBuffer,
+    QByteArray,
+    QEvent,
+    QIODevice,
+    QSettings,
+    QSignalBlocker,
+    Qt,
+    QTimer,
+    Signal,
+    Slot,
+)
 from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -88,7 +100,8 @@ from gpumem_gui.ui.train_form import TRAINING_PRESETS, TrainingForm
 from gpumem_gui.ui.workers import BackgroundRunner
 
 DEBOUNCE_MS = 120
-BACKGROUND_DELAY_MS = 25
+BACKGROUND_DELAY_MS = 10  # after the paint that shows the estimate
+BACKGROUND_FALLBACK_MS = 250  # when no paint comes (a hidden window, nothing on screen changed)
 SWEEP_POINTS = 48
 TRAINING_SWEEP_POINTS = 16  # a training estimate replays a whole step: fewer points, same curve
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B"
@@ -187,11 +200,18 @@ class MainWindow(QMainWindow):
         self._inputs_serial = 0
         self._refresh_pending = False
         self._refreshing = False
-        # the worker starts a moment after the estimate is drawn, so the redraw does not wait for the GIL
+        # the worker starts a moment after the estimate is painted, so the paint does not wait for the GIL:
+        # the window's next paint pass (UpdateRequest) arms _bg_painted, which fires once that pass is over
+        # and shortens _bg_delay; without a paint, _bg_delay fires after the fallback interval
         self._bg_delay = QTimer(self)
         self._bg_delay.setSingleShot(True)
-        self._bg_delay.setInterval(BACKGROUND_DELAY_MS)
+        self._bg_delay.setInterval(BACKGROUND_FALLBACK_MS)
         self._bg_delay.timeout.connect(self._start_background)
+        self._bg_wait_paint = False
+        self._bg_painted = QTimer(self)
+        self._bg_painted.setSingleShot(True)
+        self._bg_painted.setInterval(0)
+        self._bg_painted.timeout.connect(self._on_painted)
         self._bg = BackgroundRunner("fit-and-sweep", 1, self)
         self._bg.finished.connect(self._on_background_finished)
         self._bg.failed.connect(self._on_background_failed)
@@ -688,7 +708,8 @@ class MainWindow(QMainWindow):
         else:
             self._fit = None
             self.results.changes.set_busy("Working out what would make it fit…")
-        self._bg_delay.start()
+        self._bg_wait_paint = True
+        self._bg_delay.start(BACKGROUND_FALLBACK_MS)
         self.estimate_updated.emit()
 
     def _training_target(self, resolved: ResolvedTarget) -> ResolvedTarget:
@@ -755,8 +776,19 @@ class MainWindow(QMainWindow):
 
         return job
 
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.UpdateRequest and self._bg_wait_paint:  # a paint pass is about to run
+            self._bg_wait_paint = False
+            self._bg_painted.start()
+        return super().event(event)
+
+    def _on_painted(self) -> None:
+        if self._bg_delay.isActive():
+            self._bg_delay.start(BACKGROUND_DELAY_MS)
+
     def _start_background(self) -> None:
         self._bg_delay.stop()
+        self._bg_wait_paint = False
         job = self._background_job()
         if job is None:
             return
@@ -1189,6 +1221,7 @@ class MainWindow(QMainWindow):
         """Stop the workers (the composition root stops the poller)."""
         self._debounce.stop()
         self._bg_delay.stop()
+        self._bg_painted.stop()
         self._bg.shutdown(5000)
         self.model_panel.shutdown()
 
