@@ -152,3 +152,27 @@ def test_real_gpu_section_says_when_nothing_was_measured(
     lines: list[str] = []
     validate._render_real_gpu(lines.append)
     assert any("Not measured yet" in line for line in lines)
+
+
+def test_accelerate_training_figure_is_its_cli_rows(validate) -> None:  # type: ignore[no-untyped-def]
+    # accelerate/commands/estimate.py estimate_training_usage: float32 -> 4x, mixed precision -> 2x fp32 size
+    assert validate.accelerate_training_bytes(1000, "float32") == 4000
+    assert validate.accelerate_training_bytes(1000, "float16") == 2000
+
+
+def test_peers_cover_every_full_finetune_training_point(validate) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    peers = json.loads(validate.PEERS_FILE.read_text())
+    train, _ = validate.train_grid_rows()
+    rows = validate.train_peer_rows(train, peers)
+    full = [
+        p
+        for _, p in validate.train_grid_points()
+        if p["mode"] in validate.LLM_ANALYSIS_TRAIN and not p.get("config_override")
+    ]
+    assert len(rows) == len(full) >= 40
+    for d in rows:
+        assert d["llm_analysis"] and d["llm_analysis"] > 0, d["setup"]
+        assert d["accelerate_fp32"] == 2 * d["accelerate"] > 0, d["setup"]
+        assert abs(d["ours"] - d["measured"]) / d["measured"] < 0.01, d["setup"]

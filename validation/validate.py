@@ -134,6 +134,7 @@ class Report:
     train_mapping: list[tuple[str, str, str, str, str]] = field(default_factory=list)
     train_bounds: list[tuple[str, str, str, str, str]] = field(default_factory=list)
     peers: list[dict] = field(default_factory=list)
+    train_peers: list[dict] = field(default_factory=list)
     peers_note: str = ""
     versions: dict[str, str] = field(default_factory=dict)
 
@@ -1413,7 +1414,7 @@ def published_training_rows(
 _LLM_ANALYSIS_CODE = r"""
 import dataclasses, json, sys, importlib.metadata as md
 from llm_analysis import config as C
-from llm_analysis.analysis import infer
+from llm_analysis.analysis import infer, train
 C.gpu_configs["unbounded"] = dataclasses.replace(
     C.get_gpu_config_by_name("h100-sxm-80gb"), name="unbounded", mem_per_GPU_in_GB=1e6)
 req = json.load(sys.stdin)
@@ -1429,6 +1430,18 @@ for p in req["points"]:
         out["points"][p["key"]] = {"weights": w, "kv": kv, "prefill_act": pre, "peak": w + max(pre, kv + dec)}
     except Exception as e:
         out["points"][p["key"]] = {"error": (type(e).__name__ + ": " + str(e))[:160]}
+out["train_points"] = {}
+for p in req.get("train_points", []):
+    try:
+        r = train(model_name=p["model"], gpu_name="unbounded", dtype_name="w16a16e16", log_level="ERROR",
+                  batch_size_per_gpu=p["batch"], seq_len=p["seq"], total_num_tokens=p["batch"] * p["seq"],
+                  dp_size=1, total_num_gpus=1, activation_recomputation=p["recompute"],
+                  master_weights_dtype_bytes=p["master_bytes"], other_op_bytes=p["other_op_bytes"])
+        out["train_points"][p["key"]] = {
+            "states": r["(weight+op_state+grad)_memory_per_gpu"], "act": r["activation_memory_per_gpu"],
+            "peak": r["(weight+op_state+grad+act)_memory_per_gpu"]}
+    except Exception as e:
+        out["train_points"][p["key"]] = {"error": (type(e).__name__ + ": " + str(e))[:160]}
 print("@@JSON@@" + json.dumps(out))
 """
 
@@ -1502,10 +1515,33 @@ def _grid_key(p: dict) -> str:
     return f"{p['model']}|{p['mode']}|b{p['batch']}|s{p['seq']}|{p['attn_implementation']}"
 
 
+# llm-analysis's train() knobs for the full fine-tune modes of the grid (it has no LoRA): master weights and
+# optimizer-state bytes per parameter (its defaults 4 and 8 are AdamW with fp32 master weights; pure bf16
+# keeps bf16 weights and bf16 moments), activation_recomputation 2 = FULL (every layer's input kept)
+LLM_ANALYSIS_TRAIN: dict[str, dict[str, int]] = {
+    "train_amp_adamw": {"master_bytes": 4, "other_op_bytes": 8, "recompute": 0},
+    "train_amp_adamw_gc": {"master_bytes": 4, "other_op_bytes": 8, "recompute": 2},
+    "train_bf16_adamw": {"master_bytes": 2, "other_op_bytes": 4, "recompute": 0},
+}
+
+
+def accelerate_training_bytes(total_fp32: int, dtype: str) -> int:
+    """``accelerate estimate-memory``'s "Training using Adam" in its ``dtype`` row (``float32`` or
+    ``float16``, the mixed-precision one) for a model whose fp32 size is ``total_fp32``: the largest of its
+    model, gradients, optimizer and step sizes (accelerate/commands/estimate.py, estimate_training_usage):
+    fp32 → step = 4 x the fp32 size; float16 → optimizer = step = 2 x the fp32 size."""
+    if dtype == "float32":
+        sizes = [total_fp32, total_fp32, 2 * total_fp32, 4 * total_fp32]
+    else:
+        sizes = [total_fp32, total_fp32 + total_fp32 // 2, 2 * total_fp32, 2 * total_fp32]
+    return max(sizes)
+
+
 def refresh_peers() -> dict:
     """Run the peers in their scratch environments; returns what :data:`PEERS_FILE` holds."""
     points = [p for _, p in grid_points()]
-    models = sorted({p["model"] for p in points})
+    train_points = [p for _, p in train_grid_points() if p["mode"] in LLM_ANALYSIS_TRAIN]
+    models = sorted({p["model"] for p in [*points, *train_points]})
     doc: dict = {
         "about": "Peer estimates for the grid points, made by validation/validate.py --refresh-peers in "
         "scratch virtual environments (llm-analysis from PyPI; accelerate + transformers + torch CPU).",
@@ -1515,12 +1551,22 @@ def refresh_peers() -> dict:
     la_python = PEERS_VENV / "bin" / "python"
     if la_python.is_file():
         specs = {m: load_config_file(config_path(m)) for m in models}
-        max_seq = {m: max(p["seq"] + 1 for p in points if p["model"] == m) for m in models}
+        max_seq = {m: max(p["seq"] + 1 for p in [*points, *train_points] if p["model"] == m) for m in models}
         payload = {
             "models": {m: _llm_analysis_config(specs[m], max_seq[m]) for m in models},
             "points": [
                 {"key": _grid_key(p), "model": p["model"], "batch": p["batch"], "seq": p["seq"]}
                 for p in points
+            ],
+            "train_points": [
+                {
+                    "key": _grid_key(p),
+                    "model": p["model"],
+                    "batch": p["batch"],
+                    "seq": p["seq"],
+                    **LLM_ANALYSIS_TRAIN[p["mode"]],
+                }
+                for p in train_points
             ],
         }
         doc["llm_analysis"] = _run_peer(la_python, _LLM_ANALYSIS_CODE, payload)
@@ -1567,6 +1613,44 @@ def peer_rows(report_grid: list[Row], peers: dict | None) -> tuple[list[dict], s
     return sorted(out, key=lambda d: d["sort_key"]), ""
 
 
+def train_peer_rows(report_train: list[Row], peers: dict | None) -> list[dict]:
+    """Peers on the full fine-tune training points (neither peer models LoRA)."""
+    if not peers:
+        return []
+    la = (peers.get("llm_analysis") or {}).get("train_points", {})
+    acc = (peers.get("accelerate") or {}).get("models", {})
+    out = []
+    for _, p in train_grid_points():
+        if p["mode"] not in LLM_ANALYSIS_TRAIN or p.get("config_override"):
+            continue
+        row = next((r for r in report_train if r.sort_key[:5] == _train_point_key(p)), None)
+        if row is None:
+            continue
+        key, a = _grid_key(p), acc.get(p["model"], {})
+        out.append(
+            {
+                "setup": row.setup,
+                "sort_key": row.sort_key,
+                "measured": row.measured,
+                "ours": row.ours,
+                "llm_analysis": la.get(key, {}).get("peak"),
+                "llm_analysis_error": la.get(key, {}).get("error") if la else "not run (--refresh-peers)",
+                "accelerate": accelerate_training_bytes(a["total_fp32"], "float16")
+                if "total_fp32" in a
+                else None,
+                "accelerate_fp32": accelerate_training_bytes(a["total_fp32"], "float32")
+                if "total_fp32" in a
+                else None,
+                "accelerate_error": a.get("error"),
+            }
+        )
+    return sorted(out, key=lambda d: d["sort_key"])
+
+
+def _train_point_key(p: dict) -> tuple:
+    return (p["model"], p["mode"], p["batch"], p["seq"], p["attn_implementation"])
+
+
 # ---- the report -------------------------------------------------------------------------------------------
 
 
@@ -1602,6 +1686,7 @@ def collect(subset: bool = False, peers: dict | None = None) -> Report:
     rep.train_published, rep.train_mapping, rep.train_bounds = published_training_rows(entries, train_ids)
     if not subset:
         rep.peers, rep.peers_note = peer_rows(rep.grid, peers)
+        rep.train_peers = train_peer_rows(rep.train, peers)
     gt = json.loads((reference_dir() / "groundtruth.json").read_text())["versions"]
     rep.versions = {
         "gpumem": _ver("gpumem"),
@@ -1727,6 +1812,16 @@ def render(rep: Report) -> str:
     if rep.train_bounds:
         agree = sum(1 for b in rep.train_bounds if b[-1] == "agree")
         add(f"- **published fits / OOM verdicts** ({len(rep.train_bounds)} points): {agree} agree")
+    if rep.peers:
+        add(
+            f"- **peers, inference grid** ({len(rep.peers)} points), median |error|: "
+            f"{_peer_summary(rep.peers, INFER_PEER_COLUMNS)}"
+        )
+    if rep.train_peers:
+        add(
+            f"- **peers, training grid** ({len(rep.train_peers)} full fine-tune points), median |error|: "
+            f"{_peer_summary(rep.train_peers, TRAIN_PEER_COLUMNS)}"
+        )
     worst = sorted([*rep.grid, *rep.published, *rep.train, *rep.train_published], key=lambda r: -abs(r.err))[
         :5
     ]
@@ -1832,6 +1927,8 @@ def _render_training(rep: Report, add: Callable[[str], None]) -> None:
             f"{_pct(r.err)} | {r.err_gib:+.3f} | {cells} | {_esc(r.reason)} |"
         )
     add("")
+    _render_train_peers(rep, add)
+    add("")
     add("### Published training points: mapping")
     add("")
     add("| id | model spec used | run | published figure ↔ our number | assumptions |")
@@ -1894,6 +1991,69 @@ def _render_real_gpu(add: Callable[[str], None]) -> None:
         add("")
 
 
+PeerColumn = tuple[str, Callable[[dict], float | None], Callable[[dict], str | None]]
+
+INFER_PEER_COLUMNS: list[PeerColumn] = [
+    ("gpumem", lambda d: d["ours"], lambda d: None),
+    ("llm-analysis", lambda d: d["llm_analysis"], lambda d: d["llm_analysis_error"]),
+    ("accelerate", lambda d: d["accelerate"], lambda d: d["accelerate_error"]),
+    (
+        "accelerate +20 %",
+        lambda d: d["accelerate"] * 1.2 if d["accelerate"] is not None else None,
+        lambda d: None,
+    ),
+]
+TRAIN_PEER_COLUMNS: list[PeerColumn] = [
+    ("gpumem", lambda d: d["ours"], lambda d: None),
+    ("llm-analysis", lambda d: d["llm_analysis"], lambda d: d["llm_analysis_error"]),
+    ("accelerate, float16 row", lambda d: d["accelerate"], lambda d: d["accelerate_error"]),
+    ("accelerate, float32 row", lambda d: d["accelerate_fp32"], lambda d: d["accelerate_error"]),
+]
+
+
+def _peer_errors(rows: list[dict], columns: list[PeerColumn]) -> dict[str, list[float]]:
+    """|error| of every tool on every row where it gave a number."""
+    errs: dict[str, list[float]] = {c[0]: [] for c in columns}
+    for d in rows:
+        for name, value, _ in columns:
+            v = value(d)
+            if v is not None:
+                errs[name].append(abs(v - d["measured"]) / d["measured"])
+    return errs
+
+
+def _peer_summary(rows: list[dict], columns: list[PeerColumn]) -> str:
+    errs = _peer_errors(rows, columns)
+    return "; ".join(
+        f"{name} {statistics.median(es) * 100:.1f} % (worst {max(es) * 100:.1f} %)"
+        for name, es in errs.items()
+        if es
+    )
+
+
+def _peer_table(add: Callable[[str], None], rows: list[dict], columns: list[PeerColumn]) -> None:
+    """A setup | measured | one column per tool table, then each tool's median and worst |error|."""
+    add("| setup | measured | " + " | ".join(c[0] for c in columns) + " |")
+    add("|---|---|" + "---|" * len(columns))
+
+    def cell(v: float | None, meas: float, err_text: str | None) -> str:
+        if v is None:
+            return f"n/a ({_esc(err_text)})" if err_text else "n/a"
+        return f"{v / GiB:.3f} ({_pct((v - meas) / meas)})"
+
+    for d in rows:
+        m = d["measured"]
+        cells = " | ".join(cell(value(d), m, why(d)) for _, value, why in columns)
+        add(f"| {d['setup']} | {m / GiB:.3f} GiB | {cells} |")
+    add("")
+    for name, es in _peer_errors(rows, columns).items():
+        if es:
+            add(
+                f"- **{name}**: {len(es)} points, median |error| {statistics.median(es) * 100:.1f} %, worst "
+                f"{max(es) * 100:.1f} %"
+            )
+
+
 def _render_peers(rep: Report, add: Callable[[str], None]) -> None:
     add("## (c) Peers on the grid points")
     add("")
@@ -1901,33 +2061,33 @@ def _render_peers(rep: Report, add: Callable[[str], None]) -> None:
         add(rep.peers_note or "Peers were not run.")
         return
     add(PEERS_INTRO)
-    add("| setup | measured | gpumem | llm-analysis | accelerate | accelerate +20 % |")
-    add("|---|---|---|---|---|---|")
-    names = ("gpumem", "llm-analysis", "accelerate", "accelerate +20 %")
-    errs: dict[str, list[float]] = {n: [] for n in names}
+    _peer_table(add, rep.peers, INFER_PEER_COLUMNS)
 
-    def cell(v: float | None, meas: float, name: str, err_text: str | None = None) -> str:
-        if v is None:
-            return f"n/a ({_esc(err_text)})" if err_text else "n/a"
-        e = (v - meas) / meas
-        errs[name].append(abs(e))
-        return f"{v / GiB:.3f} ({_pct(e)})"
 
-    for d in rep.peers:
-        m, acc = d["measured"], d["accelerate"]
-        add(
-            f"| {d['setup']} | {m / GiB:.3f} GiB | {cell(d['ours'], m, 'gpumem')} | "
-            f"{cell(d['llm_analysis'], m, 'llm-analysis', d['llm_analysis_error'])} | "
-            f"{cell(acc, m, 'accelerate', d['accelerate_error'])} | "
-            f"{cell(acc * 1.2 if acc is not None else None, m, 'accelerate +20 %')} |"
-        )
+TRAIN_PEERS_INTRO = """\
+The full fine-tune points of the grid (neither peer models LoRA), each tool's training estimate against the
+measured peak (allocated):
+
+* **llm-analysis** `train()`: batch and sequence of the point on one GPU, `dtype_name="w16a16e16"`;
+  amp-bf16 → fp32 master weights and fp32 Adam moments (its defaults, `master_weights_dtype_bytes=4`,
+  `other_op_bytes=8`), pure bf16 → 2 and 4 bytes; checkpointing → `activation_recomputation=2` (full).
+  Its figure is `(weight+op_state+grad+act)_memory_per_gpu`.
+* **accelerate** `estimate-memory`'s "Training using Adam" column as its CLI computes it, from the fp32
+  size of the meta-device `AutoModel` whatever the batch and sequence: the `float16` row (its
+  mixed-precision case: the largest of fp32 model, fp32 + fp16 gradients and 2x fp32 optimizer states, so
+  2x the fp32 size) and the `float32` row (4x the fp32 size). Its `--dtypes` has no bfloat16; which row a
+  user should read for amp-bf16 is not said, so both are shown.
+"""
+
+
+def _render_train_peers(rep: Report, add: Callable[[str], None]) -> None:
+    add("### Peers on the training grid")
     add("")
-    for name, es in errs.items():
-        if es:
-            add(
-                f"- **{name}**: {len(es)} points, median |error| {statistics.median(es) * 100:.1f} %, worst "
-                f"{max(es) * 100:.1f} %"
-            )
+    if not rep.train_peers:
+        add(rep.peers_note or "Peers were not run.")
+        return
+    add(TRAIN_PEERS_INTRO)
+    _peer_table(add, rep.train_peers, TRAIN_PEER_COLUMNS)
 
 
 def main(argv: list[str] | None = None) -> int:
