@@ -149,6 +149,17 @@ def benchmarks() -> list[tuple[str, Callable[[], object], str]]:
 
         return call
 
+    llama70 = _spec("meta-llama/Llama-3.1-70B-Instruct")
+    problem70 = fit_mod._Problem(llama70, target, margin, None)
+    run70 = make_run(batch=1, seq=8192)
+
+    def fewest_gpus() -> int | None:
+        return fit_mod._fewest_gpus(problem70, run70)
+
+    def best_format() -> str | None:
+        return fit_mod._best_format(problem70, run70)
+
+    n_fewest, n_format = count_estimates(fewest_gpus), count_estimates(best_format)
     n_fit = count_estimates(lambda: fit_report(llama, run_fit, target))
     n_fit_vllm = count_estimates(lambda: fit_report(llama, run_vllm, target))
     n_batch, n_ctx = count_estimates(max_batch), count_estimates(max_context)
@@ -197,6 +208,16 @@ def benchmarks() -> list[tuple[str, Callable[[], object], str]]:
             "largest(): max context alone",
             max_context,
             f"{n_ctx} estimates, bisection over 1..4 x max_position_embeddings",
+        ),
+        (
+            "solver: fewest GPUs (Llama-3.1-70B bf16 s8192, RTX-4090)",
+            fewest_gpus,
+            f"{n_fewest} estimates, TP first then PP",
+        ),
+        (
+            "solver: best weight format (Llama-3.1-70B s8192, RTX-4090)",
+            best_format,
+            f"{n_format} estimates, most precise that fits",
         ),
         ("weight_bytes bf16, uncached", uncached("bf16"), "cache cleared before each call"),
         ("weight_bytes gguf-Q4_K_M, uncached", uncached("gguf-Q4_K_M"), "per-tensor llama-quantize rules"),
