@@ -153,12 +153,38 @@ def _cache_elems_per_token(spec: ModelSpec) -> tuple[int, int]:
     return kvh * spec.head_dim, kvh * spec.head_dim
 
 
+@dataclass(frozen=True)
+class _LayerPlan:
+    """The layer sequence of a spec as a forward walks it (fixed per spec, so computed once).
+
+    ``replayed`` are the last layer of each kind (attention type x dense/MoE), the layers replayed op by op;
+    ``segments`` has one ``(first, layer, sliding)`` per replayed layer in order: layers ``first`` to
+    ``layer - 1`` are skipped before it, ``sliding`` of them sliding-window layers. The last layer is the
+    last of its kind, so it is always replayed and no layer is skipped after it.
+    """
+
+    replayed: frozenset[int]
+    segments: tuple[tuple[int, int, int], ...]
+    types: frozenset[str]
+    sliding_layers: int
+
+
 @lru_cache(maxsize=256)
-def _replayed_layers(spec: ModelSpec) -> frozenset[int]:
-    """The last layer of each kind (attention type x dense/MoE): the layers replayed op by op."""
+def _layer_plan(spec: ModelSpec) -> _LayerPlan:
     types = spec.resolved_layer_types
     last = {(types[i], spec.is_moe_layer(i)): i for i in range(spec.num_layers)}
-    return frozenset(last.values())
+    replayed = sorted(last.values())
+    segments = []
+    first = 0
+    for layer in replayed:
+        segments.append((first, layer, types[first:layer].count("sliding_attention")))
+        first = layer + 1
+    return _LayerPlan(
+        replayed=frozenset(replayed),
+        segments=tuple(segments),
+        types=frozenset(types),
+        sliding_layers=types.count("sliding_attention"),
+    )
 
 
 def _uses_rope(spec: ModelSpec) -> bool:
@@ -555,16 +581,17 @@ def simulate_forward(
     rope = _rope_bytes(spec, fs)
     if rope:
         tr.alloc("cos_sin", rope, "rope")
-    n_masks = (1 if "full_attention" in types else 0) + (1 if "sliding_attention" in types else 0)
+    plan = _layer_plan(spec)
+    n_masks = (1 if "full_attention" in plan.types else 0) + (1 if "sliding_attention" in plan.types else 0)
     if fs.attn == "eager":
         tr.alloc("mask", n_masks * b * q * fs.kv_len * dt, "mask")
-    elif fs.attn == "sdpa" and any(_has_mask(spec, fs, t == "sliding_attention") for t in set(types)):
+    elif fs.attn == "sdpa" and any(_has_mask(spec, fs, t == "sliding_attention") for t in plan.types):
         tr.alloc("mask", b * q * fs.kv_len, "mask")  # boolean sliding mask
     if spec.position_embedding == "alibi":
         tr.alloc("alibi", b * spec.num_attention_heads * fs.kv_len * 4, "mask")
     # Only the last layer of each kind is replayed op by op (its transient peak sits on the most cache);
     # the caches of the other layers are one aggregate.
-    replayed = _replayed_layers(spec)
+    replayed = plan.replayed
     # Caches of all layers, as stored before this forward.
     for i in replayed:
         if storage[i]:
@@ -579,25 +606,21 @@ def simulate_forward(
         + round(fs.batch * _cache_tokens_after(spec, fs, sl) * v * fs.kv_dt)
         for sl in (False, True)
     }
-    pending = 0  # cache growth of skipped layers, applied before the next replayed layer
-    for i in range(n):
-        sliding = types[i] == "sliding_attention"
-        if i in replayed:
-            if pending:
-                tr.grow("caches_other", pending)
-                pending = 0
-            _layer(tr, spec, fs, i, sliding)
-            tr.free("h_in")
-            tr.rename("h_out", "h_in")
-        else:
-            # A skipped layer's transient peak is dominated by the replayed layer of its kind (same ops, more
-            # cache below it): only its lasting effects count, its cache and its output.
-            pending += after[sliding] - storage[i]
+    for first, layer, sliding_skipped in plan.segments:
+        if layer > first:
+            # Layers first..layer-1 are skipped: a skipped layer's transient peak is dominated by the replayed
+            # layer of its kind (same ops, more cache below it), so only its lasting effects count, its output
+            # and its cache (the growth of all of them applied before the next replayed layer).
             if tr.live["h_in"][0] == 0:
                 tr.free("h_in")
                 tr.alloc("h_in", b * q * h * dt, "hidden_states")
-    if pending:
-        tr.grow("caches_other", pending)
+            full_skipped = layer - first - sliding_skipped
+            growth = full_skipped * after[False] + sliding_skipped * after[True] - sum(storage[first:layer])
+            if growth:
+                tr.grow("caches_other", growth)
+        _layer(tr, spec, fs, layer, types[layer] == "sliding_attention")
+        tr.free("h_in")
+        tr.rename("h_out", "h_in")
     tr.where = "final norm"
     _norm(tr, spec, "h_in", "h_final", b * q * h, dt)
     # The model's forward returns: its inputs, masks, rotary tables and the last layer output are freed.
@@ -627,17 +650,15 @@ def simulate_forward(
         tr.free("logits")
         tr.rename("logits_capped", "logits")
     kv_storage = tr.kinds["kv_cache"]
-    logical = 0
-    for t in types:
-        if spec.mla is not None:
-            per_tok = b * (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) * fs.kv_dt
-        else:
-            kvh = spec.num_attention_heads if spec.transformers_expands_kv else spec.num_kv_heads
-            per_tok = b * 2 * kvh * spec.head_dim * fs.kv_dt
-        toks = fs.kv_len
-        if t == "sliding_attention" and spec.sliding_window:
-            toks = min(toks, spec.sliding_window - 1)
-        logical += round(per_tok * toks)
+    if spec.mla is not None:
+        per_tok = b * (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) * fs.kv_dt
+    else:
+        kvh = spec.num_attention_heads if spec.transformers_expands_kv else spec.num_kv_heads
+        per_tok = b * 2 * kvh * spec.head_dim * fs.kv_dt
+    sliding_toks = min(fs.kv_len, spec.sliding_window - 1) if spec.sliding_window else fs.kv_len
+    logical = (n - plan.sliding_layers) * round(per_tok * fs.kv_len) + plan.sliding_layers * round(
+        per_tok * sliding_toks
+    )
     return SimResult(
         peak=tr.peak,
         where=tr.peak_where,
