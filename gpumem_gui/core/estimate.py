@@ -79,9 +79,12 @@ class Estimate(Frozen):
 
 def tp_ranks(stage_shares: Iterable[GpuShare], tp: int) -> tuple[GpuShare, ...]:
     """Every GPU of a plan from one share per pipeline stage (TP rank 0): tensor-parallel ranks of a stage
-    hold the same amount, so each stage's share is repeated ``tp`` times with its GPU index and role."""
+    hold the same amount, so each stage's share is repeated ``tp`` times with its GPU index and role (rank 0
+    is the share itself)."""
     return tuple(
-        GpuShare.model_construct(
+        s
+        if r == 0
+        else GpuShare.model_construct(
             index=s.index + r,
             role=s.role.replace("rank 0", f"rank {r}"),
             peak_bytes=s.peak_bytes,

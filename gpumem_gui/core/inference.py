@@ -207,18 +207,32 @@ def _rank_spec(spec: ModelSpec, tp: int, pp: int, ep: int, stage: int) -> ModelS
 # ---- the transformers profile -----------------------------------------------------------------------------
 
 
+_KIND_LABELS = {
+    "kv_cache": "KV cache",
+    "hidden_states": "hidden states",
+    "attention": "attention temporaries",
+    "mlp": "MLP temporaries",
+    "norm": "norm temporaries",
+    "logits": "logits",
+    "rope": "rotary tables",
+    "mask": "attention mask",
+    "inputs": "input ids",
+}
+
+
+@lru_cache(maxsize=4096)
+def _kind_explanation(kind: str, where: str, dt_label: str) -> Explanation:
+    """How the bytes of one kind at the peak were found; one shared (immutable) instance per kind, place and
+    dtype, as every estimate with its peak there explains them the same way."""
+    return Explanation.model_construct(
+        formula=f"{_KIND_LABELS[kind]} live at the peak ({where}), from an op-by-op replay of the "
+        "transformers forward",
+        inputs={"where": where, "dtype": dt_label},
+        source="transformers 5.x modeling code; checked against PyTorch MemTracker measurements",
+    )
+
+
 def _kind_components(sim: SimResult, dt_label: str) -> list[Component]:
-    labels = {
-        "kv_cache": "KV cache",
-        "hidden_states": "hidden states",
-        "attention": "attention temporaries",
-        "mlp": "MLP temporaries",
-        "norm": "norm temporaries",
-        "logits": "logits",
-        "rope": "rotary tables",
-        "mask": "attention mask",
-        "inputs": "input ids",
-    }
     out = []
     for kind in KINDS:
         n = sim.by_kind.get(kind, 0)
@@ -228,14 +242,9 @@ def _kind_components(sim: SimResult, dt_label: str) -> list[Component]:
         out.append(
             Component.model_construct(
                 key=key,
-                label=labels[kind],
+                label=_KIND_LABELS[kind],
                 bytes=n,
-                explain=Explanation.model_construct(
-                    formula=f"{labels[kind]} live at the peak ({sim.where}), from an op-by-op replay of the "
-                    "transformers forward",
-                    inputs={"where": sim.where, "dtype": dt_label},
-                    source="transformers 5.x modeling code; checked against PyTorch MemTracker measurements",
-                ),
+                explain=_kind_explanation(kind, sim.where, dt_label),
             )
         )
     return out
@@ -292,9 +301,14 @@ def run_weight_bytes(
                 "'file' needs a model opened from .safetensors or .gguf files", field="weights"
             )
         return weights_from_files(spec, file_weights)
-    family = get_weight_format(run.weights).family
-    quantize_experts = not (run.engine == "transformers" and family == "bitsandbytes")
-    return weight_bytes(spec, run.weights, compute_dtype_bytes=run.dt, quantize_experts=quantize_experts)
+    return weight_bytes(
+        spec, run.weights, compute_dtype_bytes=run.dt, quantize_experts=_quantize_experts(run)
+    )
+
+
+def _quantize_experts(run: InferenceRun) -> bool:
+    """Whether the run's format quantizes routed experts (not transformers with bitsandbytes)."""
+    return not (run.engine == "transformers" and get_weight_format(run.weights).family == "bitsandbytes")
 
 
 def estimate_inference(
@@ -317,7 +331,35 @@ def estimate_inference(
     return _estimate_transformers(spec, run, warnings, wb)
 
 
-def _weights_component(spec: ModelSpec, run: InferenceRun, stage: int, wb: WeightBytes) -> Component:
+def _load_phase(
+    spec: ModelSpec, run: InferenceRun, degrees: _Degrees, stage: int, wb: WeightBytes
+) -> tuple[Component, Phase]:
+    """The weights component of one rank of ``stage`` and the load phase that holds only it."""
+    if run.weights == "file":  # the files' own bytes (the inventory is no cache key)
+        return _build_load_phase(spec, run.weights, degrees, stage, wb)
+    return _format_load_phase(spec, run.weights, run.dt, _quantize_experts(run), degrees, stage)
+
+
+@lru_cache(maxsize=1024)
+def _format_load_phase(
+    spec: ModelSpec, weights: str, dt: int, quantize_experts: bool, degrees: _Degrees, stage: int
+) -> tuple[Component, Phase]:
+    """:func:`_load_phase` of a weight format: it depends only on the spec, the format and the split, so
+    every estimate of them shares one (immutable) result."""
+    wb = weight_bytes(spec, weights, compute_dtype_bytes=dt, quantize_experts=quantize_experts)
+    return _build_load_phase(spec, weights, degrees, stage, wb)
+
+
+def _build_load_phase(
+    spec: ModelSpec, weights: str, degrees: _Degrees, stage: int, wb: WeightBytes
+) -> tuple[Component, Phase]:
+    comp = _weights_component(spec, weights, degrees, stage, wb)
+    return comp, Phase.model_construct(name="load", peak_bytes=comp.bytes, components=(comp,))
+
+
+def _weights_component(
+    spec: ModelSpec, weights: str, run: _Degrees, stage: int, wb: WeightBytes
+) -> Component:
     layers = stage_layers(spec, run.pp, stage)
     layer_bytes = sum(wb.per_layer[i] for i in layers)
     outside = wb.total_bytes - sum(wb.per_layer)  # embeddings, final norm, lm_head, vision
@@ -337,11 +379,11 @@ def _weights_component(spec: ModelSpec, run: InferenceRun, stage: int, wb: Weigh
     per_rank = _tp_share(spec, run, wb, layers, sharded)
     return Component.model_construct(
         key="weights",
-        label=f"weights ({run.weights})",
+        label=f"weights ({weights})",
         bytes=per_rank + (_buffers_bytes(spec) if first else 0),
         explain=Explanation.model_construct(
             formula=wb.explain.formula
-            + (f"; split over tp={run.tp} x pp={run.pp}" if run.gpus > 1 else "")
+            + (f"; split over tp={run.tp} x pp={run.pp}" if run.tp * run.pp > 1 else "")
             + "; + rotary buffers",
             inputs={
                 **wb.explain.inputs,
@@ -355,7 +397,7 @@ def _weights_component(spec: ModelSpec, run: InferenceRun, stage: int, wb: Weigh
     )
 
 
-def _tp_share(spec: ModelSpec, run: InferenceRun, wb: object, layers: range, stage_bytes: int) -> int:
+def _tp_share(spec: ModelSpec, run: _Degrees, wb: object, layers: range, stage_bytes: int) -> int:
     """Bytes of one TP/EP rank: linears and embeddings divided, norms replicated, experts over ep x tp."""
     if run.tp == 1 and run.ep == 1:
         return stage_bytes
@@ -393,13 +435,12 @@ def _estimate_transformers(
     kvb = kv_bytes_per_element(run.kv_dtype_resolved)
     shares: list[tuple[GpuShare, dict[str, Phase], int]] = []
     kv_logical_total = 0
+    degrees = _Degrees(tp=run.tp, pp=run.pp, ep=run.ep)
     for stage in range(run.pp):
         rspec = rank_spec(spec, run, stage)
-        weights = _weights_component(spec, run, stage, wb)
+        weights, load = _load_phase(spec, run, degrees, stage, wb)
         last_stage = stage == run.pp - 1
-        phases: dict[str, Phase] = {
-            "load": Phase.model_construct(name="load", peak_bytes=weights.bytes, components=(weights,))
-        }
+        phases: dict[str, Phase] = {"load": load}
         fs = ForwardShape(
             batch=run.batch,
             q=run.seq,

@@ -7,6 +7,8 @@ documented default that the user can override; the validation report compares th
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from gpumem_gui.core.estimate import Component, Explanation
 from gpumem_gui.core.units import MiB
 
@@ -39,6 +41,30 @@ def overhead_components(
     transient = max(0, peak_bytes - weight_bytes)
     reserve = round(transient * ALLOCATOR_FRAGMENTATION)
     return (
+        *_fixed_components(context_bytes, workspace_bytes),
+        Component.model_construct(
+            key="allocator_reserve",
+            label="allocator reserve",
+            bytes=reserve,
+            explain=Explanation.model_construct(
+                formula="reserve = 5 % x (peak - weights): cached free blocks and 2 MiB rounding",
+                inputs={
+                    "peak_bytes": peak_bytes,
+                    "weight_bytes": weight_bytes,
+                    "fraction": ALLOCATOR_FRAGMENTATION,
+                },
+                source="reserved is 2-15 % above allocated (shared/reference/README.md); "
+                "c10/cuda/CUDACachingAllocator.cpp rounding",
+            ),
+        ),
+    )
+
+
+@lru_cache(maxsize=64)
+def _fixed_components(context_bytes: int, workspace_bytes: int) -> tuple[Component, Component]:
+    """The CUDA context and the cuBLAS workspace: they depend on nothing but their sizes, so every estimate
+    shares one (immutable) pair."""
+    return (
         Component.model_construct(
             key="cuda_context",
             label="CUDA context",
@@ -58,21 +84,6 @@ def overhead_components(
                 formula="CUBLAS_WORKSPACE_CONFIG :4096:8 = 8 x 4096 KiB per handle",
                 inputs={"workspace_bytes": workspace_bytes},
                 source="PyTorch aten/src/ATen/cuda/CublasHandlePool.cpp getChosenWorkspaceSize()",
-            ),
-        ),
-        Component.model_construct(
-            key="allocator_reserve",
-            label="allocator reserve",
-            bytes=reserve,
-            explain=Explanation.model_construct(
-                formula="reserve = 5 % x (peak - weights): cached free blocks and 2 MiB rounding",
-                inputs={
-                    "peak_bytes": peak_bytes,
-                    "weight_bytes": weight_bytes,
-                    "fraction": ALLOCATOR_FRAGMENTATION,
-                },
-                source="reserved is 2-15 % above allocated (shared/reference/README.md); "
-                "c10/cuda/CUDACachingAllocator.cpp rounding",
             ),
         ),
     )
