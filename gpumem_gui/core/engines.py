@@ -66,11 +66,11 @@ def estimate_engine(
 
 
 def _comp(key: str, label: str, n: int, formula: str, source: str, **inputs: object) -> Component:
-    return Component.model_construct(
+    return Component(
         key=key,
         label=label,
         bytes=max(0, int(n)),
-        explain=Explanation.model_construct(formula=formula, inputs=inputs, source=source),
+        explain=Explanation(formula=formula, inputs=inputs, source=source),
     )
 
 
@@ -130,9 +130,7 @@ def estimate_vllm(
         layers=spec.num_layers,
         enforce_eager=r.enforce_eager,  # type: ignore[attr-defined]
     )
-    weights_c = Component.model_construct(
-        key="weights", label=f"weights ({r.weights})", bytes=w, explain=wexp
-    )  # type: ignore[attr-defined]
+    weights_c = Component(key="weights", label=f"weights ({r.weights})", bytes=w, explain=wexp)  # type: ignore[attr-defined]
     non_kv = w + act + sampler + non_torch + graphs
     facts: dict[str, object] = {
         "kv_bytes_per_token": per_tok,
@@ -181,11 +179,9 @@ def estimate_vllm(
     comps = (weights_c, activation, kv_c, non_torch_c, graphs_c)
     total = torch_part + non_torch + graphs
     phases = {
-        "load": Phase.model_construct(name="load", peak_bytes=w, components=(weights_c,)),
-        "profile": Phase.model_construct(
-            name="profile", peak_bytes=w + act + sampler, components=(weights_c, activation)
-        ),
-        "serve": Phase.model_construct(
+        "load": Phase(name="load", peak_bytes=w, components=(weights_c,)),
+        "profile": Phase(name="profile", peak_bytes=w + act + sampler, components=(weights_c, activation)),
+        "serve": Phase(
             name="serve",
             peak_bytes=torch_part,
             components=(weights_c, activation, kv_c),
@@ -193,7 +189,7 @@ def estimate_vllm(
         ),
     }
     per_gpu = tuple(
-        GpuShare.model_construct(
+        GpuShare(
             index=i,
             role=f"TP rank {i % tp}, PP stage {i // tp}",
             peak_bytes=torch_part,
@@ -205,7 +201,7 @@ def estimate_vllm(
     facts["params_total"] = count_params(spec).total
     facts["kv_needed_for_batch_bytes"] = need_kv
     facts["kv_tokens_needed"] = need_blocks * VLLM_BLOCK_SIZE
-    return Estimate.model_construct(
+    return Estimate(
         mode="inference",
         engine="vllm",
         phases=phases,
@@ -310,14 +306,10 @@ def estimate_llamacpp(spec: ModelSpec, run: object, warnings: tuple[str, ...], w
     peak = model_gpu + kv_gpu + compute
     total = peak + ctx.bytes
     phases = {
-        "load": Phase.model_construct(
-            name="load", peak_bytes=model_gpu + kv_gpu, components=(weights_c, kv_c)
-        ),
-        "decode": Phase.model_construct(
-            name="decode", peak_bytes=peak, components=(weights_c, kv_c, compute_c)
-        ),
+        "load": Phase(name="load", peak_bytes=model_gpu + kv_gpu, components=(weights_c, kv_c)),
+        "decode": Phase(name="decode", peak_bytes=peak, components=(weights_c, kv_c, compute_c)),
     }
-    return Estimate.model_construct(
+    return Estimate(
         mode="inference",
         engine="llama.cpp",
         phases=phases,
@@ -325,11 +317,7 @@ def estimate_llamacpp(spec: ModelSpec, run: object, warnings: tuple[str, ...], w
         peak_bytes=peak,
         total_bytes=total,
         components=comps,
-        per_gpu=(
-            GpuShare.model_construct(
-                index=0, role="GPU 0", peak_bytes=peak, total_bytes=total, components=comps
-            ),
-        ),
+        per_gpu=(GpuShare(index=0, role="GPU 0", peak_bytes=peak, total_bytes=total, components=comps),),
         kv_cache_bytes=kv_gpu,
         warnings=warnings,
         facts={

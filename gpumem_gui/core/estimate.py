@@ -84,7 +84,7 @@ def tp_ranks(stage_shares: Iterable[GpuShare], tp: int) -> tuple[GpuShare, ...]:
     return tuple(
         s
         if r == 0
-        else GpuShare.model_construct(
+        else GpuShare(
             index=s.index + r,
             role=s.role.replace("rank 0", f"rank {r}"),
             peak_bytes=s.peak_bytes,

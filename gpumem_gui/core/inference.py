@@ -224,7 +224,7 @@ _KIND_LABELS = {
 def _kind_explanation(kind: str, where: str, dt_label: str) -> Explanation:
     """How the bytes of one kind at the peak were found; one shared (immutable) instance per kind, place and
     dtype, as every estimate with its peak there explains them the same way."""
-    return Explanation.model_construct(
+    return Explanation(
         formula=f"{_KIND_LABELS[kind]} live at the peak ({where}), from an op-by-op replay of the "
         "transformers forward",
         inputs={"where": where, "dtype": dt_label},
@@ -240,7 +240,7 @@ def _kind_components(sim: SimResult, dt_label: str) -> list[Component]:
             continue
         key = kind if kind in ("kv_cache", "logits") else f"act_{kind}"
         out.append(
-            Component.model_construct(
+            Component(
                 key=key,
                 label=_KIND_LABELS[kind],
                 bytes=n,
@@ -279,7 +279,7 @@ def weights_from_files(spec: ModelSpec, inv: WeightsInventory) -> WeightBytes:
         per_layer=tuple(per_layer),
         by_storage=dict(inv.bytes_by_dtype),
         bits_per_param=inv.total_bytes * 8 / params if params else 0.0,
-        explain=Explanation.model_construct(
+        explain=Explanation(
             formula="sum of every tensor's bytes in the file headers (the files win over any formula)",
             inputs={"files": len(inv.files), "tensors": inv.tensor_count, "quantization": inv.quantization},
             source=f"{inv.format} headers of {inv.source}",
@@ -354,7 +354,7 @@ def _build_load_phase(
     spec: ModelSpec, weights: str, degrees: _Degrees, stage: int, wb: WeightBytes
 ) -> tuple[Component, Phase]:
     comp = _weights_component(spec, weights, degrees, stage, wb)
-    return comp, Phase.model_construct(name="load", peak_bytes=comp.bytes, components=(comp,))
+    return comp, Phase(name="load", peak_bytes=comp.bytes, components=(comp,))
 
 
 def _weights_component(
@@ -377,11 +377,11 @@ def _weights_component(
         stage_outside += wb.by_component.get("embedding", 0)  # the last stage needs its own copy of the table
     sharded = layer_bytes + stage_outside
     per_rank = _tp_share(spec, run, wb, layers, sharded)
-    return Component.model_construct(
+    return Component(
         key="weights",
         label=f"weights ({weights})",
         bytes=per_rank + (_buffers_bytes(spec) if first else 0),
-        explain=Explanation.model_construct(
+        explain=Explanation(
             formula=wb.explain.formula
             + (f"; split over tp={run.tp} x pp={run.pp}" if run.tp * run.pp > 1 else "")
             + "; + rotary buffers",
@@ -454,7 +454,7 @@ def _estimate_transformers(
         pre = simulate_forward(rspec, fs)
         kv_logical_total = max(kv_logical_total, pre.kv_cache_logical)
         comps = (weights, *_kind_components(pre, run.compute_dtype))
-        phases["prefill"] = Phase.model_construct(
+        phases["prefill"] = Phase(
             name="prefill", peak_bytes=weights.bytes + pre.peak, components=comps, note=f"peak at {pre.where}"
         )
         if run.new_tokens > 0:
@@ -469,11 +469,11 @@ def _estimate_transformers(
                 # processed scores (transformers generation/utils.py, _sample)
                 gen = 2 * run.batch * rspec.vocab_size * 4
                 extra.append(
-                    Component.model_construct(
+                    Component(
                         key="generate_logits",
                         label="generate() fp32 scores",
                         bytes=gen,
-                        explain=Explanation.model_construct(
+                        explain=Explanation(
                             formula="2 x batch x vocab x 4 B: fp32 copy of the last logits, processed scores",
                             inputs={"batch": run.batch, "vocab": rspec.vocab_size},
                             source="transformers generation/utils.py _sample()",
@@ -481,7 +481,7 @@ def _estimate_transformers(
                     )
                 )
             dcomps = (weights, *_kind_components(dec, run.compute_dtype), *extra)
-            phases["decode"] = Phase.model_construct(
+            phases["decode"] = Phase(
                 name="decode",
                 peak_bytes=weights.bytes + dec.peak + sum(c.bytes for c in extra),
                 components=dcomps,
@@ -496,7 +496,7 @@ def _estimate_transformers(
         role = f"PP stage {stage}" + (f", TP rank 0 of {run.tp}" if run.tp > 1 else "")
         shares.append(
             (
-                GpuShare.model_construct(
+                GpuShare(
                     index=stage * run.tp,
                     role=role,
                     peak_bytes=peak_phase.peak_bytes,
@@ -510,7 +510,7 @@ def _estimate_transformers(
     worst_share, worst_phases, _ = max(shares, key=lambda s: s[0].total_bytes)
     peak_phase = max(worst_phases.values(), key=lambda p: p.peak_bytes)
     per_gpu = tp_ranks((s for s, _, _ in shares), run.tp)
-    return Estimate.model_construct(
+    return Estimate(
         mode="inference",
         engine="transformers",
         phases=worst_phases,

@@ -42,11 +42,11 @@ def overhead_components(
     reserve = round(transient * ALLOCATOR_FRAGMENTATION)
     return (
         *_fixed_components(context_bytes, workspace_bytes),
-        Component.model_construct(
+        Component(
             key="allocator_reserve",
             label="allocator reserve",
             bytes=reserve,
-            explain=Explanation.model_construct(
+            explain=Explanation(
                 formula="reserve = 5 % x (peak - weights): cached free blocks and 2 MiB rounding",
                 inputs={
                     "peak_bytes": peak_bytes,
@@ -65,22 +65,22 @@ def _fixed_components(context_bytes: int, workspace_bytes: int) -> tuple[Compone
     """The CUDA context and the cuBLAS workspace: they depend on nothing but their sizes, so every estimate
     shares one (immutable) pair."""
     return (
-        Component.model_construct(
+        Component(
             key="cuda_context",
             label="CUDA context",
             bytes=context_bytes,
-            explain=Explanation.model_construct(
+            explain=Explanation(
                 formula="fixed per process: driver context, loaded kernels (lazy loading)",
                 inputs={"context_bytes": context_bytes},
                 source="300 MiB-2 GiB observed (vram.asmirnov.xyz); ~0.3-1 GiB (shared/reference/README.md); "
                 "default 500 MiB, override with --cuda-context-mib",
             ),
         ),
-        Component.model_construct(
+        Component(
             key="workspace",
             label="cuBLAS workspace",
             bytes=workspace_bytes,
-            explain=Explanation.model_construct(
+            explain=Explanation(
                 formula="CUBLAS_WORKSPACE_CONFIG :4096:8 = 8 x 4096 KiB per handle",
                 inputs={"workspace_bytes": workspace_bytes},
                 source="PyTorch aten/src/ATen/cuda/CublasHandlePool.cpp getChosenWorkspaceSize()",
