@@ -170,7 +170,7 @@ class StackedBars:
                 item.setToolTip(order[key])
                 self.items[key] = item
                 self._plot.addItem(item)
-            else:
+            elif not self._same(item, x, heights, bottoms):  # an unchanged segment is not redrawn
                 item.setOpts(x=x, height=heights, y0=bottoms.copy(), width=BAR_WIDTH)
             bottoms = bottoms + heights
         for key in [k for k in self.items if k not in order]:
@@ -180,6 +180,14 @@ class StackedBars:
         if self._legend is not None and legend_keys != self._legend_keys:
             self._legend.set_entries([(series_color(k), label) for k, label in legend_keys])
         self._legend_keys = legend_keys
+
+    @staticmethod
+    def _same(item: pg.BarGraphItem, x: np.ndarray, heights: np.ndarray, bottoms: np.ndarray) -> bool:
+        opts = item.opts
+        return all(
+            isinstance(a, np.ndarray) and a.shape == b.shape and bool(np.array_equal(a, b))
+            for a, b in ((opts.get("x"), x), (opts.get("height"), heights), (opts.get("y0"), bottoms))
+        )
 
     def heights(self, key: str) -> list[float]:
         """Bar heights of one component (in the display unit), for tests."""

@@ -137,6 +137,8 @@ class GpuCard(QFrame):
         self.selected = False
 
     def set_selected(self, on: bool) -> None:
+        if on == self.selected and self.lineWidth() == (2 if on else 1):
+            return  # unchanged: no relayout, no repaint (every estimate sets it)
         self.selected = on
         self.setFrameShadow(QFrame.Shadow.Sunken if on else QFrame.Shadow.Plain)
         self.setLineWidth(2 if on else 1)
