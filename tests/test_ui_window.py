@@ -268,3 +268,33 @@ def test_geometry_unit_and_last_scenario_are_remembered(qt_warnings_fail, qtbot,
     assert w2.unit is SizeUnit.GB
     assert (w2.width(), w2.height()) == (790, 590)
     w2.flush_background()
+
+
+def test_a_step_recomputes_at_once_but_typing_waits_for_the_keys(main_window: MainWindow, qtbot) -> None:
+    from PySide6.QtCore import Qt
+
+    from gpumem_gui.ui.main_window import DEBOUNCE_MS, STEP_DEBOUNCE_MS
+
+    w = main_window
+    spin = w.run_form.widget("batch")
+    spin.stepBy(1)  # an arrow button or key, the wheel
+    assert w._debounce.isActive() and w._debounce.interval() == STEP_DEBOUNCE_MS
+    qtbot.waitUntil(lambda: w.run is not None and w.run.batch == 2, timeout=3000)
+    w.flush_background()
+    spin.setFocus()
+    spin.selectAll()
+    qtbot.keyClicks(spin, "12")  # spin boxes take typed numbers on Enter (no keyboard tracking)
+    assert not w._debounce.isActive()
+    qtbot.keyClick(spin, Qt.Key.Key_Return)
+    assert w._debounce.isActive() and w._debounce.interval() == STEP_DEBOUNCE_MS
+    qtbot.waitUntil(lambda: w.run is not None and w.run.batch == 12, timeout=3000)
+    w.flush_background()
+    targets = w.train_form.widget("lora_targets")  # an editable list: every key changes it
+    targets.setFocus()
+    qtbot.keyClicks(targets, "q")
+    assert w._debounce.isActive() and w._debounce.interval() == DEBOUNCE_MS
+    w.run_form.widget("engine").setCurrentIndex(1)  # a pick from a list
+    assert w._debounce.interval() == STEP_DEBOUNCE_MS
+    w._debounce.setInterval(0)  # what benchmarks/bench_ui.py does: no wait at all, steps included
+    spin.stepBy(1)
+    assert w._debounce.interval() == 0

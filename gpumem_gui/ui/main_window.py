@@ -6,12 +6,14 @@ Inference and Training tabs each hold a form; the tab on top decides which estim
 come in through the constructor (the settings store, the model loader); GPU snapshots come in through
 :meth:`MainWindow.on_snapshot`, which the composition root connects to the poller's signal.
 
-Every edit restarts a 120 ms single-shot timer; when it fires, one estimate runs in the GUI thread (a few ms
-for inference; 1-200 ms for training, which replays one step) and the charts, table and verdicts update; once
-that is painted, the fit report and the sweep (inference: 48 points, ~50-300 ms; training: 16 points and the
-training solvers, 1-5 s) run in a worker thread and only the newest answer is shown (the worker holds the GIL
-while it runs: started before the paint, it would slow the paint down, the first one at start-up included).
-Invalid input shows inline and the last good estimate stays.
+Every edit restarts a single-shot timer: 120 ms while typing into a text field, 20 ms for a step, a number
+entered with Enter, a pick from a list or a click (so a burst of wheel steps still makes one estimate). When
+it fires, one estimate runs in the GUI thread (a few ms for inference; 1-200 ms for training, which replays
+one step) and the charts, table and verdicts update; once that is painted, the fit report and the sweep
+(inference: 48 points, ~50-300 ms; training: 16 points and the training solvers, 1-5 s) run in a worker
+thread and only the newest answer is shown (the worker holds the GIL while it runs: started before the paint,
+it would slow the paint down, the first one at start-up included). Invalid input shows inline and the last
+good estimate stays.
 """
 
 from __future__ import annotations
@@ -99,7 +101,8 @@ from gpumem_gui.ui.scenario import (
 from gpumem_gui.ui.train_form import TRAINING_PRESETS, TrainingForm
 from gpumem_gui.ui.workers import BackgroundRunner
 
-DEBOUNCE_MS = 120
+DEBOUNCE_MS = 120  # while typing into a field: one estimate when the keys stop
+STEP_DEBOUNCE_MS = 20  # a spin-box step, a pick from a list, a click: at once (a wheel burst still merges)
 BACKGROUND_DELAY_MS = 10  # after the paint that shows the estimate
 BACKGROUND_FALLBACK_MS = 250  # when no paint comes (a hidden window, nothing on screen changed)
 SWEEP_POINTS = 48
@@ -126,6 +129,27 @@ def sweep_xs(spec: ModelSpec, run: AnyRun, over: str) -> list[int]:
     else:
         hi = max(2 * run.seq, spec.max_position_embeddings)
     return sorted({max(1, round(hi * (i + 1) / n)) for i in range(n)})
+
+
+class Debounce(QTimer):
+    """The single-shot timer behind every recompute. :meth:`restart` waits ``typing_ms`` after a key typed
+    into a field and ``step_ms`` after any other change. :meth:`setInterval` sets the typing wait, and the
+    step wait never exceeds it: ``setInterval(0)`` turns both off (benchmarks/bench_ui.py does that)."""
+
+    def __init__(self, typing_ms: int, step_ms: int, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setSingleShot(True)
+        self.typing_ms = typing_ms
+        self.step_ms = min(step_ms, typing_ms)
+        super().setInterval(typing_ms)
+
+    def setInterval(self, msec: int) -> None:
+        self.typing_ms = msec
+        self.step_ms = min(self.step_ms, msec)
+        super().setInterval(msec)
+
+    def restart(self, typing: bool = True) -> None:
+        self.start(self.typing_ms if typing else self.step_ms)
 
 
 @dataclass(frozen=True)
@@ -191,9 +215,7 @@ class MainWindow(QMainWindow):
         self.last_estimate_ms = 0.0
         self.last_background_ms = 0.0
 
-        self._debounce = QTimer(self)
-        self._debounce.setSingleShot(True)
-        self._debounce.setInterval(debounce_ms)
+        self._debounce = Debounce(debounce_ms, STEP_DEBOUNCE_MS, self)
         self._debounce.timeout.connect(self._on_debounce)
         # bumped by every recompute except a refresh for new free-memory readings; a fit report made for the
         # same serial is still worth showing when a refresh superseded it (busy GPUs change every poll)
@@ -368,8 +390,8 @@ class MainWindow(QMainWindow):
         self.model_panel.model_loaded.connect(lambda m: self._guard(lambda: self._on_model_loaded(m)))
         self.model_panel.load_failed.connect(self._on_model_failed)
         self.model_panel.open_requested.connect(lambda: self._guard(self.open_dialog))
-        self.run_form.changed.connect(self.schedule)
-        self.train_form.changed.connect(self.schedule)
+        self.run_form.changed.connect(lambda: self.schedule(self.run_form.typing))
+        self.train_form.changed.connect(lambda: self.schedule(self.train_form.typing))
         self.mode_tabs.currentChanged.connect(lambda _i: self._guard(self._on_mode_changed))
         self.train_presets.activated.connect(lambda i: self._guard(lambda: self._on_training_preset(i)))
         self.target_form.changed.connect(self._on_target_edited)
@@ -432,17 +454,17 @@ class MainWindow(QMainWindow):
 
     # ---- inputs -------------------------------------------------------------------------------------------
 
-    @Slot()
-    def schedule(self) -> None:
-        """Recompute after the debounce interval (restarted by every edit)."""
+    def schedule(self, typing: bool = True) -> None:
+        """Recompute after the debounce interval (restarted by every edit; short unless ``typing``)."""
         self._refresh_pending = False
-        self._debounce.start()
+        self._debounce.restart(typing)
 
     def _schedule_refresh(self) -> None:
-        """Recompute for new GPU readings (same inputs): unless an edit is pending, a refresh."""
+        """Recompute for new GPU readings (same inputs): unless an edit is pending (it reads them too), a
+        refresh."""
         if not self._debounce.isActive():
             self._refresh_pending = True
-        self._debounce.start()
+            self._debounce.restart()
 
     def _on_debounce(self) -> None:
         refresh, self._refresh_pending = self._refresh_pending, False
@@ -454,7 +476,7 @@ class MainWindow(QMainWindow):
 
     def _on_target_edited(self) -> None:
         self._target_user_set = True
-        self.schedule()
+        self.schedule(self.target_form.typing)
 
     def _on_preset(self, index: int) -> None:
         name = self.presets.itemData(index)

@@ -17,12 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtGui import QFont, QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import (
+    QAbstractSpinBox,
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
     QGroupBox,
     QLabel,
+    QLineEdit,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -78,6 +80,18 @@ class _Row:
     label: QLabel
 
 
+def typed(widget: QWidget | None) -> bool:
+    """Whether ``widget``'s value just changed because the user typed into its text field, as opposed to a
+    step (arrow buttons or keys, the wheel), a pick from a list, a click or :meth:`setValue`: only typing
+    leaves the text field marked modified (Qt clears the mark whenever it rewrites the text itself)."""
+    edit: QLineEdit | None = None
+    if isinstance(widget, QAbstractSpinBox):
+        edit = widget.findChild(QLineEdit)
+    elif isinstance(widget, QComboBox) and widget.isEditable():
+        edit = widget.lineEdit()
+    return edit is not None and edit.isModified()
+
+
 class _FieldForm(QWidget):
     """Shared plumbing: rows of (label, widget, inline error label) and the error display."""
 
@@ -87,6 +101,7 @@ class _FieldForm(QWidget):
         super().__init__(parent)
         self._rows: dict[str, _Row] = {}
         self.form_error = ErrorLabel()
+        self.typing = False  # the last change was typed into a text field (the window waits for more keys)
 
     def _add_row(self, layout: QFormLayout, name: str, label: str, widget: QWidget, tip: str) -> QWidget:
         box = QWidget()
@@ -108,13 +123,15 @@ class _FieldForm(QWidget):
 
     def _connect(self, widget: QWidget) -> None:
         if isinstance(widget, QSpinBox | QDoubleSpinBox):
-            widget.valueChanged.connect(self._emit_changed)
+            widget.valueChanged.connect(lambda *_, w=widget: self._emit_changed(w))
         elif isinstance(widget, QComboBox):
-            widget.currentIndexChanged.connect(self._emit_changed)
+            widget.currentIndexChanged.connect(lambda *_, w=widget: self._emit_changed(w))
         elif isinstance(widget, QCheckBox):
-            widget.toggled.connect(self._emit_changed)
+            widget.toggled.connect(lambda *_, w=widget: self._emit_changed(w))
 
-    def _emit_changed(self, *_: object) -> None:
+    def _emit_changed(self, widget: QWidget | None = None) -> None:
+        """Emit ``changed``; :attr:`typing` says whether ``widget`` changed because its text was typed."""
+        self.typing = typed(widget)
         self.changed.emit()
 
     def widget(self, name: str) -> QWidget:
@@ -452,7 +469,7 @@ class RunForm(_FieldForm):
             if current is None or not _combo_set(combo, current):
                 _combo_set(combo, "auto")
         if current is not None and combo.currentData() != current:
-            self.changed.emit()
+            self._emit_changed()
 
     def _on_engine_changed(self, *_: object) -> None:
         self._fill_kv()

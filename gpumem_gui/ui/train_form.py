@@ -343,7 +343,7 @@ class TrainingForm(_FieldForm):
         for name, row in self._rows.items():
             if name == "lora_targets":
                 assert isinstance(row.widget, QComboBox)
-                row.widget.currentTextChanged.connect(self._emit_changed)
+                row.widget.currentTextChanged.connect(lambda _t, w=row.widget: self._emit_changed(w))
             else:
                 self._connect(row.widget)
         for name in ("method", "zero", "fsdp", "offload"):
