@@ -234,19 +234,20 @@ def estimate_llamacpp(spec: ModelSpec, run: object, warnings: tuple[str, ...], w
     model_cpu = wb.total_bytes - model_gpu
     kv_elem = kv_bytes_per_element(r.kv_dtype_resolved)  # type: ignore[attr-defined]
     n_ctx = r.batch * r.tokens  # type: ignore[attr-defined]
-    types = spec.resolved_layer_types
-    kv_gpu = 0
-    for i in range(n_layers - offloaded, n_layers):
-        cells = n_ctx
-        if types[i] == "sliding_attention" and spec.sliding_window:
-            # llama_kv_cache_iswa: SWA layers keep min(n_ctx, pad(n_swa * n_seq + n_ubatch, 256)) cells
-            cells = min(n_ctx, ceil((spec.sliding_window * r.batch + r.n_ubatch) / 256) * 256)  # type: ignore[attr-defined]
-        if spec.mla is not None:
-            # llama.cpp caches the MLA latent: K = kv_lora_rank + rope, V = kv_lora_rank (published log)
-            width = 2 * spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim
-        else:
-            width = 2 * spec.num_kv_heads * spec.head_dim
-        kv_gpu += round(cells * width * kv_elem)
+    if spec.mla is not None:
+        # llama.cpp caches the MLA latent: K = kv_lora_rank + rope, V = kv_lora_rank (published log)
+        width = 2 * spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim
+    else:
+        width = 2 * spec.num_kv_heads * spec.head_dim
+    # every offloaded layer of one attention type holds the same cells
+    swa_layers = spec.resolved_layer_types[n_layers - offloaded :].count("sliding_attention")
+    swa_cells = n_ctx
+    if swa_layers and spec.sliding_window:
+        # llama_kv_cache_iswa: SWA layers keep min(n_ctx, pad(n_swa * n_seq + n_ubatch, 256)) cells
+        swa_cells = min(n_ctx, ceil((spec.sliding_window * r.batch + r.n_ubatch) / 256) * 256)  # type: ignore[attr-defined]
+    kv_gpu = (offloaded - swa_layers) * round(n_ctx * width * kv_elem) + swa_layers * round(
+        swa_cells * width * kv_elem
+    )
     ub = min(r.n_ubatch, n_ctx)  # type: ignore[attr-defined]
     h = spec.hidden_size
     f = spec.moe.expert_intermediate_size * spec.moe.experts_per_token if spec.moe else spec.intermediate_size

@@ -1519,8 +1519,10 @@ def _kv_id(kv_dtype: str) -> str:
     return _KV_ALIASES.get(key, key)
 
 
+@functools.cache
 def engine_kv_dtypes(engine: str) -> tuple[str, ...]:
-    """KV dtype ids ``engine`` accepts (vLLM's ``auto`` is resolved to the compute dtype before sizing)."""
+    """KV dtype ids ``engine`` accepts (vLLM's ``auto`` is resolved to the compute dtype before sizing);
+    fixed per engine, so computed once (every estimate checks its KV dtype against them)."""
     if engine not in ENGINES:
         raise GpumemInputError(f"unknown engine {engine!r}; engines: {', '.join(ENGINES)}", field="engine")
     return tuple(k.id for k in _KV_LIST if engine in k.engines)
