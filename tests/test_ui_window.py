@@ -298,3 +298,24 @@ def test_a_step_recomputes_at_once_but_typing_waits_for_the_keys(main_window: Ma
     w._debounce.setInterval(0)  # what benchmarks/bench_ui.py does: no wait at all, steps included
     spin.stepBy(1)
     assert w._debounce.interval() == 0
+
+
+def test_the_explanation_patched_in_place_reads_as_if_set_anew(main_window: MainWindow, qtbot) -> None:
+    from PySide6.QtWidgets import QTextBrowser
+
+    from gpumem_gui.ui.report import explanation_html
+
+    w = main_window
+    fresh = QTextBrowser()
+    qtbot.addWidget(fresh)
+    assert w.estimate is not None
+    for key in [c.key for c in w.estimate.components][:3]:
+        assert w.results.table.select_key(key)
+        for batch in (2, 5, 1):
+            w.run_form.widget("batch").setValue(batch)
+            w.recompute_now()
+            est = w.estimate
+            comp = est.component(key)
+            assert comp is not None
+            fresh.setHtml(explanation_html(comp, w.unit, est.total_bytes))
+            assert w.results.explain.toHtml() == fresh.toHtml()

@@ -350,6 +350,13 @@ class SweepChart(_Chart):
         self.plot.setTitle("Sweep")
         self.curve = self.plot.plot([], [], pen=pg.mkPen("#4e79a7", width=2))
         self.points = pg.ScatterPlotItem(size=6, pen=pg.mkPen(None))
+        # the same three brush objects every time: the scatter item caches one rendered symbol per brush
+        # *object*, so new brushes per sweep re-rendered every point and grew that cache without end
+        self._brushes = {
+            True: pg.mkBrush(FITS_COLOR),
+            False: pg.mkBrush(MISSES_COLOR),
+            None: pg.mkBrush("#4e79a7"),
+        }
         self.plot.addItem(self.points)
         base = self.palette().color(QPalette.ColorRole.Base)
         self.capacity_line = _line(CAPACITY_COLOR, "capacity", position=0.97, fill=base)
@@ -388,10 +395,7 @@ class SweepChart(_Chart):
         xs = np.array([p.x for p in points], dtype=float)
         ys = np.array([p.total_bytes / factor for p in points], dtype=float)
         self.curve.setData(xs, ys)
-        brushes = [
-            pg.mkBrush(FITS_COLOR if p.fits else MISSES_COLOR if p.fits is False else "#4e79a7")
-            for p in points
-        ]
+        brushes = [self._brushes[p.fits] for p in points]
         self.points.setData(xs, ys, brush=brushes)
         what = what or ("prompt tokens" if over == "seq" else "batch (sequences)")
         _set_title(self.plot, f"Total memory against {what}", self.text_color())

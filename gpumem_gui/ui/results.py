@@ -11,7 +11,7 @@ import html
 from collections.abc import Sequence
 
 from PySide6.QtCore import QSignalBlocker, Qt, Signal
-from PySide6.QtGui import QFont, QPalette
+from PySide6.QtGui import QFont, QPalette, QTextBlock, QTextCharFormat, QTextCursor, QTextDocument
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -38,6 +38,18 @@ from gpumem_gui.core.units import SizeUnit, fmt_bytes
 from gpumem_gui.ui.charts import BreakdownChart, PhaseChart, SweepChart
 from gpumem_gui.ui.report import explanation_html, verdict_words, worst_verdict
 from gpumem_gui.ui.theme import ErrorLabel, status_color
+
+
+def _runs(block: QTextBlock) -> list[tuple[int, int, QTextCharFormat, str]]:
+    """(position, length, format, text) of each run of equally formatted text in ``block``."""
+    runs = []
+    it = block.begin()
+    while not it.atEnd():
+        frag = it.fragment()
+        if frag.isValid():
+            runs.append((frag.position(), frag.length(), frag.charFormat(), frag.text()))
+        it += 1
+    return runs
 
 
 class VerdictBanner(QFrame):
@@ -440,6 +452,42 @@ class ResultsView(QWidget):
         est = self._est
         comp = est.component(key) if est is not None and key else None
         text = "" if comp is None else explanation_html(comp, self._unit, est.total_bytes if est else 0)
-        if text != self._explained:  # setHtml costs milliseconds: only when the text changes
+        if text != self._explained:  # setHtml costs milliseconds (laying the inputs table out): only when
+            if not self._patch_explanation(text):  # the text changes, and only the paragraph that changed
+                self.explain.setHtml(text)
             self._explained = text
-            self.explain.setHtml(text)
+
+    def _patch_explanation(self, text: str) -> bool:
+        """When ``text`` differs from the explanation on screen only in its first paragraph (the size and the
+        share of the total: what a new batch or prompt length changes), rewrite that paragraph's runs of text
+        in place, each keeping its format, so the inputs table is not laid out again. False when it cannot
+        (the caller then sets the whole text)."""
+        old, sep = self._explained, "</p>"
+        if not old or sep not in old or sep not in text:
+            return False
+        old_head, old_rest = old.split(sep, 1)
+        new_head, new_rest = text.split(sep, 1)
+        if old_rest != new_rest or "<p>" not in old_head or "<p>" not in new_head:
+            return False
+        if old_head[: old_head.index("<p>")] != new_head[: new_head.index("<p>")]:
+            return False
+        fresh = QTextDocument()
+        fresh.setHtml(new_head[new_head.index("<p>") :] + sep)
+        new_runs = _runs(fresh.firstBlock())
+        doc = self.explain.document()
+        block = doc.firstBlock().next()
+        old_runs = _runs(block)
+        if not block.isValid() or len(old_runs) != len(new_runs):
+            return False
+        if any(a[2] != b[2] for a, b in zip(old_runs, new_runs, strict=True)):
+            return False
+        cursor = QTextCursor(doc)
+        cursor.beginEditBlock()
+        for (pos, length, fmt, _t), (_p, _n, _f, new_text) in reversed(
+            list(zip(old_runs, new_runs, strict=True))
+        ):
+            cursor.setPosition(pos)
+            cursor.setPosition(pos + length, QTextCursor.MoveMode.KeepAnchor)
+            cursor.insertText(new_text, fmt)
+        cursor.endEditBlock()
+        return True
