@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gpumem_gui.core.errors import GpumemInputError
+from pydantic import ValidationError
+
+from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
 from gpumem_gui.core.estimate import Estimate
 from gpumem_gui.core.fit import DEFAULT_MARGIN_BYTES, GpuTarget, verdicts
 from gpumem_gui.core.inference import InferenceRun, estimate_inference
@@ -57,14 +59,14 @@ def sweep(
     ``skip_invalid`` drops points the model rejects (a window sweeping blindly) instead of raising.
     """
     out: list[SweepPoint] = []
+    fields = run.model_dump()
     for x in xs:
         try:
-            est = estimate_any(
-                spec,
-                run.model_copy(update={over: x}),
-                target.capacity_bytes if target else None,
-                file_weights,
-            )
+            try:  # validated like a run the user typed: an x outside the field's range is an input error
+                point_run = type(run).model_validate({**fields, over: x})
+            except ValidationError as e:
+                raise describe_validation_error(e, source="sweep") from None
+            est = estimate_any(spec, point_run, target.capacity_bytes if target else None, file_weights)
             fits = all(v.fits for v in verdicts(est, target, margin)) if target is not None else None
         except GpumemInputError:
             if skip_invalid:
