@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal, Slot
-from PySide6.QtGui import QFont
+from PySide6.QtGui import QFont, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -231,13 +231,20 @@ class ModelPanel(QWidget):
         self.table.horizontalHeader().setSortIndicator(-1, Qt.SortOrder.AscendingOrder)  # catalog order
         self.table.setSortingEnabled(True)
         # exact counts take 0.1-0.4 s for the whole catalog: after the first paint, a few rows per idle tick
+        # (the timer starts when the panel is first shown: counted from here, a slow start-up ran it first)
         self._pending_counts = [m.id for m in models]
         self._counts_timer = QTimer(
             self
         )  # a child: it dies with the panel, so it never fires into a dead one
         self._counts_timer.setSingleShot(True)
         self._counts_timer.timeout.connect(self._fill_exact_counts)
-        self._counts_timer.start(COUNTS_DELAY_MS)
+        self._counts_started = False
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if not self._counts_started:
+            self._counts_started = True
+            self._counts_timer.start(COUNTS_DELAY_MS)
 
     def _fill_exact_counts(self) -> None:
         batch, self._pending_counts = (
