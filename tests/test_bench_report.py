@@ -49,7 +49,7 @@ def fake_data(base_s: float, sweep_s: float, la: dict | None, acc: dict | None, 
             "cold_start": {"runs": 5, "first_paint_s_median": 0.9, "process_exit_s_median": 1.2},
             "form_change_to_chart": {
                 "changes": 50,
-                "redraw_ms_median_with_120ms_debounce": 130.0,
+                "redraw_ms_median_with_debounce": 130.0,
                 "redraw_ms_median_no_debounce": 20.0,
                 "redraw_ms_p90_no_debounce": 25.0,
                 "fit_and_sweep_on_screen_ms_median_no_debounce": 150.0,
