@@ -58,6 +58,7 @@ DT_BYTES: dict[str, float] = {
 FLOATS = ("f32", "bf16", "f16")
 
 KINDS = ("param", "buffer", "grad", "optstate", "act", "temp", "input")
+_NO_PEAK = -(1 << 126)  # below any byte count: the first allocation of a phase always sets its peak
 
 
 def promote(a: str, b: str) -> str:
@@ -86,15 +87,19 @@ class Tracker:
         self.where = ""
         self.peaks: dict[str, tuple[int, dict[str, int], dict[str, int], str]] = {}
         self.events = 0
+        self.top = _NO_PEAK  # the current phase's peak so far (``peaks[phase][0]``), _NO_PEAK before any
 
     def alloc(self, st: Storage) -> None:
         n = st.nbytes
-        self.cur += n
+        cur = self.cur + n
+        self.cur = cur
         self.by_kind[st.kind] += n
-        self.by_tag[st.tag] = self.by_tag.get(st.tag, 0) + n
-        pk = self.peaks.get(self.phase)
-        if pk is None or self.cur > pk[0]:
-            self.peaks[self.phase] = (self.cur, dict(self.by_kind), dict(self.by_tag), self.where)
+        by_tag = self.by_tag
+        tag = st.tag
+        by_tag[tag] = by_tag.get(tag, 0) + n
+        if cur > self.top:
+            self.top = cur
+            self.peaks[self.phase] = (cur, dict(self.by_kind), dict(by_tag), self.where)
 
     def free(self, st: Storage) -> None:
         n = st.nbytes
@@ -115,6 +120,7 @@ class Tracker:
         pk = self.peaks.get(phase)
         if pk is None or self.cur > pk[0]:
             self.peaks[phase] = (self.cur, dict(self.by_kind), dict(self.by_tag), self.where)
+        self.top = self.peaks[phase][0]
 
 
 class Storage:
@@ -127,10 +133,23 @@ class Storage:
         self.nbytes = nbytes
         self.kind = kind
         self.tag = tag
-        tr.alloc(self)
+        # Tracker.alloc, inlined (the replay makes ~10^4 storages)
+        cur = tr.cur + nbytes
+        tr.cur = cur
+        tr.by_kind[kind] += nbytes
+        by_tag = tr.by_tag
+        by_tag[tag] = by_tag.get(tag, 0) + nbytes
+        if cur > tr.top:
+            tr.top = cur
+            tr.peaks[tr.phase] = (cur, dict(tr.by_kind), dict(by_tag), tr.where)
 
     def __del__(self) -> None:
-        self.tr.free(self)
+        # Tracker.free, inlined
+        tr = self.tr
+        n = self.nbytes
+        tr.cur -= n
+        tr.by_kind[self.kind] -= n
+        tr.by_tag[self.tag] -= n
 
 
 class Param:
@@ -211,11 +230,32 @@ class Node:
         saved: tuple[Storage, ...],
         ctx: Any = None,
     ) -> None:
-        sim.seq += 1
-        self.seq = sim.seq
+        seq = sim.seq + 1
+        sim.seq = seq
+        self.seq = seq
         self.kind = kind
-        self.edges = tuple((x.fn, x.idx) if (x is not None and x.fn is not None) else None for x in inputs)
-        self.in_meta = tuple((x.n, x.dt) if x is not None else (0, "f32") for x in inputs)
+        if len(inputs) == 1:  # most ops: no lists to build
+            x = inputs[0]
+            if x is None:
+                self.edges: tuple[tuple[Node, int] | None, ...] = (None,)
+                self.in_meta: tuple[tuple[int, str], ...] = (_NO_META,)
+            else:
+                fn = x.fn
+                self.edges = (None if fn is None else (fn, x.idx),)
+                self.in_meta = ((x.n, x.dt),)
+        else:
+            edges: list[tuple[Node, int] | None] = []
+            in_meta: list[tuple[int, str]] = []
+            for x in inputs:
+                if x is None:
+                    edges.append(None)
+                    in_meta.append(_NO_META)
+                else:
+                    fn = x.fn
+                    edges.append(None if fn is None else (fn, x.idx))
+                    in_meta.append((x.n, x.dt))
+            self.edges = tuple(edges)
+            self.in_meta = tuple(in_meta)
         self.out_meta = out_meta
         self.saved: tuple[Storage, ...] | None = saved
         self.n_saved = len(saved)
@@ -224,6 +264,9 @@ class Node:
         self.param: Param | None = None
         self.where = sim.tr.where
         self.unit = sim.unit
+
+
+_NO_META = (0, "f32")  # the size of an absent input (None)
 
 
 class StopRecompute(Exception):
@@ -271,7 +314,7 @@ class Sim:
         return Storage(self.tr, int(nbytes), kind or self.phase_kind, tag)
 
     def new(self, n: int, dt: str, tag: str = "activations") -> T:
-        return T(self.storage(round(n * DT_BYTES[dt]), tag), n, dt)
+        return T(Storage(self.tr, round(n * DT_BYTES[dt]), self.phase_kind, tag), n, dt)
 
     def param(self, name: str, numel: int, dt: str, rg: bool, nbytes: int | None = None) -> Param:
         p = Param(self, name, numel, dt, rg, nbytes)
@@ -291,29 +334,51 @@ class Sim:
         ctx: Any = None,
     ) -> None:
         """Record ``kind`` over ``inputs`` if any needs a gradient; the outputs then need one too."""
-        if not self.needs_grad(*inputs):
+        if not self.grad_enabled:
             return
-        sts = tuple(s.st if isinstance(s, T) else s for s in saved if s is not None)
-        sts = tuple(s for s in sts if s is not None)
-        meta = tuple((o.n, o.dt) for o in outputs)
+        for x in inputs:
+            if x is not None and x.fn is not None:
+                break
+        else:
+            return
+        if saved:
+            lst: list[Storage] = []
+            for sv in saved:
+                if sv is None:
+                    continue
+                st = sv.st if isinstance(sv, T) else sv
+                if st is not None:
+                    lst.append(st)
+            sts: tuple[Storage, ...] = tuple(lst)
+            del lst
+        else:
+            sts = ()
+        if len(outputs) == 1:
+            o = outputs[0]
+            meta: tuple[tuple[int, str], ...] = ((o.n, o.dt),)
+        else:
+            meta = tuple([(o.n, o.dt) for o in outputs])
         frame = self.recomputing
         if frame is not None:
             # recomputation inside backward: what this node saves refills the original nodes' holders
             nd = Node(self, kind, inputs, meta, (), ctx)
-            for s in sts:
-                if len(frame.buf) < frame.expected:
-                    frame.buf.append(s)
-            if len(frame.buf) >= frame.expected:
+            buf = frame.buf
+            for st in sts:
+                if len(buf) < frame.expected:
+                    buf.append(st)
+            if len(buf) >= frame.expected:
                 raise StopRecompute
         else:
             nd = Node(self, kind, inputs, meta, sts, ctx)
-            if self.ckpt is not None and sts:
+            ck = self.ckpt
+            if ck is not None and sts:
                 nd.saved = None  # the pack hook stores a holder, not the tensor
-                nd.frame = self.ckpt
-                self.ckpt.nodes.append(nd)
-                self.ckpt.expected += len(sts)
+                nd.frame = ck
+                ck.nodes.append(nd)
+                ck.expected += len(sts)
         for i, o in enumerate(outputs):
-            o.fn, o.idx = nd, i
+            o.fn = nd
+            o.idx = i
 
     # ---- autocast -----------------------------------------------------------------------------------------
     def cast(self, x: T, dt: str, tag: str | None = None) -> T:
@@ -435,24 +500,30 @@ class Sim:
         buffers[root] = [self.storage(4, "temporaries")]  # torch.ones_like(loss)
         heapq.heappush(ready, (-root.seq, 0, root))
         tie = 1
+        tr = self.tr
+        heappush, heappop = heapq.heappush, heapq.heappop
+        sharded_units = bool(self.unit_bytes)
         while ready:
-            _, _, nd = heapq.heappop(ready)
-            gout = buffers.pop(nd, [None] * len(nd.out_meta))
+            nd = heappop(ready)[2]
+            gout = buffers.pop(nd, None)
+            if gout is None:
+                gout = [None] * len(nd.out_meta)
             if nd.kind == "acc":
                 self._accumulate(nd, gout[0])
                 continue
-            if self.unit_bytes and nd.unit is not None and nd.unit != self.unit:
+            if sharded_units and nd.unit is not None and nd.unit != self.unit:
                 # FSDP BACKWARD_PRE: gather this unit and prefetch the one before it
                 self.gather(nd.unit, (nd.unit - 1,))
             if nd.saved is None and nd.frame is not None and not nd.frame.recomputed:
                 self._recompute(nd.frame)
-            self.tr.where = nd.where + " (backward)"
-            fn = BACKWARD[nd.kind]
-            grads = fn(self, nd, gout)
+            tr.where = nd.where + " (backward)"
+            grads = BACKWARD[nd.kind](self, nd, gout)
             del gout
             nd.saved = None
             nd.frame = None
-            for i, e in enumerate(nd.edges):
+            i = -1
+            for e in nd.edges:
+                i += 1
                 if e is None:
                     continue
                 g = grads[i]
@@ -478,9 +549,10 @@ class Sim:
                         del s
                 g = None
                 grads[i] = None
-                deps[tgt] -= 1
-                if deps[tgt] == 0:
-                    heapq.heappush(ready, (-tgt.seq, tie, tgt))
+                d = deps[tgt] - 1
+                deps[tgt] = d
+                if d == 0:
+                    heappush(ready, (-tgt.seq, tie, tgt))
                     tie += 1
             del grads
 
@@ -506,7 +578,7 @@ class Sim:
 
 
 def _st(sim: Sim, n: int, dt: str) -> Storage:
-    return sim.storage(round(n * DT_BYTES[dt]), "temporaries")
+    return Storage(sim.tr, round(n * DT_BYTES[dt]), sim.phase_kind, "temporaries")
 
 
 def _out_dt(nd: Node) -> str:
@@ -520,22 +592,24 @@ def _needs(nd: Node, i: int) -> bool:
 def bw_pass(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
     """Gradient flows through unchanged to every input (add, views, cat slices, scalar ops, clone)."""
     g = gout[0]
-    return [g if _needs(nd, i) else None for i in range(len(nd.edges))]
+    return [None if e is None else g for e in nd.edges]
 
 
 def bw_copy(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
     """One new gradient per input of the input's size (cast back, neg, slice_backward, silu/gelu backward,
     mean's expand/div, log_softmax/nll backward, a view's reshape copy)."""
-    return [_st(sim, *nd.in_meta[i]) if _needs(nd, i) else None for i in range(len(nd.edges))]
+    in_meta = nd.in_meta
+    return [None if e is None else _st(sim, *in_meta[i]) for i, e in enumerate(nd.edges)]
 
 
 def bw_linear(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
     """mm/addmm: grad_input = grad @ W, grad_weight = grad^T @ x, grad_bias = grad.sum(0) (all in the op's
     dtype; validate_outputs casts them afterwards when the inputs differ)."""
     dt = _out_dt(nd)
+    in_meta = nd.in_meta
     out: list[Storage | None] = []
-    for i in range(len(nd.edges)):
-        out.append(_st(sim, nd.in_meta[i][0], dt) if _needs(nd, i) else None)
+    for i, e in enumerate(nd.edges):
+        out.append(None if e is None else _st(sim, in_meta[i][0], dt))
     return out
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from gpumem_gui.core.model import ModelSpec
 from gpumem_gui.core.params import text_tensors
-from gpumem_gui.core.train_autograd import DT_BYTES, Node, Param, Sim, Storage, T
+from gpumem_gui.core.train_autograd import DT_BYTES, Node, Param, Sim, Storage, T, promote
 
 
 def received_leaf(sim: Sim, n: int, dt: str) -> T:
@@ -210,8 +210,6 @@ class Ops:
 
 
 def _promote(a: T, b: T) -> str:
-    from gpumem_gui.core.train_autograd import promote
-
     return promote(a.dt, b.dt)
 
 
