@@ -395,7 +395,7 @@ class Sim:
         dt = self.autocast
         if x is None or dt is None or x.dt not in FLOATS or x.dt == dt:
             return x
-        if x.param is not None and x.rg:
+        if x.param is not None and x.fn is not None:
             hit = self.cast_cache.get(id(x.param))
             if hit is not None:
                 return hit

@@ -85,9 +85,9 @@ class Ops:
         dt = _promote(a, b)
         out = s.new(n if n is not None else max(a.n, b.n), dt)
         saved = []
-        if a.rg:
+        if a.fn is not None:
             saved.append(b)
-        if b.rg:
+        if b.fn is not None:
             saved.append(a)
         s.node("mul", (a, b), (out,), tuple(saved))
         return out
@@ -188,9 +188,9 @@ class Ops:
         rows = x.n // n_in
         out = s.new(rows * n_out, _promote(x, w))
         saved = []
-        if x.rg:
+        if x.fn is not None:
             saved.append(w)
-        if w.rg:
+        if w.fn is not None:
             saved.append(x)
         s.node("linear", (x, w, b), (out,), tuple(saved))
         return out
@@ -201,16 +201,17 @@ class Ops:
         b = s.ac_cast(b)  # type: ignore[assignment]
         out = s.new(n_out, _promote(a, b))
         saved = []
-        if a.rg:
+        if a.fn is not None:
             saved.append(b)
-        if b.rg:
+        if b.fn is not None:
             saved.append(a)
         s.node("linear", (a, b), (out,), tuple(saved))
         return out
 
 
 def _promote(a: T, b: T) -> str:
-    return promote(a.dt, b.dt)
+    da, db = a.dt, b.dt
+    return da if da == db else promote(da, db)
 
 
 class CausalLM:
@@ -681,9 +682,9 @@ class CausalLM:
         x = s.cast(x, w.dt)
         out = s.new(n_out, w.dt)
         saved = []
-        if x.rg:
+        if x.fn is not None:
             saved.append(w)
-        if w.rg:
+        if w.fn is not None:
             saved.append(x)
         s.node("linear", (x, w), (out,), tuple(saved))
         return out
