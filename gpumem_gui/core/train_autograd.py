@@ -267,6 +267,9 @@ class Node:
 
 
 _NO_META = (0, "f32")  # the size of an absent input (None)
+# what ``T.fn`` of a tensor made during a checkpoint recomputation points to: it needs a gradient, but the
+# recomputed graph is never run
+_RECOMPUTED: Node = Node.__new__(Node)
 
 
 class StopRecompute(Exception):
@@ -353,29 +356,35 @@ class Sim:
             del lst
         else:
             sts = ()
-        if len(outputs) == 1:
-            o = outputs[0]
-            meta: tuple[tuple[int, str], ...] = ((o.n, o.dt),)
-        else:
-            meta = tuple([(o.n, o.dt) for o in outputs])
         frame = self.recomputing
         if frame is not None:
-            # recomputation inside backward: what this node saves refills the original nodes' holders
-            nd = Node(self, kind, inputs, meta, (), ctx)
+            # recomputation inside backward: what this node saves refills the original nodes' holders. The
+            # node itself is never run (the graph of the recomputation is thrown away, it saves nothing and
+            # dies with its outputs), so its outputs only need to be marked as requiring a gradient; the
+            # sequence number still advances as if it had been made.
+            self.seq += 1
             buf = frame.buf
             for st in sts:
                 if len(buf) < frame.expected:
                     buf.append(st)
             if len(buf) >= frame.expected:
                 raise StopRecompute
+            for i, o in enumerate(outputs):
+                o.fn = _RECOMPUTED
+                o.idx = i
+            return
+        if len(outputs) == 1:
+            o = outputs[0]
+            meta: tuple[tuple[int, str], ...] = ((o.n, o.dt),)
         else:
-            nd = Node(self, kind, inputs, meta, sts, ctx)
-            ck = self.ckpt
-            if ck is not None and sts:
-                nd.saved = None  # the pack hook stores a holder, not the tensor
-                nd.frame = ck
-                ck.nodes.append(nd)
-                ck.expected += len(sts)
+            meta = tuple([(o.n, o.dt) for o in outputs])
+        nd = Node(self, kind, inputs, meta, sts, ctx)
+        ck = self.ckpt
+        if ck is not None and sts:
+            nd.saved = None  # the pack hook stores a holder, not the tensor
+            nd.frame = ck
+            ck.nodes.append(nd)
+            ck.expected += len(sts)
         for i, o in enumerate(outputs):
             o.fn = nd
             o.idx = i
