@@ -8,6 +8,7 @@ the optimizer step, and returns each phase's peak with what was live at it.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -58,7 +59,46 @@ def simulate_step(
     main_grad: bool = False,
     master_bytes_per_param: int = 0,
 ) -> StepResult:
-    """Replay one optimizer step of ``spec`` under ``cfg`` and ``optimizer``."""
+    """Replay one optimizer step of ``spec`` under ``cfg`` and ``optimizer``.
+
+    The cyclic garbage collector is paused during the replay: every storage is freed by reference counting
+    (the replay's liveness rules), never by the collector, and its passes over the ~10^5 objects the replay
+    makes cost about a fifth of the time."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _simulate_step(
+            spec,
+            cfg,
+            optimizer,
+            grad_accum=grad_accum,
+            first_step=first_step,
+            layers=layers,
+            grad_shard=grad_shard,
+            state_shard=state_shard,
+            offload_states=offload_states,
+            main_grad=main_grad,
+            master_bytes_per_param=master_bytes_per_param,
+        )
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _simulate_step(
+    spec: ModelSpec,
+    cfg: StepConfig,
+    optimizer: str,
+    *,
+    grad_accum: int,
+    first_step: bool,
+    layers: Sequence[int] | None,
+    grad_shard: int,
+    state_shard: int,
+    offload_states: bool,
+    main_grad: bool,
+    master_bytes_per_param: int,
+) -> StepResult:
     sim = Sim()
     tr = sim.tr
     model = CausalLM(sim, spec, cfg)
