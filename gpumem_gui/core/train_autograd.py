@@ -88,24 +88,7 @@ class Tracker:
         self.peaks: dict[str, tuple[int, dict[str, int], dict[str, int], str]] = {}
         self.events = 0
         self.top = _NO_PEAK  # the current phase's peak so far (``peaks[phase][0]``), _NO_PEAK before any
-
-    def alloc(self, st: Storage) -> None:
-        n = st.nbytes
-        cur = self.cur + n
-        self.cur = cur
-        self.by_kind[st.kind] += n
-        by_tag = self.by_tag
-        tag = st.tag
-        by_tag[tag] = by_tag.get(tag, 0) + n
-        if cur > self.top:
-            self.top = cur
-            self.peaks[self.phase] = (cur, dict(self.by_kind), dict(by_tag), self.where)
-
-    def free(self, st: Storage) -> None:
-        n = st.nbytes
-        self.cur -= n
-        self.by_kind[st.kind] -= n
-        self.by_tag[st.tag] -= n
+        # allocations and frees are counted by Storage itself (``__init__`` / ``__del__``), the hottest path
 
     def retag(self, st: Storage, kind: str, tag: str) -> None:
         self.by_kind[st.kind] -= st.nbytes
@@ -133,7 +116,7 @@ class Storage:
         self.nbytes = nbytes
         self.kind = kind
         self.tag = tag
-        # Tracker.alloc, inlined (the replay makes ~10^4 storages)
+        # count it in the tracker; a new high of the phase records what is live and where
         cur = tr.cur + nbytes
         tr.cur = cur
         tr.by_kind[kind] += nbytes
@@ -144,7 +127,6 @@ class Storage:
             tr.peaks[tr.phase] = (cur, dict(tr.by_kind), dict(by_tag), tr.where)
 
     def __del__(self) -> None:
-        # Tracker.free, inlined
         tr = self.tr
         n = self.nbytes
         tr.cur -= n
