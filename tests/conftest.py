@@ -98,7 +98,8 @@ def main_window(qt_warnings_fail, qtbot, isolated_settings):
     fit report and sweep."""
     from gpumem_gui.ui.main_window import MainWindow
 
-    window = MainWindow(settings=isolated_settings, restore=False, dialogs=False)
+    # readings fed back to back are each drawn at once (the throttle has its own test)
+    window = MainWindow(settings=isolated_settings, restore=False, dialogs=False, snapshot_interval_ms=0)
     qtbot.addWidget(window)
     window.show()
     qtbot.waitUntil(lambda: window.estimate is not None, timeout=5000)

@@ -169,3 +169,41 @@ def test_a_mig_gpu_is_targeted_through_its_instances(main_window: MainWindow, fa
     assert w.results.breakdown.capacity_line.value() == pytest.approx(snap.device("0:0").total_bytes / GiB)
     w.gpu_panel.cards["0"].clicked.emit("0")
     assert "MIG mode" in w.target_form.error_text("gpu")
+
+
+def test_readings_are_drawn_at_most_every_interval_newest_wins(
+    qt_warnings_fail, qtbot, isolated_settings, fake_snapshots
+) -> None:
+    """A fast poll must not queue more GUI work than the interval allows: readings are recorded at once,
+    drawn at most once per interval (the newest one), so the panel never falls behind the poller."""
+    w = MainWindow(settings=isolated_settings, restore=False, dialogs=False, snapshot_interval_ms=300)
+    qtbot.addWidget(w)
+    first, second, third = fake_snapshots("8xh100_busy", steps=3)
+    w.on_snapshot(first)  # nothing drawn yet: at once
+    assert w.gpu_panel.snapshot is first
+    w.on_snapshot(second)
+    w.on_snapshot(third)
+    assert w.gpu_panel.snapshot is first  # within the interval: waiting
+    assert all(len(w.gpu_panel.history.series(d.key)) == 3 for d in third.devices)  # but recorded
+    qtbot.waitUntil(lambda: w.gpu_panel.snapshot is third, timeout=3000)
+    qtbot.wait(400)
+    assert w.gpu_panel.snapshot is third  # the skipped reading is never drawn late
+    w.shutdown()
+
+
+def test_a_long_history_is_drawn_with_at_most_sparkline_points() -> None:
+    import numpy as np
+
+    from gpumem_gui.ui.gpu_panel import SPARKLINE_POINTS, sparkline_points
+
+    xs = np.arange(6000, dtype=float) - 6000
+    ys = np.full(6000, 10.0)
+    ys[4321] = 70.0  # a one-reading spike
+    ys[100:200] = np.nan  # a lost GPU
+    dx, dy = sparkline_points(xs, ys)
+    assert len(dx) == len(dy) == SPARKLINE_POINTS
+    assert dx[-1] == xs[-1] and np.all(np.diff(dx) > 0)
+    assert np.nanmax(dy) == 70.0  # the spike survives
+    assert np.isnan(dy).sum() >= 1  # the gap too
+    short_x, short_y = sparkline_points(xs[:50], ys[:50])
+    assert np.array_equal(short_x, xs[:50]) and np.array_equal(short_y, ys[:50], equal_nan=True)

@@ -37,6 +37,23 @@ from gpumem_gui.ui.theme import ErrorLabel, status_color
 Evaluator = Callable[[GpuDevice, int], Verdict | None]
 """(device, bytes available on it) -> the plan's verdict on that device, or None when there is no plan."""
 
+# A sparkline is ~200 px wide: more points than this only cost drawing time (a 5-minute history polled at
+# 20 Hz is 6,000 points per GPU)
+SPARKLINE_POINTS = 240
+
+
+def sparkline_points(
+    xs: np.ndarray, ys: np.ndarray, max_points: int = SPARKLINE_POINTS
+) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``max_points`` points of a series: consecutive buckets, each drawn at its newest time with its
+    highest value (a short spike of used memory stays visible); a bucket of gaps only stays a gap."""
+    n = len(xs)
+    if n <= max_points:
+        return xs, ys
+    starts = (np.arange(max_points) * n) // max_points
+    ends = np.append(starts[1:], n)
+    return xs[ends - 1], np.fmax.reduceat(ys, starts)
+
 
 class MemoryBar(QWidget):
     """A horizontal bar: used by others | this plan | free. A plan larger than the free memory overflows."""
@@ -204,9 +221,10 @@ class GpuCard(QFrame):
         if not points:
             self.curve.setData([], [])
             return
-        newest = points[-1][0]
-        xs = np.array([t - newest for t, _ in points], dtype=float)
-        ys = np.array([np.nan if u is None else u / unit.factor for _, u in points], dtype=float)
+        n = len(points)
+        xs = np.fromiter((t for t, _ in points), dtype=float, count=n) - points[-1][0]
+        ys = np.fromiter((np.nan if u is None else u for _, u in points), dtype=float, count=n) / unit.factor
+        xs, ys = sparkline_points(xs, ys)
         self.curve.setData(xs, ys, connect="finite")
         self.spark.setXRange(min(-60.0, float(xs.min())), 0, padding=0)
         self.spark.setYRange(
@@ -299,12 +317,16 @@ class GpuPanel(QWidget):
         """A poll failed (the poller goes on): say so above the cards, which keep their last reading."""
         self.error.show_message(reason)
 
+    def record(self, snap: GpuSnapshot) -> None:
+        """Add one poll to the sparkline history (cheap: the window records every poll, draws fewer)."""
+        self.history.add(snap)
+        self.error.show_message(None)
+
     def show_snapshot(self, snap: GpuSnapshot, record: bool = True) -> None:
-        """Show one poll; ``record`` adds it to the sparkline history."""
+        """Show one poll; ``record`` adds it to the sparkline history first."""
         self.snapshot = snap
         if record:
-            self.history.add(snap)
-            self.error.show_message(None)
+            self.record(snap)
         if not snap.available:
             self.header.setText(f"No live GPU data ({snap.backend})")
             self.reason.setText(
