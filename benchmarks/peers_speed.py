@@ -21,7 +21,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -114,9 +113,8 @@ def _validate_module():  # type: ignore[no-untyped-def]
     return module
 
 
-def _run(python: Path, code: str, payload: object, timeout: float) -> tuple[dict, float]:
-    """Run ``code`` in ``python``; returns its JSON and the wall time of the whole process."""
-    t0 = time.perf_counter()
+def _run(python: Path, code: str, payload: object, timeout: float) -> dict:
+    """Run ``code`` in ``python`` with ``payload`` on stdin; returns the JSON it printed."""
     proc = subprocess.run(
         [str(python), "-c", code],
         input=json.dumps(payload),
@@ -132,10 +130,9 @@ def _run(python: Path, code: str, payload: object, timeout: float) -> tuple[dict
             "TRANSFORMERS_VERBOSITY": "error",
         },
     )
-    wall = time.perf_counter() - t0
     for line in proc.stdout.splitlines():
         if line.startswith("@@JSON@@"):
-            return json.loads(line.removeprefix("@@JSON@@")), wall
+            return json.loads(line.removeprefix("@@JSON@@"))
     raise RuntimeError(f"{python} failed (rc {proc.returncode}): {proc.stderr.strip()[-400:]}")
 
 
@@ -152,7 +149,7 @@ def llm_analysis(sweep_seqs: list[int], min_time: float) -> dict:
     model["name"] = "bench"
     payload = {"model": model, "sweep": sweep_seqs, "min_time": min_time}
     try:
-        return _run(python, _LLM_ANALYSIS, payload, timeout=600)[0]
+        return _run(python, _LLM_ANALYSIS, payload, timeout=600)
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         return {"missing": str(e)[:300]}
 
@@ -163,7 +160,7 @@ def accelerate(builds: int) -> dict:
     if not python.is_file():
         return {"missing": f"no {python} (make peers)"}
     try:
-        out = _run(python, _ACCELERATE, {"config": str(LLAMA_CONFIG), "builds": builds}, timeout=900)[0]
+        out = _run(python, _ACCELERATE, {"config": str(LLAMA_CONFIG), "builds": builds}, timeout=900)
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         return {"missing": str(e)[:300]}
     # what its CLI pays on every call: imports, then one build (the interpreter's own start not counted)
