@@ -15,12 +15,11 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
-import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -103,37 +102,16 @@ print("@@JSON@@" + json.dumps(out))
 """
 
 
+@functools.cache
 def _validate_module():  # type: ignore[no-untyped-def]
-    """validation/validate.py, for the llm-analysis model config made from our spec (one definition)."""
+    """validation/validate.py: the llm-analysis model config made from our spec and the peer runner (one
+    definition each)."""
     spec = importlib.util.spec_from_file_location("gpumem_validate", REPO / "validation" / "validate.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
-
-
-def _run(python: Path, code: str, payload: object, timeout: float) -> dict:
-    """Run ``code`` in ``python`` with ``payload`` on stdin; returns the JSON it printed."""
-    proc = subprocess.run(
-        [str(python), "-c", code],
-        input=json.dumps(payload),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        cwd=tempfile.gettempdir(),
-        env={
-            **os.environ,
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "TRANSFORMERS_VERBOSITY": "error",
-        },
-    )
-    for line in proc.stdout.splitlines():
-        if line.startswith("@@JSON@@"):
-            return json.loads(line.removeprefix("@@JSON@@"))
-    raise RuntimeError(f"{python} failed (rc {proc.returncode}): {proc.stderr.strip()[-400:]}")
 
 
 def llm_analysis(sweep_seqs: list[int], min_time: float) -> dict:
@@ -149,7 +127,7 @@ def llm_analysis(sweep_seqs: list[int], min_time: float) -> dict:
     model["name"] = "bench"
     payload = {"model": model, "sweep": sweep_seqs, "min_time": min_time}
     try:
-        return _run(python, _LLM_ANALYSIS, payload, timeout=600)
+        return _validate_module()._run_peer(python, _LLM_ANALYSIS, payload)
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         return {"missing": str(e)[:300]}
 
@@ -160,7 +138,9 @@ def accelerate(builds: int) -> dict:
     if not python.is_file():
         return {"missing": f"no {python} (make peers)"}
     try:
-        out = _run(python, _ACCELERATE, {"config": str(LLAMA_CONFIG), "builds": builds}, timeout=900)
+        out = _validate_module()._run_peer(
+            python, _ACCELERATE, {"config": str(LLAMA_CONFIG), "builds": builds}
+        )
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         return {"missing": str(e)[:300]}
     # what its CLI pays on every call: imports, then one build (the interpreter's own start not counted)

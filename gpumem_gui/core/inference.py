@@ -33,7 +33,7 @@ from gpumem_gui.core.formats import (
 )
 from gpumem_gui.core.hf_sim import KINDS, ForwardShape, SimResult, simulate_forward
 from gpumem_gui.core.model import Frozen, ModelSpec
-from gpumem_gui.core.overheads import overhead_components
+from gpumem_gui.core.overheads import stage_share
 from gpumem_gui.core.params import COMPONENTS, count_params
 from gpumem_gui.core.weights import WeightsInventory
 
@@ -433,7 +433,7 @@ def _estimate_transformers(
     spec: ModelSpec, run: InferenceRun, warnings: tuple[str, ...], wb: WeightBytes
 ) -> Estimate:
     kvb = kv_bytes_per_element(run.kv_dtype_resolved)
-    shares: list[tuple[GpuShare, dict[str, Phase], int]] = []
+    shares: list[tuple[GpuShare, dict[str, Phase]]] = []
     kv_logical_total = 0
     degrees = _Degrees(tp=run.tp, pp=run.pp, ep=run.ep)
     for stage in range(run.pp):
@@ -489,27 +489,10 @@ def _estimate_transformers(
             )
             kv_logical_total = max(kv_logical_total, dec.kv_cache_logical)
         peak_phase = max(phases.values(), key=lambda p: p.peak_bytes)
-        over = overhead_components(
-            peak_phase.peak_bytes, weights.bytes, context_bytes=run.cuda_context_mib << 20
-        )
-        total = peak_phase.peak_bytes + sum(c.bytes for c in over)
-        role = f"PP stage {stage}" + (f", TP rank 0 of {run.tp}" if run.tp > 1 else "")
-        shares.append(
-            (
-                GpuShare(
-                    index=stage * run.tp,
-                    role=role,
-                    peak_bytes=peak_phase.peak_bytes,
-                    total_bytes=total,
-                    components=(*peak_phase.components, *over),
-                ),
-                phases,
-                sum(c.bytes for c in over),
-            )
-        )
-    worst_share, worst_phases, _ = max(shares, key=lambda s: s[0].total_bytes)
+        shares.append((stage_share(stage, run.tp, peak_phase, weights.bytes, run.cuda_context_mib), phases))
+    worst_share, worst_phases = max(shares, key=lambda s: s[0].total_bytes)
     peak_phase = max(worst_phases.values(), key=lambda p: p.peak_bytes)
-    per_gpu = tp_ranks((s for s, _, _ in shares), run.tp)
+    per_gpu = tp_ranks((s for s, _ in shares), run.tp)
     return Estimate(
         mode="inference",
         engine="transformers",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from gpumem_gui.core.estimate import Component, Explanation
+from gpumem_gui.core.estimate import Component, Explanation, GpuShare, Phase
 from gpumem_gui.core.units import MiB
 
 # CUDA context of one process with PyTorch and lazy module loading (CUDA >= 11.7, PyTorch >= 1.13 default
@@ -86,4 +86,21 @@ def _fixed_components(context_bytes: int, workspace_bytes: int) -> tuple[Compone
                 source="PyTorch aten/src/ATen/cuda/CublasHandlePool.cpp getChosenWorkspaceSize()",
             ),
         ),
+    )
+
+
+def stage_share(
+    stage: int, tp: int, peak_phase: Phase, weight_bytes: int, context_mib: int, replicas: str = ""
+) -> GpuShare:
+    """The share of TP rank 0 of pipeline stage ``stage``: its peak phase plus the process overheads
+    (:func:`overhead_components`, ``weight_bytes`` being what does not fragment the allocator); ``replicas``
+    is appended to the role (e.g. the data-parallel copies that hold the same)."""
+    over = overhead_components(peak_phase.peak_bytes, weight_bytes, context_bytes=context_mib << 20)
+    role = f"PP stage {stage}" + (f", TP rank 0 of {tp}" if tp > 1 else "") + replicas
+    return GpuShare(
+        index=stage * tp,
+        role=role,
+        peak_bytes=peak_phase.peak_bytes,
+        total_bytes=peak_phase.peak_bytes + sum(c.bytes for c in over),
+        components=(*peak_phase.components, *over),
     )

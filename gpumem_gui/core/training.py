@@ -33,7 +33,7 @@ from gpumem_gui.core.estimate import Component, Estimate, Explanation, GpuShare,
 from gpumem_gui.core.formats import weight_bytes
 from gpumem_gui.core.inference import InferenceRun, rank_spec, stage_layers
 from gpumem_gui.core.model import Frozen, ModelSpec
-from gpumem_gui.core.overheads import overhead_components
+from gpumem_gui.core.overheads import stage_share
 from gpumem_gui.core.params import count_params, text_tensors
 from gpumem_gui.core.train_model import LORA_ALL_LINEAR, StepConfig
 from gpumem_gui.core.train_optim import INFO, OPTIMIZERS, resolve, state_bytes_of
@@ -635,24 +635,9 @@ def estimate_training(spec: ModelSpec, run: TrainingRun) -> Estimate:
             for c in peak_phase.components
             if c.key in ("parameters", "gathered_parameters", "buffers")
         )
-        over = overhead_components(peak_phase.peak_bytes, weights, context_bytes=run.cuda_context_mib << 20)
-        total = peak_phase.peak_bytes + sum(c.bytes for c in over)
-        role = f"PP stage {stage}" + (f", TP rank 0 of {run.tp}" if run.tp > 1 else "")
-        if run.dp * run.cp > 1:
-            role += f" (same on each of {run.dp * run.cp} DP x CP replicas)"
-        shares.append(
-            (
-                GpuShare(
-                    index=stage * run.tp,
-                    role=role,
-                    peak_bytes=peak_phase.peak_bytes,
-                    total_bytes=total,
-                    components=(*peak_phase.components, *over),
-                ),
-                phases,
-                res,
-            )
-        )
+        replicas = f" (same on each of {run.dp * run.cp} DP x CP replicas)" if run.dp * run.cp > 1 else ""
+        share = stage_share(stage, run.tp, peak_phase, weights, run.cuda_context_mib, replicas)
+        shares.append((share, phases, res))
     worst, worst_phases, worst_res = max(shares, key=lambda s: s[0].total_bytes)
     peak_phase = max(worst_phases.values(), key=lambda p: p.peak_bytes)
     per_gpu = tp_ranks((s for s, _, _ in shares), run.tp)
