@@ -29,12 +29,12 @@ from dataclasses import dataclass
 from gpumem_gui.core import count_params, load_model
 from gpumem_gui.core import fit as fit_mod
 from gpumem_gui.core import formats as formats_mod
-from gpumem_gui.core.catalog import find_gpu
 from gpumem_gui.core.fit import GpuTarget, fit_report, largest, verdicts
+from gpumem_gui.core.fit.training import fit_training
 from gpumem_gui.core.formats import weight_bytes
-from gpumem_gui.core.inference import estimate_inference, make_run
-from gpumem_gui.core.model import ModelSpec
-from gpumem_gui.core.train_fit import fit_training
+from gpumem_gui.core.readers.catalog import find_gpu
+from gpumem_gui.core.runtimes.inference import estimate_inference, make_run
+from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.training import estimate_training, make_training_run
 
 GOAL_ESTIMATE_S = 50e-6

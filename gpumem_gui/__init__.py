@@ -25,7 +25,7 @@ def _hub_client_factory():  # type: ignore[no-untyped-def]
 def _wire_defaults() -> None:
     # Hub ids given to ``gpumem_gui.core.load_model`` use the real Hub client unless the caller passes one;
     # the core itself never imports huggingface_hub.
-    from gpumem_gui.core.loader import set_default_hub_client
+    from gpumem_gui.core.readers.loader import set_default_hub_client
 
     set_default_hub_client(_hub_client_factory)
 

@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # gpumem_gui.ui imports PySide6 (and QtOpenGL, which pyqtgraph needs) before anything imports pyqtgraph
     import gpumem_gui.ui  # noqa: F401
-    from gpumem_gui.core.errors import GpumemError
+    from gpumem_gui.core import GpumemError
     from gpumem_gui.hardware import default_backend
 
     try:

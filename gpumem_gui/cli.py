@@ -13,12 +13,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpumem_gui import __version__
-from gpumem_gui.core.catalog import load_gpu_catalog, search_models
-from gpumem_gui.core.documents import estimate_document, fit_document
-from gpumem_gui.core.errors import GpumemError
-from gpumem_gui.core.kv import kv_bytes_per_token_per_layer
-from gpumem_gui.core.loader import LoadedModel, load_model
-from gpumem_gui.core.units import GB, GiB, fmt_count
+from gpumem_gui.core import (
+    GB,
+    GiB,
+    GpumemError,
+    LoadedModel,
+    estimate_document,
+    fit_document,
+    fmt_count,
+    kv_bytes_per_token_per_layer,
+    load_gpu_catalog,
+    load_model,
+    search_models,
+)
 
 INSPECT_SCHEMA = "gpumem.inspect/1"
 EXIT_BAD_INPUT = 2
@@ -51,7 +58,7 @@ def _dump(obj: Any) -> None:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from gpumem_gui.core.params import count_params
+    from gpumem_gui.core import count_params
 
     entries = search_models(args.search or "")
     if args.json:
@@ -326,11 +333,11 @@ def _add_run_flags(sp: argparse.ArgumentParser) -> None:
 
 
 def _run_from_args(args: argparse.Namespace, m: LoadedModel) -> Any:
-    from gpumem_gui.core.inference import make_run
+    from gpumem_gui.core import make_run
 
     weights = args.weights or ("file" if m.weights is not None else "bf16")
     if args.mode == "train":
-        from gpumem_gui.core.training import make_training_run
+        from gpumem_gui.core import make_training_run
 
         targets = (
             args.lora_targets
@@ -390,8 +397,7 @@ def _run_from_args(args: argparse.Namespace, m: LoadedModel) -> Any:
 
 def _local_target(fake: str | None) -> Any:
     """The CUDA-visible local GPUs as a fit target: the smallest total as capacity, free memory per GPU."""
-    from gpumem_gui.core.errors import GpumemInputError
-    from gpumem_gui.core.fit import GpuTarget
+    from gpumem_gui.core import GpumemInputError, GpuTarget
     from gpumem_gui.hardware import default_backend
 
     backend = default_backend(fake)
@@ -418,9 +424,7 @@ def _target_from_args(args: argparse.Namespace) -> Any:
 
 
 def _target(spec_gpu: str | None) -> Any:
-    from gpumem_gui.core.catalog import find_gpu
-    from gpumem_gui.core.errors import GpumemInputError
-    from gpumem_gui.core.fit import GpuTarget
+    from gpumem_gui.core import GpumemInputError, GpuTarget, find_gpu
 
     if not spec_gpu:
         return None
@@ -435,7 +439,7 @@ def _target(spec_gpu: str | None) -> Any:
 
 
 def _loaded_spec(model: str) -> Any:
-    from gpumem_gui.core.errors import GpumemInputError
+    from gpumem_gui.core import GpumemInputError
 
     m = load_model(model)
     if m.spec is None:
@@ -508,15 +512,13 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 def _estimate(m: LoadedModel, run: Any, capacity: int | None) -> Any:
     """Inference or training estimate, by the run's type."""
-    from gpumem_gui.core.sweep import estimate_any
+    from gpumem_gui.core import estimate_any
 
     return estimate_any(m.spec, run, capacity, m.weights)
 
 
 def _fit(m: LoadedModel, run: Any, target: Any, args: argparse.Namespace) -> Any:
-    from gpumem_gui.core.fit import fit_report
-    from gpumem_gui.core.inference import InferenceRun
-    from gpumem_gui.core.train_fit import fit_training
+    from gpumem_gui.core import InferenceRun, fit_report, fit_training
 
     if not isinstance(run, InferenceRun):
         return fit_training(m.spec, run, target, margin=args.margin_mib << 20)
@@ -565,7 +567,7 @@ def _print_fit(rep: Any) -> None:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from gpumem_gui.core.errors import GpumemInputError
+    from gpumem_gui.core import GpumemInputError
 
     if not args.gpu and not args.local:
         raise GpumemInputError("fit needs --gpu NAME[:COUNT] or --local", field="gpu")
@@ -582,8 +584,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from gpumem_gui.core.errors import GpumemInputError
-    from gpumem_gui.core.sweep import evenly_spaced, sweep
+    from gpumem_gui.core import GpumemInputError, evenly_spaced, sweep
 
     m = _loaded_spec(args.model)
     base = _run_from_args(args, m)
@@ -639,7 +640,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_formats(args: argparse.Namespace) -> int:
-    from gpumem_gui.core.formats import list_weight_formats
+    from gpumem_gui.core import list_weight_formats
 
     fmts = list_weight_formats()
     if args.json:

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core import GpumemInputError
 
 
 def _default_cache_dir() -> Path:

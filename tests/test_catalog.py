@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gpumem_gui.core import catalog
-from gpumem_gui.core.catalog import (
+from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.readers import catalog
+from gpumem_gui.core.readers.catalog import (
     find_gpu,
     find_model,
     load_gpu_catalog,
@@ -18,9 +19,8 @@ from gpumem_gui.core.catalog import (
     resources_dir,
     search_models,
 )
-from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.hf_config import load_config_file
-from gpumem_gui.core.params import count_params
+from gpumem_gui.core.readers.hf_config import load_config_file
+from gpumem_gui.core.spec.params import count_params
 from tests.conftest import REPO, reference_dir
 
 MiB = 2**20

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from gpumem_gui.core.catalog import find_gpu
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.fit import GpuTarget, fit_report, largest
-from gpumem_gui.core.hf_config import load_config_file
-from gpumem_gui.core.inference import estimate_inference, make_run
+from gpumem_gui.core.readers.catalog import find_gpu
+from gpumem_gui.core.readers.hf_config import load_config_file
+from gpumem_gui.core.runtimes.inference import estimate_inference, make_run
 from gpumem_gui.core.units import GiB
 from tests.conftest import reference_dir
 

@@ -21,9 +21,9 @@ from gpumem_gui.core.formats import (
     list_weight_formats,
     weight_bytes,
 )
-from gpumem_gui.core.hf_config import load_config_file
-from gpumem_gui.core.model import MLASpec, ModelSpec, MoESpec, VisionSpec
-from gpumem_gui.core.params import COMPONENTS, count_params, text_tensors
+from gpumem_gui.core.readers.hf_config import load_config_file
+from gpumem_gui.core.spec.model import MLASpec, ModelSpec, MoESpec, VisionSpec
+from gpumem_gui.core.spec.params import COMPONENTS, count_params, text_tensors
 
 CONFIGS = Path(__file__).parent / "reference" / "configs"
 EXTRA = Path(__file__).parent / "reference" / "extra" / "configs"

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.gguf_reader import inventory_from_gguf, load_gguf, spec_from_gguf
-from gpumem_gui.core.params import count_params
+from gpumem_gui.core.readers.gguf import inventory_from_gguf, load_gguf, spec_from_gguf
+from gpumem_gui.core.spec.params import count_params
 
 Q = gguf.GGMLQuantizationType
 

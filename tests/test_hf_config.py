@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.hf_config import SUPPORTED_MODEL_TYPES, load_config_file, spec_from_config
-from gpumem_gui.core.params import count_params
+from gpumem_gui.core.readers.hf_config import SUPPORTED_MODEL_TYPES, load_config_file, spec_from_config
+from gpumem_gui.core.spec.params import count_params
 
 LLAMA = {
     "model_type": "llama",

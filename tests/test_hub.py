@@ -12,7 +12,7 @@ import pytest
 
 from gpumem_gui.core import load_model
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.hub import HubClient, looks_like_hub_id
+from gpumem_gui.core.readers.hub import HubClient, looks_like_hub_id
 from gpumem_gui.hub_client import HfHubClient
 from tests.conftest import reference_dir
 

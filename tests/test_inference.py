@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.hf_config import load_config_file
-from gpumem_gui.core.inference import estimate_inference, make_run
-from gpumem_gui.core.model import ModelSpec
+from gpumem_gui.core.readers.hf_config import load_config_file
 from gpumem_gui.core.reference_points import inference_run_for_point
+from gpumem_gui.core.runtimes.inference import estimate_inference, make_run
+from gpumem_gui.core.spec.model import ModelSpec
 from tests.conftest import REPO, reference_dir
 
 EXTRA = REPO / "tests" / "reference" / "extra"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gpumem_gui.core.hf_config import load_config_file
-from gpumem_gui.core.kv import kv_bytes_per_token_per_layer, kv_cache_bytes_transformers
-from gpumem_gui.core.params import count_params
+from gpumem_gui.core.readers.hf_config import load_config_file
+from gpumem_gui.core.spec.kv import kv_bytes_per_token_per_layer, kv_cache_bytes_transformers
+from gpumem_gui.core.spec.params import count_params
 from tests.conftest import REPO, reference_dir
 
 

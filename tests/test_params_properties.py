@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumem_gui.core.kv import kv_bytes_per_token_per_layer, kv_cache_bytes_transformers
-from gpumem_gui.core.model import MLASpec, ModelSpec, MoESpec
-from gpumem_gui.core.params import COMPONENTS, count_params, text_tensors
+from gpumem_gui.core.spec.kv import kv_bytes_per_token_per_layer, kv_cache_bytes_transformers
+from gpumem_gui.core.spec.model import MLASpec, ModelSpec, MoESpec
+from gpumem_gui.core.spec.params import COMPONENTS, count_params, text_tensors
 
 
 @st.composite

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.safetensors_reader import (
+from gpumem_gui.core.readers.safetensors import (
     DTYPE_BITS,
     MAX_HEADER_BYTES,
     inventory_from_safetensor_headers,

@@ -7,11 +7,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpumem_gui.core import load_model
-from gpumem_gui.core.catalog import find_gpu
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.fit import DEFAULT_MARGIN_BYTES, GpuTarget, verdicts
-from gpumem_gui.core.inference import estimate_inference, make_run
-from gpumem_gui.core.sweep import evenly_spaced, sweep
+from gpumem_gui.core.fit.sweep import evenly_spaced, sweep
+from gpumem_gui.core.readers.catalog import find_gpu
+from gpumem_gui.core.runtimes.inference import estimate_inference, make_run
 from gpumem_gui.core.training import estimate_training, make_training_run
 
 

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.hf_config import load_config_file
-from gpumem_gui.core.model import ModelSpec
+from gpumem_gui.core.readers.hf_config import load_config_file
 from gpumem_gui.core.reference_points import training_run_for_point
-from gpumem_gui.core.train_step import simulate_step
+from gpumem_gui.core.replay.step import simulate_step
+from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.training import (
     estimate_training,
     make_training_run,

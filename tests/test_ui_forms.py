@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpumem_gui.core.inference import InferenceRun
+from gpumem_gui.core.runtimes.inference import InferenceRun
 from gpumem_gui.ui.run_form import PRESETS, GpuChoice, RunForm, TargetForm, resolve_target
 
 pytestmark = [pytest.mark.no_qt_log, pytest.mark.usefixtures("qt_warnings_fail")]

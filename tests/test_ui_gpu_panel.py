@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpumem_gui.core.fit import GpuTarget, Verdict, verdicts
-from gpumem_gui.core.inference import InferenceRun
+from gpumem_gui.core.runtimes.inference import InferenceRun
 from gpumem_gui.hardware import GpuDevice
 from gpumem_gui.ui.gpu_panel import GpuPanel
 from gpumem_gui.ui.main_window import MainWindow

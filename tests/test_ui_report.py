@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gpumem_gui.core.catalog import find_gpu
 from gpumem_gui.core.fit import GpuTarget, fit_report
-from gpumem_gui.core.inference import InferenceRun, estimate_inference
-from gpumem_gui.core.loader import load_model
+from gpumem_gui.core.readers.catalog import find_gpu
+from gpumem_gui.core.readers.loader import load_model
+from gpumem_gui.core.runtimes.inference import InferenceRun, estimate_inference
 from gpumem_gui.core.units import SizeUnit
 from gpumem_gui.ui.report import atomic_write, cli_command, markdown_report, plan_document, runtime_flags
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpumem_gui.core.inference import InferenceRun
+from gpumem_gui.core.runtimes.inference import InferenceRun
 from gpumem_gui.ui.main_window import MainWindow
 from gpumem_gui.ui.run_form import GpuChoice
 from gpumem_gui.ui.scenario import (

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpumem_gui.core.documents import estimate_document
-from gpumem_gui.core.inference import InferenceRun
+from gpumem_gui.core.fit.documents import estimate_document
+from gpumem_gui.core.runtimes.inference import InferenceRun
 from gpumem_gui.core.training import TrainingRun
 from gpumem_gui.ui.main_window import MainWindow
 from gpumem_gui.ui.run_form import GpuChoice

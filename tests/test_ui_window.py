@@ -11,8 +11,8 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.inference import InferenceRun
-from gpumem_gui.core.loader import load_model
+from gpumem_gui.core.readers.loader import load_model
+from gpumem_gui.core.runtimes.inference import InferenceRun
 from gpumem_gui.core.units import SizeUnit
 from gpumem_gui.ui.main_window import MainWindow
 from gpumem_gui.ui.run_form import GpuChoice
@@ -178,8 +178,8 @@ def test_a_bad_dropped_file_shows_its_reason_and_keeps_the_model(
 
 
 def test_catalog_filter_and_exact_counts(main_window: MainWindow, qtbot) -> None:
-    from gpumem_gui.core.catalog import find_model
-    from gpumem_gui.core.params import count_params
+    from gpumem_gui.core.readers.catalog import find_model
+    from gpumem_gui.core.spec.params import count_params
 
     panel = main_window.model_panel
     role = Qt.ItemDataRole.UserRole

@@ -7,15 +7,15 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from gpumem_gui.core.hf_config import load_config_file
-from gpumem_gui.core.params import COMPONENTS, text_tensors
-from gpumem_gui.core.weights import (
+from gpumem_gui.core.readers.hf_config import load_config_file
+from gpumem_gui.core.readers.weights import (
     INVENTORY_COMPONENTS,
     WeightTensor,
     build_inventory,
     classify_tensor,
     make_tensor,
 )
+from gpumem_gui.core.spec.params import COMPONENTS, text_tensors
 
 # (name, component, layer): names as they appear in the checkpoints of the named families.
 HF_NAMES = [

@@ -25,10 +25,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gpumem_gui.core.estimate import Estimate  # noqa: E402
-from gpumem_gui.core.hf_config import load_config_file  # noqa: E402
-from gpumem_gui.core.inference import estimate_inference, make_run  # noqa: E402
+from gpumem_gui.core.readers.hf_config import load_config_file  # noqa: E402
 from gpumem_gui.core.reference_points import training_run_for_point  # noqa: E402
+from gpumem_gui.core.results.estimate import Estimate  # noqa: E402
+from gpumem_gui.core.runtimes.inference import estimate_inference, make_run  # noqa: E402
 from gpumem_gui.core.training import estimate_training  # noqa: E402
 from gpumem_gui.core.units import GiB, MiB  # noqa: E402
 

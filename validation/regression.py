@@ -35,11 +35,11 @@ sys.path.insert(0, str(REPO))
 
 # (module, function): the entry points whose calls are recorded; only the outermost call of a nest is kept
 ENTRY_POINTS = (
-    ("gpumem_gui.core.inference", "estimate_inference"),
+    ("gpumem_gui.core.runtimes.inference", "estimate_inference"),
     ("gpumem_gui.core.training", "estimate_training"),
     ("gpumem_gui.core.fit", "fit_report"),
-    ("gpumem_gui.core.train_fit", "fit_training"),
-    ("gpumem_gui.core.train_step", "simulate_step"),
+    ("gpumem_gui.core.fit.training", "fit_training"),
+    ("gpumem_gui.core.replay.step", "simulate_step"),
 )
 
 
@@ -161,7 +161,10 @@ def _load_spec(d: dict[str, Any]) -> Any:
 
 def _revive(x: Any) -> Any:
     """Inverse of :func:`_jsonable` for the types the entry points take."""
-    from gpumem_gui.core import fit, inference, training, train_model, weights
+    from gpumem_gui.core import fit, training
+    from gpumem_gui.core.readers import weights
+    from gpumem_gui.core.replay import causal_lm as train_model
+    from gpumem_gui.core.runtimes import inference
 
     if isinstance(x, list):
         return tuple(_revive(v) for v in x)
@@ -275,10 +278,16 @@ def compare(a_path: Path, b_path: Path, show: int) -> int:
         b = json.load(f)
     ra, rb = a["results"], b["results"]
     common = sorted(set(ra) & set(rb))
-    moved = [k for k in common if ra[k].get("numbers") != rb[k].get("numbers") or "error" in ra[k]
-             and ra[k].get("error") != rb[k].get("error")]
+    moved = [
+        k
+        for k in common
+        if ra[k].get("numbers") != rb[k].get("numbers")
+        or ("error" in ra[k] and ra[k].get("error") != rb[k].get("error"))
+    ]
     text = [k for k in common if k not in moved and ra[k].get("hash") != rb[k].get("hash")]
-    print(f"{len(common)} common results: {len(moved)} with moved numbers, {len(text)} with only text changes")
+    print(
+        f"{len(common)} common results: {len(moved)} with moved numbers, {len(text)} with only text changes"
+    )
     print(f"only in {a_path.name}: {len(set(ra) - set(rb))}; only in {b_path.name}: {len(set(rb) - set(ra))}")
     by_fn = Counter(ra[k]["fn"] for k in moved)
     if by_fn:
@@ -316,9 +325,9 @@ def _config_files() -> list[Path]:
 def grid_calls() -> Iterator[dict[str, Any]]:
     """Every reference config x inference and training modes x a few shapes and plans."""
     from gpumem_gui.core import GpumemError
-    from gpumem_gui.core.hf_config import load_config_file
     from gpumem_gui.core.fit import GpuTarget
-    from gpumem_gui.core.inference import make_run
+    from gpumem_gui.core.readers.hf_config import load_config_file
+    from gpumem_gui.core.runtimes.inference import make_run
     from gpumem_gui.core.training import make_training_run
 
     def call(fn: str, *args: Any) -> dict[str, Any]:

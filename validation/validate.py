@@ -43,15 +43,15 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # a source tree that was never installed
     sys.path.insert(0, str(REPO))
 
-from gpumem_gui.core.catalog import find_gpu, find_model  # noqa: E402
-from gpumem_gui.core.estimate import Estimate  # noqa: E402
 from gpumem_gui.core.fit import gallop  # noqa: E402
 from gpumem_gui.core.formats import gguf_plan  # noqa: E402
-from gpumem_gui.core.hf_config import load_config_file, spec_from_config  # noqa: E402
-from gpumem_gui.core.inference import InferenceRun, estimate_inference, make_run  # noqa: E402
-from gpumem_gui.core.model import ModelSpec  # noqa: E402
+from gpumem_gui.core.readers.catalog import find_gpu, find_model  # noqa: E402
+from gpumem_gui.core.readers.hf_config import load_config_file, spec_from_config  # noqa: E402
 from gpumem_gui.core.reference_points import inference_run_for_point, training_run_for_point  # noqa: E402
-from gpumem_gui.core.train_step import simulate_step  # noqa: E402
+from gpumem_gui.core.replay.step import simulate_step  # noqa: E402
+from gpumem_gui.core.results.estimate import Estimate  # noqa: E402
+from gpumem_gui.core.runtimes.inference import InferenceRun, estimate_inference, make_run  # noqa: E402
+from gpumem_gui.core.spec.model import ModelSpec  # noqa: E402
 from gpumem_gui.core.training import (  # noqa: E402
     TrainingRun,
     estimate_training,
@@ -1978,7 +1978,7 @@ def _render_real_gpu(add: Callable[[str], None]) -> None:
         add(
             "**Not measured yet**: no GPU has been lent to this project so far, so the context (500 MiB), "
             "workspace (32 MiB) and allocator reserve (5 % of the non-weight peak) are the cited defaults "
-            "of `gpumem_gui/core/overheads.py`, not calibrated. On any NVIDIA machine with torch and "
+            "of `gpumem_gui/core/results/overheads.py`, not calibrated. On any NVIDIA machine with torch and "
             "transformers: `python3 validation/gpu_check.py --out validation/gpu_results/<gpu>.json`, then "
             "`make validate`."
         )

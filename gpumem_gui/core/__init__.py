@@ -1,35 +1,154 @@
 """The pure estimation core: no Qt, no NVML, no plotting (enforced by import-linter).
 
+This package is the core's public API; the window (``gpumem_gui.ui``), the CLI and the app import from here
+only, never from the subpackages (an import-linter contract). The subpackages, from the bottom up:
+
+* ``spec``: what a model is (:class:`ModelSpec` and its architecture traits), its exact parameter tensors,
+  its KV-cache geometry, and how it splits over GPUs;
+* ``results``: what an estimate is (components with explanations, phases, GPUs) and the per-process
+  overheads;
+* ``readers``: every input that describes a model (``config.json`` per ``model_type``, safetensors and GGUF
+  headers, the catalog, the Hub); the only place that knows architectures by name;
+* ``formats``: weight formats and KV-cache dtypes, in bytes;
+* ``replay``: the symbolic PyTorch runtime and the one transformers forward that inference and training
+  replay;
+* ``runtimes``: one module per inference engine (transformers, vLLM, llama.cpp) behind one protocol;
+* ``training``: the training run, its framework/sharding profiles and the training estimate;
+* ``fit``: verdicts against GPUs, the solvers, sweeps and the JSON documents.
+
 Python API::
 
-    from gpumem_gui.core import load_model
+    from gpumem_gui.core import load_model, estimate_inference, make_run
 
-    # a catalog id, a config.json, a model folder, a .safetensors or .gguf file, or a hub id:
-    m = load_model("meta-llama/Llama-3.1-8B")
+    m = load_model("meta-llama/Llama-3.1-8B")  # catalog id, config.json, folder, .safetensors, .gguf, hub id
     m.params.total                                 # exact parameter count (tied weights once)
-    m.spec.head_dim                                # the architecture (ModelSpec)
-    m.weights.bytes_by_dtype if m.weights else None  # exact bytes from file headers
+    est = estimate_inference(m.spec, make_run(batch=4, seq=8192))
+    est.peak_bytes, est.components
 
 Bad input raises :class:`GpumemInputError` with one line naming the file/field and the problem.
 """
 
-from gpumem_gui.core.errors import GpumemError, GpumemInputError
-from gpumem_gui.core.kv import kv_bytes_per_token_per_layer, kv_cache_bytes_transformers
-from gpumem_gui.core.loader import LoadedModel, load_model
-from gpumem_gui.core.model import MLASpec, ModelSpec, MoESpec, VisionSpec
-from gpumem_gui.core.params import ParamCounts, count_params
+from gpumem_gui.core.errors import GpumemError, GpumemInputError, describe_validation_error
+from gpumem_gui.core.fit import (
+    DEFAULT_MARGIN_BYTES,
+    Change,
+    FitReport,
+    GpuTarget,
+    Verdict,
+    fit_report,
+    gallop,
+    largest,
+    verdicts,
+)
+from gpumem_gui.core.fit.documents import ESTIMATE_SCHEMA, FIT_SCHEMA, estimate_document, fit_document
+from gpumem_gui.core.fit.sweep import SweepPoint, estimate_any, evenly_spaced, sweep
+from gpumem_gui.core.fit.training import fit_training
+from gpumem_gui.core.formats import (
+    KV_DTYPE_INFO,
+    KV_DTYPES,
+    WeightBytes,
+    WeightFormat,
+    engine_kv_dtypes,
+    get_weight_format,
+    list_weight_formats,
+    weight_bytes,
+)
+from gpumem_gui.core.readers.catalog import (
+    CatalogModel,
+    GpuInfo,
+    find_gpu,
+    find_model,
+    load_gpu_catalog,
+    load_model_catalog,
+    resources_dir,
+    search_models,
+)
+from gpumem_gui.core.readers.hf_config import SUPPORTED_MODEL_TYPES, load_config_file, spec_from_config
+from gpumem_gui.core.readers.hub import HubClient, looks_like_hub_id
+from gpumem_gui.core.readers.loader import LoadedModel, load_model, set_default_hub_client
+from gpumem_gui.core.readers.weights import WeightsInventory
+from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase
+from gpumem_gui.core.runtimes.inference import InferenceRun, estimate_inference, make_run
+from gpumem_gui.core.spec.kv import kv_bytes_per_token_per_layer, kv_cache_bytes_transformers
+from gpumem_gui.core.spec.model import MLASpec, ModelSpec, MoESpec, VisionSpec
+from gpumem_gui.core.spec.params import ParamCounts, count_params
+from gpumem_gui.core.training import PRECISION_DOC, TrainingRun, estimate_training, make_training_run
+from gpumem_gui.core.units import GB, KB, MB, GiB, KiB, MiB, SizeUnit, fmt_bytes, fmt_count
 
 __all__ = [
+    "DEFAULT_MARGIN_BYTES",
+    "ESTIMATE_SCHEMA",
+    "FIT_SCHEMA",
+    "GB",
+    "KB",
+    "KV_DTYPES",
+    "KV_DTYPE_INFO",
+    "MB",
+    "PRECISION_DOC",
+    "SUPPORTED_MODEL_TYPES",
+    "CatalogModel",
+    "Change",
+    "Component",
+    "Estimate",
+    "Explanation",
+    "FitReport",
+    "GiB",
+    "GpuInfo",
+    "GpuShare",
+    "GpuTarget",
     "GpumemError",
     "GpumemInputError",
+    "HubClient",
+    "InferenceRun",
+    "KiB",
     "LoadedModel",
     "MLASpec",
+    "MiB",
     "MoESpec",
     "ModelSpec",
     "ParamCounts",
+    "Phase",
+    "SizeUnit",
+    "SweepPoint",
+    "TrainingRun",
+    "Verdict",
     "VisionSpec",
+    "WeightBytes",
+    "WeightFormat",
+    "WeightsInventory",
     "count_params",
+    "describe_validation_error",
+    "engine_kv_dtypes",
+    "estimate_any",
+    "estimate_document",
+    "estimate_inference",
+    "estimate_training",
+    "evenly_spaced",
+    "find_gpu",
+    "find_model",
+    "fit_document",
+    "fit_report",
+    "fit_training",
+    "fmt_bytes",
+    "fmt_count",
+    "gallop",
+    "get_weight_format",
     "kv_bytes_per_token_per_layer",
     "kv_cache_bytes_transformers",
+    "largest",
+    "list_weight_formats",
+    "load_config_file",
+    "load_gpu_catalog",
     "load_model",
+    "load_model_catalog",
+    "looks_like_hub_id",
+    "make_run",
+    "make_training_run",
+    "resources_dir",
+    "search_models",
+    "set_default_hub_client",
+    "spec_from_config",
+    "sweep",
+    "verdicts",
+    "weight_bytes",
 ]

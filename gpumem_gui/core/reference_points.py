@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpumem_gui.core.inference import InferenceRun, make_run
+from gpumem_gui.core.runtimes.inference import InferenceRun, make_run
 from gpumem_gui.core.training import TrainingRun, make_training_run
 
 

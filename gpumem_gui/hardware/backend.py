@@ -34,7 +34,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
-from gpumem_gui.core.errors import GpumemError
+from gpumem_gui.core import GpumemError
 from gpumem_gui.hardware.snapshot import GpuDevice, GpuSnapshot
 
 # ---- the protocol and its error -----------------------------------------------------------------------

@@ -49,8 +49,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gpumem_gui.core.catalog import resources_dir
-from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
+from gpumem_gui.core import GpumemInputError, describe_validation_error, resources_dir
 from gpumem_gui.hardware.backend import (
     CLOSED_REASON,
     FROM_ENV,

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpumem_gui.core.units import GiB
+from gpumem_gui.core import GiB
 from gpumem_gui.hardware.snapshot import GpuDevice, GpuSnapshot
 
 SCHEMA = "gpumem.gpus/1"

@@ -15,9 +15,7 @@ from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QColor, QPalette, QPixmap
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
-from gpumem_gui.core.estimate import Component, Estimate
-from gpumem_gui.core.sweep import SweepPoint
-from gpumem_gui.core.units import SizeUnit, fmt_bytes
+from gpumem_gui.core import Component, Estimate, SizeUnit, SweepPoint, fmt_bytes
 from gpumem_gui.ui.theme import (
     CAPACITY_COLOR,
     CURRENT_COLOR,

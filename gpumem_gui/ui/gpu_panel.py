@@ -27,8 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpumem_gui.core.fit import Verdict
-from gpumem_gui.core.units import SizeUnit, fmt_bytes
+from gpumem_gui.core import SizeUnit, Verdict, fmt_bytes
 from gpumem_gui.hardware.history import MemoryHistory
 from gpumem_gui.hardware.snapshot import GpuDevice, GpuSnapshot
 from gpumem_gui.ui.report import verdict_words

@@ -53,17 +53,29 @@ from PySide6.QtWidgets import (
 )
 
 from gpumem_gui import __version__
-from gpumem_gui.core.catalog import find_gpu
-from gpumem_gui.core.errors import GpumemError, GpumemInputError
-from gpumem_gui.core.estimate import Estimate
-from gpumem_gui.core.fit import FitReport, GpuTarget, Verdict, fit_report, verdicts
-from gpumem_gui.core.inference import InferenceRun, estimate_inference
-from gpumem_gui.core.loader import LoadedModel, load_model
-from gpumem_gui.core.model import ModelSpec
-from gpumem_gui.core.sweep import SweepPoint, estimate_any, sweep
-from gpumem_gui.core.train_fit import fit_training
-from gpumem_gui.core.training import TrainingRun
-from gpumem_gui.core.units import SizeUnit, fmt_bytes
+from gpumem_gui.core import (
+    Estimate,
+    FitReport,
+    GpumemError,
+    GpumemInputError,
+    GpuTarget,
+    InferenceRun,
+    LoadedModel,
+    ModelSpec,
+    SizeUnit,
+    SweepPoint,
+    TrainingRun,
+    Verdict,
+    estimate_any,
+    estimate_inference,
+    find_gpu,
+    fit_report,
+    fit_training,
+    fmt_bytes,
+    load_model,
+    sweep,
+    verdicts,
+)
 from gpumem_gui.hardware.snapshot import GpuDevice, GpuSnapshot
 from gpumem_gui.ui.gpu_panel import GpuPanel
 from gpumem_gui.ui.model_panel import Loader, ModelPanel

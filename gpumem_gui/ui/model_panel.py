@@ -29,11 +29,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpumem_gui.core.catalog import find_model, load_model_catalog
-from gpumem_gui.core.errors import GpumemError
-from gpumem_gui.core.loader import LoadedModel, load_model
-from gpumem_gui.core.params import count_params
-from gpumem_gui.core.units import SizeUnit, fmt_bytes, fmt_count
+from gpumem_gui.core import (
+    GpumemError,
+    LoadedModel,
+    SizeUnit,
+    count_params,
+    find_model,
+    fmt_bytes,
+    fmt_count,
+    load_model,
+    load_model_catalog,
+)
 from gpumem_gui.ui.theme import ErrorLabel
 from gpumem_gui.ui.workers import BackgroundRunner
 

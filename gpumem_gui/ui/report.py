@@ -1,8 +1,8 @@
 """What the window exports and copies: the JSON plan, the Markdown report, the command lines. No Qt here.
 
-The JSON plan is the core's own ``gpumem estimate --json`` document (:mod:`gpumem_gui.core.documents`, which
-the CLI prints too), so a plan exported from the window and one printed by the CLI for the same inputs are
-identical.
+The JSON plan is the core's own ``gpumem estimate --json`` document (:mod:`gpumem_gui.core.fit.documents`,
+which the CLI prints too), so a plan exported from the window and one printed by the CLI for the same inputs
+are identical.
 """
 
 from __future__ import annotations
@@ -17,13 +17,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpumem_gui.core.documents import estimate_document
-from gpumem_gui.core.estimate import Component, Estimate
-from gpumem_gui.core.fit import DEFAULT_MARGIN_BYTES, FitReport, Verdict
-from gpumem_gui.core.inference import InferenceRun
-from gpumem_gui.core.loader import LoadedModel
-from gpumem_gui.core.training import TrainingRun
-from gpumem_gui.core.units import MiB, SizeUnit, fmt_bytes, fmt_count
+from gpumem_gui.core import (
+    DEFAULT_MARGIN_BYTES,
+    Component,
+    Estimate,
+    FitReport,
+    InferenceRun,
+    LoadedModel,
+    MiB,
+    SizeUnit,
+    TrainingRun,
+    Verdict,
+    estimate_document,
+    fmt_bytes,
+    fmt_count,
+)
 
 # ---- files -------------------------------------------------------------------------------------------------
 

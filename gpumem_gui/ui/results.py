@@ -1,8 +1,8 @@
 """The results side: the fit verdict banner, the charts, the component table with explanations, and the ranked
 changes that would make the plan fit (each with an Apply button).
 
-Nothing here computes memory: it shows an :class:`~gpumem_gui.core.estimate.Estimate`, the core's verdicts and
-a :class:`~gpumem_gui.core.fit.FitReport`, in the unit the window uses.
+Nothing here computes memory: it shows an :class:`~gpumem_gui.core.results.estimate.Estimate`, the core's
+verdicts and a :class:`~gpumem_gui.core.fit.FitReport`, in the unit the window uses.
 """
 
 from __future__ import annotations
@@ -32,9 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpumem_gui.core.estimate import Component, Estimate
-from gpumem_gui.core.fit import Change, FitReport, Verdict
-from gpumem_gui.core.units import SizeUnit, fmt_bytes
+from gpumem_gui.core import Change, Component, Estimate, FitReport, SizeUnit, Verdict, fmt_bytes
 from gpumem_gui.ui.charts import BreakdownChart, PhaseChart, SweepChart
 from gpumem_gui.ui.report import explanation_html, verdict_words, worst_verdict
 from gpumem_gui.ui.theme import ErrorLabel, status_color

@@ -30,12 +30,21 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpumem_gui.core.catalog import find_gpu, load_gpu_catalog
-from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.fit import DEFAULT_MARGIN_BYTES, GpuTarget
-from gpumem_gui.core.formats import KV_DTYPE_INFO, engine_kv_dtypes, list_weight_formats
-from gpumem_gui.core.inference import InferenceRun, make_run
-from gpumem_gui.core.units import MiB, SizeUnit, fmt_bytes
+from gpumem_gui.core import (
+    DEFAULT_MARGIN_BYTES,
+    KV_DTYPE_INFO,
+    GpumemInputError,
+    GpuTarget,
+    InferenceRun,
+    MiB,
+    SizeUnit,
+    engine_kv_dtypes,
+    find_gpu,
+    fmt_bytes,
+    list_weight_formats,
+    load_gpu_catalog,
+    make_run,
+)
 from gpumem_gui.hardware.snapshot import GpuDevice, GpuSnapshot
 from gpumem_gui.ui.theme import ErrorLabel
 

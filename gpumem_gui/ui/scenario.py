@@ -42,11 +42,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpumem_gui.core.errors import describe_validation_error
-from gpumem_gui.core.estimate import Estimate
-from gpumem_gui.core.inference import InferenceRun
-from gpumem_gui.core.training import TrainingRun
-from gpumem_gui.core.units import SizeUnit, fmt_bytes
+from gpumem_gui.core import (
+    Estimate,
+    InferenceRun,
+    SizeUnit,
+    TrainingRun,
+    describe_validation_error,
+    fmt_bytes,
+)
 from gpumem_gui.ui.report import atomic_write, run_summary
 from gpumem_gui.ui.run_form import GpuChoice
 

@@ -25,8 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.training import PRECISION_DOC, TrainingRun, make_training_run
+from gpumem_gui.core import PRECISION_DOC, GpumemInputError, TrainingRun, make_training_run
 from gpumem_gui.ui.run_form import (
     GpuChoice,
     _blocked,

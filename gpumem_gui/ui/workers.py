@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
 
-from gpumem_gui.core.errors import GpumemError
+from gpumem_gui.core import GpumemError
 
 
 class _Relay(QObject):

@@ -13,7 +13,7 @@ written from memory of the published file and get ``"source_verified": false``. 
 
 What this script adds to each config is in :data:`MODELS` below: family, size label and the parameter count
 the publisher states, with its source. Each entry's ``spec`` is the compact JSON of the
-:class:`~gpumem_gui.core.model.ModelSpec` that :func:`~gpumem_gui.core.hf_config.spec_from_config` builds
+:class:`~gpumem_gui.core.spec.model.ModelSpec` that :func:`~gpumem_gui.core.readers.hf_config.spec_from_config` builds
 (``model_dump(mode="json", exclude_defaults=True)`` without ``name`` and ``provenance``). The script prints
 every model's exact count next to the published figure and stops with an error when one falls outside the
 precision the published figure implies, so a wrong config cannot slip in unnoticed.
@@ -32,9 +32,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from gpumem_gui.core.hf_config import spec_from_config  # noqa: E402
-from gpumem_gui.core.model import Provenance  # noqa: E402
-from gpumem_gui.core.params import count_params  # noqa: E402
+from gpumem_gui.core.readers.hf_config import spec_from_config  # noqa: E402
+from gpumem_gui.core.spec.model import Provenance  # noqa: E402
+from gpumem_gui.core.spec.params import count_params  # noqa: E402
 
 DEFAULT_CONFIG_DIR = Path(__file__).resolve().parent / "catalog_configs"
 REFERENCE_CONFIGS = REPO.parent / "shared" / "reference" / "configs"

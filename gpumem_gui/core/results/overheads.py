@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from gpumem_gui.core.estimate import Component, Explanation, GpuShare, Phase
+from gpumem_gui.core.results.estimate import Component, Explanation, GpuShare, Phase
 from gpumem_gui.core.units import MiB
 
 # CUDA context of one process with PyTorch and lazy module loading (CUDA >= 11.7, PyTorch >= 1.13 default

@@ -12,9 +12,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gpumem_gui.core.estimate import Component, Estimate
 from gpumem_gui.core.fit import FitReport
-from gpumem_gui.core.params import ParamCounts
+from gpumem_gui.core.results.estimate import Component, Estimate
+from gpumem_gui.core.spec.params import ParamCounts
 
 ESTIMATE_SCHEMA = "gpumem.estimate/1"
 FIT_SCHEMA = "gpumem.fit/1"

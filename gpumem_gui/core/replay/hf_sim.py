@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Literal
 
-from gpumem_gui.core.model import ModelSpec
+from gpumem_gui.core.spec.model import ModelSpec
 
 Attn = Literal["sdpa", "eager", "flash"]
 

@@ -33,8 +33,8 @@ from gguf.gguf_reader import READER_SUPPORTED_VERSIONS, GGUFReader
 from pydantic import ValidationError
 
 from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
-from gpumem_gui.core.model import LayerType, MLASpec, ModelSpec, MoESpec, Provenance
-from gpumem_gui.core.weights import WeightsInventory, WeightTensor, build_inventory, make_tensor
+from gpumem_gui.core.readers.weights import WeightsInventory, WeightTensor, build_inventory, make_tensor
+from gpumem_gui.core.spec.model import LayerType, MLASpec, ModelSpec, MoESpec, Provenance
 
 _MAGIC = b"GGUF"
 

@@ -1,4 +1,4 @@
-"""Exact parameter accounting from a :class:`~gpumem_gui.core.model.ModelSpec`.
+"""Exact parameter accounting from a :class:`~gpumem_gui.core.spec.model.ModelSpec`.
 
 Counts what ``transformers`` builds, tensor by tensor, so that the totals equal
 ``sum(p.numel() for p in model.parameters())`` of the real model (tied weights once). Each component is
@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from pydantic import Field
 
-from gpumem_gui.core.model import Frozen, ModelSpec
+from gpumem_gui.core.spec.model import Frozen, ModelSpec
 
 COMPONENTS = (
     "embedding",

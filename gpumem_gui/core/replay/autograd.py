@@ -6,7 +6,7 @@ the optimizer step. PyTorch frees a tensor when its last reference goes away: a 
 that saved it for backward, a gradient buffer of the backward engine, the autocast weight-cast cache. This
 module
 reproduces those owners with the same rules, so a model written against it
-(:mod:`gpumem_gui.core.train_model`)
+(:mod:`gpumem_gui.core.replay.causal_lm`)
 allocates and frees in the order the real ``transformers`` code does:
 
 * every tensor owns a :class:`Storage`; views share it. A storage is freed when the last Python reference to

@@ -3,19 +3,18 @@
 Phases (transformers runtime profile, the default):
 
 * ``load``: the weights (in the chosen format) and the model's buffers;
-* ``prefill``: one forward over the prompt, simulated op by op (:mod:`gpumem_gui.core.hf_sim`);
+* ``prefill``: one forward over the prompt, simulated op by op (:mod:`gpumem_gui.core.replay.hf_sim`);
 * ``decode``: the last generation step (one token after ``seq + new_tokens - 1`` cached tokens), plus what
   ``generate()`` keeps (fp32 copies of the last logits).
 
 ``peak_bytes`` is the largest live-tensor total over the phases on the most-loaded GPU (what
 ``torch.cuda.max_memory_allocated()`` reports); ``total_bytes`` adds the CUDA context, the cuBLAS workspace
-and the caching allocator's reserve (:mod:`gpumem_gui.core.overheads`). vLLM and llama.cpp have their own
-profiles (:mod:`gpumem_gui.core.engines`).
+and the caching allocator's reserve (:mod:`gpumem_gui.core.results.overheads`). vLLM and llama.cpp have
+their own profiles (:mod:`gpumem_gui.core.runtimes.engines`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 from math import ceil
 from typing import Annotated, Literal
@@ -23,7 +22,6 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
-from gpumem_gui.core.estimate import Component, Estimate, Explanation, GpuShare, Phase, tp_ranks
 from gpumem_gui.core.formats import (
     WeightBytes,
     check_kv_dtype,
@@ -31,11 +29,13 @@ from gpumem_gui.core.formats import (
     kv_bytes_per_element,
     weight_bytes,
 )
-from gpumem_gui.core.hf_sim import KINDS, ForwardShape, SimResult, simulate_forward
-from gpumem_gui.core.model import Frozen, ModelSpec
-from gpumem_gui.core.overheads import stage_share
-from gpumem_gui.core.params import COMPONENTS, count_params
-from gpumem_gui.core.weights import WeightsInventory
+from gpumem_gui.core.readers.weights import WeightsInventory
+from gpumem_gui.core.replay.hf_sim import KINDS, ForwardShape, SimResult, simulate_forward
+from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase, tp_ranks
+from gpumem_gui.core.results.overheads import stage_share
+from gpumem_gui.core.spec.model import Frozen, ModelSpec
+from gpumem_gui.core.spec.parallel import Degrees, rank_spec, stage_layers
+from gpumem_gui.core.spec.params import COMPONENTS, count_params
 
 Engine = Literal["transformers", "vllm", "llama.cpp"]
 Degree = Annotated[int, Field(ge=1, le=4096)]
@@ -142,66 +142,6 @@ def check_run(spec: ModelSpec, run: InferenceRun) -> tuple[str, ...]:
     if run.engine == "transformers" and run.attn == "flash" and run.compute_dtype == "fp32":
         raise GpumemInputError("flash attention needs fp16 or bf16 activations", field="attn")
     return tuple(warnings)
-
-
-# ---- splitting across GPUs --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Degrees:
-    tp: int
-    pp: int
-    ep: int
-
-
-def stage_layers(spec: ModelSpec, pp: int, stage: int) -> range:
-    """Layers of pipeline stage ``stage``: contiguous, the first stages take the remainder (as vLLM's
-    ``get_pp_indices`` does without a custom partition)."""
-    n = spec.num_layers
-    base, extra = divmod(n, pp)
-    start = stage * base + min(stage, extra)
-    return range(start, start + base + (1 if stage < extra else 0))
-
-
-def rank_spec(spec: ModelSpec, run: InferenceRun, stage: int) -> ModelSpec:
-    """The model as one tensor-parallel rank of pipeline stage ``stage`` sees it: heads, KV heads
-    (replicated when tp exceeds them), MLP width, experts and vocabulary divided; only its layers."""
-    if run.tp == 1 and run.pp == 1 and run.ep == 1:
-        return spec
-    return _rank_spec(spec, run.tp, run.pp, run.ep, stage)
-
-
-@lru_cache(maxsize=256)
-def _rank_spec(spec: ModelSpec, tp: int, pp: int, ep: int, stage: int) -> ModelSpec:
-    run = _Degrees(tp=tp, pp=pp, ep=ep)
-    layers = stage_layers(spec, run.pp, stage)
-    kvh = max(1, spec.num_kv_heads // tp) if spec.num_kv_heads >= tp else 1
-    heads = spec.num_attention_heads // tp
-    moe = spec.moe
-    if moe is not None:
-        ep_share = max(1, run.ep)
-        experts = max(1, moe.num_experts // ep_share)
-        fe = moe.expert_intermediate_size if run.ep > 1 else ceil(moe.expert_intermediate_size / tp)
-        moe = moe.model_copy(
-            update={
-                "num_experts": experts,
-                "experts_per_token": min(moe.experts_per_token, experts),
-                "expert_intermediate_size": max(1, fe),
-                "shared_expert_intermediate_size": ceil(moe.shared_expert_intermediate_size / tp),
-                "dense_layers": tuple(i - layers.start for i in moe.dense_layers if i in layers),
-            }
-        )
-    types = spec.resolved_layer_types[layers.start : layers.stop] if spec.layer_types else ()
-    update = {
-        "num_layers": len(layers),
-        "num_attention_heads": heads,
-        "num_kv_heads": min(kvh, heads),
-        "intermediate_size": max(1, ceil(spec.intermediate_size / tp)),
-        "vocab_size": ceil(spec.vocab_size / tp),
-        "layer_types": types,
-        "moe": moe,
-    }
-    return ModelSpec.model_validate({**spec.model_dump(), **update})
 
 
 # ---- the transformers profile -----------------------------------------------------------------------------
@@ -325,14 +265,14 @@ def estimate_inference(
     warnings = check_run(spec, run)
     wb = run_weight_bytes(spec, run, file_weights)
     if run.engine != "transformers":
-        from gpumem_gui.core.engines import estimate_engine
+        from gpumem_gui.core.runtimes.engines import estimate_engine
 
         return estimate_engine(spec, run, warnings, capacity, wb)
     return _estimate_transformers(spec, run, warnings, wb)
 
 
 def _load_phase(
-    spec: ModelSpec, run: InferenceRun, degrees: _Degrees, stage: int, wb: WeightBytes
+    spec: ModelSpec, run: InferenceRun, degrees: Degrees, stage: int, wb: WeightBytes
 ) -> tuple[Component, Phase]:
     """The weights component of one rank of ``stage`` and the load phase that holds only it."""
     if run.weights == "file":  # the files' own bytes (the inventory is no cache key)
@@ -342,7 +282,7 @@ def _load_phase(
 
 @lru_cache(maxsize=1024)
 def _format_load_phase(
-    spec: ModelSpec, weights: str, dt: int, quantize_experts: bool, degrees: _Degrees, stage: int
+    spec: ModelSpec, weights: str, dt: int, quantize_experts: bool, degrees: Degrees, stage: int
 ) -> tuple[Component, Phase]:
     """:func:`_load_phase` of a weight format: it depends only on the spec, the format and the split, so
     every estimate of them shares one (immutable) result."""
@@ -351,15 +291,13 @@ def _format_load_phase(
 
 
 def _build_load_phase(
-    spec: ModelSpec, weights: str, degrees: _Degrees, stage: int, wb: WeightBytes
+    spec: ModelSpec, weights: str, degrees: Degrees, stage: int, wb: WeightBytes
 ) -> tuple[Component, Phase]:
     comp = _weights_component(spec, weights, degrees, stage, wb)
     return comp, Phase(name="load", peak_bytes=comp.bytes, components=(comp,))
 
 
-def _weights_component(
-    spec: ModelSpec, weights: str, run: _Degrees, stage: int, wb: WeightBytes
-) -> Component:
+def _weights_component(spec: ModelSpec, weights: str, run: Degrees, stage: int, wb: WeightBytes) -> Component:
     layers = stage_layers(spec, run.pp, stage)
     layer_bytes = sum(wb.per_layer[i] for i in layers)
     outside = wb.total_bytes - sum(wb.per_layer)  # embeddings, final norm, lm_head, vision
@@ -397,7 +335,7 @@ def _weights_component(
     )
 
 
-def _tp_share(spec: ModelSpec, run: _Degrees, wb: object, layers: range, stage_bytes: int) -> int:
+def _tp_share(spec: ModelSpec, run: Degrees, wb: object, layers: range, stage_bytes: int) -> int:
     """Bytes of one TP/EP rank: linears and embeddings divided, norms replicated, experts over ep x tp."""
     if run.tp == 1 and run.ep == 1:
         return stage_bytes
@@ -435,9 +373,9 @@ def _estimate_transformers(
     kvb = kv_bytes_per_element(run.kv_dtype_resolved)
     shares: list[tuple[GpuShare, dict[str, Phase]]] = []
     kv_logical_total = 0
-    degrees = _Degrees(tp=run.tp, pp=run.pp, ep=run.ep)
+    degrees = Degrees(tp=run.tp, pp=run.pp, ep=run.ep)
     for stage in range(run.pp):
-        rspec = rank_spec(spec, run, stage)
+        rspec = rank_spec(spec, degrees, stage)
         weights, load = _load_phase(spec, run, degrees, stage, wb)
         last_stage = stage == run.pp - 1
         phases: dict[str, Phase] = {"load": load}

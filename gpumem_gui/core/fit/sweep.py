@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
-from gpumem_gui.core.estimate import Estimate
 from gpumem_gui.core.fit import DEFAULT_MARGIN_BYTES, GpuTarget, verdicts
-from gpumem_gui.core.inference import InferenceRun, estimate_inference
-from gpumem_gui.core.model import ModelSpec
+from gpumem_gui.core.readers.weights import WeightsInventory
+from gpumem_gui.core.results.estimate import Estimate
+from gpumem_gui.core.runtimes.inference import InferenceRun, estimate_inference
+from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.training import TrainingRun, estimate_training
-from gpumem_gui.core.weights import WeightsInventory
 
 Run = InferenceRun | TrainingRun
 

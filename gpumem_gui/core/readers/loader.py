@@ -15,15 +15,15 @@ from pathlib import Path
 
 from pydantic import Field
 
-from gpumem_gui.core.catalog import find_model
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.gguf_reader import load_gguf
-from gpumem_gui.core.hf_config import load_config_file, spec_from_config
-from gpumem_gui.core.hub import HubClient, looks_like_hub_id
-from gpumem_gui.core.model import Frozen, ModelSpec, Provenance
-from gpumem_gui.core.params import ParamCounts, count_params
-from gpumem_gui.core.safetensors_reader import inventory_from_safetensor_headers, inventory_from_safetensors
-from gpumem_gui.core.weights import WeightsInventory
+from gpumem_gui.core.readers.catalog import find_model
+from gpumem_gui.core.readers.gguf import load_gguf
+from gpumem_gui.core.readers.hf_config import load_config_file, spec_from_config
+from gpumem_gui.core.readers.hub import HubClient, looks_like_hub_id
+from gpumem_gui.core.readers.safetensors import inventory_from_safetensor_headers, inventory_from_safetensors
+from gpumem_gui.core.readers.weights import WeightsInventory
+from gpumem_gui.core.spec.model import Frozen, ModelSpec, Provenance
+from gpumem_gui.core.spec.params import ParamCounts, count_params
 
 SourceKind = str
 

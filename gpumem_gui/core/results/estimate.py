@@ -11,7 +11,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from gpumem_gui.core.model import Frozen
+from gpumem_gui.core.spec.model import Frozen
 
 NonNeg = Annotated[int, Field(ge=0)]
 InputValue = int | float | str | bool | None

@@ -1,12 +1,12 @@
 """Weight formats and KV-cache dtypes: what one model costs in bytes in each storage format.
 
-:func:`weight_bytes` walks every parameter tensor of a :class:`~gpumem_gui.core.model.ModelSpec`
-(:func:`~gpumem_gui.core.params.text_tensors`) and sizes it the way the runtime that produces or loads the
-format stores it: the packed weights, and every scale, zero-point, index and lookup table that goes with
-them. Tensors a format does not quantize (embeddings, norms, routers, lm_head, ...) stay at the compute
-dtype, except in the plain float formats (everything at that width) and in GGUF (1-D tensors, routers and
-biases in F32, as ``convert_hf_to_gguf.py`` writes them). The vision tower and projector of a multimodal
-spec are never quantized: they stay at the compute dtype in every format except the plain float ones.
+:func:`weight_bytes` walks every parameter tensor of a :class:`~gpumem_gui.core.spec.model.ModelSpec`
+(:func:`~gpumem_gui.core.spec.params.text_tensors`) and sizes it the way the runtime that produces or loads
+the format stores it: the packed weights, and every scale, zero-point, index and lookup table that goes with
+them. Tensors a format does not quantize (embeddings, norms, routers, lm_head, ...) stay at the compute dtype,
+except in the plain float formats (everything at that width) and in GGUF (1-D tensors, routers and biases in
+F32, as ``convert_hf_to_gguf.py`` writes them). The vision tower and projector of a multimodal spec are never
+quantized: they stay at the compute dtype in every format except the plain float ones.
 
 GGUF files are sized tensor by tensor: llama.cpp's ``llama-quantize`` picks a type per tensor
 (``src/llama-quant.cpp``, ``llama_tensor_get_type_impl``), e.g. Q4_K_M keeps ``output.weight`` in Q6_K and
@@ -29,9 +29,9 @@ from gguf import GGML_QUANT_SIZES, MODEL_TENSOR, TENSOR_NAMES, GGMLQuantizationT
 from pydantic import Field
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.estimate import Explanation
-from gpumem_gui.core.model import Frozen, ModelSpec
-from gpumem_gui.core.params import COMPONENTS, Tensor, text_tensors
+from gpumem_gui.core.results.estimate import Explanation
+from gpumem_gui.core.spec.model import Frozen, ModelSpec
+from gpumem_gui.core.spec.params import COMPONENTS, Tensor, text_tensors
 
 Family = Literal["float", "fp8", "bitsandbytes", "gptq", "awq", "microscaling", "gguf", "gguf-mix"]
 
@@ -55,7 +55,7 @@ class WeightFormat(Frozen):
 class WeightBytes(Frozen):
     """Bytes of a model's weights in one format, split by component, decoder layer and storage kind.
 
-    ``by_component`` has every component of :data:`~gpumem_gui.core.params.COMPONENTS` (vision included);
+    ``by_component`` has every component of :data:`~gpumem_gui.core.spec.params.COMPONENTS` (vision included);
     ``per_layer`` the bytes of each decoder layer. ``quantized_params``/``quantized_bytes`` cover the
     tensors the format quantizes, their scales and indices included; ``bits_per_param`` is the average
     over all parameters.

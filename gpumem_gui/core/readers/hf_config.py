@@ -17,7 +17,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
-from gpumem_gui.core.model import MAX_LAYERS, MAX_SIZE, MLASpec, ModelSpec, MoESpec, Provenance, VisionSpec
+from gpumem_gui.core.spec.model import (
+    MAX_LAYERS,
+    MAX_SIZE,
+    MLASpec,
+    ModelSpec,
+    MoESpec,
+    Provenance,
+    VisionSpec,
+)
 
 Config = Mapping[str, Any]
 _MISSING = object()

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from math import ceil
 
-from gpumem_gui.core.estimate import Component, Estimate, Explanation, GpuShare, Phase
 from gpumem_gui.core.formats import WeightBytes, kv_bytes_per_element
-from gpumem_gui.core.model import ModelSpec
-from gpumem_gui.core.params import count_params
+from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase
+from gpumem_gui.core.spec.model import ModelSpec
+from gpumem_gui.core.spec.params import count_params
 from gpumem_gui.core.units import GiB, MiB
 
 VLLM_BLOCK_SIZE = 16  # tokens per KV page (vLLM --block-size default)
@@ -301,7 +301,7 @@ def estimate_llamacpp(spec: ModelSpec, run: object, warnings: tuple[str, ...], w
         "CUDA context",
         r.cuda_context_mib * MiB,
         "fixed per process",  # type: ignore[attr-defined]
-        "see gpumem_gui/core/overheads.py",
+        "see gpumem_gui/core/results/overheads.py",
     )
     comps = (weights_c, kv_c, compute_c, ctx)
     peak = model_gpu + kv_gpu + compute

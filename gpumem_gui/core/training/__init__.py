@@ -1,6 +1,6 @@
 """Training and fine-tuning memory: ``estimate_training(spec, run) -> Estimate``.
 
-One optimizer step is replayed tensor by tensor (:mod:`gpumem_gui.core.train_step`): the transformers forward
+One optimizer step is replayed tensor by tensor (:mod:`gpumem_gui.core.replay.step`): the transformers forward
 and loss on symbolic tensors with autograd's saving rules, the backward engine freeing saved tensors as
 gradients appear, and the optimizer step with its implementation's temporaries. Phases:
 
@@ -13,11 +13,12 @@ gradients appear, and the optimizer step with its implementation's temporaries. 
 ``peak_bytes`` is the largest live-tensor total on the most-loaded GPU (``torch.cuda.max_memory_allocated``);
 ``total_bytes`` adds the CUDA context, cuBLAS workspace and allocator reserve (:mod:`overheads`).
 
-Several GPUs: ZeRO-1/2/3 and FSDP shard optimizer states / gradients / parameters over the data-parallel
-ranks (gradients reduce-scattered as they appear; ZeRO-3/FULL_SHARD gather one decoder layer at a time, the
-root unit of embeddings and head staying gathered); tensor, pipeline and expert parallelism give each rank its
-slice of the model (:func:`gpumem_gui.core.inference.rank_spec`); 1F1B pipelining keeps the activations of
-``min(pp - stage, grad_accum)`` micro-batches on a stage; context parallelism splits the sequence.
+Several GPUs: ZeRO-1/2/3 and FSDP shard optimizer states / gradients / parameters over the data-parallel ranks
+(gradients reduce-scattered as they appear; ZeRO-3/FULL_SHARD gather one decoder layer at a time, the root
+unit of embeddings and head staying gathered); tensor, pipeline and expert parallelism give each rank its
+slice of the model (:func:`gpumem_gui.core.spec.parallel.rank_spec`); 1F1B pipelining keeps the
+activations of ``min(pp - stage, grad_accum)`` micro-batches on a stage; context parallelism splits the
+sequence.
 """
 
 from __future__ import annotations
@@ -29,15 +30,15 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
-from gpumem_gui.core.estimate import Component, Estimate, Explanation, GpuShare, Phase, tp_ranks
 from gpumem_gui.core.formats import weight_bytes
-from gpumem_gui.core.inference import InferenceRun, rank_spec, stage_layers
-from gpumem_gui.core.model import Frozen, ModelSpec
-from gpumem_gui.core.overheads import stage_share
-from gpumem_gui.core.params import count_params, text_tensors
-from gpumem_gui.core.train_model import LORA_ALL_LINEAR, StepConfig
-from gpumem_gui.core.train_optim import INFO, OPTIMIZERS, resolve, state_bytes_of
-from gpumem_gui.core.train_step import PHASES, StepResult, simulate_step
+from gpumem_gui.core.replay.causal_lm import LORA_ALL_LINEAR, StepConfig
+from gpumem_gui.core.replay.optim import INFO, OPTIMIZERS, resolve, state_bytes_of
+from gpumem_gui.core.replay.step import PHASES, StepResult, simulate_step
+from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase, tp_ranks
+from gpumem_gui.core.results.overheads import stage_share
+from gpumem_gui.core.spec.model import Frozen, ModelSpec
+from gpumem_gui.core.spec.parallel import Degrees, rank_spec, stage_layers
+from gpumem_gui.core.spec.params import count_params, text_tensors
 
 Method = Literal["full", "lora", "qlora"]
 Precision = Literal["amp-bf16", "amp-fp16", "bf16", "fp32", "megatron-bf16"]
@@ -323,8 +324,8 @@ def _shards(run: TrainingRun) -> tuple[int, int, int, str]:
     )
 
 
-def _as_inference(run: TrainingRun) -> InferenceRun:
-    return InferenceRun(tp=run.tp, pp=run.pp, ep=run.ep)
+def _degrees(run: TrainingRun) -> Degrees:
+    return Degrees(tp=run.tp, pp=run.pp, ep=run.ep)
 
 
 def _quant_bytes(spec: ModelSpec, run: TrainingRun, rspec: ModelSpec) -> int:
@@ -338,7 +339,7 @@ def _quant_bytes(spec: ModelSpec, run: TrainingRun, rspec: ModelSpec) -> int:
 def step_config(spec: ModelSpec, run: TrainingRun, stage: int = 0) -> tuple[StepConfig, ModelSpec]:
     """What pipeline stage ``stage`` (one TP rank of it) simulates: its StepConfig and its slice of the
     model."""
-    rspec = rank_spec(spec, _as_inference(run), stage)
+    rspec = rank_spec(spec, _degrees(run), stage)
     layers = stage_layers(spec, run.pp, stage)
     param_dt, autocast = _dtypes(run)
     _, _, param_shard, gather = _shards(run)
@@ -404,9 +405,7 @@ def _simulate_uncached(
     spec: ModelSpec, run: TrainingRun, stage: int
 ) -> tuple[StepResult, StepConfig, ModelSpec]:
     cfg, rspec = step_config(spec, run, stage)
-    megatron = run.precision == "megatron-bf16"
-    del megatron
-    res = simulate_step(rspec, cfg, run.optimizer, layers=None, **simulate_kwargs(run))  # type: ignore[arg-type]
+    res = simulate_step(rspec, cfg, run.optimizer, **simulate_kwargs(run))  # type: ignore[arg-type]
     return res, cfg, rspec
 
 
@@ -451,7 +450,7 @@ def _explain(
                 "method": run.method,
                 "precision": run.precision,
             },
-            source="transformers modeling code (parameter shapes, gpumem_gui.core.params); "
+            source="transformers modeling code (parameter shapes, gpumem_gui.core.spec.params); "
             + ("bitsandbytes Linear4bit via formats.weight_bytes; " if run.method == "qlora" else "")
             + PRECISION_DOC[run.precision],
         )
@@ -536,7 +535,7 @@ def _explain(
                 "activation_dtype": autocast or param_dt,
             },
             source="transformers 5.24 modeling code replayed on symbolic tensors "
-            "(gpumem_gui.core.train_model); "
+            "(gpumem_gui.core.replay.causal_lm); "
             "saving rules of torch tools/autograd/derivatives.yaml; checked byte for byte against PyTorch "
             "MemTracker (shared/reference/groundtruth.json grid)",
         )

@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
-from gpumem_gui.core.train_autograd import DT_BYTES, Param, Sim, Storage
+from gpumem_gui.core.replay.autograd import DT_BYTES, Param, Sim, Storage
 
 OPTIMIZERS = (
     "adamw",

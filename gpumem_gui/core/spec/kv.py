@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from gpumem_gui.core.model import ModelSpec
+from gpumem_gui.core.spec.model import ModelSpec
 
 MLALayout = Literal["latent", "decompressed"]
 

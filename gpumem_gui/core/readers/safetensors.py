@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.hf_config import read_json_file
-from gpumem_gui.core.weights import WeightsInventory, WeightTensor, build_inventory, make_tensor
+from gpumem_gui.core.readers.hf_config import read_json_file
+from gpumem_gui.core.readers.weights import WeightsInventory, WeightTensor, build_inventory, make_tensor
 
 # Bits per element of every dtype the safetensors format defines: huggingface/safetensors,
 # safetensors/src/tensor.rs, ``enum Dtype`` and ``Dtype::bitsize`` (checked at commit 24b0b28, May 2026).

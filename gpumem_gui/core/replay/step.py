@@ -12,10 +12,10 @@ import gc
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpumem_gui.core.model import ModelSpec
-from gpumem_gui.core.train_autograd import Sim, T
-from gpumem_gui.core.train_model import CausalLM, StepConfig
-from gpumem_gui.core.train_optim import create_states, step
+from gpumem_gui.core.replay.autograd import Sim, T
+from gpumem_gui.core.replay.causal_lm import CausalLM, StepConfig
+from gpumem_gui.core.replay.optim import create_states, step
+from gpumem_gui.core.spec.model import ModelSpec
 
 PHASES = ("forward", "backward", "optimizer")
 

@@ -14,7 +14,6 @@ from typing import Annotated
 from pydantic import Field
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.estimate import Estimate
 from gpumem_gui.core.formats import (
     KV_DTYPES,
     WeightFormat,
@@ -22,10 +21,11 @@ from gpumem_gui.core.formats import (
     get_weight_format,
     list_weight_formats,
 )
-from gpumem_gui.core.inference import InferenceRun, estimate_inference
-from gpumem_gui.core.model import Frozen, ModelSpec
+from gpumem_gui.core.readers.weights import WeightsInventory
+from gpumem_gui.core.results.estimate import Estimate
+from gpumem_gui.core.runtimes.inference import InferenceRun, estimate_inference
+from gpumem_gui.core.spec.model import Frozen, ModelSpec
 from gpumem_gui.core.units import MiB
-from gpumem_gui.core.weights import WeightsInventory
 
 # Default safety margin per GPU: llama.cpp's --fit leaves 1024 MiB free on every device
 # (ggml-org/llama.cpp PR #16653, "cannot fulfill margin of 1024 MiB").

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpumem_gui.core.model import ModelSpec
-from gpumem_gui.core.params import text_tensors
-from gpumem_gui.core.train_autograd import DT_BYTES, Node, Param, Sim, Storage, T, promote
+from gpumem_gui.core.replay.autograd import DT_BYTES, Node, Param, Sim, Storage, T, promote
+from gpumem_gui.core.spec.model import ModelSpec
+from gpumem_gui.core.spec.params import text_tensors
 
 
 def received_leaf(sim: Sim, n: int, dt: str) -> T:
@@ -880,7 +880,7 @@ RESID_DROPOUT = ("gpt2", "gpt_neox", "gpt_bigcode", "opt", "phi")
 
 def _fuse_qkv(tensors: list) -> list:
     """Merge each layer's q/k/v projection tensors into one ``qkv_proj`` (same element count)."""
-    from gpumem_gui.core.params import Tensor
+    from gpumem_gui.core.spec.params import Tensor
 
     out = []
     pending: dict[tuple[int | None, str], list] = {}

@@ -1,9 +1,9 @@
 """Exact weight accounting from checkpoint file headers: one :class:`WeightsInventory` per checkpoint.
 
-The readers (:mod:`~gpumem_gui.core.safetensors_reader`, :mod:`~gpumem_gui.core.gguf_reader`) list every
+The readers (:mod:`~gpumem_gui.core.readers.safetensors`, :mod:`~gpumem_gui.core.readers.gguf`) list every
 stored tensor with its dtype, shape and exact byte size, read from the file headers only (tensor data is
 never read). This module holds the result types and :func:`classify_tensor`, which files a tensor name
-(Hugging Face or GGUF naming) under one of the components of :data:`~gpumem_gui.core.params.COMPONENTS`,
+(Hugging Face or GGUF naming) under one of the components of :data:`~gpumem_gui.core.spec.params.COMPONENTS`,
 so that stored bytes can be compared component by component with the parameter accounting.
 """
 
@@ -16,8 +16,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from gpumem_gui.core.model import Frozen
-from gpumem_gui.core.params import COMPONENTS
+from gpumem_gui.core.spec.model import Frozen
+from gpumem_gui.core.spec.params import COMPONENTS
 
 OTHER = "other"
 INVENTORY_COMPONENTS: tuple[str, ...] = (*COMPONENTS, OTHER)

@@ -1,0 +1,72 @@
+"""How a model is split over GPUs: the layers of each pipeline stage and what one tensor-parallel rank holds.
+
+Shared by every runtime and by training: a rank's slice of the model is again a :class:`ModelSpec`, so the
+replay and the byte accounting treat it like any model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from math import ceil
+
+from gpumem_gui.core.spec.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class Degrees:
+    """Tensor-, pipeline- and expert-parallel degrees of a plan."""
+
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+
+
+def stage_layers(spec: ModelSpec, pp: int, stage: int) -> range:
+    """Layers of pipeline stage ``stage``: contiguous, the first stages take the remainder (as vLLM's
+    ``get_pp_indices`` does without a custom partition)."""
+    n = spec.num_layers
+    base, extra = divmod(n, pp)
+    start = stage * base + min(stage, extra)
+    return range(start, start + base + (1 if stage < extra else 0))
+
+
+def rank_spec(spec: ModelSpec, degrees: Degrees, stage: int) -> ModelSpec:
+    """The model as one tensor-parallel rank of pipeline stage ``stage`` sees it: heads, KV heads
+    (replicated when tp exceeds them), MLP width, experts and vocabulary divided; only its layers."""
+    if degrees.tp == 1 and degrees.pp == 1 and degrees.ep == 1:
+        return spec
+    return _rank_spec(spec, degrees.tp, degrees.pp, degrees.ep, stage)
+
+
+@lru_cache(maxsize=256)
+def _rank_spec(spec: ModelSpec, tp: int, pp: int, ep: int, stage: int) -> ModelSpec:
+    run = Degrees(tp=tp, pp=pp, ep=ep)
+    layers = stage_layers(spec, run.pp, stage)
+    kvh = max(1, spec.num_kv_heads // tp) if spec.num_kv_heads >= tp else 1
+    heads = spec.num_attention_heads // tp
+    moe = spec.moe
+    if moe is not None:
+        ep_share = max(1, run.ep)
+        experts = max(1, moe.num_experts // ep_share)
+        fe = moe.expert_intermediate_size if run.ep > 1 else ceil(moe.expert_intermediate_size / tp)
+        moe = moe.model_copy(
+            update={
+                "num_experts": experts,
+                "experts_per_token": min(moe.experts_per_token, experts),
+                "expert_intermediate_size": max(1, fe),
+                "shared_expert_intermediate_size": ceil(moe.shared_expert_intermediate_size / tp),
+                "dense_layers": tuple(i - layers.start for i in moe.dense_layers if i in layers),
+            }
+        )
+    types = spec.resolved_layer_types[layers.start : layers.stop] if spec.layer_types else ()
+    update = {
+        "num_layers": len(layers),
+        "num_attention_heads": heads,
+        "num_kv_heads": min(kvh, heads),
+        "intermediate_size": max(1, ceil(spec.intermediate_size / tp)),
+        "vocab_size": ceil(spec.vocab_size / tp),
+        "layer_types": types,
+        "moe": moe,
+    }
+    return ModelSpec.model_validate({**spec.model_dump(), **update})
