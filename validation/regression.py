@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO))
 
 # (module, function): the entry points whose calls are recorded; only the outermost call of a nest is kept
 ENTRY_POINTS = (
@@ -154,17 +154,39 @@ def record(out_path: Path, pytest_args: list[str], validate: bool) -> None:
 
 
 def _load_spec(d: dict[str, Any]) -> Any:
+    """A recorded spec; one recorded before specs had traits gets the readers' traits of its model_type."""
     from gpumem_gui.core import ModelSpec
 
+    if "traits" not in d and "traits" in ModelSpec.model_fields:
+        from gpumem_gui.core.readers.traits import traits_for
+
+        d = {**d, "traits": traits_for(d["model_type"]).model_dump()}
     return ModelSpec.model_validate(d)
+
+
+def _module(*names: str) -> Any:
+    """The first module of ``names`` that imports: the tool runs on the code before and after a move."""
+    import importlib
+
+    for n in names:
+        try:
+            return importlib.import_module(n)
+        except ImportError:
+            continue
+    raise ImportError(names[0])
+
+
+def _load_config_file() -> Callable[[Path], Any]:
+    return _module("gpumem_gui.core.readers.hf_config", "gpumem_gui.core.hf_config").load_config_file
 
 
 def _revive(x: Any) -> Any:
     """Inverse of :func:`_jsonable` for the types the entry points take."""
-    from gpumem_gui.core import fit, training
-    from gpumem_gui.core.readers import weights
-    from gpumem_gui.core.replay import causal_lm as train_model
-    from gpumem_gui.core.runtimes import inference
+    fit = _module("gpumem_gui.core.fit")
+    training = _module("gpumem_gui.core.training")
+    weights = _module("gpumem_gui.core.readers.weights", "gpumem_gui.core.weights")
+    train_model = _module("gpumem_gui.core.replay.causal_lm", "gpumem_gui.core.train_model")
+    inference = _module("gpumem_gui.core.runtimes.inference", "gpumem_gui.core.inference")
 
     if isinstance(x, list):
         return tuple(_revive(v) for v in x)
@@ -189,11 +211,17 @@ def _revive(x: Any) -> Any:
     return {k: _revive(v) for k, v in x.items()}
 
 
-def _entry(name: str) -> Callable[..., Any]:
-    import importlib
+# where each entry point lived before the core was split into subpackages
+_OLD_HOMES = {
+    "gpumem_gui.core.runtimes.inference": "gpumem_gui.core.inference",
+    "gpumem_gui.core.fit.training": "gpumem_gui.core.train_fit",
+    "gpumem_gui.core.replay.step": "gpumem_gui.core.train_step",
+}
 
+
+def _entry(name: str) -> Callable[..., Any]:
     mod = dict((f, m) for m, f in ENTRY_POINTS)[name]
-    return getattr(importlib.import_module(mod), name)
+    return getattr(_module(mod, _OLD_HOMES.get(mod, mod)), name)
 
 
 def _numbers(obj: Any) -> Any:
@@ -243,6 +271,8 @@ def evaluate(call: dict[str, Any]) -> dict[str, Any]:
 
     fn = _entry(call["fn"])
     args = [_revive(a) for a in call["args"]]
+    if "config" in call:  # a grid call: the spec is read from its config file by the readers of today
+        args.insert(0, _load_config_file()(REPO / call["config"]))
     kwargs = {k: _revive(v) for k, v in call["kwargs"].items()}
     try:
         res = fn(*args, **kwargs)
@@ -259,6 +289,9 @@ def dump(calls_path: Path | None, out: Path, grid: bool) -> None:
     if grid:
         for c in grid_calls():
             calls.setdefault(_call_key(c), c)
+    import gpumem_gui
+
+    print(f"evaluating with {Path(gpumem_gui.__file__).parent}", file=sys.stderr)
     results: dict[str, Any] = {}
     t0 = time.perf_counter()
     for i, (key, c) in enumerate(sorted(calls.items())):
@@ -326,12 +359,14 @@ def grid_calls() -> Iterator[dict[str, Any]]:
     """Every reference config x inference and training modes x a few shapes and plans."""
     from gpumem_gui.core import GpumemError
     from gpumem_gui.core.fit import GpuTarget
-    from gpumem_gui.core.readers.hf_config import load_config_file
-    from gpumem_gui.core.runtimes.inference import make_run
     from gpumem_gui.core.training import make_training_run
 
-    def call(fn: str, *args: Any) -> dict[str, Any]:
-        return json.loads(json.dumps({"fn": fn, "args": _jsonable(args), "kwargs": {}}))
+    load_config_file = _load_config_file()
+    make_run = _module("gpumem_gui.core.runtimes.inference", "gpumem_gui.core.inference").make_run
+
+    def call(fn: str, spec: Any, *args: Any) -> dict[str, Any]:
+        rel = str(path.relative_to(REPO))
+        return json.loads(json.dumps({"fn": fn, "config": rel, "args": _jsonable(args), "kwargs": {}}))
 
     h100 = GpuTarget(name="H100-SXM-80GB", capacity_bytes=80 * 2**30, count=8)
     for path in _config_files():

@@ -896,14 +896,6 @@ class GgufTensor:
         return n
 
 
-# transformers model types whose GGUF conversion keeps the fused query/key/value projection (attn_qkv):
-# convert_hf_to_gguf.py Phi3MiniModel, FalconModel, GPT2Model, GPTNeoXModel, BloomModel (gguf-py
-# tensor_mapping.py MODEL_TENSOR.ATTN_QKV: qkv_proj, query_key_value, c_attn).
-_GGUF_FUSED_QKV = frozenset({"phi3", "falcon", "gpt2", "gpt_neox", "bloom"})
-# transformers model types converted to llama.cpp's LLM_ARCH_LLAMA (convert_hf_to_gguf.py LlamaModel
-# registers LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM): the only arch with LLM_TYPE_70B.
-_GGUF_LLAMA_ARCH = frozenset({"llama", "mistral", "mixtral"})
-
 _LAYER_TENSORS = {
     "self_attn.q_proj": MODEL_TENSOR.ATTN_Q,
     "self_attn.k_proj": MODEL_TENSOR.ATTN_K,
@@ -959,7 +951,7 @@ def _split_suffix(name: str) -> tuple[str, str]:
 
 def _gguf_names(spec: ModelSpec, tensors: Iterable[Tensor]) -> Iterator[_GName]:
     """Our tensors under their GGUF names and shapes (gguf-py TENSOR_NAMES, convert_hf_to_gguf.py splits)."""
-    fused = spec.model_type in _GGUF_FUSED_QKV and spec.mla is None  # MLA has no k_proj/v_proj
+    fused = spec.traits.fused_qkv and spec.mla is None  # MLA has no k_proj/v_proj
     qkv: dict[tuple[int | None, str], list[int]] = {}
     for t in tensors:
         base, suffix = _split_suffix(t.name)
@@ -1139,8 +1131,8 @@ def _plan_rows(spec: ModelSpec, scheme: _Scheme) -> Iterator[tuple[int | None, _
         ftype=ftype,
         n_expert=spec.moe.num_experts if spec.moe is not None else 0,
         n_gqa=spec.num_attention_heads // spec.num_kv_heads,
-        is_falcon=spec.model_type == "falcon",
-        is_70b=spec.model_type in _GGUF_LLAMA_ARCH
+        is_falcon=spec.traits.gguf_arch == "falcon",
+        is_70b=spec.traits.gguf_arch == "llama"
         and spec.num_layers == 80
         and spec.num_attention_heads != spec.num_kv_heads,
         has_imatrix=ftype in _FTYPES_WITH_IMATRIX,

@@ -30,6 +30,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
 from gpumem_gui.core.readers.hf_config import read_json_file
+from gpumem_gui.core.readers.traits import traits_for
 from gpumem_gui.core.spec.model import Frozen, ModelSpec, Provenance
 
 MODEL_CATALOG_FILE = "models.json"
@@ -176,8 +177,10 @@ def _model_entry(raw: Any) -> CatalogModel:
                 "is filled in from the entry; leave it out of the spec", field=f"spec.{reserved}"
             )
     try:
+        mt = spec_raw.get("model_type")
         spec = ModelSpec(
             **spec_raw,
+            **({} if "traits" in spec_raw or not isinstance(mt, str) else {"traits": traits_for(mt)}),
             name=raw.get("id") or "?",
             provenance=Provenance(kind="catalog", source=str(raw.get("source", ""))),
         )

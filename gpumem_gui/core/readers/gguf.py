@@ -33,6 +33,7 @@ from gguf.gguf_reader import READER_SUPPORTED_VERSIONS, GGUFReader
 from pydantic import ValidationError
 
 from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
+from gpumem_gui.core.readers.traits import traits_for
 from gpumem_gui.core.readers.weights import WeightsInventory, WeightTensor, build_inventory, make_tensor
 from gpumem_gui.core.spec.model import LayerType, MLASpec, ModelSpec, MoESpec, Provenance
 
@@ -727,6 +728,7 @@ def _spec_fields(meta: _Meta, header: _Header) -> dict[str, Any]:
 
     fields: dict[str, Any] = dict(
         model_type=model_type,
+        traits=traits_for(model_type, source=str(meta.path)),
         hidden_size=h,
         num_layers=n_layers,
         num_attention_heads=heads,

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
+from gpumem_gui.core.readers.traits import traits_for
 from gpumem_gui.core.spec.model import (
     MAX_LAYERS,
     MAX_SIZE,
@@ -631,6 +632,7 @@ def spec_from_config(
             field="model_type",
         )
     fields = reader(_Reader(cfg, source), name, mt)
+    fields["traits"] = traits_for(mt, cfg, source)
     fields["provenance"] = provenance or Provenance(kind="config.json", source=source)
     try:
         return ModelSpec(**fields)

@@ -249,7 +249,7 @@ class CausalLM:
 
     def _build_params(self) -> None:
         cfg, spec, s = self.cfg, self.spec, self.s
-        fused = spec.model_type in FUSED_QKV
+        fused = spec.traits.fused_qkv
         tensors = list(text_tensors(spec))
         if fused:
             tensors = _fuse_qkv(tensors)
@@ -302,7 +302,7 @@ class CausalLM:
         if spec.position_embedding != "rope":
             return 0
         d = spec.mla.qk_rope_head_dim if spec.mla else spec.head_dim
-        modules = 2 if spec.model_type.startswith("gemma3") else 1
+        modules = 2 if spec.traits.rotary_per_layer_type else 1
         return modules * 2 * (d // 2) * 4
 
     # ---- building blocks
@@ -374,7 +374,7 @@ class CausalLM:
         if spec.norm == "layernorm":
             return self.layer_norm(x, name, width)
         input_dtype = x.dt
-        if spec.model_type.startswith("gemma"):
+        if spec.traits.norm_weight_offset:
             xf = s.cast(x, "f32")
             hs = o.mul(xf, o.rsqrt(o.add(o.mean_last(o.pow2(xf), width), None)))
             del xf
@@ -479,7 +479,7 @@ class CausalLM:
             del query_states, key_states, value_states
             out = self.linear(attn_output, f"{pre}.o_proj")
             del attn_output
-            return self.o.dropout(out, cfg.dropout) if spec.model_type in RESID_DROPOUT else out
+            return self.o.dropout(out, cfg.dropout) if spec.traits.residual_dropout else out
         query_states = o.view(self.linear(hidden_states, f"{pre}.q_proj"), copy_grad=True)
         if spec.qk_norm != "none":
             query_states = self.rmsnorm(query_states, f"{pre}.q_norm")
@@ -536,7 +536,7 @@ class CausalLM:
         key_states = self.repeat_kv(k, a // kvh)
         value_states = self.repeat_kv(v, a // kvh)
         attn_weights = o.mul(o.bmm(q, key_states, scores_n), None)
-        if self.spec.model_type == "gemma2":
+        if self.spec.traits.attn_logit_softcapping:
             # attn_logit_softcapping (Gemma-2 default 50): / cap, tanh (saves its output), * cap
             attn_weights = o.mul(o.tanh(o.mul(attn_weights, None)), None)
         if mask is not None:
@@ -579,7 +579,7 @@ class CausalLM:
             h = self.act(self.linear(x, f"{pre}.up_proj"))
             out = self.linear(h, f"{pre}.down_proj")
             del h
-            return o.dropout(out, self.cfg.dropout) if self.spec.model_type in RESID_DROPOUT else out
+            return o.dropout(out, self.cfg.dropout) if self.spec.traits.residual_dropout else out
         prod = o.mul(self.act(self.linear(x, f"{pre}.gate_proj")), self.linear(x, f"{pre}.up_proj"))
         return self.linear(prod, f"{pre}.down_proj")
 
@@ -606,7 +606,7 @@ class CausalLM:
         top_idx = s.new(t * k, "i64")
         s.node("copy", (probs,), (top,), (top_idx,))
         del probs
-        if spec.model_type != "qwen2_moe":
+        if spec.traits.router_renormalize:
             # router_top_value /= router_top_value.sum(-1, keepdim=True): the in-place div saves a clone of
             # the
             # original values and the sum
@@ -737,7 +737,7 @@ class CausalLM:
         """Gemma-3 has a global and a local rotary embedding, computed when a layer of its kind exists."""
         if self.spec.position_embedding != "rope":
             return ()
-        if not self.spec.model_type.startswith("gemma3"):
+        if not self.spec.traits.rotary_per_layer_type:
             return ("full_attention",)
         types = self.spec.resolved_layer_types
         return tuple(sorted({types[i] for i in layers}))
@@ -769,7 +769,7 @@ class CausalLM:
             w = self.p["embed_tokens.weight"].tensor
             inputs_embeds = s.new(t * h, w.dt)
             s.node("copy", (w,), (inputs_embeds,), (ids,))
-            if spec.model_type.startswith("gemma"):
+            if spec.traits.embedding_scale:
                 inputs_embeds = o.mul(inputs_embeds, None)
             if spec.position_embedding == "learned":
                 pw = self.p["embed_positions.weight"].tensor
@@ -778,7 +778,7 @@ class CausalLM:
                 keep += [inputs_embeds, pos]
                 inputs_embeds = o.add(inputs_embeds, pos)
                 del pos
-            if spec.model_type in RESID_DROPOUT:
+            if spec.traits.residual_dropout:
                 inputs_embeds = o.dropout(inputs_embeds, cfg.dropout)
             if "embedding_norm.weight" in self.p:  # BLOOM word_embeddings_layernorm
                 inputs_embeds = self.rmsnorm(inputs_embeds, "embedding_norm")
@@ -796,7 +796,7 @@ class CausalLM:
         for i in layers:
             kind = spec.resolved_layer_types[i]
             cos, sin = rotary.get(
-                kind if spec.model_type.startswith("gemma3") else "full_attention", (None, None)
+                kind if spec.traits.rotary_per_layer_type else "full_attention", (None, None)
             )
             mask = masks.get(kind)
             if cfg.gather == "unit":
@@ -870,12 +870,6 @@ def _bnb_quantizes(name: str, shape: tuple[int, ...]) -> bool:
     if len(shape) != 2 or not name.endswith(".weight"):
         return False
     return not any(k in name for k in _BNB_SKIP)
-
-
-# architectures whose attention projection is one fused linear in transformers
-FUSED_QKV = ("gpt2", "phi3", "falcon", "gpt_neox", "bloom", "gpt_bigcode")
-# architectures with dropout on the embeddings and on each block's attention and MLP outputs
-RESID_DROPOUT = ("gpt2", "gpt_neox", "gpt_bigcode", "opt", "phi")
 
 
 def _fuse_qkv(tensors: list) -> list:

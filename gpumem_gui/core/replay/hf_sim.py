@@ -112,7 +112,7 @@ def _norm(tr: Tracker, spec: ModelSpec, src: str, out: str, elems: int, dt: int,
     tr.free(f"{out}.pow")
     tr.alloc(f"{out}.scaled", f32, kind)
     tr.free(f"{out}.f32")
-    if spec.model_type.startswith("gemma"):
+    if spec.traits.norm_weight_offset:
         tr.alloc(f"{out}.weighted", f32, kind)
         tr.free(f"{out}.scaled")
         tr.alloc(out, dt * elems, kind)
@@ -201,7 +201,7 @@ def _has_mask(spec: ModelSpec, fs: ForwardShape, sliding: bool) -> bool:
         return True
     if fs.attn == "flash":
         return False
-    if spec.model_type == "falcon":
+    if spec.traits.always_mask:
         return True  # FalconModel always passes a mask to its attention (no is_causal shortcut)
     return sliding and spec.sliding_window is not None and fs.kv_len > spec.sliding_window
 
@@ -315,7 +315,7 @@ def _core_attention(
     if repeat:
         tr.alloc("k_rep", b * a * kv * k_elems_per_head * dt, "attention")
         tr.alloc("v_rep", b * a * kv * vd * dt, "attention")
-    if spec.model_type == "falcon" and mask:
+    if spec.traits.always_mask and mask:
         tr.alloc("mask_float", b * q * kv * dt, "mask")  # torch.where(mask, 0, min) inside FalconAttention
     if fs.attn == "sdpa" and _math_sdpa(spec, mask):
         _math_attention(tr, spec, fs, a, kvh, kv, k_elems_per_head, vd, mask)
@@ -363,7 +363,7 @@ def _core_attention(
 
 def _eager_softmax_fp32(spec: ModelSpec) -> bool:
     """Llama-style eager attention upcasts the softmax to fp32; GPT-2's and Falcon's do not."""
-    return spec.model_type not in ("gpt2", "falcon")
+    return spec.traits.eager_softmax_fp32
 
 
 def _math_sdpa(spec: ModelSpec, mask: bool) -> bool:
@@ -372,7 +372,7 @@ def _math_sdpa(spec: ModelSpec, mask: bool) -> bool:
     query/key and value head dims, which the fused CPU kernel rejects."""
     if spec.mla is not None:
         return spec.mla.qk_head_dim != spec.mla.v_head_dim
-    return spec.model_type == "falcon" and spec.num_kv_heads < spec.num_attention_heads
+    return spec.traits.sdpa_broadcast_kv and spec.num_kv_heads < spec.num_attention_heads
 
 
 def _math_attention(
@@ -421,7 +421,7 @@ def _mlp(tr: Tracker, spec: ModelSpec, fs: ForwardShape, x: str, layer: int) -> 
         tr.alloc("mlp_out", t * h * dt, "mlp")
         tr.free("act")
         return
-    if spec.model_type == "phi3":
+    if spec.traits.fused_gate_up:
         tr.alloc("gate_up", t * 2 * f * dt, "mlp")  # fused gate_up_proj, chunked into views
         tr.alloc("act", t * f * dt, "mlp")
         tr.alloc("prod", t * f * dt, "mlp")
@@ -495,8 +495,8 @@ def _layer(tr: Tracker, spec: ModelSpec, fs: ForwardShape, layer: int, sliding: 
     """One decoder layer; enters with ``h_in`` live (held by the caller) and leaves ``h_out``."""
     b, q, dt, h = fs.batch, fs.q, fs.dt, spec.hidden_size
     act = b * q * h
-    post_norms = spec.norms_per_layer == 4 or spec.model_type == "olmo2"
-    if spec.model_type == "olmo2":
+    post_norms = spec.traits.norm_placement != "pre"
+    if spec.traits.norm_placement == "post":
         _attention(tr, spec, fs, "h_in", layer, sliding)
     else:
         _norm(tr, spec, "h_in", "x1", act, dt)
@@ -517,7 +517,7 @@ def _layer(tr: Tracker, spec: ModelSpec, fs: ForwardShape, layer: int, sliding: 
     else:
         tr.alloc("h_mid", act * dt, "hidden_states")  # residual + attention
         tr.free("attn_out")
-        if spec.model_type == "olmo2":
+        if spec.traits.norm_placement == "post":
             _mlp(tr, spec, fs, "h_mid", layer)
         else:
             _norm(tr, spec, "h_mid", "x2", act, dt)
@@ -549,7 +549,7 @@ def _rope_bytes(spec: ModelSpec, fs: ForwardShape) -> int:
     if not _uses_rope(spec):
         return 0
     d = spec.mla.qk_rope_head_dim if spec.mla else spec.head_dim
-    n_rotary = 2 if spec.model_type.startswith("gemma3") else 1  # Gemma-3: local and global rotary
+    n_rotary = 2 if spec.traits.rotary_per_layer_type else 1  # Gemma-3: local and global rotary
     return n_rotary * 2 * fs.q * d * fs.dt  # cos and sin, [1, q, d] (position_ids has batch 1)
 
 
@@ -570,10 +570,6 @@ def simulate_forward(
     tr.alloc("embeds", b * q * spec.token_embedding_dim * dt, "hidden_states")
     if spec.embedding_dim and spec.embedding_dim != h:
         tr.alloc("embeds_proj", b * q * h * dt, "hidden_states")
-    if spec.model_type in ("gemma", "gemma2"):
-        # GemmaModel: hidden_states = inputs_embeds * normalizer keeps both alive through the layers
-        # (Gemma-3's scaled embedding module scales inside and frees the unscaled one)
-        tr.alloc("embeds_scaled", b * q * h * dt, "hidden_states")
     tr.alloc("position_ids", q * 8, "inputs")
     if spec.position_embedding == "learned":
         tr.alloc("pos_embeds", q * h * dt, "hidden_states")

@@ -196,7 +196,7 @@ def _buffers_bytes(spec: ModelSpec) -> int:
     if spec.position_embedding != "rope":
         return 0
     d = spec.mla.qk_rope_head_dim if spec.mla else spec.head_dim
-    modules = 2 if spec.model_type.startswith("gemma3") else 1
+    modules = 2 if spec.traits.rotary_per_layer_type else 1
     return modules * 2 * (d // 2) * 4
 
 

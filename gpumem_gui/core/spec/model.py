@@ -97,6 +97,79 @@ class VisionSpec(Frozen):
         return self.tower_params + self.projector_params
 
 
+class ArchTraits(Frozen):
+    """How an architecture's transformers modeling code differs from Llama's, as data.
+
+    The readers (``gpumem_gui.core.readers``) set these from the ``model_type`` and the config; the replay,
+    the parameter accounting and the format rules read only these fields, never the ``model_type`` itself. The
+    defaults are Llama's (``models/llama/modeling_llama.py``, transformers 5.24); each field names the code
+    that differs.
+    """
+
+    embedding_scale: bool = Field(
+        False,
+        description="the token embedding is multiplied by sqrt(hidden) inside the embedding module, a second "
+        "tensor that replaces the first (Gemma*TextScaledWordEmbedding.forward)",
+    )
+    norm_weight_offset: bool = Field(
+        False, description="RMSNorm multiplies by (1 + weight) in fp32 before the cast back (GemmaRMSNorm)"
+    )
+    norm_placement: Literal["pre", "post", "sandwich"] = Field(
+        "pre",
+        description="pre: norm before attention and MLP (Llama); post: after them, before the residual add "
+        "(Olmo2DecoderLayer); sandwich: both (Gemma2DecoderLayer's four norms)",
+    )
+    fused_qkv: bool = Field(
+        False,
+        description="one projection for q, k and v, split into views (GPT-2 c_attn, Phi-3 qkv_proj, Falcon/"
+        "BLOOM/GPT-NeoX query_key_value)",
+    )
+    fused_gate_up: bool = Field(
+        False, description="one gate_up_proj chunked into gate and up views (Phi3MLP.forward)"
+    )
+    eager_softmax_fp32: bool = Field(
+        True,
+        description="eager attention's softmax runs in fp32 and is cast back (eager_attention_forward); "
+        "GPT-2 and Falcon keep the activation dtype",
+    )
+    attn_logit_softcapping: float | None = Field(
+        None, gt=0, description="eager scores = cap x tanh(scores / cap) (Gemma-2 attn_logit_softcapping)"
+    )
+    rotary_per_layer_type: bool = Field(
+        False,
+        description="a rotary embedding per attention type, each computed when a layer of its type exists "
+        "(Gemma-3: rotary_emb and rotary_emb_local)",
+    )
+    always_mask: bool = Field(
+        False,
+        description="the attention always gets a materialised float mask, never SDPA's is_causal shortcut, "
+        "and masks it again inside (FalconModel / FalconAttention)",
+    )
+    sdpa_broadcast_kv: bool = Field(
+        False,
+        description="fewer K/V heads reach SDPA as broadcast views, neither repeated nor enable_gqa; with a "
+        "mask torch takes its fp32 math path (FalconAttention)",
+    )
+    router_renormalize: bool = Field(
+        True,
+        description="MoE top-k weights are renormalised to sum to 1 in place (norm_topk_prob; Qwen2-MoE: "
+        "off)",
+    )
+    residual_dropout: bool = Field(
+        False,
+        description="dropout on the embeddings and on each block's attention and MLP outputs (GPT-2, OPT, "
+        "GPT-NeoX): each keeps its mask for backward when training with dropout > 0",
+    )
+    default_dropout: Annotated[float, Field(ge=0, lt=1)] = Field(
+        0.0, description="the config class's default hidden/attention dropout (GPT2Config: 0.1)"
+    )
+    gguf_arch: str | None = Field(
+        None,
+        max_length=64,
+        description="llama.cpp's architecture name (LLM_ARCH_*), which its quantization rules branch on",
+    )
+
+
 class Provenance(Frozen):
     """Where a spec came from: a file, a hub id, or a catalog entry and its source."""
 
@@ -151,6 +224,7 @@ class ModelSpec(Frozen):
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     vision: VisionSpec | None = None
+    traits: ArchTraits = ArchTraits()
     provenance: Provenance = Provenance()
 
     @model_validator(mode="after")

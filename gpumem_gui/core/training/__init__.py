@@ -32,7 +32,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
 from gpumem_gui.core.formats import weight_bytes
 from gpumem_gui.core.replay.causal_lm import LORA_ALL_LINEAR, StepConfig
-from gpumem_gui.core.replay.optim import INFO, OPTIMIZERS, resolve, state_bytes_of
+from gpumem_gui.core.replay.optim import INFO, resolve, state_bytes_of
 from gpumem_gui.core.replay.step import PHASES, StepResult, simulate_step
 from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase, tp_ranks
 from gpumem_gui.core.results.overheads import stage_share
@@ -81,9 +81,6 @@ PRECISION_DOC = {
     "megatron-bf16": "bf16 weights, fp32 main_grad buffers, fp32 master weights and fp32 Adam states "
     "(Megatron-LM Float16OptimizerWithFloat16Params / DistributedOptimizer)",
 }
-# transformers config defaults of the architectures that train with dropout (GPT2Config attn/resid/embd_pdrop,
-# OPTConfig dropout, GPTBigCodeConfig); modern decoder LLMs ship 0.0
-DEFAULT_DROPOUT = {"gpt2": 0.1, "opt": 0.1, "gpt_bigcode": 0.1}
 _MEGATRON_OPTIMIZERS = ("adamw", "adamw-fused", "adamw-foreach", "sgd", "sgd-momentum")
 
 
@@ -366,7 +363,7 @@ def step_config(spec: ModelSpec, run: TrainingRun, stage: int = 0) -> tuple[Step
         param_shard=param_shard,
         gather="unit" if run.offload == "optimizer+params" and gather == "none" else gather,
         params_offloaded=run.offload == "optimizer+params",
-        dropout=run.dropout if run.dropout is not None else DEFAULT_DROPOUT.get(spec.model_type, 0.0),
+        dropout=run.dropout if run.dropout is not None else spec.traits.default_dropout,
     )
     return cfg, rspec
 
@@ -693,6 +690,3 @@ def _cpu_bytes(spec: ModelSpec, run: TrainingRun, results: list[StepResult]) -> 
         if run.offload == "optimizer+params":
             total += ceil(res.full_param_bytes / param_shard)
     return total
-
-
-OPTIMIZER_IDS = OPTIMIZERS

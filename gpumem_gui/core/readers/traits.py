@@ -1,0 +1,91 @@
+"""Architecture traits per ``model_type``: what each transformers modeling file does differently from Llama's.
+
+The one table that turns an architecture's name into :class:`~gpumem_gui.core.spec.model.ArchTraits`; every
+reader (``config.json``, GGUF, the catalog) calls :func:`traits_for`, and nothing outside the readers looks at
+``model_type``. Sources are the modeling files of transformers 5.24 (``models/<type>/modeling_<type>.py``)
+named in each entry, and llama.cpp's architecture names (``src/llama-arch.cpp``) for ``gguf_arch``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.spec.model import ArchTraits
+
+_GEMMA = {"embedding_scale": True, "norm_weight_offset": True}  # GemmaTextScaledWordEmbedding, GemmaRMSNorm
+
+# model_type -> trait values that differ from Llama's. fused_qkv also decides the GGUF layout:
+# convert_hf_to_gguf.py keeps the fused projection as attn_qkv for Phi-3, Falcon, GPT-2, GPT-NeoX and BLOOM
+# (gguf-py tensor_mapping.py MODEL_TENSOR.ATTN_QKV). gguf_arch "llama" is the only architecture with
+# llama.cpp's LLM_TYPE_70B rules.
+TRAITS: dict[str, dict[str, Any]] = {
+    "llama": {"gguf_arch": "llama"},
+    "granite": {"gguf_arch": "granite"},
+    # llama.cpp converts Mistral and Mixtral checkpoints as LLM_ARCH_LLAMA (convert_hf_to_gguf.py)
+    "mistral": {"gguf_arch": "llama"},
+    "mixtral": {"gguf_arch": "llama"},
+    "qwen2": {"gguf_arch": "qwen2"},
+    # Qwen2MoeSparseMoeBlock: norm_topk_prob (Qwen2MoeConfig default False) leaves the top-k weights alone
+    "qwen2_moe": {"gguf_arch": "qwen2moe", "router_renormalize": False},
+    "qwen3": {"gguf_arch": "qwen3"},
+    "qwen3_moe": {"gguf_arch": "qwen3moe"},
+    "gemma": {**_GEMMA, "gguf_arch": "gemma"},
+    # Gemma2DecoderLayer: pre/post attention and pre/post feed-forward norms; attn_logit_softcapping in eager
+    "gemma2": {**_GEMMA, "norm_placement": "sandwich", "gguf_arch": "gemma2"},
+    # Gemma3TextModel: rotary_emb (global) and rotary_emb_local (sliding layers)
+    "gemma3_text": {
+        **_GEMMA,
+        "norm_placement": "sandwich",
+        "rotary_per_layer_type": True,
+        "gguf_arch": "gemma3",
+    },
+    "gemma3": {**_GEMMA, "norm_placement": "sandwich", "rotary_per_layer_type": True, "gguf_arch": "gemma3"},
+    # Phi3Attention.qkv_proj, Phi3MLP.gate_up_proj
+    "phi3": {"fused_qkv": True, "fused_gate_up": True, "gguf_arch": "phi3"},
+    # Olmo2DecoderLayer: post_attention_layernorm / post_feedforward_layernorm after each sublayer only
+    "olmo2": {"norm_placement": "post", "gguf_arch": "olmo2"},
+    "starcoder2": {"gguf_arch": "starcoder2"},
+    "deepseek_v2": {"gguf_arch": "deepseek2"},
+    "deepseek_v3": {"gguf_arch": "deepseek2"},
+    # GPT2Attention.c_attn; gpt2 eager_attention_forward keeps the softmax in the activation dtype; GPT2Config
+    # attn/resid/embd_pdrop 0.1
+    "gpt2": {
+        "fused_qkv": True,
+        "eager_softmax_fp32": False,
+        "residual_dropout": True,
+        "default_dropout": 0.1,
+        "gguf_arch": "gpt2",
+    },
+    # OPTDecoderLayer dropouts (OPTConfig dropout 0.1)
+    "opt": {"residual_dropout": True, "default_dropout": 0.1},
+    "bloom": {"fused_qkv": True, "gguf_arch": "bloom"},
+    # FalconAttention: query_key_value, softmax in the activation dtype, a float mask always, K/V broadcast
+    "falcon": {
+        "fused_qkv": True,
+        "eager_softmax_fp32": False,
+        "always_mask": True,
+        "sdpa_broadcast_kv": True,
+        "gguf_arch": "falcon",
+    },
+    # GPTNeoXAttention.query_key_value; GPTNeoXLayer post_attention_dropout / post_mlp_dropout
+    "gpt_neox": {"fused_qkv": True, "residual_dropout": True, "gguf_arch": "gptneox"},
+}
+
+
+def traits_for(
+    model_type: str, config: Mapping[str, Any] | None = None, source: str = "config"
+) -> ArchTraits:
+    """The traits of ``model_type``; ``config`` supplies the values a config file sets (Gemma-2's
+    ``attn_logit_softcapping``, default 50.0 in Gemma2Config)."""
+    values = dict(TRAITS.get(model_type, {}))
+    cfg = config or {}
+    if model_type == "gemma2":
+        cap = cfg.get("attn_logit_softcapping", 50.0)
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int | float) or cap <= 0):
+            raise GpumemInputError(
+                f"must be a positive number, got {cap!r}", source=source, field="attn_logit_softcapping"
+            )
+        values["attn_logit_softcapping"] = float(cap) if cap is not None else None
+    return ArchTraits(**values)
