@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -14,13 +13,11 @@ from hypothesis import strategies as st
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.readers.hf_config import load_config_file
 from gpumem_gui.core.reference_points import training_run_for_point
-from gpumem_gui.core.replay.step import simulate_step
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.training import (
     estimate_training,
     make_training_run,
-    simulate_kwargs,
-    step_config,
+    simulate_rank,
 )
 from tests.conftest import REPO, reference_dir
 
@@ -61,8 +58,7 @@ def _estimated(point: dict) -> tuple[int, dict[str, int]]:
     kernel (a noise tensor of the input's dtype) instead of CUDA's bool mask, the estimator's default."""
     spec, run = _spec(point["model"]), training_run_for_point(point)
     if point.get("dropout_kernel") == "cpu":
-        cfg, rspec = step_config(spec, run)
-        res = simulate_step(rspec, replace(cfg, cpu_dropout=True), run.optimizer, **simulate_kwargs(run))
+        res, _, _ = simulate_rank(spec, run, cpu_dropout=True)
         phases = {ph: res.phases[ph].total for ph in PHASES}
         return max(phases.values()), phases
     est = estimate_training(spec, run)

@@ -185,7 +185,6 @@ def _revive(x: Any) -> Any:
     fit = _module("gpumem_gui.core.fit")
     training = _module("gpumem_gui.core.training")
     weights = _module("gpumem_gui.core.readers.weights", "gpumem_gui.core.weights")
-    train_model = _module("gpumem_gui.core.replay.causal_lm", "gpumem_gui.core.train_model")
     inference = _module("gpumem_gui.core.runtimes.inference", "gpumem_gui.core.inference")
 
     if isinstance(x, list):
@@ -205,7 +204,7 @@ def _revive(x: Any) -> Any:
         return cls.model_validate(data)
     if "__dataclass__" in x:
         data = {k: tuple(v) if isinstance(v, list) else v for k, v in x["data"].items()}
-        return {"StepConfig": train_model.StepConfig}[x["__dataclass__"]](**data)
+        return {"__dataclass__": x["__dataclass__"], **data}  # turned into the step's arguments by _step_call
     if "__range__" in x:
         return range(*x["__range__"])
     return {k: _revive(v) for k, v in x.items()}
@@ -266,14 +265,57 @@ def recorded_calls(path: Path) -> Iterator[dict[str, Any]]:
             yield json.loads(line)
 
 
-def evaluate(call: dict[str, Any]) -> dict[str, Any]:
-    from gpumem_gui.core import GpumemError
+def _step_call(
+    fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]
+) -> tuple[Callable[..., Any], list[Any], dict[str, Any]]:
+    """A training step replay recorded as ``simulate_step(spec, StepConfig, optimizer, **sharding kwargs)``,
+    as the code of its time or of today takes it (``ReplayConfig``, ``StepOptions``, ``ShardingHooks``)."""
+    spec, cfg, optimizer = args[0], dict(args[1]), args[2]
+    kind = cfg.pop("__dataclass__")
+    try:
+        step_mod = _module("gpumem_gui.core.replay.step")
+        from gpumem_gui.core.replay.model import ReplayConfig
+        from gpumem_gui.core.training.sharding import ShardingHooks
+    except ImportError:  # the code before the one forward: StepConfig and keyword arguments
+        cls = _module("gpumem_gui.core.train_model").StepConfig
+        assert kind == "StepConfig"
+        return fn, [spec, cls(**cfg), optimizer], kwargs
+    hooks = ShardingHooks(
+        param_shard=cfg.pop("param_shard", 1),
+        grad_shard=kwargs.get("grad_shard", 1),
+        gather=cfg.pop("gather", "none"),
+        params_offloaded=cfg.pop("params_offloaded", False),
+        grads_dropped=kwargs.get("offload_states", False),
+        main_grad=kwargs.get("main_grad", False),
+    )
+    if "seq" in cfg:
+        cfg["q"] = cfg.pop("seq")
+    opts = step_mod.StepOptions(
+        grad_accum=kwargs.get("grad_accum", 1),
+        first_step=kwargs.get("first_step", False),
+        state_shard=kwargs.get("state_shard", 1),
+        offload_states=kwargs.get("offload_states", False),
+        fused_step=kwargs.get("main_grad", False),
+        master_bytes_per_param=kwargs.get("master_bytes_per_param", 0),
+    )
+    return fn, [spec, ReplayConfig(**cfg), optimizer, opts, hooks], {}
 
+
+def evaluate(call: dict[str, Any]) -> dict[str, Any]:
     fn = _entry(call["fn"])
     args = [_revive(a) for a in call["args"]]
+    if call["fn"] == "simulate_step":
+        fn, args, kwargs = _step_call(fn, args, {k: _revive(v) for k, v in call["kwargs"].items()})
+        return _result(fn, args, kwargs)
     if "config" in call:  # a grid call: the spec is read from its config file by the readers of today
         args.insert(0, _load_config_file()(REPO / call["config"]))
     kwargs = {k: _revive(v) for k, v in call["kwargs"].items()}
+    return _result(fn, args, kwargs)
+
+
+def _result(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    from gpumem_gui.core import GpumemError
+
     try:
         res = fn(*args, **kwargs)
     except GpumemError as e:

@@ -35,7 +35,6 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from dataclasses import replace as dc_replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -48,7 +47,6 @@ from gpumem_gui.core.formats import gguf_plan  # noqa: E402
 from gpumem_gui.core.readers.catalog import find_gpu, find_model  # noqa: E402
 from gpumem_gui.core.readers.hf_config import load_config_file, spec_from_config  # noqa: E402
 from gpumem_gui.core.reference_points import inference_run_for_point, training_run_for_point  # noqa: E402
-from gpumem_gui.core.replay.step import simulate_step  # noqa: E402
 from gpumem_gui.core.results.estimate import Estimate  # noqa: E402
 from gpumem_gui.core.runtimes.inference import InferenceRun, estimate_inference, make_run  # noqa: E402
 from gpumem_gui.core.spec.model import ModelSpec  # noqa: E402
@@ -56,8 +54,7 @@ from gpumem_gui.core.training import (  # noqa: E402
     TrainingRun,
     estimate_training,
     make_training_run,
-    simulate_kwargs,
-    step_config,
+    simulate_rank,
 )
 
 MiB = 1 << 20
@@ -764,8 +761,7 @@ def _train_estimate(spec: ModelSpec, p: dict) -> tuple[int, dict[str, int], str,
     the CPU replays CPU dropout (a noise tensor of the input's dtype), not CUDA's bool mask."""
     run = training_run_for_point(p)
     if p.get("dropout_kernel") == "cpu":
-        cfg, rspec = step_config(spec, run)
-        res = simulate_step(rspec, dc_replace(cfg, cpu_dropout=True), run.optimizer, **simulate_kwargs(run))
+        res, _, _ = simulate_rank(spec, run, cpu_dropout=True)
         phases = {ph: res.phases[ph].total for ph in TRAIN_PHASES}
         top = max(phases, key=lambda k: phases[k])
         return phases[top], phases, top, None

@@ -108,13 +108,20 @@ def _build(cfg: Any, dtype: Any, attn: str, trust_remote_code: bool) -> Any:
     kw: dict[str, Any] = {"dtype": dtype, "attn_implementation": attn, "trust_remote_code": trust_remote_code}
     if _is_moe(cfg):
         kw["experts_implementation"] = "grouped_mm"
-    try:
-        return AutoModelForCausalLM.from_config(cfg, **kw)
-    except (TypeError, ValueError) as e:
-        if "experts" in str(e) and "experts_implementation" in kw:
-            kw.pop("experts_implementation")
+    for _ in range(3):
+        try:
             return AutoModelForCausalLM.from_config(cfg, **kw)
-        raise TraceError(f"transformers cannot build the model: {str(e).splitlines()[0][:200]}") from None
+        except (TypeError, ValueError) as e:
+            msg = str(e)
+            if "experts" in msg and "experts_implementation" in kw:
+                kw.pop("experts_implementation")
+            elif kw.get("attn_implementation") == "sdpa" and "scaled_dot_product_attention" in msg:
+                kw["attn_implementation"] = "eager"  # what transformers itself falls back to (BLOOM, Gemma-2)
+            else:
+                raise TraceError(
+                    f"transformers cannot build the model: {msg.splitlines()[0][:200]}"
+                ) from None
+    raise TraceError("transformers cannot build the model")
 
 
 def _attn_used(model: Any) -> str | None:
@@ -146,13 +153,22 @@ def _tracker() -> Any:
                 if rec is None or tot > rec["Total"]:
                     self.phase_peaks[self.phase] = _names(snap)
 
+        def _track_module_params_and_buffers(self, module: Any, install_grad_hooks: bool = True) -> Any:
+            # MemTracker hooks every parameter's gradient, which a frozen one (a LoRA base) refuses: mark
+            # those as hooked already, with handles that remove nothing
+            for p in module.parameters():
+                if not p.requires_grad and self._param_to_grad_hook_handles.get(p, None) is None:
+                    self._param_to_grad_hook_handles[p] = (_NoHook(), _NoHook())
+            return super()._track_module_params_and_buffers(module, install_grad_hooks)
+
         def current(self) -> dict[str, int]:
             return _flat(self.get_tracker_snapshot("current"))
 
-        def enter(self, phase: str) -> None:
-            """Start ``phase`` (a phase met again keeps its higher peak); module stats are reset, as
-            MemTracker refuses a module called twice otherwise (decode steps, accumulated micro-batches)."""
-            self.reset_mod_stats()
+        def enter(self, phase: str, forward: bool = True) -> None:
+            """Start ``phase`` (a phase met again keeps its higher peak); before a forward, module stats are
+            reset, as MemTracker refuses a module called twice otherwise (decode steps, micro-batches)."""
+            if forward:
+                self.reset_mod_stats()
             self.phase = phase
             cur = self.current()
             rec = self.phase_peaks.get(phase)
@@ -160,6 +176,11 @@ def _tracker() -> Any:
                 self.phase_peaks[phase] = cur
 
     return PhaseTracker()
+
+
+class _NoHook:
+    def remove(self) -> None:
+        return None
 
 
 def _names(snap: dict[Any, int]) -> dict[str, int]:
@@ -255,8 +276,21 @@ def trace_inference(
 def _lora(model: Any, run: dict[str, Any]) -> Any:
     try:
         from peft import LoraConfig, get_peft_model
+        from peft.tuners.lora.layer import LoraLayer
     except ImportError:
         raise TraceError("LoRA needs peft in the tracing environment (pip install peft)") from None
+    import torch
+
+    # peft moves each new adapter to its base layer's device with Module.to(), which cannot swap fake
+    # parameters; everything here is on the CPU device already, so skipping a move to it changes nothing
+    LoraLayer._move_adapter_to_device_of_base_layer = lambda self, *a, **k: None
+    to = torch.nn.Module.to
+
+    def same_device_to(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs and len(args) == 1 and str(args[0]) == "cpu":
+            return self
+        return to(self, *args, **kwargs)
+
     targets = run.get("lora_targets", "all-linear")
     if isinstance(targets, str) and targets != "all-linear":
         targets = [t.strip() for t in targets.split(",") if t.strip()]
@@ -267,10 +301,13 @@ def _lora(model: Any, run: dict[str, Any]) -> Any:
         target_modules=targets,
         task_type="CAUSAL_LM",
     )
+    torch.nn.Module.to = same_device_to  # type: ignore[method-assign]
     try:
         return get_peft_model(model, conf)
     except ValueError as e:
         raise TraceError(f"peft: {str(e).splitlines()[0][:200]}") from None
+    finally:
+        torch.nn.Module.to = to  # type: ignore[method-assign]
 
 
 _OPTIM = {
@@ -344,10 +381,10 @@ def trace_training(
                 )
                 with ac:
                     loss = model(input_ids=ids, labels=ids, use_cache=False).loss
-                mt.enter("backward")
+                mt.enter("backward", forward=False)
                 loss.backward()
                 del loss
-            mt.enter("optimizer")
+            mt.enter("optimizer", forward=False)
             opt.step()
             opt.zero_grad(set_to_none=True)
         out["phases"] = dict(mt.phase_peaks)

@@ -28,7 +28,13 @@ TRAITS: dict[str, dict[str, Any]] = {
     "mixtral": {"gguf_arch": "llama"},
     "qwen2": {"gguf_arch": "qwen2"},
     # Qwen2MoeSparseMoeBlock: norm_topk_prob (Qwen2MoeConfig default False) leaves the top-k weights alone
-    "qwen2_moe": {"gguf_arch": "qwen2moe", "router_renormalize": False},
+    # Qwen2MoeSparseMoeBlock runs the shared expert first; Qwen2MoeModel always builds both masks
+    "qwen2_moe": {
+        "gguf_arch": "qwen2moe",
+        "router_renormalize": False,
+        "shared_expert_first": True,
+        "sliding_mask_always": True,
+    },
     "qwen3": {"gguf_arch": "qwen3"},
     "qwen3_moe": {"gguf_arch": "qwen3moe"},
     "gemma": {**_GEMMA, "gguf_arch": "gemma"},
@@ -47,30 +53,39 @@ TRAITS: dict[str, dict[str, Any]] = {
     # Olmo2DecoderLayer: post_attention_layernorm / post_feedforward_layernorm after each sublayer only
     "olmo2": {"norm_placement": "post", "gguf_arch": "olmo2"},
     "starcoder2": {"gguf_arch": "starcoder2"},
-    "deepseek_v2": {"gguf_arch": "deepseek2"},
-    "deepseek_v3": {"gguf_arch": "deepseek2"},
-    # GPT2Attention.c_attn; gpt2 eager_attention_forward keeps the softmax in the activation dtype; GPT2Config
-    # attn/resid/embd_pdrop 0.1
+    # DeepseekV2/V3TopkRouter: fp32 router, weights left in fp32
+    "deepseek_v2": {"gguf_arch": "deepseek2", "router": "fp32"},
+    "deepseek_v3": {"gguf_arch": "deepseek2", "router": "fp32"},
+    # GPT2Attention.c_attn; gpt2 eager_attention_forward keeps the softmax in the activation dtype; GPT2Model
+    # .drop; GPT2Block keeps attn_output; GPT2Config attn/resid/embd_pdrop 0.1
     "gpt2": {
         "fused_qkv": True,
         "eager_softmax_fp32": False,
         "residual_dropout": True,
+        "embedding_dropout": True,
+        "attn_output_kept": True,
         "default_dropout": 0.1,
         "gguf_arch": "gpt2",
     },
     # OPTDecoderLayer dropouts (OPTConfig dropout 0.1)
     "opt": {"residual_dropout": True, "default_dropout": 0.1},
-    "bloom": {"fused_qkv": True, "gguf_arch": "bloom"},
+    "bloom": {"fused_qkv": True, "block": "bloom", "gguf_arch": "bloom"},
     # FalconAttention: query_key_value, softmax in the activation dtype, a float mask always, K/V broadcast
     "falcon": {
         "fused_qkv": True,
         "eager_softmax_fp32": False,
         "always_mask": True,
         "sdpa_broadcast_kv": True,
+        "block": "falcon",
         "gguf_arch": "falcon",
     },
-    # GPTNeoXAttention.query_key_value; GPTNeoXLayer post_attention_dropout / post_mlp_dropout
-    "gpt_neox": {"fused_qkv": True, "residual_dropout": True, "gguf_arch": "gptneox"},
+    # GPTNeoXAttention.query_key_value; GPTNeoXModel emb_dropout; GPTNeoXLayer post_attention/mlp_dropout
+    "gpt_neox": {
+        "fused_qkv": True,
+        "residual_dropout": True,
+        "embedding_dropout": True,
+        "gguf_arch": "gptneox",
+    },
 }
 
 

@@ -1,47 +1,38 @@
-"""A symbolic PyTorch autograd: tensors with sizes and dtypes but no data, for replaying a training step.
+"""A symbolic PyTorch runtime: tensors with sizes and dtypes but no data, freed when PyTorch frees them.
 
-Training memory is a question of *liveness*: which tensors exist at each moment of the forward, the backward
-and
-the optimizer step. PyTorch frees a tensor when its last reference goes away: a Python name, an autograd node
+Memory is a question of *liveness*: which tensors exist at each moment of a forward, a backward and an
+optimizer step. PyTorch frees a tensor when its last reference goes away: a Python name, an autograd node
 that saved it for backward, a gradient buffer of the backward engine, the autocast weight-cast cache. This
-module
-reproduces those owners with the same rules, so a model written against it
-(:mod:`gpumem_gui.core.replay.causal_lm`)
-allocates and frees in the order the real ``transformers`` code does:
+module reproduces those owners with the same rules, so the model code written against it
+(:mod:`gpumem_gui.core.replay.model`) allocates and frees in the order the real ``transformers`` code does:
 
-* every tensor owns a :class:`Storage`; views share it. A storage is freed when the last Python reference to
-  it
-  goes away (CPython reference counting, exactly as ``torch`` storages), which the :class:`Tracker` records;
+* every tensor owns a :class:`Storage`; views share it. A storage is freed when the last Python reference
+  to it goes away (CPython reference counting, exactly as ``torch`` storages), which the :class:`Tracker`
+  records;
 * every differentiable op makes a :class:`Node` holding the storages it saves for backward (the rules of
   ``tools/autograd/derivatives.yaml``: ``mm`` saves ``mat2`` only if ``mat1`` needs a gradient, and ``mat1``
-  only if
-  ``mat2`` does; ``mul`` saves each operand for the other's gradient; ``silu``/``pow`` save their input;
-  ``rsqrt``/``log_softmax`` their output; flash/efficient SDPA saves q, k, v, out and the log-sum-exp);
-* :meth:`Sim.backward` runs the engine of ``torch/csrc/autograd/engine.cpp``: ready nodes by descending
-  sequence
-  number (``AccumulateGrad`` first), gradients of several consumers summed out of place (``InputBuffer``),
-  each
-  node's incoming gradient freed when it returns and its saved tensors released right after
-  (``release_variables``), gradients cast to the input's dtype (``validate_outputs``), leaf gradients stolen
-  into ``.grad`` (``AccumulateGrad``) or added in place when ``.grad`` exists (gradient accumulation);
+  only if ``mat2`` does; ``mul`` saves each operand for the other's gradient; ``silu``/``pow`` save their
+  input; ``rsqrt``/``log_softmax`` their output; flash/efficient SDPA saves q, k, v, out and the
+  log-sum-exp). With gradients off (``torch.no_grad()``, inference) no node is made and nothing is saved;
 * ``torch.autocast``: matmul-like ops cast their inputs to the lower precision; casts of leaf tensors that
-  need a
-  gradient (the weights) are cached until the outermost autocast context exits
-  (``aten/src/ATen/autocast_mode.cpp``
-  ``cached_cast``);
+  need a gradient (the weights) are cached until the outermost autocast context exits
+  (``aten/src/ATen/autocast_mode.cpp`` ``cached_cast``);
 * non-reentrant activation checkpointing (``torch/utils/checkpoint.py``, ``use_reentrant=False``): saved
-  tensors of
-  the checkpointed function are replaced by holders, its inputs are kept, and the first unpack in backward
-  recomputes the function (stopping early once every holder is refilled).
+  tensors of the checkpointed function are replaced by holders, its inputs are kept, and the first unpack in
+  backward recomputes the function (stopping early once every holder is refilled).
 
-Kinds (what PyTorch's ``MemTracker`` reports): ``param``, ``buffer``, ``grad``, ``optstate``, ``act``
-(created in the
-forward), ``temp`` (created in the backward or the optimizer step), ``input``.
+The backward engine is :mod:`gpumem_gui.core.replay.engine`. What a training framework changes (gradients
+reduce-scattered, parameters gathered per unit, main-grad buffers) reaches the runtime through
+:class:`ReplayHooks`, never through edits here.
+
+Kinds (what PyTorch's ``MemTracker`` reports): ``param``, ``buffer``, ``grad``, ``optstate``, ``act`` (created
+in the forward), ``temp`` (created in the backward or the optimizer step), ``input``. Tags say what a storage
+is: the forward's region (``hidden_states``, ``attention``, ``mlp``, ``norm``, ``rope``, ``mask``, ``inputs``,
+``kv_cache``, ``logits``) or a training role (``parameters``, ``gradients``, ``weight copies``, ...).
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +49,8 @@ DT_BYTES: dict[str, float] = {
 FLOATS = ("f32", "bf16", "f16")
 
 KINDS = ("param", "buffer", "grad", "optstate", "act", "temp", "input")
+# forward regions: where in the model a tensor was made (inference breaks its activations down by these)
+REGIONS = ("hidden_states", "attention", "mlp", "norm", "rope", "mask", "inputs")
 _NO_PEAK = -(1 << 126)  # below any byte count: the first allocation of a phase always sets its peak
 
 
@@ -77,7 +70,7 @@ def promote(a: str, b: str) -> str:
 
 
 class Tracker:
-    """Live bytes by kind; the peak of each phase with what was live at it and where it happened."""
+    """Live bytes by kind and tag; the peak of each phase with what was live at it and where it happened."""
 
     def __init__(self) -> None:
         self.cur = 0
@@ -86,7 +79,6 @@ class Tracker:
         self.phase = "setup"
         self.where = ""
         self.peaks: dict[str, tuple[int, dict[str, int], dict[str, int], str]] = {}
-        self.events = 0
         self.top = _NO_PEAK  # the current phase's peak so far (``peaks[phase][0]``), _NO_PEAK before any
         # allocations and frees are counted by Storage itself (``__init__`` / ``__del__``), the hottest path
 
@@ -126,6 +118,18 @@ class Storage:
             tr.top = cur
             tr.peaks[tr.phase] = (cur, dict(tr.by_kind), dict(by_tag), tr.where)
 
+    def grow(self, delta: int) -> None:
+        """Resize in place by ``delta`` bytes (an aggregate standing for the caches of many layers)."""
+        tr = self.tr
+        self.nbytes += delta
+        cur = tr.cur + delta
+        tr.cur = cur
+        tr.by_kind[self.kind] += delta
+        tr.by_tag[self.tag] += delta
+        if cur > tr.top:
+            tr.top = cur
+            tr.peaks[tr.phase] = (cur, dict(tr.by_kind), dict(tr.by_tag), tr.where)
+
     def __del__(self) -> None:
         tr = self.tr
         n = self.nbytes
@@ -135,17 +139,34 @@ class Storage:
 
 
 class Param:
-    """A leaf parameter: its storage, whether it trains, its ``.grad`` and its ``AccumulateGrad`` node."""
+    """A leaf parameter: its storage, whether it trains, its ``.grad`` and its ``AccumulateGrad`` node.
 
-    __slots__ = ("acc", "dt", "grad", "name", "numel", "rg", "st", "tensor")
+    ``layer`` is the decoder layer it belongs to (None outside the stack): the unit sharding hooks gather;
+    ``sharded``: whether data-parallel sharding splits it (LoRA adapters and bitsandbytes' packed base are
+    kept whole on every rank)."""
 
-    def __init__(self, sim: Sim, name: str, numel: int, dt: str, rg: bool, nbytes: int | None = None) -> None:
+    __slots__ = ("acc", "dt", "full_bytes", "grad", "layer", "name", "numel", "rg", "sharded", "st", "tensor")
+
+    def __init__(
+        self,
+        sim: Sim,
+        name: str,
+        numel: int,
+        dt: str,
+        rg: bool,
+        nbytes: int,
+        full_bytes: int,
+        layer: int | None,
+        sharded: bool = True,
+    ) -> None:
         self.name = name
+        self.sharded = sharded
         self.numel = numel
         self.dt = dt
         self.rg = rg
-        nb = round(numel * DT_BYTES[dt]) if nbytes is None else nbytes
-        self.st = Storage(sim.tr, nb, "param", "parameters")
+        self.layer = layer
+        self.full_bytes = full_bytes
+        self.st = Storage(sim.tr, nbytes, "param", "parameters")
         self.grad: Storage | None = None
         self.acc = Node(sim, "acc", (), ((numel, dt),), ()) if rg else None
         if self.acc is not None:
@@ -183,6 +204,12 @@ class T:
     @property
     def nbytes(self) -> int:
         return round(self.n * DT_BYTES[self.dt])
+
+    def view(self, n: int | None = None) -> T:
+        """A view of this tensor (same storage, same autograd history), ``n`` elements (default: all)."""
+        return T(
+            self.st, self.n if n is None else n, self.dt, self.fn is not None, self.fn, self.idx, self.param
+        )
 
 
 class Node:
@@ -271,11 +298,36 @@ class CkptFrame:
     buf: list[Storage] = field(default_factory=list)
 
 
-class Sim:
-    """The symbolic runtime: tracker, grad mode, autocast state, checkpoint state, backward engine."""
+class ReplayHooks:
+    """What a training framework changes in the replay. These defaults are one GPU running plain PyTorch;
+    sharded data parallelism (:mod:`gpumem_gui.core.training.sharding`) overrides them."""
 
-    def __init__(self) -> None:
+    def param_bytes(self, full_bytes: int, layer: int | None) -> int:
+        """Bytes one rank stores of a parameter of ``full_bytes`` (sharded: its slice; offloaded: none)."""
+        return full_bytes
+
+    def enter_unit(self, sim: Sim, unit: int | None, prefetch: tuple[int, ...] = ()) -> None:
+        """The forward or backward reaches parameter unit ``unit`` (a decoder layer; -1: the root unit)."""
+        sim.unit = unit
+
+    def release_units(self, sim: Sim) -> None:
+        """The backward of a micro-batch is over: gathered units are freed."""
+        sim.unit = None
+
+    def gradient_ready(self, sim: Sim, p: Param, g: Storage) -> None:
+        """``AccumulateGrad``: the first gradient is stolen into ``.grad``, later ones are added in place
+        (``torch/csrc/autograd/functions/accumulate_grad.h``)."""
+        if p.grad is None:
+            sim.tr.retag(g, "grad", "gradients")
+            p.grad = g
+
+
+class Sim:
+    """The symbolic runtime: tracker, grad mode, autocast state, checkpoint state, framework hooks."""
+
+    def __init__(self, hooks: ReplayHooks | None = None) -> None:
         self.tr = Tracker()
+        self.hooks = hooks or ReplayHooks()
         self.seq = 0
         self.grad_enabled = True
         self.autocast: str | None = None
@@ -284,32 +336,34 @@ class Sim:
         self.recomputing: CkptFrame | None = None
         self.params: list[Param] = []
         self.phase_kind = "act"  # kind of storages made now: act in forward, temp in backward/optimizer
-        # data-parallel sharding (ZeRO / FSDP): gradients kept as 1/grad_shard after their reduce-scatter;
-        # megatron-style fp32 main_grad buffers instead of .grad; gathered parameter units (ZeRO-3 / FSDP)
-        self.grad_shard = 1
-        self.main_grad = False
-        self.grads_offloaded = False
-        self.unit: int | None = None
-        self.unit_bytes: dict[int, int] = {}
-        self.gather_cap = 0
-        self.gathered: dict[int, Storage] = {}
+        self.region = "hidden_states"  # the forward region new tensors are tagged with
+        self.unit: int | None = None  # the parameter unit the model is in (sharding hooks gather by it)
 
     # ---- allocation ------------------------------------------------------------------------------------
     def storage(self, nbytes: int, tag: str, kind: str | None = None) -> Storage:
         return Storage(self.tr, int(nbytes), kind or self.phase_kind, tag)
 
-    def new(self, n: int, dt: str, tag: str = "activations") -> T:
-        return T(Storage(self.tr, round(n * DT_BYTES[dt]), self.phase_kind, tag), n, dt)
+    def new(self, n: int, dt: str, tag: str | None = None) -> T:
+        return T(Storage(self.tr, round(n * DT_BYTES[dt]), self.phase_kind, tag or self.region), n, dt)
 
-    def param(self, name: str, numel: int, dt: str, rg: bool, nbytes: int | None = None) -> Param:
-        p = Param(self, name, numel, dt, rg, nbytes)
+    def param(
+        self,
+        name: str,
+        numel: int,
+        dt: str,
+        rg: bool,
+        full_bytes: int,
+        layer: int | None,
+        sharded: bool = True,
+    ) -> Param:
+        """A parameter of ``full_bytes`` unsharded; this rank stores what the hooks say (``sharded=False``:
+        the whole of it, on every rank)."""
+        nbytes = self.hooks.param_bytes(full_bytes, layer) if sharded else full_bytes
+        p = Param(self, name, numel, dt, rg, nbytes, full_bytes, layer, sharded)
         self.params.append(p)
         return p
 
     # ---- graph -----------------------------------------------------------------------------------------
-    def needs_grad(self, *xs: T | None) -> bool:
-        return self.grad_enabled and any(x is not None and x.fn is not None for x in xs)
-
     def node(
         self,
         kind: str,
@@ -376,7 +430,7 @@ class Sim:
         """``x.to(dt)``: the same tensor when the dtype already matches, else a copy (ToCopyBackward)."""
         if x.dt == dt:
             return x
-        out = self.new(x.n, dt, tag or (x.st.tag if x.st is not None else "activations"))
+        out = self.new(x.n, dt, tag)
         self.node("to", (x,), (out,))
         return out
 
@@ -420,7 +474,9 @@ class Sim:
             frame.args = ()
         return out
 
-    def _recompute(self, frame: CkptFrame) -> None:
+    def recompute(self, frame: CkptFrame) -> None:
+        """The first unpack of a holder in backward: run the checkpointed function again (tensors it makes
+        are backward temporaries) until every holder of the frame is refilled."""
         self.recomputing = frame
         frame.buf = []
         prev_kind, self.phase_kind = self.phase_kind, "temp"
@@ -443,227 +499,3 @@ class Sim:
             k += nd.n_saved
         frame.buf = []
         frame.recomputed = True
-
-    # ---- gathered parameter units (ZeRO-3 / FSDP FULL_SHARD) ---------------------------------------------
-    def gather(self, unit: int | None, keep: tuple[int, ...] = ()) -> None:
-        """All-gather the parameters of ``unit`` (and keep ``keep`` gathered: a prefetched unit); free every
-        other gathered unit. Buffers are capped so that sharded + gathered never exceeds the full model."""
-        self.unit = unit
-        if not self.unit_bytes:
-            return
-        want = tuple(u for u in (unit, *keep) if u is not None and u in self.unit_bytes)
-        for u in list(self.gathered):
-            if u not in want:
-                del self.gathered[u]
-        for u in want:
-            if u in self.gathered:
-                continue
-            live = sum(st.nbytes for st in self.gathered.values())
-            n = max(0, min(self.unit_bytes[u], self.gather_cap - live))
-            self.gathered[u] = self.storage(n, "gathered parameters", "param")
-
-    def release_gathered(self) -> None:
-        self.gathered.clear()
-        self.unit = None
-
-    # ---- backward engine ---------------------------------------------------------------------------------
-    def backward(self, loss: T) -> None:
-        """``loss.backward()``: run every node reachable from ``loss`` in the engine's order."""
-        root = loss.fn
-        if root is None:
-            return
-        deps: dict[Node, int] = {}
-        stack = [root]
-        seen = {root}
-        while stack:
-            nd = stack.pop()
-            for e in nd.edges:
-                if e is None:
-                    continue
-                nxt = e[0]
-                deps[nxt] = deps.get(nxt, 0) + 1
-                if nxt not in seen:
-                    seen.add(nxt)
-                    stack.append(nxt)
-        del seen, stack
-        buffers: dict[Node, list[Storage | None]] = {}
-        ready: list[tuple[int, int, Node]] = []
-        buffers[root] = [self.storage(4, "temporaries")]  # torch.ones_like(loss)
-        heapq.heappush(ready, (-root.seq, 0, root))
-        tie = 1
-        tr = self.tr
-        heappush, heappop = heapq.heappush, heapq.heappop
-        sharded_units = bool(self.unit_bytes)
-        while ready:
-            nd = heappop(ready)[2]
-            gout = buffers.pop(nd, None)
-            if gout is None:
-                gout = [None] * len(nd.out_meta)
-            if nd.kind == "acc":
-                self._accumulate(nd, gout[0])
-                continue
-            if sharded_units and nd.unit is not None and nd.unit != self.unit:
-                # FSDP BACKWARD_PRE: gather this unit and prefetch the one before it
-                self.gather(nd.unit, (nd.unit - 1,))
-            if nd.saved is None and nd.frame is not None and not nd.frame.recomputed:
-                self._recompute(nd.frame)
-            tr.where = nd.where + " (backward)"
-            grads = BACKWARD[nd.kind](self, nd, gout)
-            del gout
-            nd.saved = None
-            nd.frame = None
-            i = -1
-            for e in nd.edges:
-                i += 1
-                if e is None:
-                    continue
-                g = grads[i]
-                if g is not None:
-                    want_n, want_dt = nd.in_meta[i]
-                    want = round(want_n * DT_BYTES[want_dt])
-                    if g.nbytes != want:
-                        # validate_outputs: the gradient takes the input's dtype
-                        g = self.storage(want, "temporaries")
-                        grads[i] = g
-                tgt, slot = e
-                buf = buffers.get(tgt)
-                if buf is None:
-                    buf = [None] * len(tgt.out_meta)
-                    buffers[tgt] = buf
-                if g is not None:
-                    if buf[slot] is None:
-                        buf[slot] = g
-                    else:
-                        n_, dt_ = tgt.out_meta[slot]
-                        s = self.storage(round(n_ * DT_BYTES[dt_]), "temporaries")
-                        buf[slot] = s
-                        del s
-                g = None
-                grads[i] = None
-                d = deps[tgt] - 1
-                deps[tgt] = d
-                if d == 0:
-                    heappush(ready, (-tgt.seq, tie, tgt))
-                    tie += 1
-            del grads
-
-    def _accumulate(self, nd: Node, g: Storage | None) -> None:
-        p = nd.param
-        if p is None or g is None:
-            return
-        if self.main_grad or self.grads_offloaded:
-            # added into the preallocated fp32 main_grad buffer, or copied to the CPU (ZeRO/FSDP offload):
-            # the gradient on the GPU is dropped
-            return
-        if p.grad is None:
-            if self.grad_shard > 1:
-                # reduce-scatter: this rank keeps its 1/dp shard, the full gradient is freed
-                p.grad = self.storage(-(-g.nbytes // self.grad_shard), "gradients", "grad")
-            else:
-                self.tr.retag(g, "grad", "gradients")
-                p.grad = g
-        # else: .grad += g in place (gradient accumulation), g is freed when it goes out of scope
-
-
-# ---- backward formulas: what each node allocates ---------------------------------------------------------
-
-
-def _st(sim: Sim, n: int, dt: str) -> Storage:
-    return Storage(sim.tr, round(n * DT_BYTES[dt]), sim.phase_kind, "temporaries")
-
-
-def _out_dt(nd: Node) -> str:
-    return nd.out_meta[0][1]
-
-
-def _needs(nd: Node, i: int) -> bool:
-    return nd.edges[i] is not None
-
-
-def bw_pass(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
-    """Gradient flows through unchanged to every input (add, views, cat slices, scalar ops, clone)."""
-    g = gout[0]
-    return [None if e is None else g for e in nd.edges]
-
-
-def bw_copy(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
-    """One new gradient per input of the input's size (cast back, neg, slice_backward, silu/gelu backward,
-    mean's expand/div, log_softmax/nll backward, a view's reshape copy)."""
-    in_meta = nd.in_meta
-    return [None if e is None else _st(sim, *in_meta[i]) for i, e in enumerate(nd.edges)]
-
-
-def bw_linear(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
-    """mm/addmm: grad_input = grad @ W, grad_weight = grad^T @ x, grad_bias = grad.sum(0) (all in the op's
-    dtype; validate_outputs casts them afterwards when the inputs differ)."""
-    dt = _out_dt(nd)
-    in_meta = nd.in_meta
-    out: list[Storage | None] = []
-    for i, e in enumerate(nd.edges):
-        out.append(None if e is None else _st(sim, in_meta[i][0], dt))
-    return out
-
-
-def bw_mul(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
-    """grad_a = grad * b, grad_b = grad * a in the output dtype; a broadcast operand's gradient is computed at
-    full size then summed down (sum_to_size)."""
-    n_out, dt = nd.out_meta[0]
-    out: list[Storage | None] = []
-    for i in range(len(nd.edges)):
-        if not _needs(nd, i):
-            out.append(None)
-            continue
-        n_in = nd.in_meta[i][0]
-        full = _st(sim, n_out, dt)
-        if n_in < n_out:
-            red = _st(sim, n_in, dt)
-            del full
-            out.append(red)
-        else:
-            out.append(full)
-    return out
-
-
-def bw_pow(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
-    """pow_backward: grad * 2 * x^1 -> pow, mul, mul (the first two freed)."""
-    n, dt = nd.in_meta[0]
-    a = _st(sim, n, dt)
-    b = _st(sim, n, dt)
-    c = _st(sim, n, dt)
-    del b, a
-    return [c]
-
-
-def bw_rsqrt(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
-    """-0.5 * grad * result^3: pow, mul, mul."""
-    n, dt = nd.in_meta[0]
-    a = _st(sim, n, dt)
-    b = _st(sim, n, dt)
-    c = _st(sim, n, dt)
-    del b, a
-    return [c]
-
-
-def bw_multi(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
-    """Kernels returning one gradient per differentiable input (SDPA, layer_norm, grouped mm)."""
-    return bw_copy(sim, nd, gout)
-
-
-def bw_custom(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
-    """A node whose ctx is a callable doing its own allocations (bitsandbytes, grouped_mm paths)."""
-    fn: Callable[[Sim, Node, list[Storage | None]], list[Storage | None]] = nd.ctx
-    return fn(sim, nd, gout)
-
-
-BACKWARD: dict[str, Callable[[Sim, Node, list[Storage | None]], list[Storage | None]]] = {
-    "pass": bw_pass,
-    "copy": bw_copy,
-    "split": bw_copy,
-    "to": bw_copy,
-    "linear": bw_linear,
-    "mul": bw_mul,
-    "pow": bw_pow,
-    "rsqrt": bw_rsqrt,
-    "multi": bw_multi,
-    "custom": bw_custom,
-}

@@ -1,9 +1,9 @@
 """Drive one training step on the symbolic runtime: forward + loss, backward, optimizer step.
 
-``simulate_step`` builds the model's parameters (:mod:`train_model`), the optimizer states
-(:mod:`train_optim`, steady state: they exist before the step; first step: created inside it), runs the
-micro-batches (the second one, when there is gradient accumulation, with every ``.grad`` already live), then
-the optimizer step, and returns each phase's peak with what was live at it.
+:func:`simulate_step` builds the model's parameters (:mod:`.model`; what each rank stores is the framework
+hooks' answer), the optimizer states (:mod:`.optim`; steady state: they exist before the step; first step:
+created inside it), runs the micro-batches (the second one, when there is gradient accumulation, with every
+``.grad`` already live), then the optimizer step, and returns each phase's peak with what was live at it.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import gc
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpumem_gui.core.replay.autograd import Sim, T
-from gpumem_gui.core.replay.causal_lm import CausalLM, StepConfig
+from gpumem_gui.core.replay.autograd import ReplayHooks, Sim, Storage, T
+from gpumem_gui.core.replay.engine import backward
+from gpumem_gui.core.replay.model import CausalLM, ReplayConfig, buffers_bytes
 from gpumem_gui.core.replay.optim import create_states, step
 from gpumem_gui.core.spec.model import ModelSpec
 
@@ -45,19 +46,38 @@ class StepResult:
     input_bytes: int
 
 
+@dataclass(frozen=True)
+class StepOptions:
+    """The optimizer side of a step: states sharded over ``state_shard`` ranks (ZeRO-1+), kept off the GPU
+    (offload), fp32 master weights of a 16-bit model, the fused step of Megatron's optimizer."""
+
+    grad_accum: int = 1
+    first_step: bool = False
+    state_shard: int = 1
+    offload_states: bool = False
+    fused_step: bool = False
+    master_bytes_per_param: int = 0
+
+
+class TrainingHooks(ReplayHooks):
+    """Hooks of a training framework that can also hold buffers of its own and gather at a micro-batch's
+    start (:mod:`gpumem_gui.core.training.sharding`); these defaults add nothing."""
+
+    def begin_microbatch(self, sim: Sim) -> None:
+        """A micro-batch's forward starts."""
+
+    def grad_buffers(self, sim: Sim, trainable_params: int) -> Storage | None:
+        """Gradient buffers the framework allocates up front (Megatron's fp32 main_grad), if any."""
+        return None
+
+
 def simulate_step(
     spec: ModelSpec,
-    cfg: StepConfig,
+    cfg: ReplayConfig,
     optimizer: str,
-    *,
-    grad_accum: int = 1,
-    first_step: bool = False,
+    opts: StepOptions = StepOptions(),
+    hooks: TrainingHooks | None = None,
     layers: Sequence[int] | None = None,
-    grad_shard: int = 1,
-    state_shard: int = 1,
-    offload_states: bool = False,
-    main_grad: bool = False,
-    master_bytes_per_param: int = 0,
 ) -> StepResult:
     """Replay one optimizer step of ``spec`` under ``cfg`` and ``optimizer``.
 
@@ -67,19 +87,7 @@ def simulate_step(
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _simulate_step(
-            spec,
-            cfg,
-            optimizer,
-            grad_accum=grad_accum,
-            first_step=first_step,
-            layers=layers,
-            grad_shard=grad_shard,
-            state_shard=state_shard,
-            offload_states=offload_states,
-            main_grad=main_grad,
-            master_bytes_per_param=master_bytes_per_param,
-        )
+        return _simulate_step(spec, cfg, optimizer, opts, hooks or TrainingHooks(), layers)
     finally:
         if was_enabled:
             gc.enable()
@@ -87,52 +95,36 @@ def simulate_step(
 
 def _simulate_step(
     spec: ModelSpec,
-    cfg: StepConfig,
+    cfg: ReplayConfig,
     optimizer: str,
-    *,
-    grad_accum: int,
-    first_step: bool,
+    opts: StepOptions,
+    hooks: TrainingHooks,
     layers: Sequence[int] | None,
-    grad_shard: int,
-    state_shard: int,
-    offload_states: bool,
-    main_grad: bool,
-    master_bytes_per_param: int,
 ) -> StepResult:
-    sim = Sim()
+    sim = Sim(hooks)
     tr = sim.tr
     model = CausalLM(sim, spec, cfg)
-    buffers = sim.storage(model.buffers_bytes(), "buffers", "buffer")
+    buffers = sim.storage(buffers_bytes(spec), "buffers", "buffer")
     trainable = [p for p in sim.params if p.rg]
-
     shapes = model.shape
 
-    def make_states() -> list:
-        if offload_states:
+    def make_states() -> list[Storage]:
+        if opts.offload_states:
             return []
-        return create_states(sim, optimizer, trainable, shapes, state_shard, master_bytes_per_param)
+        return create_states(sim, optimizer, trainable, shapes, opts.state_shard, opts.master_bytes_per_param)
 
-    states = [] if first_step else make_states()
+    states = [] if opts.first_step else make_states()
     state_bytes = sum(st.nbytes for st in states)
-    ids = T(sim.storage(cfg.batch * cfg.seq * 8, "input ids", "input"), cfg.batch * cfg.seq, "i64")
-    if main_grad:
-        sim.main_grad = True
-        main = sim.storage(4 * sum(p.numel for p in trainable) // max(1, grad_shard), "gradients", "grad")
-    else:
-        main = None
-    sim.grad_shard = grad_shard
-    sim.grads_offloaded = offload_states
+    ids = T(sim.storage(cfg.tokens * 8, "input ids", "input"), cfg.tokens, "i64")
+    main = hooks.grad_buffers(sim, sum(p.numel for p in trainable))
     layer_ids = range(spec.num_layers) if layers is None else layers
     after_forward = 0
     microbatch_activations = 0
-    for _ in range(min(grad_accum, 2)):
+    for _ in range(min(opts.grad_accum, 2)):
         sim.phase_kind = "act"
         tr.start_phase("forward")
         before = tr.cur
-        if cfg.gather == "all":
-            sim.gather(None, tuple(sorted(sim.unit_bytes)))
-        elif cfg.gather == "unit":
-            sim.gather(-1)
+        hooks.begin_microbatch(sim)
         prev = sim.enter_autocast(cfg.autocast)
         loss = model.forward_loss(ids, layer_ids)
         if not cfg.lm_head:
@@ -145,19 +137,19 @@ def _simulate_step(
         microbatch_activations = max(microbatch_activations, after_forward - before)
         sim.phase_kind = "temp"
         tr.start_phase("backward")
-        sim.backward(loss)
+        backward(sim, loss)
         del loss
-        sim.release_gathered()
+        hooks.release_units(sim)
     tr.start_phase("optimizer")
     tr.where = "optimizer step"
-    if first_step:
+    if opts.first_step:
         states = make_states()
         state_bytes = sum(st.nbytes for st in states)
-    if not offload_states:
-        step(sim, optimizer, trainable, state_shard, fused=main_grad)
-    grad_bytes = sum(p.grad.nbytes for p in trainable if p.grad is not None)
-    if main is not None:
-        grad_bytes = main.nbytes
+    if not opts.offload_states:
+        step(sim, optimizer, trainable, opts.state_shard, fused=opts.fused_step)
+    grad_bytes = (
+        main.nbytes if main is not None else sum(p.grad.nbytes for p in trainable if p.grad is not None)
+    )
     for p in trainable:
         p.grad = None  # zero_grad(set_to_none=True)
     phases = {
@@ -170,7 +162,7 @@ def _simulate_step(
         after_forward=after_forward,
         microbatch_activations=microbatch_activations,
         param_bytes=sum(p.st.nbytes for p in sim.params),
-        full_param_bytes=sum(model.unit_full.values()) + cfg.quant_bytes,
+        full_param_bytes=sum(p.full_bytes for p in sim.params if p.sharded) + cfg.quant_bytes,
         trainable_bytes=sum(p.st.nbytes for p in trainable),
         trainable_params=sum(p.numel for p in trainable),
         grad_bytes=grad_bytes,

@@ -3,7 +3,7 @@
 Phases (transformers runtime profile, the default):
 
 * ``load``: the weights (in the chosen format) and the model's buffers;
-* ``prefill``: one forward over the prompt, simulated op by op (:mod:`gpumem_gui.core.replay.hf_sim`);
+* ``prefill``: one forward over the prompt, replayed op by op (:mod:`gpumem_gui.core.replay.forward`);
 * ``decode``: the last generation step (one token after ``seq + new_tokens - 1`` cached tokens), plus what
   ``generate()`` keeps (fp32 copies of the last logits).
 
@@ -30,7 +30,8 @@ from gpumem_gui.core.formats import (
     weight_bytes,
 )
 from gpumem_gui.core.readers.weights import WeightsInventory
-from gpumem_gui.core.replay.hf_sim import KINDS, ForwardShape, SimResult, simulate_forward
+from gpumem_gui.core.replay.forward import KINDS, ForwardResult, replay_forward
+from gpumem_gui.core.replay.model import ReplayConfig, buffers_bytes
 from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase, tp_ranks
 from gpumem_gui.core.results.overheads import stage_share
 from gpumem_gui.core.spec.model import Frozen, ModelSpec
@@ -41,6 +42,7 @@ Engine = Literal["transformers", "vllm", "llama.cpp"]
 Degree = Annotated[int, Field(ge=1, le=4096)]
 
 COMPUTE_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+_REPLAY_DTYPES = {"bf16": "bf16", "fp16": "f16", "fp32": "f32"}
 
 
 class InferenceRun(Frozen):
@@ -172,7 +174,7 @@ def _kind_explanation(kind: str, where: str, dt_label: str) -> Explanation:
     )
 
 
-def _kind_components(sim: SimResult, dt_label: str) -> list[Component]:
+def _kind_components(sim: ForwardResult, dt_label: str) -> list[Component]:
     out = []
     for kind in KINDS:
         n = sim.by_kind.get(kind, 0)
@@ -188,16 +190,6 @@ def _kind_components(sim: SimResult, dt_label: str) -> list[Component]:
             )
         )
     return out
-
-
-def _buffers_bytes(spec: ModelSpec) -> int:
-    """Rotary ``inv_freq`` and ``original_inv_freq`` buffers (fp32, head_dim/2 each; Gemma-3 has two
-    rotary modules): ``LlamaRotaryEmbedding.__init__``."""
-    if spec.position_embedding != "rope":
-        return 0
-    d = spec.mla.qk_rope_head_dim if spec.mla else spec.head_dim
-    modules = 2 if spec.traits.rotary_per_layer_type else 1
-    return modules * 2 * (d // 2) * 4
 
 
 def weights_from_files(spec: ModelSpec, inv: WeightsInventory) -> WeightBytes:
@@ -318,7 +310,7 @@ def _weights_component(spec: ModelSpec, weights: str, run: Degrees, stage: int, 
     return Component(
         key="weights",
         label=f"weights ({weights})",
-        bytes=per_rank + (_buffers_bytes(spec) if first else 0),
+        bytes=per_rank + (buffers_bytes(spec) if first else 0),
         explain=Explanation(
             formula=wb.explain.formula
             + (f"; split over tp={run.tp} x pp={run.pp}" if run.tp * run.pp > 1 else "")
@@ -349,24 +341,6 @@ def _tp_share(spec: ModelSpec, run: Degrees, wb: object, layers: range, stage_by
     return round(rest / run.tp + norms + experts / expert_ranks)
 
 
-def _past_storage(spec: ModelSpec, run: InferenceRun, rspec: ModelSpec, past: int) -> tuple[int, ...]:
-    """Cache storage per layer before the last decode step (sliding layers hold the previous step's window
-    concatenation)."""
-    kvb = kv_bytes_per_element(run.kv_dtype_resolved)
-    out = []
-    for t in rspec.resolved_layer_types:
-        if rspec.mla is not None:
-            per_tok = rspec.mla.kv_lora_rank + rspec.mla.qk_rope_head_dim
-        else:
-            kvh = rspec.num_attention_heads if rspec.transformers_expands_kv else rspec.num_kv_heads
-            per_tok = 2 * kvh * rspec.head_dim
-        toks = past
-        if t == "sliding_attention" and rspec.sliding_window:
-            toks = min(past, rspec.sliding_window)
-        out.append(round(run.batch * per_tok * toks * kvb))
-    return tuple(out)
-
-
 def _estimate_transformers(
     spec: ModelSpec, run: InferenceRun, warnings: tuple[str, ...], wb: WeightBytes
 ) -> Estimate:
@@ -379,17 +353,17 @@ def _estimate_transformers(
         weights, load = _load_phase(spec, run, degrees, stage, wb)
         last_stage = stage == run.pp - 1
         phases: dict[str, Phase] = {"load": load}
-        fs = ForwardShape(
+        fwd = ReplayConfig(
             batch=run.batch,
             q=run.seq,
-            past=0,
-            dt=run.dt,
-            kv_dt=kvb,
+            param_dt=_REPLAY_DTYPES[run.compute_dtype],
             attn=run.attn,
-            logits_all=run.logits == "all",
+            logits_to_keep=0 if run.logits == "all" else 1,
+            kv_bytes=kvb,
             lm_head=last_stage,
+            weights_counted=False,
         )
-        pre = simulate_forward(rspec, fs)
+        pre = replay_forward(rspec, fwd)
         kv_logical_total = max(kv_logical_total, pre.kv_cache_logical)
         comps = (weights, *_kind_components(pre, run.compute_dtype))
         phases["prefill"] = Phase(
@@ -397,10 +371,20 @@ def _estimate_transformers(
         )
         if run.new_tokens > 0:
             past = run.tokens - 1
-            dec_fs = ForwardShape(
-                batch=run.batch, q=1, past=past, dt=run.dt, kv_dt=kvb, attn=run.attn, lm_head=last_stage
+            dec = replay_forward(
+                rspec,
+                ReplayConfig(
+                    batch=run.batch,
+                    q=1,
+                    past=past,
+                    param_dt=fwd.param_dt,
+                    attn=run.attn,
+                    logits_to_keep=1,
+                    kv_bytes=kvb,
+                    lm_head=last_stage,
+                    weights_counted=False,
+                ),
             )
-            dec = simulate_forward(rspec, dec_fs, _past_storage(spec, run, rspec, past))
             extra = []
             if last_stage:
                 # generate(): next_token_logits = logits[:, -1].to(copy=True, dtype=float32), then the

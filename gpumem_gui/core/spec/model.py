@@ -157,11 +157,39 @@ class ArchTraits(Frozen):
     )
     residual_dropout: bool = Field(
         False,
-        description="dropout on the embeddings and on each block's attention and MLP outputs (GPT-2, OPT, "
-        "GPT-NeoX): each keeps its mask for backward when training with dropout > 0",
+        description="dropout on each block's attention and MLP outputs (GPT-2, OPT, GPT-NeoX): each keeps "
+        "its mask for backward when training with dropout > 0",
+    )
+    embedding_dropout: bool = Field(
+        False, description="dropout on the embeddings before the first layer (GPT2Model.drop, emb_dropout)"
+    )
+    attn_output_kept: bool = Field(
+        False,
+        description="the decoder layer keeps the attention output under its own name until it returns, "
+        "through the MLP (GPT2Block.forward attn_output)",
     )
     default_dropout: Annotated[float, Field(ge=0, lt=1)] = Field(
         0.0, description="the config class's default hidden/attention dropout (GPT2Config: 0.1)"
+    )
+    router: Literal["softmax", "fp32"] = Field(
+        "softmax",
+        description="softmax: router logits in the activation dtype, fp32 softmax, top-k weights cast back "
+        "(TopKRouter); fp32: fp32 copies of the input and the router weight, scores and top-k weights kept "
+        "in fp32, so the experts' weighted outputs are fp32 (DeepseekV2/V3TopkRouter)",
+    )
+    shared_expert_first: bool = Field(
+        False, description="the shared expert runs before the router (Qwen2MoeSparseMoeBlock.forward)"
+    )
+    sliding_mask_always: bool = Field(
+        False,
+        description="the model builds the sliding-window mask beside the causal one even when no layer "
+        "slides, and holds it through the forward (Qwen2MoeModel.forward causal_mask_mapping)",
+    )
+    block: Literal["llama", "falcon", "bloom"] = Field(
+        "llama",
+        description="the decoder block's code: the shared attention interface (llama and its descendants), "
+        "or a modeling file's own (FalconDecoderLayer, BloomBlock: own attention kernels, in-place "
+        "residuals, the model's loop keeping the previous layer's outputs)",
     )
     gguf_arch: str | None = Field(
         None,

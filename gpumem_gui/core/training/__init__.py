@@ -23,6 +23,7 @@ sequence.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from math import ceil
 from typing import Annotated, Literal
@@ -31,14 +32,17 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
 from gpumem_gui.core.formats import weight_bytes
-from gpumem_gui.core.replay.causal_lm import LORA_ALL_LINEAR, StepConfig
+from gpumem_gui.core.replay.adapters import LORA_ALL_LINEAR
+from gpumem_gui.core.replay.autograd import REGIONS
+from gpumem_gui.core.replay.model import ReplayConfig
 from gpumem_gui.core.replay.optim import INFO, resolve, state_bytes_of
-from gpumem_gui.core.replay.step import PHASES, StepResult, simulate_step
+from gpumem_gui.core.replay.step import PHASES, StepOptions, StepResult, simulate_step
 from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase, tp_ranks
 from gpumem_gui.core.results.overheads import stage_share
 from gpumem_gui.core.spec.model import Frozen, ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, rank_spec, stage_layers
 from gpumem_gui.core.spec.params import count_params, text_tensors
+from gpumem_gui.core.training.sharding import ShardingHooks
 
 Method = Literal["full", "lora", "qlora"]
 Precision = Literal["amp-bf16", "amp-fp16", "bf16", "fp32", "megatron-bf16"]
@@ -333,20 +337,16 @@ def _quant_bytes(spec: ModelSpec, run: TrainingRun, rspec: ModelSpec) -> int:
     return wb.quantized_bytes
 
 
-def step_config(spec: ModelSpec, run: TrainingRun, stage: int = 0) -> tuple[StepConfig, ModelSpec]:
-    """What pipeline stage ``stage`` (one TP rank of it) simulates: its StepConfig and its slice of the
+def step_config(spec: ModelSpec, run: TrainingRun, stage: int = 0) -> tuple[ReplayConfig, ModelSpec]:
+    """What pipeline stage ``stage`` (one TP rank of it) replays: its forward's config and its slice of the
     model."""
     rspec = rank_spec(spec, _degrees(run), stage)
     layers = stage_layers(spec, run.pp, stage)
     param_dt, autocast = _dtypes(run)
-    _, _, param_shard, gather = _shards(run)
-    seq = ceil(run.seq / run.cp)
-    first = stage == 0
-    last = stage == run.pp - 1
     frozen = max(0, min(run.frozen_layers, layers.stop) - layers.start)
-    cfg = StepConfig(
+    cfg = ReplayConfig(
         batch=run.batch,
-        seq=seq,
+        q=ceil(run.seq / run.cp),
         param_dt=param_dt,
         autocast=autocast,
         attn="sdpa" if run.attn == "flash" else run.attn,
@@ -358,52 +358,66 @@ def step_config(spec: ModelSpec, run: TrainingRun, stage: int = 0) -> tuple[Step
         adapter_dt="f32",
         quant_bytes=_quant_bytes(spec, run, rspec) if run.method == "qlora" else 0,
         frozen_layers=frozen,
-        lm_head=last,
-        embedding=first,
-        param_shard=param_shard,
-        gather="unit" if run.offload == "optimizer+params" and gather == "none" else gather,
-        params_offloaded=run.offload == "optimizer+params",
+        lm_head=stage == run.pp - 1,
+        embedding=stage == 0,
         dropout=run.dropout if run.dropout is not None else spec.traits.default_dropout,
     )
     return cfg, rspec
 
 
-def simulate_kwargs(run: TrainingRun) -> dict[str, object]:
-    """The optimizer / sharding arguments of :func:`simulate_step` for ``run``."""
-    state_shard, grad_shard, _, _ = _shards(run)
+def step_options(run: TrainingRun) -> StepOptions:
+    """The optimizer side of the step: accumulation, first step, state sharding and offload."""
+    state_shard, _, _, _ = _shards(run)
     megatron = run.precision == "megatron-bf16"
-    return {
-        "grad_accum": run.grad_accum,
-        "first_step": run.first_step,
-        "grad_shard": grad_shard,
-        "state_shard": state_shard,
-        "offload_states": run.offload != "none",
-        "main_grad": megatron,
-        "master_bytes_per_param": 4 if megatron else 0,
-    }
+    return StepOptions(
+        grad_accum=run.grad_accum,
+        first_step=run.first_step,
+        state_shard=state_shard,
+        offload_states=run.offload != "none",
+        fused_step=megatron,
+        master_bytes_per_param=4 if megatron else 0,
+    )
 
 
-def _simulate(spec: ModelSpec, run: TrainingRun, stage: int) -> tuple[StepResult, StepConfig, ModelSpec]:
+def sharding_hooks(run: TrainingRun) -> ShardingHooks:
+    """ZeRO / FSDP / Megatron as hooks on the replay (fresh for each replay: they hold its gathered units)."""
+    _, grad_shard, param_shard, gather = _shards(run)
+    offload_params = run.offload == "optimizer+params"
+    return ShardingHooks(
+        param_shard=param_shard,
+        grad_shard=grad_shard,
+        gather="unit" if offload_params and gather == "none" else gather,
+        params_offloaded=offload_params,
+        grads_dropped=run.offload != "none",
+        main_grad=run.precision == "megatron-bf16",
+    )
+
+
+def simulate_rank(
+    spec: ModelSpec, run: TrainingRun, stage: int = 0, cpu_dropout: bool = False
+) -> tuple[StepResult, ReplayConfig, ModelSpec]:
+    """Replay one step of pipeline stage ``stage`` (its TP rank 0). ``cpu_dropout``: replay the CPU dropout
+    kernel (a noise tensor of the input's dtype), to compare with measurements made on a CPU."""
+    cfg, rspec = step_config(spec, run, stage)
+    if cpu_dropout:
+        cfg = replace(cfg, cpu_dropout=True)
+    res = simulate_step(rspec, cfg, run.optimizer, step_options(run), sharding_hooks(run))
+    return res, cfg, rspec
+
+
+def _simulate(spec: ModelSpec, run: TrainingRun, stage: int) -> tuple[StepResult, ReplayConfig, ModelSpec]:
     try:
         hash(spec)
     except TypeError:  # a spec with an unhashable field: simulate without the cache
-        return _simulate_uncached(spec, run, stage)
+        return simulate_rank(spec, run, stage)
     return _simulate_cached(spec, run, stage)
 
 
 @lru_cache(maxsize=256)
 def _simulate_cached(
     spec: ModelSpec, run: TrainingRun, stage: int
-) -> tuple[StepResult, StepConfig, ModelSpec]:
-    return _simulate_uncached(spec, run, stage)
-
-
-def _simulate_uncached(
-    spec: ModelSpec, run: TrainingRun, stage: int
-) -> tuple[StepResult, StepConfig, ModelSpec]:
-    cfg, rspec = step_config(spec, run, stage)
-    res = simulate_step(rspec, cfg, run.optimizer, **simulate_kwargs(run))  # type: ignore[arg-type]
-    return res, cfg, rspec
+) -> tuple[StepResult, ReplayConfig, ModelSpec]:
+    return simulate_rank(spec, run, stage)
 
 
 # ---- components and explanations --------------------------------------------------------------------------
@@ -425,7 +439,7 @@ _TAGS = (
 
 
 def _explain(
-    tag: str, run: TrainingRun, res: StepResult, cfg: StepConfig, rspec: ModelSpec, where: str
+    tag: str, run: TrainingRun, res: StepResult, cfg: ReplayConfig, rspec: ModelSpec, where: str
 ) -> Explanation:
     param_dt, autocast = _dtypes(run)
     opt = INFO[resolve(run.optimizer)]
@@ -433,7 +447,7 @@ def _explain(
     if tag == "parameters":
         return Explanation(
             formula="every parameter tensor of this rank x bytes of its dtype"
-            + (" / data-parallel shard" if cfg.param_shard > 1 else "")
+            + (" / data-parallel shard" if _shards(run)[2] > 1 else "")
             + (
                 "; 4-bit base linears at their packed size + quantization state"
                 if run.method == "qlora"
@@ -442,7 +456,7 @@ def _explain(
             inputs={
                 **base,
                 "dtype": param_dt,
-                "param_shard": cfg.param_shard,
+                "param_shard": _shards(run)[2],
                 "bytes": res.param_bytes,
                 "method": run.method,
                 "precision": run.precision,
@@ -523,7 +537,7 @@ def _explain(
             inputs={
                 **base,
                 "batch": run.batch,
-                "seq_per_rank": cfg.seq,
+                "seq_per_rank": cfg.q,
                 "layers": rspec.num_layers,
                 "hidden": rspec.hidden_size,
                 "attn": cfg.attn,
@@ -532,14 +546,14 @@ def _explain(
                 "activation_dtype": autocast or param_dt,
             },
             source="transformers 5.24 modeling code replayed on symbolic tensors "
-            "(gpumem_gui.core.replay.causal_lm); "
+            "(gpumem_gui.core.replay.model); "
             "saving rules of torch tools/autograd/derivatives.yaml; checked byte for byte against PyTorch "
             "MemTracker (shared/reference/groundtruth.json grid)",
         )
     if tag == "input ids":
         return Explanation(
             formula="batch x seq x 8 B (int64)",
-            inputs={**base, "batch": run.batch, "seq": cfg.seq},
+            inputs={**base, "batch": run.batch, "seq": cfg.q},
             source="definition",
         )
     return Explanation(
@@ -548,9 +562,11 @@ def _explain(
 
 
 def _components(
-    by_tag: dict[str, int], run: TrainingRun, res: StepResult, cfg: StepConfig, rspec: ModelSpec, where: str
+    by_tag: dict[str, int], run: TrainingRun, res: StepResult, cfg: ReplayConfig, rspec: ModelSpec, where: str
 ) -> list[Component]:
     out = []
+    # the forward's regions (hidden states, attention, MLP, norms, rotary, masks, inputs) are its activations
+    by_tag = {**by_tag, "activations": sum(by_tag.get(r, 0) for r in REGIONS)}
     for tag, key, label in _TAGS:
         n = by_tag.get(tag, 0)
         if n <= 0:
@@ -575,7 +591,7 @@ def _stage_phases(spec: ModelSpec, run: TrainingRun, stage: int) -> tuple[dict[s
     if run.cp > 1:
         # ring attention: K and V chunks of one layer being sent and received (2 x 2 x b x s/cp x kv width)
         kvw = rspec.num_kv_heads * rspec.head_dim
-        cp_buf = 2 * 2 * run.batch * cfg.seq * kvw * (2 if cfg.autocast or cfg.param_dt != "f32" else 4)
+        cp_buf = 2 * 2 * run.batch * cfg.q * kvw * (2 if cfg.autocast or cfg.param_dt != "f32" else 4)
     phases: dict[str, Phase] = {}
     for name in PHASES:
         pk = res.phases.get(name)
@@ -609,7 +625,7 @@ def _stage_phases(spec: ModelSpec, run: TrainingRun, stage: int) -> tuple[dict[s
                     "context-parallel K/V ring buffers",
                     cp_buf,
                     "2 (send, receive) x (K + V) x batch x seq/cp x kv heads x head_dim x dtype",
-                    {"cp": run.cp, "seq_per_rank": cfg.seq},
+                    {"cp": run.cp, "seq_per_rank": cfg.q},
                     "ring attention (Liu et al. 2023); Megatron-LM context parallelism",
                 )
             )

@@ -1,0 +1,110 @@
+"""transformers' ``DynamicCache`` on symbolic tensors (``cache_utils.py``, transformers 5.24).
+
+``DynamicLayer.update`` concatenates the new keys/values onto the stored ones into a new tensor
+(``torch.cat``) and frees the old one; ``DynamicSlidingWindowLayer.update`` concatenates too, returns the full
+concatenation to the attention and keeps a *view* of its last ``window - 1`` tokens, so the stored tensor's
+storage stays as long as that concatenation until the next step replaces it. MLA layers (DeepSeek) cache the
+compressed latent and the shared rope key as two single-head tensors; Falcon's new decoder architecture
+caches K/V already broadcast to every query head (:attr:`ModelSpec.transformers_expands_kv`).
+
+Only the layers the forward replays op by op keep tensors of their own; the caches of the others are one
+aggregate storage that grows by their concatenations as the forward passes them.
+"""
+
+from __future__ import annotations
+
+from gpumem_gui.core.replay.autograd import Sim, Storage, T
+from gpumem_gui.core.spec.model import ModelSpec
+
+
+def cache_elems_per_token(spec: ModelSpec) -> tuple[int, int]:
+    """(K, V) elements one token adds to one layer's cache as transformers stores them."""
+    if spec.mla is not None:
+        return spec.mla.kv_lora_rank, spec.mla.qk_rope_head_dim
+    kvh = spec.num_attention_heads if spec.transformers_expands_kv else spec.num_kv_heads
+    return kvh * spec.head_dim, kvh * spec.head_dim
+
+
+def stored_tokens(spec: ModelSpec, past: int, sliding: bool) -> int:
+    """Tokens a layer's cache storage holds before a step that follows ``past`` tokens of a generation: a
+    full layer all of them; a sliding layer the previous step's concatenation (at most ``window``)."""
+    if sliding and spec.sliding_window:
+        return min(past, spec.sliding_window)
+    return past
+
+
+def tokens_after(spec: ModelSpec, past: int, q: int, sliding: bool) -> int:
+    """Tokens of a layer's storage after a forward of ``q`` tokens: the kept past (a sliding layer keeps a
+    ``window - 1`` view) concatenated with the new ones."""
+    if sliding and spec.sliding_window:
+        past = min(past, spec.sliding_window - 1)
+    return past + q
+
+
+class KVCache:
+    """The cache of one forward: per-layer tensors of the replayed layers, one aggregate for the rest."""
+
+    def __init__(
+        self,
+        sim: Sim,
+        spec: ModelSpec,
+        batch: int,
+        past: int,
+        kv_bytes: float,
+        dt: str,
+        replayed: frozenset[int],
+    ) -> None:
+        self.sim = sim
+        self.spec = spec
+        self.batch = batch
+        self.past = past
+        self.kv_bytes = kv_bytes
+        self.dt = dt
+        self.k_el, self.v_el = cache_elems_per_token(spec)
+        self.sliding = tuple(t == "sliding_attention" for t in spec.resolved_layer_types)
+        self.layers: dict[int, tuple[T, T]] = {}
+        other = 0
+        for i in range(spec.num_layers):
+            toks = stored_tokens(spec, past, self.sliding[i])
+            if not toks:
+                continue
+            if i in replayed:
+                self.layers[i] = (self._tensor(toks * self.k_el), self._tensor(toks * self.v_el))
+            else:
+                other += self._bytes(toks * self.k_el) + self._bytes(toks * self.v_el)
+        self.other: Storage = sim.storage(other, "kv_cache")
+
+    def _bytes(self, elems: int) -> int:
+        return round(self.batch * elems * self.kv_bytes)
+
+    def _tensor(self, elems_per_seq: int) -> T:
+        n = self.batch * elems_per_seq
+        return T(self.sim.storage(self._bytes(elems_per_seq), "kv_cache"), n, self.dt)
+
+    def update(self, layer: int, k: T, v: T, q: int) -> tuple[T, T]:
+        """``cache.update(key_states, value_states, layer)``: the concatenations the attention reads."""
+        toks = tokens_after(self.spec, self.past, q, self.sliding[layer])
+        prev = self.layers.pop(layer, None)
+        k_full = self._tensor(toks * self.k_el)
+        prev_v = prev[1] if prev is not None else None
+        del prev  # the old keys go once the new concatenation replaces them
+        v_full = self._tensor(toks * self.v_el)
+        del prev_v
+        self.layers[layer] = (k_full, v_full)
+        return k_full, v_full
+
+    def skip(self, first: int, stop: int, q: int) -> None:
+        """Layers ``first`` to ``stop - 1`` run without being replayed: their caches grow by the concatenation
+        each makes (applied at once; a skipped layer's transient peak is below its replayed kind's)."""
+        growth = 0
+        for i in range(first, stop):
+            sl = self.sliding[i]
+            before = stored_tokens(self.spec, self.past, sl)
+            after = tokens_after(self.spec, self.past, q, sl)
+            growth += self._bytes(after * self.k_el) + self._bytes(after * self.v_el)
+            growth -= self._bytes(before * self.k_el) + self._bytes(before * self.v_el) if before else 0
+        if growth:
+            self.other.grow(growth)
+
+    def stored_bytes(self) -> int:
+        return self.other.nbytes + sum(k.st.nbytes + v.st.nbytes for k, v in self.layers.values())  # type: ignore[union-attr]

@@ -1,0 +1,219 @@
+"""Feed-forward blocks on symbolic tensors: gated and plain MLPs, Phi-3's fused gate_up, and MoE.
+
+* ``LlamaMLP.forward``: ``down_proj(act_fn(gate_proj(x)) * up_proj(x))``; ``Phi3MLP``: one ``gate_up_proj``
+  chunked into views; GPT-2 / OPT / BLOOM / GPT-NeoX: ``fc2(act(fc1(x)))`` (+ residual dropout).
+* MoE with transformers' grouped_mm experts (``integrations/moe.py`` ``grouped_mm_experts_forward``): router
+  linear, fp32 softmax, top-k (renormalised in place unless the architecture keeps the raw weights), tokens
+  sorted by expert and gathered (t x k rows), gate_up and down grouped matmuls in the experts' dtype
+  (grouped_mm is not autocast-enabled: the input is cast to the weight dtype), routing weights applied, rows
+  un-permuted and summed over k; a shared expert (Qwen2-MoE, DeepSeek) runs beside them.
+
+The functions take the :class:`~gpumem_gui.core.replay.model.CausalLM` they run in as ``m``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpumem_gui.core.replay.autograd import T
+
+if TYPE_CHECKING:
+    from gpumem_gui.core.replay.model import CausalLM
+
+
+def act(m: CausalLM, x: T) -> T:
+    """The activation: SiLU, NewGELU (GPT-2: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))), or a
+    fused GELU kernel."""
+    name = m.spec.activation
+    o = m.o
+    if name in ("silu", "swish"):
+        return o.silu(x)
+    if name == "gelu_new":
+        half = o.mul(x, None)
+        inner = o.mul(o.add(x, o.mul(o.pow3(x), None)), None)
+        th = o.tanh(inner)
+        del inner
+        one_plus = o.add(th, None)
+        del th
+        return o.mul(half, one_plus)
+    return o.gelu_tanh(x)
+
+
+def mlp(m: CausalLM, i: int, x: T) -> T:
+    """The feed-forward of layer ``i`` from its normed input."""
+    s = m.s
+    prev, s.region = s.region, "mlp"
+    out = moe(m, i, x) if m.spec.is_moe_layer(i) else _dense(m, f"layers.{i}.mlp", x)
+    s.region = prev
+    return out
+
+
+def _dense(m: CausalLM, pre: str, x: T) -> T:
+    o, spec = m.o, m.spec
+    if not spec.mlp_gated:
+        h = act(m, m.linear(x, f"{pre}.up_proj"))
+        out = m.linear(h, f"{pre}.down_proj")
+        del h
+        return o.dropout(out, m.cfg.dropout) if spec.traits.residual_dropout else out
+    if spec.traits.fused_gate_up and m.has(f"{pre}.gate_up_proj.weight"):
+        up_states = m.linear(x, f"{pre}.gate_up_proj")
+        n = up_states.n // 2
+        gate, up = T(up_states.st, n, up_states.dt), T(up_states.st, n, up_states.dt)
+        m.s.node("split", (up_states,), (gate, up))
+        del up_states
+        up = o.mul(up, act(m, gate))
+        out = m.linear(up, f"{pre}.down_proj")
+        del up
+        return out
+    prod = o.mul(act(m, m.linear(x, f"{pre}.gate_proj")), m.linear(x, f"{pre}.up_proj"))
+    return m.linear(prod, f"{pre}.down_proj")
+
+
+def _grouped(m: CausalLM, x: T, w: T, n_out: int) -> T:
+    """_grouped_mm(input.to(weight.dtype), weight, offs): saves the input and the (3-D) weight; backward
+    gives the input's gradient and one for the whole expert tensor."""
+    s = m.s
+    x = s.cast(x, w.dt)
+    out = s.new(n_out, w.dt)
+    saved = []
+    if x.fn is not None:
+        saved.append(w)
+    if w.fn is not None:
+        saved.append(x)
+    s.node("linear", (x, w), (out,), tuple(saved))
+    return out
+
+
+def _route(m: CausalLM, x: T, pre: str) -> tuple[T, T]:
+    """TopKRouter.forward: router logits, fp32 softmax, top-k (renormalised in place: the in-place div saves
+    a clone of the original values and the sum); returns (router logits, routing weights in their dtype).
+    DeepSeek's router works in fp32 throughout (:func:`_route_fp32`)."""
+    s, spec = m.s, m.spec
+    moe_spec = spec.moe
+    assert moe_spec is not None
+    if spec.traits.router == "fp32":
+        return _route_fp32(m, x, pre)
+    t, e, k = m.cfg.tokens, moe_spec.num_experts, moe_spec.experts_per_token
+    router_logits = m.linear(x, f"{pre}.gate")
+    f32 = s.cast(router_logits, "f32")
+    probs = s.new(t * e, "f32")
+    s.node("copy", (f32,), (probs,), (probs,))
+    del f32
+    top = s.new(t * k, "f32")
+    top_idx = s.new(t * k, "i64")
+    s.node("copy", (probs,), (top,), (top_idx,))
+    del probs
+    if spec.traits.router_renormalize:
+        total = s.new(t, "f32")
+        s.node("copy", (top,), (total,))
+        original = s.new(t * k, "f32")
+        s.node("pass", (top,), (original,))
+        top2 = T(top.st, top.n, top.dt)
+        s.node("mul", (original, total), (top2,), (original, total))
+        top = top2
+        del original, total, top2
+    return router_logits, s.cast(top, router_logits.dt)
+
+
+def _experts(m: CausalLM, pre: str, x: T, routing_weights: T) -> T:
+    """grouped_mm_experts_forward (``integrations/moe.py``): every local lives until it returns; only the
+    rebound ones (``proj_out``, ``weighted_out``) free their previous tensor on the way."""
+    o, s, spec = m.o, m.s, m.spec
+    moe_spec = spec.moe
+    assert moe_spec is not None
+    t, h, e = m.cfg.tokens, spec.hidden_size, moe_spec.num_experts
+    fe, n_s = moe_spec.expert_intermediate_size, m.cfg.tokens * moe_spec.experts_per_token
+    expert_ids_g = s.new(n_s, "i64")  # torch.sort(expert_ids): values and permutation
+    perm = s.new(n_s, "i64")
+    token_idx = s.new(n_s, "i64")  # perm // num_top_k
+    selected = s.new(n_s * h, x.dt)  # hidden_states[perm // num_top_k]
+    s.node("copy", (x,), (selected,), (token_idx,))
+    del token_idx
+    sample_weights_g = s.new(n_s, routing_weights.dt)
+    s.node("copy", (routing_weights,), (sample_weights_g,), (perm,))
+    histc_input = s.new(n_s, "f32")  # expert_ids_g.float() (CPU/MPS histc)
+    tokens_per_expert = s.new(e, "f32")
+    offsets = s.new(e, "i32")
+    up_rows = 2 * fe if spec.mlp_gated else fe
+    proj_out = _grouped(m, selected, m.param(f"{pre}.experts.gate_up_proj"), n_s * up_rows)
+    if spec.mlp_gated:  # _default_apply_gate: chunk into gate/up views, act(gate) * up
+        gate = T(proj_out.st, n_s * fe, proj_out.dt)
+        s.node("pass", (proj_out,), (gate,))
+        up = T(proj_out.st, n_s * fe, proj_out.dt)
+        s.node("pass", (proj_out,), (up,))
+        proj_out = o.mul(act(m, gate), up)
+        del gate, up
+    else:
+        proj_out = act(m, proj_out)
+    proj_out = _grouped(m, proj_out, m.param(f"{pre}.experts.down_proj"), n_s * h)
+    weighted_out = o.mul(proj_out, sample_weights_g, n_s * h)
+    inv_perm = s.new(n_s, "i64")
+    arange = s.new(n_s, "i64")
+    del arange
+    unperm = s.new(n_s * h, weighted_out.dt)  # weighted_out[inv_perm]
+    s.node("copy", (weighted_out,), (unperm,), (inv_perm,))
+    weighted_out = unperm
+    del unperm
+    final = s.new(t * h, weighted_out.dt)  # .view(t, k, h).sum(dim=1)
+    s.node("pass", (weighted_out,), (final,))
+    del expert_ids_g, perm, selected, sample_weights_g, histc_input, tokens_per_expert, offsets
+    del proj_out, weighted_out, inv_perm
+    return s.cast(final, x.dt)
+
+
+def _route_fp32(m: CausalLM, x: T, pre: str) -> tuple[T, T]:
+    """DeepseekV2TopkRouter / DeepseekV3TopkRouter: ``F.linear(x.float(), weight.float())`` (fp32 copies of
+    the input and the router weight), fp32 scores (softmax, or sigmoid + correction bias), group-limited top-k
+    (``masked_fill``), the top-k weights scaled by ``routed_scaling_factor``, left in fp32."""
+    s, spec = m.s, m.spec
+    moe_spec = spec.moe
+    assert moe_spec is not None
+    t, e, k, h = m.cfg.tokens, moe_spec.num_experts, moe_spec.experts_per_token, spec.hidden_size
+    x32 = s.cast(x, "f32")
+    w32 = s.cast(m.param(f"{pre}.gate.weight"), "f32")
+    router_logits = m.o.linear(x32, w32, None, e, h)
+    del x32, w32
+    scores = s.new(t * e, "f32")
+    s.node("copy", (router_logits,), (scores,), (scores,))
+    choice = s.new(t * e, "f32")  # scores (+ e_score_correction_bias), masked outside the chosen groups
+    top = s.new(t * k, "f32")
+    top_idx = s.new(t * k, "i64")
+    s.node("copy", (scores,), (top,), (top_idx,))
+    del choice
+    weights = m.o.mul(top, None)  # * routed_scaling_factor
+    del top, scores
+    return router_logits, weights
+
+
+def moe(m: CausalLM, i: int, x: T) -> T:
+    """A sparse MoE block (see the module docstring): the router's logits and weights live until the block
+    returns (``_, routing_weights, selected_experts = self.gate(...)``), the shared expert runs after the
+    routed ones, on the block's input."""
+    o, s = m.o, m.s
+    moe_spec = m.spec.moe
+    assert moe_spec is not None
+    pre = f"layers.{i}.mlp"
+    first = m.spec.traits.shared_expert_first and moe_spec.shared_expert_intermediate_size
+    sh_out = _shared(m, pre, x) if first else None  # Qwen2MoeSparseMoeBlock: the shared expert runs first
+    router_logits, routing_weights = _route(m, x, pre)
+    final = _experts(m, pre, x, routing_weights)
+    if moe_spec.shared_expert_intermediate_size:
+        if sh_out is None:
+            sh_out = _shared(m, pre, x)
+        if moe_spec.shared_expert_gate:
+            g = m.linear(x, f"{pre}.shared_expert_gate")
+            sig = s.new(g.n, g.dt)
+            s.node("copy", (g,), (sig,), (sig,))
+            del g
+            sh_out = o.mul(sig, sh_out, sh_out.n)
+            del sig
+        final = o.add(final, sh_out)
+    del router_logits, routing_weights
+    return final
+
+
+def _shared(m: CausalLM, pre: str, x: T) -> T:
+    """The shared expert: a gated MLP of ``shared_expert_intermediate_size`` on every token."""
+    sh = f"{pre}.shared_experts"
+    prod = m.o.mul(act(m, m.linear(x, f"{sh}.gate_proj")), m.linear(x, f"{sh}.up_proj"))
+    return m.linear(prod, f"{sh}.down_proj")

@@ -1,0 +1,518 @@
+"""The one transformers causal-LM forward, replayed on symbolic tensors for inference and training alike.
+
+The code follows the modeling files of transformers 5.24 statement by statement (``LlamaModel.forward``,
+``LlamaDecoderLayer``, ``LlamaRMSNorm``, ``LlamaRotaryEmbedding``, ``masking_utils``, ``LlamaForCausalLM``
+with ``logits_to_keep`` and ``ForCausalLMLoss``), so that Python's reference counting frees every
+intermediate exactly when the real code drops it, and autograd saves what the real ops save. What other
+architectures do differently is read from :class:`~gpumem_gui.core.spec.model.ArchTraits`; the attention
+variants are in :mod:`.attention`, the feed-forward ones in :mod:`.mlp`, PEFT's LoRA and bitsandbytes' 4-bit
+linears in :mod:`.adapters`.
+
+With gradients on (training) no cache is kept and autograd saves what backward needs; with gradients off
+(inference) the forward takes ``q`` new tokens after ``past`` cached ones, updates a :class:`KVCache`, and may
+replay only the last layer of each kind (:class:`LayerPlan`). Nothing here is fitted: sizes are element
+counts times dtype widths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from gpumem_gui.core.replay import adapters, attention, legacy, mlp
+from gpumem_gui.core.replay.autograd import DT_BYTES, Node, Param, Sim, T
+from gpumem_gui.core.replay.cache import KVCache
+from gpumem_gui.core.replay.ops import Ops
+from gpumem_gui.core.spec.model import ModelSpec
+from gpumem_gui.core.spec.params import Tensor, text_tensors
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """One forward (and, in training, its backward): shapes, dtypes and the model's options."""
+
+    batch: int
+    q: int  # new tokens per sequence in this forward
+    param_dt: str  # dtype of the model's float weights
+    autocast: str | None = None  # lower-precision dtype of torch.autocast, None without autocast
+    past: int = 0  # tokens already cached (inference decode)
+    attn: str = "sdpa"
+    logits_to_keep: int = 0  # 0: logits for every position; 1: the last one (generate)
+    kv_bytes: float = 2  # bytes per cached element
+    grad_ckpt: bool = False
+    method: str = "full"  # full | lora | qlora
+    lora_rank: int = 16
+    lora_targets: tuple[str, ...] = ()
+    lora_dropout: float = 0.0
+    adapter_dt: str = "f32"
+    quant_bytes: int = 0  # qlora: bytes of the 4-bit linears (packed weights + quantization state)
+    frozen_layers: int = 0
+    lm_head: bool = True  # this rank holds the head (and the loss)
+    embedding: bool = True  # this rank holds the token embedding
+    weights_counted: bool = True  # False: the weights are accounted elsewhere (inference's load phase)
+    dropout: float = 0.0  # hidden/attention dropout of the architecture (GPT-2 style residual dropouts)
+    cpu_dropout: bool = False  # replay the CPU dropout kernel (a full-dtype noise tensor) instead of CUDA's
+
+    @property
+    def kv_len(self) -> int:
+        return self.past + self.q
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.q
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """The layers a forward replays op by op: ``segments`` holds one ``(first, layer)`` per replayed layer in
+    order, layers ``first`` to ``layer - 1`` run without a replay before it (inference only: a skipped layer's
+    transient peak is dominated by the last layer of its kind, which has more cache below it)."""
+
+    segments: tuple[tuple[int, int], ...]
+
+    @property
+    def replayed(self) -> frozenset[int]:
+        return frozenset(layer for _, layer in self.segments)
+
+
+def layer_kind(spec: ModelSpec, i: int) -> tuple[str, bool]:
+    return spec.resolved_layer_types[i], spec.is_moe_layer(i)
+
+
+@lru_cache(maxsize=256)
+def last_of_each_kind(spec: ModelSpec) -> LayerPlan:
+    """Replay the last layer of each kind (attention type x dense/MoE); skip the rest."""
+    last = {layer_kind(spec, i): i for i in range(spec.num_layers)}
+    first, segments = 0, []
+    for layer in sorted(last.values()):
+        segments.append((first, layer))
+        first = layer + 1
+    return LayerPlan(tuple(segments))
+
+
+def every_layer(layers: Sequence[int]) -> LayerPlan:
+    return LayerPlan(tuple((i, i) for i in layers))
+
+
+@lru_cache(maxsize=256)
+def _tensors(spec: ModelSpec) -> tuple[Tensor, ...]:
+    """The parameter tensors as transformers builds them (fused projections where the model fuses them)."""
+    return adapters.fuse_projections(
+        tuple(text_tensors(spec)), spec.traits.fused_qkv, spec.traits.fused_gate_up and spec.mlp_gated
+    )
+
+
+def received_leaf(sim: Sim, n: int, dt: str) -> T:
+    """A tensor received from another rank that needs a gradient (its gradient is sent back)."""
+    x = sim.new(n, dt)
+    nd = Node(sim, "acc", (), ((n, dt),), ())
+    nd.seq = 1 << 62
+    x.fn, x.idx = nd, 0
+    return x
+
+
+class CausalLM:
+    """The parameters of one (rank's) model and its forward: to the logits (inference) or the loss."""
+
+    def __init__(self, sim: Sim, spec: ModelSpec, cfg: ReplayConfig, cache: KVCache | None = None) -> None:
+        self.s = sim
+        self.o = Ops(sim, cfg.cpu_dropout)
+        self.spec = spec
+        self.cfg = cfg
+        self.cache = cache
+        self.p: dict[str, Param] = {}
+        self.shape: dict[str, tuple[int, ...]] = {}
+        self.quantized: set[str] = set()
+        self._by_name = {t.name: t for t in _tensors(spec)}
+        self._logits: T | None = None
+        self._alibi: T | None = None
+        self._last: T | None = None
+        if cfg.weights_counted:
+            self._build_params()
+
+    # ---- parameters ----------------------------------------------------------------------------------------
+    def _trainable(self, layer: int | None) -> bool:
+        if self.cfg.method != "full":
+            return False
+        return not (layer is not None and layer < self.cfg.frozen_layers)
+
+    def _held(self, t: Tensor) -> bool:
+        """Whether this rank holds ``t`` (pipeline stages hold the embedding or the head only at the ends)."""
+        cfg, spec = self.cfg, self.spec
+        if (
+            not cfg.embedding
+            and t.component in ("embedding", "position_embedding")
+            and not (cfg.lm_head and spec.tie_word_embeddings and t.component == "embedding")
+        ):
+            return False
+        return cfg.lm_head or not (t.component == "lm_head" or t.name == "norm.weight")
+
+    def _add(self, t: Tensor) -> None:
+        cfg, s = self.cfg, self.s
+        numel = _numel(t.shape)
+        self.shape[t.name] = t.shape
+        if not cfg.weights_counted:
+            self.p[t.name] = Param(s, t.name, numel, cfg.param_dt, False, 0, 0, t.layer)
+            return
+        if cfg.method == "qlora" and adapters.bnb_quantizes(t.name, t.shape):
+            self.p[t.name] = s.param(t.name, numel, cfg.param_dt, False, 0, t.layer)
+            self.quantized.add(t.name)
+        else:
+            full = round(numel * DT_BYTES[cfg.param_dt])
+            self.p[t.name] = s.param(t.name, numel, cfg.param_dt, self._trainable(t.layer), full, t.layer)
+        if adapters.is_lora_target(cfg, t):
+            adapters.add_lora(self, t)
+
+    def _build_params(self) -> None:
+        cfg, spec, s = self.cfg, self.spec, self.s
+        for t in self._by_name.values():
+            if self._held(t):
+                self._add(t)
+        if cfg.method == "qlora" and cfg.quant_bytes:
+            s.param("bnb 4-bit linears", 0, "u8", False, cfg.quant_bytes, None, sharded=False)
+        if spec.vision is not None and cfg.embedding:
+            # the vision tower and projector: counted (and trained in a full fine-tune), not run on text
+            n = spec.vision.params
+            full = round(n * DT_BYTES[cfg.param_dt])
+            self.p["vision"] = s.param("vision", n, cfg.param_dt, self._trainable(None), full, None)
+
+    def has(self, name: str) -> bool:
+        """Whether this rank holds parameter ``name`` (``layers.3.self_attn.q_proj.weight``)."""
+        if self.cfg.weights_counted:
+            return name in self.p
+        t = self._by_name.get(name)
+        return t is not None and self._held(t)
+
+    def param(self, name: str) -> T:
+        p = self.p.get(name)
+        if p is None:  # inference builds the (weightless) parameters it touches on first use
+            self._add(self._by_name[name])
+            p = self.p[name]
+        return p.tensor
+
+    def w(self, name: str) -> T | None:
+        return self.param(name) if self.has(name) else None
+
+    def linear(self, x: T, name: str) -> T:
+        """nn.Linear ``name`` (``...q_proj``), or PEFT's LoRA Linear around it, or a bnb Linear4bit base."""
+        w_name = f"{name}.weight"
+        w = self.param(w_name)
+        n_out, n_in = self.shape[w_name]
+        bias = self.w(f"{name}.bias")
+        if w_name in self.quantized:
+            result = adapters.linear4bit(self, x, bias, n_out, n_in)
+        else:
+            result = self.o.linear(x, w, bias, n_out, n_in)
+        if f"{name}.lora_A" not in self.p:
+            return result
+        return adapters.lora(self, x, result, name, n_out, n_in)
+
+    # ---- norms -----------------------------------------------------------------------------------------
+    def norm(self, x: T, name: str) -> T:
+        """LlamaRMSNorm (Gemma's ``(1 + w)`` variant), or F.layer_norm for LayerNorm models."""
+        o, s, spec = self.o, self.s, self.spec
+        w = self.param(f"{name}.weight")
+        width = self.shape[f"{name}.weight"][0]
+        if spec.norm == "layernorm":
+            b = self.w(f"{name}.bias")
+            rows = x.n // width
+            out = s.new(x.n, x.dt)
+            mean = s.new(rows, "f32")
+            rstd = s.new(rows, "f32")
+            s.node("multi", (x, w, b), (out,), (x, w, b, mean, rstd))
+            return out
+        input_dtype = x.dt
+        if spec.traits.norm_weight_offset:
+            xf = s.cast(x, "f32")
+            hs = o.mul(xf, o.rsqrt(o.add(o.mean_last(o.pow2(xf), width), None)))
+            del xf
+            w1 = o.add(s.cast(w, "f32"), None)
+            out = o.mul(hs, w1, hs.n)
+            del hs, w1
+            return s.cast(out, input_dtype)
+        hs = s.cast(x, "f32")
+        variance = o.mean_last(o.pow2(hs), width)
+        hs = o.mul(hs, o.rsqrt(o.add(variance, None)))
+        del variance
+        return o.mul(w, s.cast(hs, input_dtype), hs.n)
+
+    def region_norm(self, x: T, name: str) -> T:
+        """A decoder layer's own norm, its tensors tagged ``norm``."""
+        s = self.s
+        prev, s.region = s.region, "norm"
+        out = self.norm(x, name)
+        s.region = prev
+        return out
+
+    # ---- embedding, rotary, masks ---------------------------------------------------------------------
+    def embed(self, ids: T) -> tuple[T, list[T]]:
+        """The first layer's input, and the locals the model's forward keeps until it returns: the token
+        embedding (scaled inside the module, Gemma; projected, OPT-350m's project_in), the learned positions
+        (GPT-2 wpe, OPT embed_positions) added into a new tensor, embedding dropout (GPT-2, GPT-NeoX), the
+        embedding norm (BLOOM word_embeddings_layernorm)."""
+        o, s, spec, cfg = self.o, self.s, self.spec, self.cfg
+        w = self.param("embed_tokens.weight")
+        inputs_embeds = s.new(cfg.tokens * spec.token_embedding_dim, w.dt)
+        s.node("copy", (w,), (inputs_embeds,), (ids,))
+        if spec.traits.embedding_scale:
+            inputs_embeds = o.mul(inputs_embeds, None)
+        if self.has("project_in.weight"):
+            inputs_embeds = self.linear(inputs_embeds, "project_in")
+        keep = [inputs_embeds]
+        hidden_states = inputs_embeds
+        if spec.position_embedding == "learned":
+            pw = self.param("embed_positions.weight")
+            pos = s.new(cfg.q * spec.hidden_size, pw.dt)
+            s.node("copy", (pw,), (pos,))
+            keep.append(pos)
+            hidden_states = o.add(inputs_embeds, pos)
+            del pos
+        if spec.traits.embedding_dropout:
+            hidden_states = o.dropout(hidden_states, cfg.dropout)
+        if self.has("embedding_norm.weight"):
+            hidden_states = self.norm(hidden_states, "embedding_norm")
+        return hidden_states, keep
+
+    def rotary(self, x: T) -> tuple[T | None, T | None]:
+        """LlamaRotaryEmbedding.forward: fp32 cos/sin [1, q, d], cast to the hidden states' dtype."""
+        spec, s = self.spec, self.s
+        if spec.position_embedding != "rope":
+            return None, None
+        d = spec.mla.qk_rope_head_dim if spec.mla is not None else spec.head_dim
+        n = self.cfg.q * d
+        cos = s.cast(s.new(n, "f32"), x.dt)
+        sin = s.cast(s.new(n, "f32"), x.dt)
+        return cos, sin
+
+    def rotary_kinds(self, layers: Sequence[int]) -> tuple[str, ...]:
+        """One rotary embedding, or one per attention type present (Gemma-3's global and local)."""
+        if self.spec.position_embedding != "rope":
+            return ()
+        if not self.spec.traits.rotary_per_layer_type:
+            return ("full_attention",)
+        types = self.spec.resolved_layer_types
+        return tuple(sorted({types[i] for i in layers}))
+
+    def alibi(self, dt: str) -> T | None:
+        """The ALiBi bias the model builds once (BloomModel, FalconModel: [b * heads, 1, kv] in the activation
+        dtype), kept until it returns."""
+        spec, cfg = self.spec, self.cfg
+        if spec.position_embedding != "alibi":
+            return None
+        return self.s.new(cfg.batch * spec.num_attention_heads * cfg.kv_len, dt)
+
+    def masks(self, dt: str) -> dict[str, T]:
+        """create_causal_mask / create_sliding_window_causal_mask (masking_utils): eager gets a float
+        [b, 1, q, kv] mask per layer kind; sdpa needs none for causal layers (is_causal) and a boolean one for
+        sliding layers once the keys reach the window (_ignore_causal_mask_sdpa)."""
+        s, cfg = self.s, self.cfg
+        out: dict[str, T] = {}
+        kinds = set(self.spec.resolved_layer_types)
+        unused = None
+        if self.spec.traits.sliding_mask_always and "sliding_attention" not in kinds:
+            # built and held by the model's forward though no layer reads it (Qwen2MoeModel)
+            unused = s.new(cfg.batch * cfg.q * cfg.kv_len, dt if cfg.attn == "eager" else "bool")
+        for kind in sorted(kinds):
+            if cfg.attn == "eager" or self.spec.traits.block == "bloom":  # BLOOM has eager attention only
+                out[kind] = s.new(cfg.batch * cfg.q * cfg.kv_len, dt)
+            elif attention.sdpa_mask(self.spec, cfg, kind == "sliding_attention"):
+                out[kind] = s.new(attention.bool_mask_elems(self.spec, cfg), "bool")
+        if unused is not None:
+            out["unused"] = unused
+        return out
+
+    # ---- decoder layer ------------------------------------------------------------------------------------
+    def layer(
+        self, i: int, hidden_states: T, cos: T | None, sin: T | None, mask: T | None, *_: object
+    ) -> tuple[T, T | None]:
+        """LlamaDecoderLayer.forward, with the norm placement of the architecture (pre, post, sandwich) and
+        parallel attention + MLP (GPT-NeoX); Falcon's and BLOOM's own blocks (:mod:`.legacy`). Returns the
+        output and the attention weights (eager)."""
+        o, s, spec = self.o, self.s, self.spec
+        if spec.traits.block == "falcon":
+            return legacy.falcon_layer(self, i, hidden_states, cos, sin, mask)
+        if spec.traits.block == "bloom":
+            return legacy.bloom_layer(self, i, hidden_states, self._alibi, mask)
+        placement = spec.traits.norm_placement
+        residual = hidden_states
+        s.tr.where = f"layer {i} attention"
+        if placement != "post":
+            hidden_states = self.region_norm(hidden_states, f"layers.{i}.norm0")
+        if spec.parallel_attn_mlp:
+            # GPTNeoXLayer / FalconDecoderLayer: the MLP reads the residual input through its own norm when
+            # the layer has one (post_attention_layernorm, ln_mlp), else the attention's normed input
+            attn, _weights = attention.attention(self, i, hidden_states, cos, sin, mask)
+            s.tr.where = f"layer {i} MLP"
+            if spec.norms_per_layer > 1:
+                del hidden_states
+                hidden_states = self.region_norm(residual, f"layers.{i}.norm1")
+            mlp_out = mlp.mlp(self, i, hidden_states)
+            del hidden_states
+            s.region = "hidden_states"
+            return o.add(o.add(residual, attn), mlp_out), _weights
+        hidden_states, _weights = attention.attention(self, i, hidden_states, cos, sin, mask)
+        n = 1 if placement == "sandwich" else 0
+        if placement != "pre":
+            hidden_states = self.region_norm(hidden_states, f"layers.{i}.norm{n}")
+        s.region = "hidden_states"
+        _attn_output = hidden_states if spec.traits.attn_output_kept else None  # held to the layer's end
+        hidden_states = o.add(residual, hidden_states)
+        residual = hidden_states
+        s.tr.where = f"layer {i} MLP"
+        if placement != "post":
+            hidden_states = self.region_norm(hidden_states, f"layers.{i}.norm{n + 1}")
+        hidden_states = mlp.mlp(self, i, hidden_states)
+        if placement != "pre":
+            hidden_states = self.region_norm(hidden_states, f"layers.{i}.norm{n + 2 if n else 1}")
+        s.region = "hidden_states"
+        return o.add(residual, hidden_states), _weights
+
+    # ---- whole model --------------------------------------------------------------------------------------
+    def model(self, ids: T, plan: LayerPlan) -> T:
+        """LlamaModel.forward over the plan's layers; returns the final norm's output (a pipeline stage
+        without the head: the last layer's output)."""
+        s, spec, cfg = self.s, self.spec, self.cfg
+        s.tr.where = "embedding"
+        s.region = "hidden_states"
+        if cfg.embedding:
+            hidden_states, keep = self.embed(ids)
+        else:  # activations received from the previous pipeline stage: a leaf that needs a gradient
+            hidden_states = received_leaf(s, cfg.tokens * spec.hidden_size, cfg.param_dt)
+            keep = [hidden_states]
+        s.region = "mask"
+        alibi = self._alibi = self.alibi(hidden_states.dt)
+        masks = self.masks(hidden_states.dt)
+        if alibi is not None and spec.traits.block == "falcon":  # FalconModel folds ALiBi into one float mask
+            masks = {
+                k: s.new(cfg.batch * spec.num_attention_heads * cfg.q * cfg.kv_len, hidden_states.dt)
+                for k in masks
+            }
+        s.region = "inputs"
+        position_ids = s.new(cfg.q, "i64")  # arange(q) + past_seen_tokens
+        s.region = "rope"
+        rotary = {
+            kind: self.rotary(hidden_states) for kind in self.rotary_kinds([i for _, i in plan.segments])
+        }
+        s.region = "hidden_states"
+        per_type = spec.traits.rotary_per_layer_type
+        # FalconModel / BloomModel keep the previous layer's (hidden, attn_weights) until the next one returns
+        keeps_outputs = spec.traits.block != "llama"
+        _previous: T | None = None  # held, not read: what the model's loop keeps alive
+        for first, i in plan.segments:
+            if i > first:  # layers first..i-1 run unreplayed: their output and their caches
+                if any(hidden_states is k for k in keep):  # still a local of the model's forward
+                    hidden_states = s.new(cfg.tokens * spec.hidden_size, hidden_states.dt)
+                if self.cache is not None:
+                    self.cache.skip(first, i, cfg.q)
+                if keeps_outputs and cfg.attn == "eager":
+                    s.region = "attention"
+                    _previous = s.new(
+                        cfg.batch * spec.num_attention_heads * cfg.q * cfg.kv_len, hidden_states.dt
+                    )
+                    s.region = "hidden_states"
+            kind = spec.resolved_layer_types[i]
+            cos, sin = rotary.get(kind if per_type else "full_attention", (None, None))
+            s.hooks.enter_unit(s, i, (-1,))  # FSDP: the root unit (embeddings, head) stays gathered
+            if cfg.grad_ckpt:
+                # the checkpoint keeps every argument of the layer call (position_ids included)
+                hidden_states, weights = s.checkpoint(
+                    self.layer, i, hidden_states, cos, sin, masks.get(kind), position_ids
+                )
+            else:
+                hidden_states, weights = self.layer(i, hidden_states, cos, sin, masks.get(kind))
+            _previous = weights if keeps_outputs else None
+            del weights
+        self._alibi = None
+        s.tr.where = "final norm"
+        s.hooks.enter_unit(s, -1)
+        s.unit = None
+        if not cfg.lm_head:
+            return hidden_states
+        s.region = "norm"
+        if self.has("norm.weight"):
+            hidden_states = self.norm(hidden_states, "norm")
+        if self.has("project_out.weight"):
+            s.region = "hidden_states"
+            hidden_states = self.linear(hidden_states, "project_out")
+        return hidden_states
+
+    def head(self, last_hidden_state: T) -> T:
+        """The LM head over the kept positions (``logits_to_keep``), with Gemma-2's final soft-capping."""
+        s, spec, cfg = self.s, self.spec, self.cfg
+        s.tr.where = "lm_head"
+        s.region = "hidden_states"  # an autocast copy of the input belongs to the activations
+        keep = cfg.logits_to_keep or cfg.q
+        rows = cfg.batch * keep
+        x = last_hidden_state if keep == cfg.q else last_hidden_state.view(rows * spec.token_embedding_dim)
+        if self.has("lm_head.weight"):
+            logits = self.linear(x, "lm_head")
+        else:
+            w = self.param("embed_tokens.weight")
+            logits = self.o.linear(x, w, self.w("lm_head.bias"), spec.vocab_size, spec.token_embedding_dim)
+        del x
+        s.tr.retag(logits.st, logits.st.kind, "logits")  # type: ignore[arg-type]
+        s.region = "logits"
+        if spec.final_logit_softcapping:  # logits / cap; tanh; * cap (each replaces the previous)
+            logits = self.o.mul(logits, None)
+            logits = self.o.tanh(logits)
+            logits = self.o.mul(logits, None)
+        return logits
+
+    def forward_logits(self, ids: T, plan: LayerPlan) -> T | None:
+        """``model(input_ids, use_cache=True, logits_to_keep=...)``: the logits (None on a pipeline stage
+        without the head); the model's locals are gone when it returns, the outputs hold the logits."""
+        last_hidden_state = self.model(ids, plan)
+        if not self.cfg.lm_head:
+            return None
+        return self.head(last_hidden_state)
+
+    def forward_loss(self, ids: T, layers: Sequence[int]) -> T:
+        """LlamaForCausalLM.forward(input_ids, labels=input_ids) -> loss (ForCausalLMLoss, mean reduction)."""
+        s, spec, cfg = self.s, self.spec, self.cfg
+        last_hidden_state = self.model(ids, every_layer(layers))
+        if not cfg.lm_head:
+            return last_hidden_state
+        logits = self.head(last_hidden_state)
+        s.tr.where = "loss"
+        # ForCausalLMLoss: logits.float(), labels padded and shifted, cross_entropy = log_softmax + nll_loss
+        t, v = cfg.tokens, spec.vocab_size
+        lf = s.cast(logits, "f32")
+        s.region = "inputs"
+        padded = s.new(cfg.batch * (cfg.q + 1), "i64")
+        # labels[..., 1:].contiguous(): a view for one sequence, a copy otherwise
+        labels = s.new(t, "i64") if cfg.batch > 1 else padded
+        s.region = "logits"
+        ls = s.new(t * v, "f32")
+        s.node("copy", (lf,), (ls,), (ls,))
+        del lf
+        s.region = "hidden_states"
+        loss = s.new(1, "f32")
+        total_weight = s.new(1, "f32")
+        s.node("copy", (ls,), (loss,), (labels, total_weight))
+        del ls, labels, total_weight, padded
+        self._logits = logits  # `outputs` keeps logits alive until the caller drops them
+        self._last = last_hidden_state
+        return loss
+
+    def drop_outputs(self) -> None:
+        """``del out``: the CausalLMOutputWithPast (logits, last hidden state) goes away before backward."""
+        self._logits = None
+        self._last = None
+
+
+def buffers_bytes(spec: ModelSpec) -> int:
+    """Rotary ``inv_freq`` and ``original_inv_freq`` buffers (fp32, head_dim/2 each; one rotary module per
+    attention type with :attr:`ArchTraits.rotary_per_layer_type`): ``LlamaRotaryEmbedding.__init__``."""
+    if spec.position_embedding != "rope":
+        return 0
+    d = spec.mla.qk_rope_head_dim if spec.mla else spec.head_dim
+    modules = 2 if spec.traits.rotary_per_layer_type else 1
+    return modules * 2 * (d // 2) * 4

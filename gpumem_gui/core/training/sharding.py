@@ -1,0 +1,110 @@
+"""Data-parallel sharding as hooks on the replay: what ZeRO and FSDP change in one rank's step.
+
+* Parameters: each rank stores ``1/param_shard`` of every parameter (ZeRO-3, FSDP), or none of them when they
+  are offloaded to the CPU; the full parameters of a *unit* are all-gathered when the forward or the backward
+  reaches it: one decoder layer at a time plus the root unit (embeddings, final norm, head), which stays
+  gathered for the whole step (FSDP ``FULL_SHARD``, DeepSpeed ZeRO-3), the current and the previous layer in
+  backward (``BACKWARD_PRE`` prefetch), or every unit for the whole step (``SHARD_GRAD_OP``). Gathered buffers
+  are capped so that sharded + gathered never exceeds the unsharded model.
+* Gradients: reduce-scattered as they appear, each rank keeping ``1/grad_shard`` (ZeRO-2/3, FSDP); dropped
+  from the GPU when the optimizer runs on the CPU (offload) or when a preallocated fp32 ``main_grad`` buffer
+  takes them (Megatron-LM's ``Float16OptimizerWithFloat16Params`` / ``DistributedOptimizer``).
+
+Sources: ``torch/distributed/fsdp`` (FULL_SHARD / SHARD_GRAD_OP, BACKWARD_PRE prefetch), DeepSpeed ZeRO-3
+parameter partitioning (``deepspeed/runtime/zero/stage3.py``), Megatron-LM ``optimizer/optimizer.py``.
+"""
+
+from __future__ import annotations
+
+from gpumem_gui.core.replay.autograd import Param, Sim, Storage
+from gpumem_gui.core.replay.step import TrainingHooks
+
+
+class ShardingHooks(TrainingHooks):
+    """One rank's view of a sharded data-parallel step (see the module docstring)."""
+
+    def __init__(
+        self,
+        param_shard: int = 1,
+        grad_shard: int = 1,
+        gather: str = "none",
+        params_offloaded: bool = False,
+        grads_dropped: bool = False,
+        main_grad: bool = False,
+    ) -> None:
+        self.param_shard = param_shard
+        self.grad_shard = grad_shard
+        self.gather = gather  # none | unit (one layer at a time) | all (every unit for the step)
+        self.params_offloaded = params_offloaded
+        self.grads_dropped = grads_dropped or main_grad
+        self.main_grad = main_grad
+        self.unit_full: dict[int, int] = {}  # full bytes of each unit (-1: embeddings, final norm, head)
+        self.gathered: dict[int, Storage] = {}
+        self._cap: int | None = None
+
+    @property
+    def _active(self) -> bool:
+        return self.gather != "none" and (self.param_shard > 1 or self.params_offloaded)
+
+    def param_bytes(self, full_bytes: int, layer: int | None) -> int:
+        unit = layer if layer is not None else -1
+        self.unit_full[unit] = self.unit_full.get(unit, 0) + full_bytes
+        return 0 if self.params_offloaded else -(-full_bytes // self.param_shard)
+
+    def _gather_cap(self) -> int:
+        if self._cap is None:
+            total = sum(self.unit_full.values())
+            kept = (
+                0
+                if self.params_offloaded
+                else sum(-(-b // self.param_shard) for b in self.unit_full.values())
+            )
+            self._cap = total - kept
+        return self._cap
+
+    def _gather(self, sim: Sim, want: tuple[int, ...]) -> None:
+        want = tuple(u for u in want if u in self.unit_full)
+        for u in list(self.gathered):
+            if u not in want:
+                del self.gathered[u]
+        for u in want:
+            if u in self.gathered:
+                continue
+            live = sum(st.nbytes for st in self.gathered.values())
+            n = max(0, min(self.unit_full[u], self._gather_cap() - live))
+            self.gathered[u] = sim.storage(n, "gathered parameters", "param")
+
+    def begin_microbatch(self, sim: Sim) -> None:
+        if not self._active:
+            return
+        if self.gather == "all":
+            sim.unit = None
+            self._gather(sim, tuple(sorted(self.unit_full)))
+        else:
+            sim.unit = -1
+            self._gather(sim, (-1,))
+
+    def enter_unit(self, sim: Sim, unit: int | None, prefetch: tuple[int, ...] = ()) -> None:
+        sim.unit = unit
+        if self._active and self.gather == "unit" and unit is not None:
+            self._gather(sim, (unit, *prefetch))
+
+    def release_units(self, sim: Sim) -> None:
+        self.gathered.clear()
+        sim.unit = None
+
+    def gradient_ready(self, sim: Sim, p: Param, g: Storage) -> None:
+        if self.grads_dropped:
+            return  # added into the main_grad buffer, or copied to the CPU: dropped on the GPU
+        if p.grad is not None:
+            return  # .grad += g in place (gradient accumulation)
+        if self.grad_shard > 1:
+            p.grad = sim.storage(-(-g.nbytes // self.grad_shard), "gradients", "grad")
+        else:
+            sim.tr.retag(g, "grad", "gradients")
+            p.grad = g
+
+    def grad_buffers(self, sim: Sim, trainable_params: int) -> Storage | None:
+        if not self.main_grad:
+            return None
+        return sim.storage(4 * trainable_params // max(1, self.grad_shard), "gradients", "grad")
