@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from gpumem_gui.core import count_params, load_model
 from gpumem_gui.core import fit as fit_mod
 from gpumem_gui.core import formats as formats_mod
-from gpumem_gui.core.fit import GpuTarget, fit_report, largest, verdicts
+from gpumem_gui.core.fit import GpuTarget, fit_report, verdicts
 from gpumem_gui.core.fit.training import fit_training
 from gpumem_gui.core.formats import weight_bytes
+from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.readers.catalog import find_gpu
 from gpumem_gui.core.runtimes.inference import estimate_inference, make_run
 from gpumem_gui.core.spec.model import ModelSpec
@@ -110,9 +111,9 @@ def count_estimates(fn: Callable[[], object]) -> int:
 
 def _clear_training_cache() -> None:
     """estimate_training memoises the step replay per (spec, run); a cold call clears it first."""
-    from gpumem_gui.core import training
+    from gpumem_gui.core.training import rank
 
-    training._simulate_cached.cache_clear()
+    rank._simulate_cached.cache_clear()
 
 
 def benchmarks() -> list[tuple[str, Callable[[], object], str]]:

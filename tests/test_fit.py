@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.fit import GpuTarget, fit_report, largest
+from gpumem_gui.core.fit import GpuTarget, fit_report
+from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.readers.catalog import find_gpu
 from gpumem_gui.core.readers.hf_config import load_config_file
 from gpumem_gui.core.runtimes.inference import estimate_inference, make_run

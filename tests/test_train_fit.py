@@ -7,8 +7,9 @@ import json
 import pytest
 
 from gpumem_gui.cli import main
-from gpumem_gui.core.fit import GpuTarget, gallop
+from gpumem_gui.core.fit import GpuTarget
 from gpumem_gui.core.fit.training import fit_training
+from gpumem_gui.core.monotone import gallop
 from gpumem_gui.core.readers.catalog import find_gpu
 from gpumem_gui.core.readers.hf_config import load_config_file
 from gpumem_gui.core.training import make_training_run

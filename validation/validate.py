@@ -42,8 +42,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # a source tree that was never installed
     sys.path.insert(0, str(REPO))
 
-from gpumem_gui.core.fit import gallop  # noqa: E402
 from gpumem_gui.core.formats import gguf_plan  # noqa: E402
+from gpumem_gui.core.monotone import gallop  # noqa: E402
 from gpumem_gui.core.readers.catalog import find_gpu, find_model  # noqa: E402
 from gpumem_gui.core.readers.hf_config import load_config_file, spec_from_config  # noqa: E402
 from gpumem_gui.core.reference_points import inference_run_for_point, training_run_for_point  # noqa: E402

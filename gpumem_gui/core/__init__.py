@@ -29,6 +29,7 @@ Bad input raises :class:`GpumemInputError` with one line naming the file/field a
 """
 
 from gpumem_gui.core.errors import GpumemError, GpumemInputError, describe_validation_error
+from gpumem_gui.core.fields import UI, RunField, run_fields
 from gpumem_gui.core.fit import (
     DEFAULT_MARGIN_BYTES,
     Change,
@@ -36,8 +37,6 @@ from gpumem_gui.core.fit import (
     GpuTarget,
     Verdict,
     fit_report,
-    gallop,
-    largest,
     verdicts,
 )
 from gpumem_gui.core.fit.documents import ESTIMATE_SCHEMA, FIT_SCHEMA, estimate_document, fit_document
@@ -53,6 +52,7 @@ from gpumem_gui.core.formats import (
     list_weight_formats,
     weight_bytes,
 )
+from gpumem_gui.core.monotone import gallop, largest
 from gpumem_gui.core.readers.catalog import (
     CatalogModel,
     GpuInfo,
@@ -68,7 +68,8 @@ from gpumem_gui.core.readers.hub import HubClient, looks_like_hub_id
 from gpumem_gui.core.readers.loader import LoadedModel, load_model, set_default_hub_client
 from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase
-from gpumem_gui.core.runtimes.inference import InferenceRun, estimate_inference, make_run
+from gpumem_gui.core.runtimes.base import Runtime
+from gpumem_gui.core.runtimes.inference import RUNTIMES, InferenceRun, estimate_inference, make_run, runtime
 from gpumem_gui.core.spec.kv import kv_bytes_per_token_per_layer, kv_cache_bytes_transformers
 from gpumem_gui.core.spec.model import MLASpec, ModelSpec, MoESpec, VisionSpec
 from gpumem_gui.core.spec.params import ParamCounts, count_params
@@ -85,7 +86,9 @@ __all__ = [
     "KV_DTYPE_INFO",
     "MB",
     "PRECISION_DOC",
+    "RUNTIMES",
     "SUPPORTED_MODEL_TYPES",
+    "UI",
     "CatalogModel",
     "Change",
     "Component",
@@ -108,6 +111,8 @@ __all__ = [
     "ModelSpec",
     "ParamCounts",
     "Phase",
+    "RunField",
+    "Runtime",
     "SizeUnit",
     "SweepPoint",
     "TrainingRun",
@@ -145,6 +150,8 @@ __all__ = [
     "make_run",
     "make_training_run",
     "resources_dir",
+    "run_fields",
+    "runtime",
     "search_models",
     "set_default_hub_client",
     "spec_from_config",

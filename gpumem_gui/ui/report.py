@@ -31,6 +31,7 @@ from gpumem_gui.core import (
     estimate_document,
     fmt_bytes,
     fmt_count,
+    runtime,
 )
 
 # ---- files -------------------------------------------------------------------------------------------------
@@ -150,63 +151,8 @@ def cli_command(
 
 
 def runtime_flags(model: str, run: InferenceRun, est: Estimate) -> str:
-    """The engine's own command line this plan implies (vLLM, llama.cpp), or transformers' load arguments."""
-    if run.engine == "vllm":
-        max_len = run.max_model_len or int(est.facts.get("max_model_len", run.tokens) or run.tokens)
-        args = [
-            "vllm",
-            "serve",
-            model,
-            "--max-model-len",
-            str(max_len),
-            "--gpu-memory-utilization",
-            f"{run.gpu_memory_utilization:g}",
-            "--kv-cache-dtype",
-            run.kv_dtype if run.kv_dtype != "auto" else "auto",
-            "--tensor-parallel-size",
-            str(run.tp),
-        ]
-        if run.pp > 1:
-            args += ["--pipeline-parallel-size", str(run.pp)]
-        if run.ep > 1:
-            args.append("--enable-expert-parallel")
-        if run.max_num_seqs != InferenceRun().max_num_seqs:
-            args += ["--max-num-seqs", str(run.max_num_seqs)]
-        if run.max_num_batched_tokens:
-            args += ["--max-num-batched-tokens", str(run.max_num_batched_tokens)]
-        if run.enforce_eager:
-            args.append("--enforce-eager")
-        return shlex.join(args)
-    if run.engine == "llama.cpp":
-        kv = {"fp16": "f16", "fp32": "f32", "bf16": "bf16"}.get(run.kv_dtype_resolved, run.kv_dtype_resolved)
-        ngl = 999 if run.n_gpu_layers < 0 else run.n_gpu_layers
-        args = [
-            "llama-server",
-            "-m",
-            model if model.endswith(".gguf") else f"{model}.gguf",
-            "-c",
-            str(run.batch * run.tokens),
-            "-ngl",
-            str(ngl),
-            "-ctk",
-            kv,
-            "-ctv",
-            kv,
-            "-b",
-            str(run.n_batch),
-            "-ub",
-            str(run.n_ubatch),
-            "-fa",
-            "on" if run.flash_attn else "off",
-        ]
-        if run.batch > 1:
-            args += ["-np", str(run.batch)]
-        return shlex.join(args)
-    dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}[run.compute_dtype]
-    return (
-        f"AutoModelForCausalLM.from_pretrained({model!r}, dtype={dtype}, "
-        f"attn_implementation={run.attn!r}, device_map='auto')"
-    )
+    """The engine's own command line this plan implies (vLLM, llama.cpp), or transformers' load call."""
+    return runtime(run.engine).command(model, run, est)
 
 
 # TrainingRun field -> the gpumem CLI flag (``gpumem estimate MODEL --mode train ...``)

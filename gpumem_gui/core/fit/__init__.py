@@ -7,23 +7,17 @@ grow) and bisect, so each answer costs a few dozen estimates, not a scan.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
 
 from pydantic import Field
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.formats import (
-    KV_DTYPES,
-    WeightFormat,
-    engine_kv_dtypes,
-    get_weight_format,
-    list_weight_formats,
-)
+from gpumem_gui.core.formats import KV_DTYPES, engine_kv_dtypes, get_weight_format
+from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.results.estimate import Estimate
-from gpumem_gui.core.runtimes.inference import InferenceRun, estimate_inference
+from gpumem_gui.core.runtimes.inference import InferenceRun, estimate_inference, runtime
 from gpumem_gui.core.spec.model import Frozen, ModelSpec
 from gpumem_gui.core.units import MiB
 
@@ -92,19 +86,13 @@ def verdicts(est: Estimate, target: GpuTarget, margin: int) -> tuple[Verdict, ..
             field="gpu",
         )
     out = []
+    rt = runtime(est.engine) if est.mode == "inference" else None
+    admitted = rt is None or rt.admits(est)
     for share in est.per_gpu:
         avail = target.available(share.index)
-        need = share.total_bytes
-        if est.engine == "vllm":
-            need = int(est.facts.get("budget_bytes", need))  # type: ignore[arg-type]
+        need = share.total_bytes if rt is None else rt.needed_bytes(est, share)
         head = avail - margin - need
-        ok = head >= 0
-        if est.engine == "vllm" and "kv_tokens" in est.facts:
-            # vLLM starts only if one max_model_len request fits in the pool; the batch runs at once only if
-            # all its sequences' pages fit
-            kv_tokens = int(est.facts["kv_tokens"])  # type: ignore[arg-type]
-            need_tokens = int(est.facts.get("kv_tokens_needed", 0))  # type: ignore[arg-type]
-            ok = ok and kv_tokens >= int(est.facts.get("max_model_len", 0)) and kv_tokens >= need_tokens  # type: ignore[arg-type]
+        ok = head >= 0 and admitted
         out.append(
             Verdict(
                 gpu_index=share.index,
@@ -142,59 +130,6 @@ class _Problem:
         return self.check(run.model_copy(update=update))[0]
 
 
-def largest(pred: Callable[[int], bool], lo: int, hi: int) -> int | None:
-    """Largest n in [lo, hi] with pred(n) true, for pred monotone (true, then false).
-
-    None when pred(lo) is already false."""
-    if not pred(lo):
-        return None
-    if pred(hi):
-        return hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if pred(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def gallop(pred: Callable[[int], bool], start: int, lo: int, hi: int) -> int | None:
-    """Largest n in [lo, hi] with pred(n), pred monotone (true, then false), searching outward from ``start``
-    (doubling up, or halving down), then bisecting: few evaluations when the answer is near ``start``."""
-    start = min(max(start, lo), hi)
-    if pred(start):
-        good, bad = start, None
-        n = start
-        while n < hi:
-            n = min(hi, n * 2)
-            if pred(n):
-                good = n
-            else:
-                bad = n
-                break
-        if bad is None:
-            return good
-    else:
-        bad, good = start, None
-        n = start
-        while n > lo:
-            n = max(lo, n // 2)
-            if pred(n):
-                good = n
-                break
-            bad = n
-        if good is None:
-            return None
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        if pred(mid):
-            good = mid
-        else:
-            bad = mid
-    return good
-
-
 def fit_report(
     spec: ModelSpec,
     run: InferenceRun,
@@ -219,9 +154,7 @@ def fit_report(
         run.new_tokens + 1,
         max(run.tokens, spec.max_position_embeddings) * 4,
     )
-    max_concurrency = None
-    if run.engine == "vllm" and "max_concurrency" in est.facts:
-        max_concurrency = float(est.facts["max_concurrency"])  # type: ignore[arg-type]
+    max_concurrency = runtime(run.engine).max_concurrency(est)
     fewest = _fewest_gpus(pb, run)
     best_w = _best_format(pb, run)
     best_kv = _best_kv(pb, run)
@@ -283,22 +216,13 @@ def _fewest_gpus(pb: _Problem, run: InferenceRun) -> int | None:
     return best
 
 
-def _engine_formats(prefix: str) -> list[WeightFormat]:
-    return [
-        f
-        for f in list_weight_formats()
-        if f.id.startswith(prefix) and (prefix or not f.id.startswith("gguf-"))
-    ]
-
-
 def _current_bits(run: InferenceRun) -> float:
     return 64.0 if run.weights == "file" else get_weight_format(run.weights).bits
 
 
 def _best_format(pb: _Problem, run: InferenceRun) -> str | None:
     """The most precise weight format at or below the run's precision that fits (engine's formats)."""
-    engine_prefix = "gguf-" if run.engine == "llama.cpp" else ""
-    fmts = [f for f in _engine_formats(engine_prefix) if f.bits <= _current_bits(run)]
+    fmts = [f for f in runtime(run.engine).formats() if f.bits <= _current_bits(run)]
     for f in sorted(fmts, key=lambda f: -f.bits):
         if pb.fits(run, weights=f.id):
             return f.id
@@ -335,7 +259,7 @@ def _changes(
     if kv_choice and KV_DTYPES[kv_choice] < KV_DTYPES[run.kv_dtype_resolved]:
         cands.append((1, "kv_dtype", f"quantize the KV cache to {kv_choice}", {"kv_dtype": kv_choice}))
     # when nothing fits alone, still show what the engine's common 4-bit format would need
-    w_choice = best_w or ("gguf-Q4_K_M" if run.engine == "llama.cpp" else "nf4")
+    w_choice = best_w or runtime(run.engine).fallback_format
     if w_choice != run.weights and get_weight_format(w_choice).bits < _current_bits(run):
         cands.append((2, "weights", f"use {w_choice} weights", {"weights": w_choice}))
     if local and (local[1] != run.tp or local[0] != tuple(range(run.gpus))):
@@ -352,12 +276,7 @@ def _changes(
         seq = max_ctx - run.new_tokens
         desc = f"context {max_ctx} tokens ({seq} prompt + {run.new_tokens} new)"
         cands.append((5, "context", desc, {"seq": seq}))
-    if run.engine == "llama.cpp":
-        n = pb.spec.num_layers
-        best = largest(lambda k: pb.fits(run, n_gpu_layers=k), 0, n)
-        if best is not None and best < n:
-            desc = f"offload {n - best} layers to the CPU (-ngl {best})"
-            cands.append((6, "offload", desc, {"n_gpu_layers": best}))
+    cands += runtime(run.engine).fit_levers(pb.spec, run, lambda **upd: pb.fits(run, **upd))
     out = []
     for rank, kind, desc, upd in cands:
         r = run.model_copy(update=upd)

@@ -12,7 +12,8 @@ from __future__ import annotations
 from math import ceil
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.fit import DEFAULT_MARGIN_BYTES, Change, FitReport, GpuTarget, gallop, verdicts
+from gpumem_gui.core.fit import DEFAULT_MARGIN_BYTES, Change, FitReport, GpuTarget, verdicts
+from gpumem_gui.core.monotone import gallop
 from gpumem_gui.core.results.estimate import Estimate
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.training import TrainingRun, estimate_training, make_training_run

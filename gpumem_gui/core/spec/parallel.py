@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from math import ceil
 
+from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.spec.model import ModelSpec
 
 
@@ -20,6 +21,30 @@ class Degrees:
     tp: int = 1
     pp: int = 1
     ep: int = 1
+
+
+def check_degrees(spec: ModelSpec, degrees: Degrees) -> None:
+    """Raise :class:`GpumemInputError` unless the model splits this way: tp divides the attention heads, pp
+    is at most the layers, ep needs experts and divides them (inference and training add their own rule on
+    which ranks the expert groups come from)."""
+    if spec.num_attention_heads % degrees.tp:
+        raise GpumemInputError(
+            f"tensor parallel degree {degrees.tp} does not divide the {spec.num_attention_heads} attention "
+            "heads",
+            field="tp",
+        )
+    if degrees.pp > spec.num_layers:
+        raise GpumemInputError(
+            f"pipeline degree {degrees.pp} exceeds the {spec.num_layers} layers", field="pp"
+        )
+    if degrees.ep > 1:
+        if spec.moe is None:
+            raise GpumemInputError("expert parallelism needs a mixture-of-experts model", field="ep")
+        if spec.moe.num_experts % degrees.ep:
+            raise GpumemInputError(
+                f"expert parallel degree {degrees.ep} does not divide the {spec.moe.num_experts} experts",
+                field="ep",
+            )
 
 
 def stage_layers(spec: ModelSpec, pp: int, stage: int) -> range:

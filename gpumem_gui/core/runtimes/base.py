@@ -1,0 +1,215 @@
+"""What every inference runtime shares: the :class:`Runtime` protocol, and the weights each rank loads.
+
+A runtime (one module per engine: :mod:`.transformers`, :mod:`.vllm`, :mod:`.llamacpp`) says which weight
+formats and KV dtypes it takes, checks a run, estimates it, tells a fit what a GPU must hold and which levers
+it has, and writes its own launch command. Nothing outside these modules branches on the engine's name.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from gpumem_gui.core.formats import WeightBytes, WeightFormat, list_weight_formats, weight_bytes
+from gpumem_gui.core.readers.weights import WeightsInventory
+from gpumem_gui.core.replay.model import buffers_bytes
+from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase
+from gpumem_gui.core.spec.model import ModelSpec
+from gpumem_gui.core.spec.parallel import Degrees, stage_layers
+from gpumem_gui.core.spec.params import COMPONENTS, count_params
+
+if TYPE_CHECKING:
+    from gpumem_gui.core.runtimes.run import InferenceRun
+
+# one candidate change a runtime offers a fit: (rank, kind, description, the run fields it sets)
+Lever = tuple[int, str, str, dict[str, object]]
+
+
+class Runtime(ABC):
+    """One inference engine. Subclasses set the attributes and implement :meth:`estimate` and
+    :meth:`command`; the other methods are the defaults most engines share."""
+
+    name: str = ""
+    label: str = ""
+    gguf: bool = False  # loads GGUF files (llama.cpp) rather than safetensors formats
+    fallback_format: str = "nf4"  # the common 4-bit format a fit names when no format fits
+
+    def formats(self) -> list[WeightFormat]:
+        """The weight formats this engine loads."""
+        return [f for f in list_weight_formats() if f.id.startswith("gguf-") == self.gguf]
+
+    def quantizes_experts(self, run: InferenceRun) -> bool:
+        """Whether the run's weight format quantizes routed experts on this engine."""
+        return True
+
+    def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
+        """Engine-specific checks: errors raise :class:`GpumemInputError`, soft problems are returned."""
+        return []
+
+    @abstractmethod
+    def estimate(
+        self,
+        spec: ModelSpec,
+        run: InferenceRun,
+        warnings: tuple[str, ...],
+        capacity: int | None,
+        wb: WeightBytes,
+    ) -> Estimate:
+        """The estimate of ``spec`` under ``run``; ``capacity`` is one GPU's bytes (None: unknown)."""
+
+    def needed_bytes(self, est: Estimate, share: GpuShare) -> int:
+        """What one GPU must have for the run (vLLM: its whole budget)."""
+        return share.total_bytes
+
+    def admits(self, est: Estimate) -> bool:
+        """Whether the engine starts and runs the batch at all, beyond the bytes (vLLM: enough KV pages)."""
+        return True
+
+    def max_concurrency(self, est: Estimate) -> float | None:
+        return None
+
+    def fit_levers(self, spec: ModelSpec, run: InferenceRun, fits: Callable[..., bool]) -> list[Lever]:
+        """Changes only this engine has (llama.cpp: layers left on the CPU); ``fits(**update)``."""
+        return []
+
+    @abstractmethod
+    def command(self, model: str, run: InferenceRun, est: Estimate) -> str:
+        """The engine's own launch command (or load call) for the run."""
+
+
+def component(key: str, label: str, n: int, formula: str, source: str, **inputs: object) -> Component:
+    """One breakdown entry (bytes clamped at 0) with its formula, inputs and source."""
+    return Component(
+        key=key,
+        label=label,
+        bytes=max(0, int(n)),
+        explain=Explanation(formula=formula, inputs=inputs, source=source),
+    )
+
+
+def weights_per_rank(wb: WeightBytes, tp: int) -> int:
+    """Bytes one tensor-parallel rank loads: everything divided but the (replicated) norms."""
+    norms = wb.by_component.get("norms", 0)
+    return round((wb.total_bytes - norms) / tp + norms)
+
+
+def weights_from_files(spec: ModelSpec, inv: WeightsInventory) -> WeightBytes:
+    """The exact bytes of the model's own files (safetensors/GGUF headers), in the shape formulas give."""
+    by = dict.fromkeys(COMPONENTS, 0)
+    per_layer = [0] * spec.num_layers
+    for t in inv.tensors:
+        by[t.component if t.component in by else "embedding_extra"] += t.nbytes
+        if t.layer is not None and t.layer < spec.num_layers:
+            per_layer[t.layer] += t.nbytes
+    params = count_params(spec).total
+    return WeightBytes(
+        format="file",
+        total_bytes=inv.total_bytes,
+        params=params,
+        quantized_params=0,
+        quantized_bytes=0,
+        by_component=by,
+        per_layer=tuple(per_layer),
+        by_storage=dict(inv.bytes_by_dtype),
+        bits_per_param=inv.total_bytes * 8 / params if params else 0.0,
+        explain=Explanation(
+            formula="sum of every tensor's bytes in the file headers (the files win over any formula)",
+            inputs={"files": len(inv.files), "tensors": inv.tensor_count, "quantization": inv.quantization},
+            source=f"{inv.format} headers of {inv.source}",
+        ),
+    )
+
+
+def run_weight_bytes(
+    spec: ModelSpec, run: InferenceRun, quantize_experts: bool, file_weights: WeightsInventory | None = None
+) -> WeightBytes:
+    """Weight bytes of the run: the files' exact bytes for ``weights='file'``, else the format's formula."""
+    if run.weights == "file":
+        if file_weights is None:
+            from gpumem_gui.core.errors import GpumemInputError
+
+            raise GpumemInputError(
+                "'file' needs a model opened from .safetensors or .gguf files", field="weights"
+            )
+        return weights_from_files(spec, file_weights)
+    return weight_bytes(spec, run.weights, compute_dtype_bytes=run.dt, quantize_experts=quantize_experts)
+
+
+def load_phase(
+    spec: ModelSpec, run: InferenceRun, quantize_experts: bool, degrees: Degrees, stage: int, wb: WeightBytes
+) -> tuple[Component, Phase]:
+    """The weights component of one rank of ``stage`` and the load phase that holds only it."""
+    if run.weights == "file":  # the files' own bytes (the inventory is no cache key)
+        return _build_load_phase(spec, run.weights, degrees, stage, wb)
+    return _format_load_phase(spec, run.weights, run.dt, quantize_experts, degrees, stage)
+
+
+@lru_cache(maxsize=1024)
+def _format_load_phase(
+    spec: ModelSpec, weights: str, dt: int, quantize_experts: bool, degrees: Degrees, stage: int
+) -> tuple[Component, Phase]:
+    """:func:`load_phase` of a weight format: it depends only on the spec, the format and the split, so
+    every estimate of them shares one (immutable) result."""
+    wb = weight_bytes(spec, weights, compute_dtype_bytes=dt, quantize_experts=quantize_experts)
+    return _build_load_phase(spec, weights, degrees, stage, wb)
+
+
+def _build_load_phase(
+    spec: ModelSpec, weights: str, degrees: Degrees, stage: int, wb: WeightBytes
+) -> tuple[Component, Phase]:
+    comp = _weights_component(spec, weights, degrees, stage, wb)
+    return comp, Phase(name="load", peak_bytes=comp.bytes, components=(comp,))
+
+
+def _weights_component(spec: ModelSpec, weights: str, run: Degrees, stage: int, wb: WeightBytes) -> Component:
+    layers = stage_layers(spec, run.pp, stage)
+    layer_bytes = sum(wb.per_layer[i] for i in layers)
+    outside = wb.total_bytes - sum(wb.per_layer)  # embeddings, final norm, lm_head, vision
+    # embeddings (and vision) on the first stage, final norm + lm_head on the last; tied heads share the table
+    first, last = stage == 0, stage == run.pp - 1
+    emb = (
+        wb.by_component.get("embedding", 0)
+        + wb.by_component.get("position_embedding", 0)
+        + wb.by_component.get("embedding_extra", 0)
+        + wb.by_component.get("vision", 0)
+    )
+    head = outside - emb
+    stage_outside = (emb if first else 0) + (head if last else 0)
+    if spec.tie_word_embeddings and last and not first:
+        stage_outside += wb.by_component.get("embedding", 0)  # the last stage needs its own copy of the table
+    sharded = layer_bytes + stage_outside
+    per_rank = _tp_share(spec, run, wb, layers, sharded)
+    return Component(
+        key="weights",
+        label=f"weights ({weights})",
+        bytes=per_rank + (buffers_bytes(spec) if first else 0),
+        explain=Explanation(
+            formula=wb.explain.formula
+            + (f"; split over tp={run.tp} x pp={run.pp}" if run.tp * run.pp > 1 else "")
+            + "; + rotary buffers",
+            inputs={
+                **wb.explain.inputs,
+                "tp": run.tp,
+                "pp": run.pp,
+                "ep": run.ep,
+                "stage_layers": len(layers),
+            },
+            source=wb.explain.source,
+        ),
+    )
+
+
+def _tp_share(spec: ModelSpec, run: Degrees, wb: object, layers: range, stage_bytes: int) -> int:
+    """Bytes of one TP/EP rank: linears and embeddings divided, norms replicated, experts over ep x tp."""
+    if run.tp == 1 and run.ep == 1:
+        return stage_bytes
+    by = wb.by_component  # type: ignore[attr-defined]
+    total = wb.total_bytes  # type: ignore[attr-defined]
+    frac = stage_bytes / total if total else 0
+    norms = by.get("norms", 0) * frac
+    experts = by.get("routed_experts", 0) * frac
+    rest = stage_bytes - norms - experts
+    expert_ranks = run.ep * (run.tp if run.ep == 1 else 1)
+    return round(rest / run.tp + norms + experts / expert_ranks)

@@ -1,0 +1,277 @@
+"""What an inference run is: :class:`InferenceRun`, every field declared once with its range and its UI.
+
+The CLI flags, the window's Inference form, the copied command line and the README's flag table are all
+generated from these declarations (:mod:`gpumem_gui.core.fields`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, ValidationError, model_validator
+
+from gpumem_gui.core.errors import describe_validation_error
+from gpumem_gui.core.fields import UI
+from gpumem_gui.core.spec.model import Frozen
+
+Engine = Literal["transformers", "vllm", "llama.cpp"]
+ENGINES: tuple[str, ...] = ("transformers", "vllm", "llama.cpp")
+COMPUTE_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+_W = "Workload"
+_P = "Precision"
+_PAR = "Parallelism"
+
+
+def _degree(label: str, help: str, unit: str = "") -> object:
+    return UI(label, _PAR, help, unit=unit)
+
+
+class InferenceRun(Frozen):
+    """Everything about an inference run that changes its memory (validated; see each field's help)."""
+
+    batch: Annotated[
+        int,
+        Field(ge=1, le=1 << 20),
+        UI("Batch", _W, "sequences processed together", unit=" seq"),
+    ] = 1
+    seq: Annotated[
+        int,
+        Field(ge=1, le=1 << 24),
+        UI(
+            "Prompt",
+            _W,
+            "prompt tokens per sequence; the context is prompt + new tokens",
+            unit=" tokens",
+            step=256,
+        ),
+    ] = 2048
+    new_tokens: Annotated[
+        int,
+        Field(ge=0, le=1 << 24),
+        UI(
+            "New tokens",
+            _W,
+            "tokens generated per sequence (0: one forward over the prompt only)",
+            unit=" tokens",
+            step=64,
+        ),
+    ] = 0
+    engine: Annotated[
+        Engine,
+        UI(
+            "Engine",
+            _W,
+            "the runtime: each allocates memory its own way (transformers: op by op; vLLM: a paged KV pool "
+            "sized from gpu_memory_utilization; llama.cpp: model, KV and compute buffers)",
+            choices=(
+                ("transformers (PyTorch)", "transformers"),
+                ("vLLM", "vllm"),
+                ("llama.cpp", "llama.cpp"),
+            ),
+        ),
+    ] = "transformers"
+    weights: Annotated[
+        str,
+        Field(min_length=1, max_length=64),
+        UI(
+            "Weights",
+            _P,
+            "weight format id (gpumem formats lists them: float, FP8, bitsandbytes, GPTQ/AWQ, MX/NV FP4, "
+            "GGUF types and mixes), or 'file' for the bytes in the model's own safetensors/GGUF files; "
+            "quantized formats count their scales and zero-points too",
+            widget="weights",
+        ),
+    ] = "bf16"
+    compute_dtype: Annotated[
+        Literal["bf16", "fp16", "fp32"],
+        UI("Compute dtype", _P, "activation dtype, and that of every tensor the weight format leaves as is"),
+    ] = "bf16"
+    kv_dtype: Annotated[
+        str,
+        Field(min_length=1, max_length=32),
+        UI(
+            "KV cache",
+            _P,
+            "KV-cache element type; what the engine accepts (auto = the compute dtype)",
+            widget="kv_dtype",
+        ),
+    ] = "auto"
+    attn: Annotated[
+        Literal["sdpa", "eager", "flash"],
+        UI(
+            "Attention",
+            "transformers",
+            "attn_implementation: eager materialises the full score matrix; sdpa and flash do not",
+            choices=(("sdpa", "sdpa"), ("eager", "eager"), ("flash-attention 2", "flash")),
+            engines=("transformers",),
+        ),
+    ] = "sdpa"
+    logits: Annotated[
+        Literal["last", "all"],
+        UI(
+            "Logits",
+            "transformers",
+            "keep logits of the last position (generate) or of all positions (an evaluation forward)",
+            choices=(("last position (generate)", "last"), ("all positions (eval forward)", "all")),
+            engines=("transformers",),
+        ),
+    ] = "last"
+    tp: Annotated[
+        int,
+        Field(ge=1, le=4096),
+        _degree("Tensor parallel", "tensor-parallel degree: divides the heads", " GPUs"),
+    ] = 1
+    pp: Annotated[
+        int,
+        Field(ge=1, le=4096),
+        _degree("Pipeline parallel", "pipeline stages: at most the layers", " stages"),
+    ] = 1
+    ep: Annotated[
+        int,
+        Field(ge=1, le=4096),
+        _degree("Expert parallel", "expert-parallel degree (MoE): divides the experts, at most tp x pp"),
+    ] = 1
+    gpu_memory_utilization: Annotated[
+        float,
+        Field(gt=0, le=1),
+        UI(
+            "GPU memory utilization",
+            "vLLM",
+            "the share of each GPU's memory vLLM may take; the KV pool gets what is left of it after "
+            "weights, activations and CUDA graphs",
+            step=0.01,
+            engines=("vllm",),
+        ),
+    ] = 0.9
+    max_num_seqs: Annotated[
+        int,
+        Field(ge=1, le=1 << 16),
+        UI("Max sequences", "vLLM", "concurrent sequences; sizes the sampler's buffers", engines=("vllm",)),
+    ] = 256
+    max_model_len: Annotated[
+        int | None,
+        Field(ge=1, le=1 << 24),
+        UI(
+            "Max model length",
+            "vLLM",
+            "the longest request; one such request must fit in the KV pool (default: prompt + new tokens)",
+            unit=" tokens",
+            step=1024,
+            special="auto (prompt + new)",
+            none=0,
+            engines=("vllm",),
+        ),
+    ] = None
+    max_num_batched_tokens: Annotated[
+        int | None,
+        Field(ge=1, le=1 << 24),
+        UI(
+            "Max batched tokens",
+            "vLLM",
+            "tokens in the profiling forward (default 8192)",
+            unit=" tokens",
+            step=1024,
+            special="auto (8192)",
+            none=0,
+            engines=("vllm",),
+        ),
+    ] = None
+    enforce_eager: Annotated[
+        bool,
+        UI(
+            "Enforce eager",
+            "vLLM",
+            "no CUDA-graph capture (saves its memory pool, runs slower)",
+            engines=("vllm",),
+        ),
+    ] = False
+    n_gpu_layers: Annotated[
+        int,
+        Field(ge=-1, le=4096),
+        UI(
+            "GPU layers (-ngl)",
+            "llama.cpp",
+            "layers offloaded to the GPU (-1: all); the rest stay in host memory",
+            aliases=("-ngl",),
+            special="all layers",
+            engines=("llama.cpp",),
+        ),
+    ] = -1
+    n_batch: Annotated[
+        int,
+        Field(ge=1, le=1 << 20),
+        UI(
+            "Logical batch (-b)",
+            "llama.cpp",
+            "logical batch size; at least the physical batch (default: 2048, or -ub when larger)",
+            aliases=("-b",),
+            unit=" tokens",
+            step=256,
+            engines=("llama.cpp",),
+        ),
+    ] = 2048
+    n_ubatch: Annotated[
+        int,
+        Field(ge=1, le=1 << 20),
+        UI(
+            "Physical batch (-ub)",
+            "llama.cpp",
+            "physical micro-batch; sizes the compute buffer",
+            aliases=("-ub",),
+            unit=" tokens",
+            step=128,
+            engines=("llama.cpp",),
+        ),
+    ] = 512
+    flash_attn: Annotated[
+        bool,
+        UI(
+            "Flash attention",
+            "llama.cpp",
+            "llama.cpp's -fa; without it the KQ matrix is materialised",
+            negate="--no-flash-attn",
+            engines=("llama.cpp",),
+        ),
+    ] = True
+    cuda_context_mib: Annotated[
+        int,
+        Field(ge=0, le=1 << 16),
+        UI(
+            "CUDA context",
+            "Overheads",
+            "memory the CUDA context takes per process (~300-600 MiB on recent drivers)",
+            unit=" MiB",
+            step=50,
+        ),
+    ] = 500
+
+    @model_validator(mode="after")
+    def _check(self) -> InferenceRun:
+        if self.n_ubatch > self.n_batch:
+            raise ValueError(f"n_ubatch ({self.n_ubatch}) must be at most n_batch ({self.n_batch})")
+        return self
+
+    @property
+    def tokens(self) -> int:
+        return self.seq + self.new_tokens
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def dt(self) -> int:
+        return COMPUTE_DTYPE_BYTES[self.compute_dtype]
+
+    @property
+    def kv_dtype_resolved(self) -> str:
+        return self.compute_dtype if self.kv_dtype == "auto" else self.kv_dtype
+
+
+def make_run(**fields: object) -> InferenceRun:
+    """Build an :class:`InferenceRun`; a bad value is one :class:`GpumemInputError` naming the field."""
+    try:
+        return InferenceRun(**fields)  # type: ignore[arg-type]
+    except ValidationError as e:
+        raise describe_validation_error(e, source="run") from None

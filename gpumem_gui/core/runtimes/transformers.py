@@ -1,0 +1,197 @@
+"""The transformers runtime: ``from_pretrained`` + ``generate()`` on PyTorch, replayed op by op.
+
+Phases: ``load`` (the weights in the run's format and the model's buffers); ``prefill`` (one forward over
+the prompt, :func:`~gpumem_gui.core.replay.forward.replay_forward`); ``decode`` (the last generation step:
+one token after ``seq + new_tokens - 1`` cached, while ``generate()`` holds the previous step's fp32 scores).
+``peak_bytes`` is the largest live-tensor total over the phases on the most-loaded GPU (what
+``torch.cuda.max_memory_allocated()`` reports); ``total_bytes`` adds the CUDA context, the cuBLAS workspace
+and the caching allocator's reserve (:mod:`gpumem_gui.core.results.overheads`).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.formats import WeightBytes, get_weight_format, kv_bytes_per_element
+from gpumem_gui.core.replay.forward import KINDS, ForwardResult, replay_forward
+from gpumem_gui.core.replay.model import ReplayConfig
+from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase, tp_ranks
+from gpumem_gui.core.results.overheads import stage_share
+from gpumem_gui.core.runtimes.base import Runtime, load_phase
+from gpumem_gui.core.runtimes.run import InferenceRun
+from gpumem_gui.core.spec.model import ModelSpec
+from gpumem_gui.core.spec.parallel import Degrees, rank_spec
+from gpumem_gui.core.spec.params import count_params
+
+_REPLAY_DTYPES = {"bf16": "bf16", "fp16": "f16", "fp32": "f32"}
+_TORCH_DTYPES = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
+_KIND_LABELS = {
+    "kv_cache": "KV cache",
+    "hidden_states": "hidden states",
+    "attention": "attention temporaries",
+    "mlp": "MLP temporaries",
+    "norm": "norm temporaries",
+    "logits": "logits",
+    "rope": "rotary tables",
+    "mask": "attention mask",
+    "inputs": "input ids",
+}
+
+
+@lru_cache(maxsize=4096)
+def _kind_explanation(kind: str, where: str, dt_label: str) -> Explanation:
+    """How the bytes of one kind at the peak were found; one shared (immutable) instance per kind, place and
+    dtype, as every estimate with its peak there explains them the same way."""
+    return Explanation(
+        formula=f"{_KIND_LABELS[kind]} live at the peak ({where}), from an op-by-op replay of the "
+        "transformers forward",
+        inputs={"where": where, "dtype": dt_label},
+        source="transformers 5.24 modeling code replayed on symbolic tensors (gpumem_gui.core.replay); "
+        "checked against PyTorch MemTracker traces (tests/reference/trace)",
+    )
+
+
+def _kind_components(sim: ForwardResult, dt_label: str) -> list[Component]:
+    out = []
+    for kind in KINDS:
+        n = sim.by_kind.get(kind, 0)
+        if not n:
+            continue
+        key = kind if kind in ("kv_cache", "logits") else f"act_{kind}"
+        out.append(
+            Component(
+                key=key,
+                label=_KIND_LABELS[kind],
+                bytes=n,
+                explain=_kind_explanation(kind, sim.where, dt_label),
+            )
+        )
+    return out
+
+
+def _generate_scores(run: InferenceRun, vocab: int) -> Component:
+    """generate(): ``next_token_logits = logits[:, -1].to(copy=True, dtype=float32)`` and the processed scores
+    of the previous step stay alive through the next forward (``generation/utils.py`` ``_sample``)."""
+    return Component(
+        key="generate_logits",
+        label="generate() fp32 scores",
+        bytes=2 * run.batch * vocab * 4,
+        explain=Explanation(
+            formula="2 x batch x vocab x 4 B: fp32 copy of the last logits, processed scores",
+            inputs={"batch": run.batch, "vocab": vocab},
+            source="transformers generation/utils.py _sample()",
+        ),
+    )
+
+
+class Transformers(Runtime):
+    name = "transformers"
+    label = "transformers (PyTorch)"
+
+    def quantizes_experts(self, run: InferenceRun) -> bool:
+        """bitsandbytes replaces only ``nn.Linear``: fused 3-D expert tensors stay 16-bit (bitsandbytes
+        issue #1849)."""
+        return get_weight_format(run.weights).family != "bitsandbytes" if run.weights != "file" else True
+
+    def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
+        if run.attn == "flash" and run.compute_dtype == "fp32":
+            raise GpumemInputError("flash attention needs fp16 or bf16 activations", field="attn")
+        return []
+
+    def _stage(
+        self, spec: ModelSpec, run: InferenceRun, degrees: Degrees, stage: int, wb: WeightBytes
+    ) -> tuple[dict[str, Phase], int, int]:
+        """The phases of TP rank 0 of pipeline stage ``stage``, its weights' bytes and its logical cache."""
+        rspec = rank_spec(spec, degrees, stage)
+        weights, load = load_phase(spec, run, self.quantizes_experts(run), degrees, stage, wb)
+        last_stage = stage == run.pp - 1
+        kvb = kv_bytes_per_element(run.kv_dtype_resolved)
+        dt = _REPLAY_DTYPES[run.compute_dtype]
+        fwd = ReplayConfig(
+            batch=run.batch,
+            q=run.seq,
+            param_dt=dt,
+            attn=run.attn,
+            logits_to_keep=0 if run.logits == "all" else 1,
+            kv_bytes=kvb,
+            lm_head=last_stage,
+            weights_counted=False,
+        )
+        pre = replay_forward(rspec, fwd)
+        phases = {
+            "load": load,
+            "prefill": Phase(
+                name="prefill",
+                peak_bytes=weights.bytes + pre.peak,
+                components=(weights, *_kind_components(pre, run.compute_dtype)),
+                note=f"peak at {pre.where}",
+            ),
+        }
+        logical = pre.kv_cache_logical
+        if run.new_tokens > 0:
+            past = run.tokens - 1
+            step = ReplayConfig(
+                batch=run.batch,
+                q=1,
+                past=past,
+                param_dt=dt,
+                attn=run.attn,
+                logits_to_keep=1,
+                kv_bytes=kvb,
+                lm_head=last_stage,
+                weights_counted=False,
+            )
+            dec = replay_forward(rspec, step)
+            extra = [_generate_scores(run, rspec.vocab_size)] if last_stage else []
+            phases["decode"] = Phase(
+                name="decode",
+                peak_bytes=weights.bytes + dec.peak + sum(c.bytes for c in extra),
+                components=(weights, *_kind_components(dec, run.compute_dtype), *extra),
+                note=f"last step: 1 token after {past} cached; peak at {dec.where}",
+            )
+            logical = max(logical, dec.kv_cache_logical)
+        return phases, weights.bytes, logical
+
+    def estimate(
+        self,
+        spec: ModelSpec,
+        run: InferenceRun,
+        warnings: tuple[str, ...],
+        capacity: int | None,
+        wb: WeightBytes,
+    ) -> Estimate:
+        shares: list[tuple[GpuShare, dict[str, Phase]]] = []
+        kv_logical = 0
+        degrees = Degrees(tp=run.tp, pp=run.pp, ep=run.ep)
+        for stage in range(run.pp):
+            phases, weight_bytes, logical = self._stage(spec, run, degrees, stage, wb)
+            kv_logical = max(kv_logical, logical)
+            peak_phase = max(phases.values(), key=lambda p: p.peak_bytes)
+            shares.append(
+                (stage_share(stage, run.tp, peak_phase, weight_bytes, run.cuda_context_mib), phases)
+            )
+        worst_share, worst_phases = max(shares, key=lambda s: s[0].total_bytes)
+        peak_phase = max(worst_phases.values(), key=lambda p: p.peak_bytes)
+        return Estimate(
+            mode="inference",
+            engine=self.name,
+            phases=worst_phases,
+            peak_phase=peak_phase.name,
+            peak_bytes=worst_share.peak_bytes,
+            total_bytes=worst_share.total_bytes,
+            components=worst_share.components,
+            per_gpu=tp_ranks((s for s, _ in shares), run.tp),
+            kv_cache_bytes=kv_logical,
+            warnings=warnings,
+            facts={"params_total": count_params(spec).total, "gpus": run.gpus},
+        )
+
+    def command(self, model: str, run: InferenceRun, est: Estimate) -> str:
+        return (
+            f"AutoModelForCausalLM.from_pretrained({model!r}, dtype={_TORCH_DTYPES[run.compute_dtype]}, "
+            f"attn_implementation={run.attn!r}, device_map='auto')"
+        )
+
+
+TRANSFORMERS = Transformers()

@@ -1,0 +1,94 @@
+"""Cross-checks of a training run against a model: what the run model alone cannot validate."""
+
+from __future__ import annotations
+
+from math import ceil
+
+from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.replay.adapters import LORA_ALL_LINEAR
+from gpumem_gui.core.spec.model import ModelSpec
+from gpumem_gui.core.spec.parallel import Degrees, check_degrees
+from gpumem_gui.core.spec.params import text_tensors
+from gpumem_gui.core.training.frameworks import framework
+from gpumem_gui.core.training.precision import precision
+from gpumem_gui.core.training.run import TrainingRun
+
+
+def lora_targets(run: TrainingRun) -> tuple[str, ...]:
+    return LORA_ALL_LINEAR if run.lora_targets == "all-linear" else tuple(run.lora_targets)
+
+
+def _target_shapes(spec: ModelSpec, run: TrainingRun) -> list[tuple[str, tuple[int, ...]]]:
+    names = set(lora_targets(run))
+    out = []
+    for t in text_tensors(spec):
+        if t.layer is None or len(t.shape) != 2 or not t.name.endswith(".weight"):
+            continue
+        if t.name.rsplit(".", 2)[-2] in names:
+            out.append((t.name, t.shape))
+    return out
+
+
+def _check_adapters(spec: ModelSpec, run: TrainingRun) -> list[str]:
+    if precision(run).adapters is None:
+        raise GpumemInputError(
+            f"{run.precision} is a full fine-tuning regime; use amp-bf16 or bf16 for {run.method}",
+            field="precision",
+        )
+    shapes = _target_shapes(spec, run)
+    if not shapes:
+        raise GpumemInputError(
+            f"no linear layer of this model is named {', '.join(lora_targets(run))}", field="lora_targets"
+        )
+    smallest = min(min(s) for _, s in shapes)
+    if run.lora_rank > smallest:
+        raise GpumemInputError(
+            f"LoRA rank {run.lora_rank} is larger than the smallest targeted layer dimension ({smallest})",
+            field="lora_rank",
+        )
+    if spec.moe is not None:
+        return [
+            "lora: fused 3-D expert weights are not nn.Linear; adapters go on attention and dense/shared MLP "
+            "linears only"
+        ]
+    return []
+
+
+def check_training(spec: ModelSpec, run: TrainingRun) -> tuple[str, ...]:
+    """Cross-checks of ``run`` against ``spec``: errors raise :class:`GpumemInputError`, soft problems come
+    back as warnings."""
+    warnings: list[str] = []
+    check_degrees(spec, Degrees(tp=run.tp, pp=run.pp, ep=run.ep))
+    if run.ep > 1 and (run.dp * run.tp) % run.ep:
+        raise GpumemInputError(
+            f"expert parallel degree {run.ep} must divide dp x tp = {run.dp * run.tp} (expert ranks are "
+            "carved out of the data- and tensor-parallel ranks)",
+            field="ep",
+        )
+    if run.frozen_layers > spec.num_layers:
+        raise GpumemInputError(
+            f"frozen_layers ({run.frozen_layers}) exceeds the {spec.num_layers} layers", field="frozen_layers"
+        )
+    if run.method != "full":
+        warnings += _check_adapters(spec, run)
+    if run.attn == "flash" and run.precision == "fp32":
+        raise GpumemInputError("flash attention needs fp16 or bf16 activations", field="attn")
+    warnings += framework(run).check(spec, run)
+    if run.cp > 1 and run.seq % run.cp:
+        warnings.append(
+            f"cp: seq {run.seq} is not a multiple of cp={run.cp}; ranks get {ceil(run.seq / run.cp)}"
+        )
+    if run.seq > spec.max_position_embeddings:
+        warnings.append(
+            f"seq: {run.seq} tokens exceed the model's max_position_embeddings "
+            f"({spec.max_position_embeddings})"
+        )
+    if spec.num_layers % run.pp:
+        warnings.append(
+            f"pp: {run.pp} stages do not divide {spec.num_layers} layers; the first stages get more"
+        )
+    if run.method == "qlora" and run.grad_ckpt is False:
+        warnings.append(
+            "qlora: PEFT's prepare_model_for_kbit_training usually turns gradient checkpointing on"
+        )
+    return tuple(warnings)

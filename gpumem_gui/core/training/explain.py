@@ -1,0 +1,198 @@
+"""The components of a training phase, each with its formula, inputs and source."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpumem_gui.core.replay.autograd import REGIONS
+from gpumem_gui.core.replay.model import ReplayConfig
+from gpumem_gui.core.replay.optim import INFO, resolve
+from gpumem_gui.core.replay.step import StepResult
+from gpumem_gui.core.results.estimate import Component, Explanation
+from gpumem_gui.core.spec.model import ModelSpec
+from gpumem_gui.core.training.frameworks import framework
+from gpumem_gui.core.training.precision import dtypes
+from gpumem_gui.core.training.run import PRECISION_DOC, TrainingRun
+
+# (replay tag, component key, label) in display order
+_TAGS = (
+    ("parameters", "parameters", "parameters"),
+    ("gathered parameters", "gathered_parameters", "gathered parameters (ZeRO-3/FSDP)"),
+    ("buffers", "buffers", "buffers"),
+    ("gradients", "gradients", "gradients"),
+    ("optimizer states", "optimizer_states", "optimizer states"),
+    ("optimizer temporaries", "optimizer_temporaries", "optimizer step temporaries"),
+    ("activations", "activations", "activations"),
+    ("weight copies", "weight_copies", "autocast weight copies"),
+    ("dequantized weights", "dequantized_weights", "dequantized 4-bit weights"),
+    ("logits", "logits", "logits / loss"),
+    ("temporaries", "temporaries", "backward temporaries"),
+    ("input ids", "inputs", "input ids"),
+)
+
+_ACTIVATION_WHAT = {
+    "activations": "tensors autograd saved for backward (and the forward's live intermediates), replayed "
+    "op by op: linear inputs, SiLU/GELU inputs, both mul operands, RMSNorm fp32 input and rsqrt, SDPA "
+    "q/k/v/out/log-sum-exp (eager: fp32 and cast probabilities)",
+    "weight copies": "bf16/fp16 copies of the fp32 weights made by autocast, cached until autocast exits and "
+    "kept by the matmuls that saved them",
+    "logits": "logits (batch x seq x vocab) in the compute dtype, their fp32 upcast for the loss and the "
+    "saved log-softmax",
+    "temporaries": "gradients of activations in flight during backward (and their sums, casts, slice/reshape "
+    "copies); recomputed activations under checkpointing",
+    "dequantized weights": "a bitsandbytes 4-bit weight dequantized to the compute dtype for one matmul",
+}
+
+
+class _Ctx:
+    """What every explanation of one phase reads."""
+
+    def __init__(self, run: TrainingRun, res: StepResult, cfg: ReplayConfig, rspec: ModelSpec, where: str):
+        self.run, self.res, self.cfg, self.rspec = run, res, cfg, rspec
+        self.base: dict[str, object] = {"phase_where": where}
+        self.sharding = framework(run).sharding(run)
+
+
+def _parameters(c: _Ctx) -> Explanation:
+    run, qlora = c.run, c.run.method == "qlora"
+    return Explanation(
+        formula="every parameter tensor of this rank x bytes of its dtype"
+        + (" / data-parallel shard" if c.sharding.param_shard > 1 else "")
+        + ("; 4-bit base linears at their packed size + quantization state" if qlora else ""),
+        inputs={
+            **c.base,
+            "dtype": dtypes(run)[0],
+            "param_shard": c.sharding.param_shard,
+            "bytes": c.res.param_bytes,
+            "method": run.method,
+            "precision": run.precision,
+        },
+        source="transformers modeling code (parameter shapes, gpumem_gui.core.spec.params); "
+        + ("bitsandbytes Linear4bit via formats.weight_bytes; " if qlora else "")
+        + PRECISION_DOC[run.precision],
+    )
+
+
+def _gathered(c: _Ctx) -> Explanation:
+    return Explanation(
+        formula="full parameters of the gathered FSDP/ZeRO-3 units: the root unit (embeddings, final norm, "
+        "head) for the whole step, one decoder layer in forward, the current and the prefetched one in "
+        "backward (capped at the unsharded model)",
+        inputs={**c.base, "fsdp": c.run.fsdp, "zero": c.run.zero, "dp": c.run.dp},
+        source="torch/distributed/fsdp (FULL_SHARD, BACKWARD_PRE prefetch); DeepSpeed ZeRO-3 parameter "
+        "partitioning",
+    )
+
+
+def _gradients(c: _Ctx) -> Explanation:
+    return Explanation(
+        formula=(
+            "fp32 main_grad buffer: 4 B x trainable parameters"
+            if c.run.precision == "megatron-bf16"
+            else "one gradient like each trainable parameter, created when backward reaches it"
+        )
+        + (" / data-parallel shard (reduce-scattered as they appear)" if c.sharding.grads_sharded else ""),
+        inputs={
+            **c.base,
+            "trainable_params": c.res.trainable_params,
+            "bytes_after_backward": c.res.grad_bytes,
+            "grad_accum": c.run.grad_accum,
+        },
+        source="torch/csrc/autograd/functions/accumulate_grad.h (gradient stolen into .grad, added in place "
+        "when it exists: gradient accumulation)",
+    )
+
+
+def _states(c: _Ctx) -> Explanation:
+    opt = INFO[resolve(c.run.optimizer)]
+    return Explanation(
+        formula=opt.states
+        + ("; + fp32 master weights 4 B/param" if c.run.precision == "megatron-bf16" else "")
+        + ("; / data-parallel shard" if c.sharding.states_sharded else ""),
+        inputs={
+            **c.base,
+            "optimizer": c.run.optimizer,
+            "bytes": c.res.state_bytes,
+            "trainable_params": c.res.trainable_params,
+            "first_step": c.run.first_step,
+        },
+        source=opt.source,
+    )
+
+
+def _temporaries(c: _Ctx) -> Explanation:
+    opt = INFO[resolve(c.run.optimizer)]
+    return Explanation(
+        formula=opt.temporaries, inputs={**c.base, "optimizer": c.run.optimizer}, source=opt.source
+    )
+
+
+def _activations(tag: str) -> Callable[[_Ctx], Explanation]:
+    def explain(c: _Ctx) -> Explanation:
+        param_dt, autocast = dtypes(c.run)
+        return Explanation(
+            formula=_ACTIVATION_WHAT[tag],
+            inputs={
+                **c.base,
+                "batch": c.run.batch,
+                "seq_per_rank": c.cfg.q,
+                "layers": c.rspec.num_layers,
+                "hidden": c.rspec.hidden_size,
+                "attn": c.cfg.attn,
+                "grad_ckpt": c.run.grad_ckpt,
+                "autocast": autocast,
+                "activation_dtype": autocast or param_dt,
+            },
+            source="transformers 5.24 modeling code replayed on symbolic tensors "
+            "(gpumem_gui.core.replay.model); saving rules of torch tools/autograd/derivatives.yaml; "
+            "checked byte for byte against PyTorch MemTracker (shared/reference/groundtruth.json grid)",
+        )
+
+    return explain
+
+
+def _inputs(c: _Ctx) -> Explanation:
+    return Explanation(
+        formula="batch x seq x 8 B (int64)",
+        inputs={**c.base, "batch": c.run.batch, "seq": c.cfg.q},
+        source="definition",
+    )
+
+
+def _buffers(c: _Ctx) -> Explanation:
+    return Explanation(
+        formula="rotary inv_freq buffers (fp32)", inputs=c.base, source="LlamaRotaryEmbedding.__init__"
+    )
+
+
+_EXPLAIN: dict[str, Callable[[_Ctx], Explanation]] = {
+    "parameters": _parameters,
+    "gathered parameters": _gathered,
+    "gradients": _gradients,
+    "optimizer states": _states,
+    "optimizer temporaries": _temporaries,
+    **{tag: _activations(tag) for tag in _ACTIVATION_WHAT},
+    "input ids": _inputs,
+    "buffers": _buffers,
+}
+
+
+def components(
+    by_tag: dict[str, int], run: TrainingRun, res: StepResult, cfg: ReplayConfig, rspec: ModelSpec, where: str
+) -> list[Component]:
+    """The components of one phase's peak (bytes by replay tag), explained."""
+    ctx = _Ctx(run, res, cfg, rspec, where)
+    # the forward's regions (hidden states, attention, MLP, norms, rotary, masks, inputs) are its activations
+    by_tag = {**by_tag, "activations": sum(by_tag.get(r, 0) for r in REGIONS)}
+    out = []
+    for tag, key, label in _TAGS:
+        n = by_tag.get(tag, 0)
+        if n > 0:
+            out.append(Component(key=key, label=label, bytes=n, explain=_EXPLAIN[tag](ctx)))
+    return out
+
+
+def extra_component(key: str, label: str, n: int, formula: str, inputs: dict, source: str) -> Component:
+    return Component(
+        key=key, label=label, bytes=n, explain=Explanation(formula=formula, inputs=inputs, source=source)
+    )

@@ -1,0 +1,65 @@
+"""The training-framework protocol: how a framework lays one rank's state out over the data-parallel ranks.
+
+A framework (one module each: plain PyTorch / DDP, DeepSpeed ZeRO, PyTorch FSDP) answers with a
+:class:`Sharding`; the replay turns it into hooks (:class:`~gpumem_gui.core.training.sharding.ShardingHooks`)
+and optimizer options, so no framework is written into the autograd engine or the model.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Literal
+
+from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.spec.model import ModelSpec
+from gpumem_gui.core.training.run import TrainingRun
+
+Gather = Literal["none", "unit", "all"]
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """One rank's share: optimizer states, gradients and parameters are each divided over that many
+    data-parallel ranks; ``gather`` says how full parameters come back (``unit``: one FSDP unit / ZeRO-3
+    layer at a time, ``all``: every unit for the whole step); offload keeps states (and parameters) in CPU
+    RAM. ``states_sharded``/``grads_sharded`` say whether the framework shards them at all (even over one
+    rank), for the explanations."""
+
+    state_shard: int = 1
+    grad_shard: int = 1
+    param_shard: int = 1
+    gather: Gather = "none"
+    states_offloaded: bool = False
+    params_offloaded: bool = False
+    states_sharded: bool = False
+    grads_sharded: bool = False
+
+
+class Framework(ABC):
+    """One training framework; :meth:`selected` picks it from the run's fields."""
+
+    name: str = ""
+    source: str = ""
+
+    @abstractmethod
+    def selected(self, run: TrainingRun) -> bool:
+        """Whether ``run`` uses this framework."""
+
+    @abstractmethod
+    def sharding(self, run: TrainingRun) -> Sharding:
+        """How one rank's state is divided (see :class:`Sharding`)."""
+
+    def check(self, spec: ModelSpec, run: TrainingRun) -> list[str]:
+        """Framework-specific checks: errors raise :class:`GpumemInputError`, soft problems are returned."""
+        return []
+
+
+def no_param_offload() -> GpumemInputError:
+    return GpumemInputError("parameter offload needs ZeRO-3 or FSDP full_shard/hybrid_shard", field="offload")
+
+
+def nothing_to_shard(run: TrainingRun) -> list[str]:
+    if run.dp == 1:
+        return ["zero/fsdp: with dp=1 there is nothing to shard; per-GPU memory is unchanged"]
+    return []

@@ -1,0 +1,54 @@
+"""What each training precision means: the dtypes of weights, autocast and adapters, and Megatron's fp32
+main-grad buffers and master weights. The replay reads these profiles; it never branches on a precision's
+name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpumem_gui.core.training.run import PRECISION_DOC, TrainingRun
+
+
+@dataclass(frozen=True)
+class PrecisionProfile:
+    """``full``: (parameter dtype, autocast dtype or None) of a full fine-tune; ``adapters``: the frozen
+    base's (None: not allowed with LoRA/QLoRA); ``main_grad``: gradients go into a preallocated fp32 buffer
+    (dropped on the GPU as they appear); ``master_bytes``: per trainable parameter, fp32 master weights the
+    optimizer keeps; ``fused_step``: the optimizer steps on flat fp32 buffers (no per-tensor temporaries)."""
+
+    full: tuple[str, str | None]
+    adapters: tuple[str, str | None] | None
+    main_grad: bool = False
+    master_bytes: int = 0
+    fused_step: bool = False
+
+    @property
+    def compute_bytes(self) -> int:
+        """Bytes of the activation dtype (4 for fp32, else 2)."""
+        param, autocast = self.full
+        return 4 if (autocast or param) == "f32" else 2
+
+
+PRECISIONS: dict[str, PrecisionProfile] = {
+    "amp-bf16": PrecisionProfile(full=("f32", "bf16"), adapters=("bf16", "bf16")),
+    "amp-fp16": PrecisionProfile(full=("f32", "f16"), adapters=("f16", "f16")),
+    "bf16": PrecisionProfile(full=("bf16", None), adapters=("bf16", None)),
+    "fp32": PrecisionProfile(full=("f32", None), adapters=("f32", None)),
+    # Megatron-LM Float16OptimizerWithFloat16Params / DistributedOptimizer (megatron/core/optimizer)
+    "megatron-bf16": PrecisionProfile(
+        full=("bf16", None), adapters=None, main_grad=True, master_bytes=4, fused_step=True
+    ),
+}
+assert set(PRECISIONS) == set(PRECISION_DOC), "every precision has a profile and a description"
+
+
+def precision(run: TrainingRun) -> PrecisionProfile:
+    return PRECISIONS[run.precision]
+
+
+def dtypes(run: TrainingRun) -> tuple[str, str | None]:
+    """(parameter dtype, autocast dtype) of the run's trained (full) or frozen (LoRA/QLoRA) weights."""
+    p = precision(run)
+    if run.method == "full" or p.adapters is None:
+        return p.full
+    return p.adapters

@@ -1,0 +1,113 @@
+"""One rank's training step: the run turned into what the replay takes (the forward's config, the
+optimizer options, the framework's hooks), and the replay itself
+(:func:`~gpumem_gui.core.replay.step.simulate_step`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+from math import ceil
+
+from gpumem_gui.core.formats import weight_bytes
+from gpumem_gui.core.replay.model import ReplayConfig
+from gpumem_gui.core.replay.step import StepOptions, StepResult, simulate_step
+from gpumem_gui.core.spec.model import ModelSpec
+from gpumem_gui.core.spec.parallel import Degrees, rank_spec, stage_layers
+from gpumem_gui.core.training.checks import lora_targets
+from gpumem_gui.core.training.frameworks import framework
+from gpumem_gui.core.training.precision import dtypes, precision
+from gpumem_gui.core.training.run import TrainingRun
+from gpumem_gui.core.training.sharding import ShardingHooks
+
+
+def _quant_bytes(run: TrainingRun, rspec: ModelSpec) -> int:
+    """Bytes of the 4-bit linears (packed weights + absmax/quant state) on this rank
+    (formats.weight_bytes)."""
+    cdt = precision(run).compute_bytes
+    wb = weight_bytes(rspec, run.qlora_base, compute_dtype_bytes=cdt, quantize_experts=False)
+    return wb.quantized_bytes
+
+
+def step_config(spec: ModelSpec, run: TrainingRun, stage: int = 0) -> tuple[ReplayConfig, ModelSpec]:
+    """What pipeline stage ``stage`` (one TP rank of it) replays: its forward's config and its slice of the
+    model."""
+    rspec = rank_spec(spec, Degrees(tp=run.tp, pp=run.pp, ep=run.ep), stage)
+    layers = stage_layers(spec, run.pp, stage)
+    param_dt, autocast = dtypes(run)
+    frozen = max(0, min(run.frozen_layers, layers.stop) - layers.start)
+    cfg = ReplayConfig(
+        batch=run.batch,
+        q=ceil(run.seq / run.cp),
+        param_dt=param_dt,
+        autocast=autocast,
+        attn="sdpa" if run.attn == "flash" else run.attn,
+        grad_ckpt=run.grad_ckpt,
+        method=run.method,
+        lora_rank=run.lora_rank,
+        lora_targets=lora_targets(run),
+        lora_dropout=run.lora_dropout,
+        adapter_dt="f32",
+        quant_bytes=_quant_bytes(run, rspec) if run.method == "qlora" else 0,
+        frozen_layers=frozen,
+        lm_head=stage == run.pp - 1,
+        embedding=stage == 0,
+        dropout=run.dropout if run.dropout is not None else spec.traits.default_dropout,
+    )
+    return cfg, rspec
+
+
+def step_options(run: TrainingRun) -> StepOptions:
+    """The optimizer side of the step: accumulation, first step, state sharding and offload, and the
+    precision's master weights and fused step."""
+    sh = framework(run).sharding(run)
+    prec = precision(run)
+    return StepOptions(
+        grad_accum=run.grad_accum,
+        first_step=run.first_step,
+        state_shard=sh.state_shard,
+        offload_states=sh.states_offloaded,
+        fused_step=prec.fused_step,
+        master_bytes_per_param=prec.master_bytes,
+    )
+
+
+def sharding_hooks(run: TrainingRun) -> ShardingHooks:
+    """The framework's sharding and the precision's gradient buffers as hooks on the replay (fresh for each
+    replay: they hold its gathered units)."""
+    sh = framework(run).sharding(run)
+    return ShardingHooks(
+        param_shard=sh.param_shard,
+        grad_shard=sh.grad_shard,
+        gather=sh.gather,
+        params_offloaded=sh.params_offloaded,
+        grads_dropped=sh.states_offloaded,
+        main_grad=precision(run).main_grad,
+    )
+
+
+def simulate_rank(
+    spec: ModelSpec, run: TrainingRun, stage: int = 0, cpu_dropout: bool = False
+) -> tuple[StepResult, ReplayConfig, ModelSpec]:
+    """Replay one step of pipeline stage ``stage`` (its TP rank 0). ``cpu_dropout``: replay the CPU dropout
+    kernel (a noise tensor of the input's dtype), to compare with measurements made on a CPU."""
+    cfg, rspec = step_config(spec, run, stage)
+    if cpu_dropout:
+        cfg = replace(cfg, cpu_dropout=True)
+    res = simulate_step(rspec, cfg, run.optimizer, step_options(run), sharding_hooks(run))
+    return res, cfg, rspec
+
+
+def simulate(spec: ModelSpec, run: TrainingRun, stage: int) -> tuple[StepResult, ReplayConfig, ModelSpec]:
+    """:func:`simulate_rank`, cached per (spec, run, stage) when the spec is hashable."""
+    try:
+        hash(spec)
+    except TypeError:  # a spec with an unhashable field: simulate without the cache
+        return simulate_rank(spec, run, stage)
+    return _simulate_cached(spec, run, stage)
+
+
+@lru_cache(maxsize=256)
+def _simulate_cached(
+    spec: ModelSpec, run: TrainingRun, stage: int
+) -> tuple[StepResult, ReplayConfig, ModelSpec]:
+    return simulate_rank(spec, run, stage)

@@ -1,0 +1,401 @@
+"""What a training run is: :class:`TrainingRun`, every field declared once with its range and its UI.
+
+The CLI flags (``gpumem estimate --mode train``), the window's Training form, the copied command line and
+the README's flag table are generated from these declarations (:mod:`gpumem_gui.core.fields`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
+
+from gpumem_gui.core.errors import describe_validation_error
+from gpumem_gui.core.fields import UI
+from gpumem_gui.core.spec.model import Frozen
+
+Method = Literal["full", "lora", "qlora"]
+Precision = Literal["amp-bf16", "amp-fp16", "bf16", "fp32", "megatron-bf16"]
+Optimizer = Literal[
+    "adamw",
+    "adamw-fused",
+    "adamw-foreach",
+    "adamw-for-loop",
+    "adamw-8bit",
+    "paged-adamw-8bit",
+    "adafactor",
+    "sgd",
+    "sgd-momentum",
+    "lion",
+]
+
+PRECISION_DOC = {
+    "amp-bf16": "fp32 weights, torch.autocast(bfloat16) over forward + loss, fp32 gradients and optimizer "
+    "states (HF Trainer bf16=True on an fp32 model); LoRA/QLoRA: bf16 frozen base, fp32 adapters, autocast",
+    "amp-fp16": "as amp-bf16 with float16 autocast (and a GradScaler, whose state is negligible)",
+    "bf16": "weights, gradients and optimizer states in bf16, no autocast (LoRA adapters stay fp32, PEFT's "
+    "autocast_adapter_dtype default)",
+    "fp32": "everything in fp32, no autocast",
+    "megatron-bf16": "bf16 weights, fp32 main_grad buffers, fp32 master weights and fp32 Adam states "
+    "(Megatron-LM Float16OptimizerWithFloat16Params / DistributedOptimizer)",
+}
+MEGATRON_OPTIMIZERS = ("adamw", "adamw-fused", "adamw-foreach", "sgd", "sgd-momentum")
+
+_M, _S, _L, _G = "Method", "Step", "LoRA", "GPUs and sharding"
+
+
+def _adapters(v: Mapping[str, Any]) -> bool:
+    return v.get("method") in ("lora", "qlora")
+
+
+def _sharding(name: str, default: object) -> Any:
+    """Offload and FSDP are offered once there is something to shard (dp > 1 or a ZeRO stage), or when they
+    already hold a non-default value."""
+    return lambda v: (v.get("dp") or 1) > 1 or bool(v.get("zero")) or v.get(name, default) != default
+
+
+class TrainingRun(Frozen):
+    """Everything about a training / fine-tuning run that changes its memory (validated; see each field's
+    help). Field order matters: a validator sees the fields declared before its own."""
+
+    method: Annotated[
+        Method,
+        UI(
+            "Method",
+            _M,
+            "full: every weight trains (gradients and optimizer states for all of them); lora: frozen base + "
+            "small adapters; qlora: LoRA on a 4-bit bitsandbytes base",
+            choices=(
+                ("full fine-tune", "full"),
+                ("LoRA adapters", "lora"),
+                ("QLoRA (4-bit base + LoRA)", "qlora"),
+            ),
+        ),
+    ] = "full"
+    precision: Annotated[
+        Precision,
+        UI(
+            "Precision",
+            _M,
+            "how weights, activations, gradients and optimizer states are stored: "
+            + "; ".join(f"{k}: {v}" for k, v in PRECISION_DOC.items()),
+            choices=(
+                ("mixed bf16 (fp32 master, bf16 autocast)", "amp-bf16"),
+                ("mixed fp16 (fp32 master, fp16 autocast)", "amp-fp16"),
+                ("pure bf16", "bf16"),
+                ("fp32", "fp32"),
+                ("Megatron bf16 (fp32 main grads)", "megatron-bf16"),
+            ),
+        ),
+    ] = "amp-bf16"
+    optimizer: Annotated[
+        Optimizer,
+        UI(
+            "Optimizer",
+            _M,
+            "AdamW keeps two fp32 states per trainable parameter (8-bit: one byte each, paged: in unified "
+            "memory); adamw = torch's CUDA default (foreach); foreach/fused/for-loop differ in their step "
+            "temporaries; Adafactor factors the second moment; SGD keeps none (momentum: one)",
+            choices=(
+                ("AdamW (torch default: foreach)", "adamw"),
+                ("AdamW fused", "adamw-fused"),
+                ("AdamW foreach", "adamw-foreach"),
+                ("AdamW for-loop", "adamw-for-loop"),
+                ("AdamW 8-bit (bitsandbytes)", "adamw-8bit"),
+                ("paged AdamW 8-bit (bitsandbytes)", "paged-adamw-8bit"),
+                ("Adafactor", "adafactor"),
+                ("SGD", "sgd"),
+                ("SGD with momentum", "sgd-momentum"),
+                ("Lion", "lion"),
+            ),
+        ),
+    ] = "adamw"
+    batch: Annotated[
+        int,
+        Field(ge=1, le=1 << 20),
+        UI("Micro-batch", _S, "sequences per micro-batch on each data-parallel rank", unit=" seq"),
+    ] = 1
+    seq: Annotated[
+        int,
+        Field(ge=1, le=1 << 24),
+        UI("Sequence", _S, "tokens per training sequence", unit=" tokens", step=256),
+    ] = 2048
+    grad_accum: Annotated[
+        int,
+        Field(ge=1, le=1 << 16),
+        UI(
+            "Grad accumulation",
+            _S,
+            "micro-batches per optimizer step: gradients live across them; with pipeline parallelism it "
+            "bounds the micro-batches in flight",
+            unit=" micro-batches",
+        ),
+    ] = 1
+    grad_ckpt: Annotated[
+        bool,
+        UI(
+            "Gradient checkpointing",
+            _S,
+            "non-reentrant activation checkpointing of every decoder layer: only the layer inputs are kept, "
+            "one layer is recomputed at a time during backward",
+        ),
+    ] = False
+    attn: Annotated[
+        Literal["sdpa", "eager", "flash"],
+        UI(
+            "Attention",
+            _S,
+            "attn_implementation: eager keeps the scores and probabilities for backward; sdpa and flash keep "
+            "the output and the log-sum-exp",
+            choices=(("sdpa", "sdpa"), ("eager", "eager"), ("flash-attention 2", "flash")),
+        ),
+    ] = "sdpa"
+    lora_rank: Annotated[
+        int,
+        Field(ge=1, le=1 << 16),
+        UI("Rank", _L, "LoRA rank r: at most the smallest dimension of a targeted layer", shown=_adapters),
+    ] = 16
+    lora_alpha: Annotated[
+        float,
+        Field(gt=0, le=1 << 20),
+        UI("Alpha", _L, "lora_alpha (scaling only): no effect on memory", shown=_adapters),
+    ] = 32
+    lora_targets: Annotated[
+        Literal["all-linear"] | tuple[str, ...],
+        UI(
+            "Target modules",
+            _L,
+            "module names that get adapters, comma separated (q_proj,v_proj; fused projections by their own "
+            "name: query_key_value, qkv_proj, c_attn), or all-linear (every linear layer of the decoder but "
+            "the head, as PEFT resolves it); lm_head adapts the head too",
+            choices=(
+                ("all-linear", "all-linear"),
+                ("q_proj,v_proj", "q_proj,v_proj"),
+                ("q_proj,k_proj,v_proj,o_proj", "q_proj,k_proj,v_proj,o_proj"),
+            ),
+            shown=_adapters,
+        ),
+    ] = "all-linear"
+    lora_dropout: Annotated[
+        float,
+        Field(ge=0, lt=1),
+        UI(
+            "LoRA dropout",
+            _L,
+            "above 0 each adapter keeps a dropped copy of its input for backward",
+            step=0.05,
+            shown=_adapters,
+        ),
+    ] = 0.0
+    dropout: Annotated[
+        float | None,
+        Field(ge=0, lt=1),
+        UI(
+            "Model dropout",
+            _S,
+            "hidden/attention dropout: above 0 each dropout keeps its mask for backward (default: the "
+            "architecture's own, GPT-2/OPT 0.1, modern LLMs 0)",
+            step=0.01,
+            special="architecture default",
+            none=-0.01,
+        ),
+    ] = None
+    qlora_base: Annotated[
+        str,
+        UI(
+            "QLoRA base",
+            _L,
+            "4-bit bitsandbytes format of the frozen base: nf4, or nf4-dq with double quantization "
+            "(bnb_4bit_use_double_quant: quantized absmax, ~0.4 bit/param less)",
+            choices=(("nf4", "nf4"), ("nf4 + double quantization", "nf4-dq")),
+            shown=lambda v: v.get("method") == "qlora",
+        ),
+    ] = "nf4"
+    frozen_layers: Annotated[
+        int,
+        Field(ge=0, le=4096),
+        UI(
+            "Frozen layers",
+            _M,
+            "the first decoder layers kept frozen: no gradients or optimizer states for them",
+            unit=" layers",
+        ),
+    ] = 0
+    zero: Annotated[
+        Literal[0, 1, 2, 3],
+        UI(
+            "ZeRO stage",
+            _G,
+            "DeepSpeed ZeRO: shard optimizer states (1), gradients too (2), parameters too (3) over the "
+            "data-parallel ranks; with dp 1 it shards nothing",
+            choices=(("off", 0), ("1: optimizer states", 1), ("2: + gradients", 2), ("3: + parameters", 3)),
+        ),
+    ] = 0
+    offload: Annotated[
+        Literal["none", "optimizer", "optimizer+params"],
+        UI(
+            "CPU offload",
+            _G,
+            "DeepSpeed offload_optimizer / offload_param: states (and with ZeRO-3 or FSDP, parameters) live "
+            "in CPU RAM; the estimate names the RAM they need",
+            choices=(
+                ("none", "none"),
+                ("optimizer states", "optimizer"),
+                ("optimizer + parameters", "optimizer+params"),
+            ),
+            shown=_sharding("offload", "none"),
+        ),
+    ] = "none"
+    fsdp: Annotated[
+        Literal["none", "full_shard", "shard_grad_op", "hybrid_shard"],
+        UI(
+            "FSDP",
+            _G,
+            "PyTorch FSDP sharding strategy (instead of ZeRO): FULL_SHARD gathers one unit at a time, "
+            "SHARD_GRAD_OP keeps parameters gathered, HYBRID_SHARD shards within a node",
+            choices=(
+                ("off", "none"),
+                ("FULL_SHARD", "full_shard"),
+                ("SHARD_GRAD_OP", "shard_grad_op"),
+                ("HYBRID_SHARD", "hybrid_shard"),
+            ),
+            shown=_sharding("fsdp", "none"),
+        ),
+    ] = "none"
+    dp: Annotated[
+        int,
+        Field(ge=1, le=4096),
+        UI("Data parallel", _G, "data-parallel replicas; ZeRO and FSDP shard over them", unit=" ranks"),
+    ] = 1
+    tp: Annotated[
+        int,
+        Field(ge=1, le=4096),
+        UI("Tensor parallel", _G, "tensor-parallel degree: divides the heads", unit=" GPUs"),
+    ] = 1
+    pp: Annotated[
+        int,
+        Field(ge=1, le=4096),
+        UI(
+            "Pipeline parallel",
+            _G,
+            "pipeline stages (at most the layers); 1F1B keeps min(pp - stage, micro-batches) micro-batches "
+            "in flight on a stage",
+            unit=" stages",
+        ),
+    ] = 1
+    ep: Annotated[
+        int,
+        Field(ge=1, le=4096),
+        UI("Expert parallel", _G, "expert-parallel degree (MoE): divides the experts and dp x tp"),
+    ] = 1
+    cp: Annotated[
+        int,
+        Field(ge=1, le=4096),
+        UI(
+            "Context parallel",
+            _G,
+            "context-parallel degree: each rank holds seq / cp tokens (ring attention)",
+        ),
+    ] = 1
+    gpus: Annotated[int | None, Field(ge=1, le=1 << 20)] = Field(
+        None, description="total GPUs (a check only): must be dp x tp x pp x cp"
+    )
+    gpus_per_node: Annotated[
+        int,
+        Field(ge=1, le=4096),
+        UI(
+            "GPUs per node",
+            _G,
+            "HYBRID_SHARD shards within a node of this many GPUs",
+            unit=" GPUs",
+            shown=lambda v: v.get("fsdp") == "hybrid_shard",
+        ),
+    ] = 8
+    first_step: Annotated[
+        bool,
+        UI(
+            "First step",
+            _S,
+            "the first optimizer step: states do not exist yet during forward and backward (steady state: "
+            "they do)",
+        ),
+    ] = False
+    cuda_context_mib: Annotated[
+        int,
+        Field(ge=0, le=1 << 16),
+        UI(
+            "CUDA context",
+            "Overheads",
+            "memory the CUDA context takes per process (~300-600 MiB on recent drivers)",
+            unit=" MiB",
+            step=50,
+        ),
+    ] = 500
+
+    @field_validator("optimizer")
+    @classmethod
+    def _optimizer_for_precision(cls, v: str, info: ValidationInfo) -> str:
+        if info.data.get("precision") == "megatron-bf16" and v not in MEGATRON_OPTIMIZERS:
+            raise ValueError(
+                f"optimizer {v!r} is not available with precision 'megatron-bf16' "
+                f"(use one of {', '.join(MEGATRON_OPTIMIZERS)})"
+            )
+        return v
+
+    @field_validator("lora_targets", mode="before")
+    @classmethod
+    def _targets(cls, v: object) -> object:
+        if isinstance(v, str) and v != "all-linear":
+            v = tuple(x.strip() for x in v.split(",") if x.strip())
+        if isinstance(v, list | tuple):
+            if not v:
+                raise ValueError("name at least one module (q_proj, k_proj, ...) or 'all-linear'")
+            return tuple(v)
+        return v
+
+    @field_validator("qlora_base")
+    @classmethod
+    def _qlora_base(cls, v: str, info: ValidationInfo) -> str:
+        if v not in ("nf4", "nf4-dq"):
+            raise ValueError(f"QLoRA needs a 4-bit bitsandbytes base: 'nf4' or 'nf4-dq', got {v!r}")
+        return v
+
+    @field_validator("fsdp")
+    @classmethod
+    def _fsdp(cls, v: str, info: ValidationInfo) -> str:
+        if v != "none" and info.data.get("zero", 0):
+            raise ValueError("choose either DeepSpeed ZeRO (zero) or FSDP (fsdp), not both")
+        return v
+
+    @field_validator("offload")
+    @classmethod
+    def _offload(cls, v: str, info: ValidationInfo) -> str:
+        zero = info.data.get("zero", 0)
+        if v == "optimizer" and not zero:
+            raise ValueError("optimizer offload needs ZeRO stage 1, 2 or 3 (DeepSpeed offload_optimizer)")
+        return v
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, v: int | None, info: ValidationInfo) -> int | None:
+        d = info.data
+        need = d.get("dp", 1) * d.get("tp", 1) * d.get("pp", 1) * d.get("cp", 1)
+        if v is not None and v != need:
+            raise ValueError(
+                f"{v} GPUs do not match dp x tp x pp x cp = {d.get('dp', 1)} x {d.get('tp', 1)} x "
+                f"{d.get('pp', 1)} x {d.get('cp', 1)} = {need}"
+            )
+        return v
+
+    @property
+    def world(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+
+def make_training_run(**fields: object) -> TrainingRun:
+    """Build a :class:`TrainingRun`; a bad value is one :class:`GpumemInputError` naming the field."""
+    try:
+        return TrainingRun(**fields)  # type: ignore[arg-type]
+    except ValidationError as e:
+        raise describe_validation_error(e, source="run") from None
