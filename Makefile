@@ -8,7 +8,7 @@ PEERS_VENV ?= /tmp/peers-venv
 GT_VENV    ?= /tmp/gt-venv
 PEER_ENV   := GPUMEM_PEERS_VENV=$(PEERS_VENV) GPUMEM_GT_VENV=$(GT_VENV)
 
-.PHONY: install run test lint contracts pytest clean validate bench peers
+.PHONY: install run test lint contracts pytest clean validate bench peers readme
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ test: lint contracts pytest
 validate: install
 	$(PEER_ENV) $(PY) validation/validate.py --out docs/validation.md
 
+# the README's table of run flags, generated from the run models' field declarations
+readme: install
+	$(PY) -c "from gpumem_gui.cli.flags import update_readme; update_readme('README.md')"
+
 # docs/performance.md and the README's speed block, all measured in one run (~15 min; benchmarks/README.md)
 bench: install
 	$(PEER_ENV) $(PY) benchmarks/report.py --out docs/performance.md --readme README.md
@@ -48,7 +52,7 @@ peers:
 	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/python -m pip install --quiet 'llm-analysis==0.2.2'
 	test -x $(GT_VENV)/bin/python || $(PYTHON) -m venv $(GT_VENV)
-	$(GT_VENV)/bin/python -m pip install --quiet 'torch==2.13.0' 'transformers==5.24.0' 'accelerate==1.15.0' safetensors
+	$(GT_VENV)/bin/python -m pip install --quiet 'torch==2.13.0' 'transformers==5.24.0' 'accelerate==1.15.0' 'peft==0.21.2' safetensors
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .ruff_cache .hypothesis

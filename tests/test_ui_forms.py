@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from gpumem_gui.core.runtimes.inference import InferenceRun
-from gpumem_gui.ui.run_form import PRESETS, GpuChoice, RunForm, TargetForm, resolve_target
+from gpumem_gui.ui.run_form import PRESETS, RunForm
+from gpumem_gui.ui.target_form import GpuChoice, TargetForm, resolve_target
 
 pytestmark = [pytest.mark.no_qt_log, pytest.mark.usefixtures("qt_warnings_fail")]
 
@@ -76,13 +77,13 @@ def test_engine_filters_kv_dtypes_and_shows_its_knobs(form: RunForm) -> None:
 
     engine.setCurrentIndex(engine.findData("vllm"))
     assert "fp8" in kv_items() and "q8_0" not in kv_items()
-    assert form._vllm_group.isVisible() and not form._llama_group.isVisible()
+    assert form.groups["vLLM"].isVisible() and not form.groups["llama.cpp"].isVisible()
     engine.setCurrentIndex(engine.findData("llama.cpp"))
     assert "q8_0" in kv_items() and "fp8" not in kv_items()
-    assert form._llama_group.isVisible() and not form._vllm_group.isVisible()
+    assert form.groups["llama.cpp"].isVisible() and not form.groups["vLLM"].isVisible()
     engine.setCurrentIndex(engine.findData("transformers"))
     assert set(kv_items()) == {"auto", "fp32", "fp16", "bf16", "int8", "int4"}
-    assert not form._vllm_group.isVisible() and not form._llama_group.isVisible()
+    assert not form.groups["vLLM"].isVisible() and not form.groups["llama.cpp"].isVisible()
 
 
 def test_kv_dtype_falls_back_to_auto_when_the_engine_cannot_store_it(form: RunForm) -> None:

@@ -9,7 +9,7 @@ from gpumem_gui.core.runtimes.inference import InferenceRun
 from gpumem_gui.hardware import GpuDevice
 from gpumem_gui.ui.gpu_panel import GpuPanel
 from gpumem_gui.ui.main_window import MainWindow
-from gpumem_gui.ui.run_form import GpuChoice
+from gpumem_gui.ui.target_form import GpuChoice
 
 pytestmark = [pytest.mark.no_qt_log, pytest.mark.usefixtures("qt_warnings_fail")]
 

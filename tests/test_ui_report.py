@@ -26,7 +26,7 @@ def test_cli_command_names_only_what_differs(llama) -> None:
     run = InferenceRun(engine="llama.cpp", weights="gguf-Q4_K_M", n_batch=4096, flash_attn=False)
     line = cli_command("/models/my model.gguf", run, None, margin_bytes=0)
     assert "'/models/my model.gguf'" in line and "--no-flash-attn" in line and "--margin-mib 0" in line
-    assert line.endswith("(it uses 2048)")
+    assert "--n-batch 4096" in line
 
 
 def test_runtime_flags(llama) -> None:

@@ -11,7 +11,6 @@ import pytest
 
 from gpumem_gui.core.runtimes.inference import InferenceRun
 from gpumem_gui.ui.main_window import MainWindow
-from gpumem_gui.ui.run_form import GpuChoice
 from gpumem_gui.ui.scenario import (
     SCENARIO_FORMAT,
     ModelRef,
@@ -20,6 +19,7 @@ from gpumem_gui.ui.scenario import (
     read_scenario,
     save_scenario,
 )
+from gpumem_gui.ui.target_form import GpuChoice
 
 pytestmark = [pytest.mark.no_qt_log, pytest.mark.usefixtures("qt_warnings_fail")]
 

@@ -13,8 +13,8 @@ from gpumem_gui.core.fit.documents import estimate_document
 from gpumem_gui.core.runtimes.inference import InferenceRun
 from gpumem_gui.core.training import TrainingRun
 from gpumem_gui.ui.main_window import MainWindow
-from gpumem_gui.ui.run_form import GpuChoice
 from gpumem_gui.ui.scenario import ModelRef, Scenario, read_scenario, save_scenario
+from gpumem_gui.ui.target_form import GpuChoice
 from gpumem_gui.ui.train_form import TRAINING_PRESETS, TrainingForm
 
 pytestmark = [pytest.mark.no_qt_log, pytest.mark.usefixtures("qt_warnings_fail")]
@@ -183,7 +183,7 @@ def test_training_command_line_and_export(main_window: MainWindow, tmp_path: Pat
     for flag, value in (("--method", "qlora"), ("--optimizer", "paged-adamw-8bit"), ("--precision", "bf16")):
         assert args[args.index(flag) + 1] == value
     assert "--grad-ckpt" in args and "--gpu" in args
-    assert "qlora_base=nf4-dq" in w.command_line()  # no CLI flag: named in the comment
+    assert "--qlora-base nf4-dq" in w.command_line()  # every field has its flag (issue 12)
     assert "paged_adamw_8bit" in w.runtime_flags_text()
     written = w.export_report(tmp_path / "train.md")
     doc = json.loads(written[2].read_text())

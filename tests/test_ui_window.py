@@ -15,7 +15,7 @@ from gpumem_gui.core.readers.loader import load_model
 from gpumem_gui.core.runtimes.inference import InferenceRun
 from gpumem_gui.core.units import SizeUnit
 from gpumem_gui.ui.main_window import MainWindow
-from gpumem_gui.ui.run_form import GpuChoice
+from gpumem_gui.ui.target_form import GpuChoice
 
 pytestmark = [pytest.mark.no_qt_log, pytest.mark.usefixtures("qt_warnings_fail")]
 
@@ -221,7 +221,7 @@ def test_hub_id_loads_in_a_worker_and_shows_the_offline_error(
 
 
 def test_command_line_round_trips_through_the_cli_parser(main_window: MainWindow) -> None:
-    from gpumem_gui.cli import _run_from_args, build_parser
+    from gpumem_gui.cli import build_parser, run_from_args
 
     w = main_window
     run = InferenceRun(engine="vllm", batch=8, seq=4096, new_tokens=256, kv_dtype="fp8", tp=2)
@@ -230,7 +230,7 @@ def test_command_line_round_trips_through_the_cli_parser(main_window: MainWindow
     w.recompute_now()
     line = w.command_line()
     args = build_parser().parse_args(shlex.split(line)[1:])
-    assert _run_from_args(args, w.model) == run
+    assert run_from_args(args, w.model) == run
     assert args.gpu == "H100-SXM-80GB:2" and args.margin_mib == 512
     flags = w.runtime_flags_text()
     assert flags.startswith("vllm serve meta-llama/Llama-3.1-8B")

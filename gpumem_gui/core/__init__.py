@@ -29,7 +29,7 @@ Bad input raises :class:`GpumemInputError` with one line naming the file/field a
 """
 
 from gpumem_gui.core.errors import GpumemError, GpumemInputError, describe_validation_error
-from gpumem_gui.core.fields import UI, RunField, run_fields
+from gpumem_gui.core.fields import UI, RunField, command_args, run_fields
 from gpumem_gui.core.fit import (
     DEFAULT_MARGIN_BYTES,
     Change,
@@ -121,6 +121,7 @@ __all__ = [
     "WeightBytes",
     "WeightFormat",
     "WeightsInventory",
+    "command_args",
     "count_params",
     "describe_validation_error",
     "engine_kv_dtypes",

@@ -25,25 +25,26 @@ Kind = Literal["bool", "int", "float", "str", "choice", "list"]
 class UI:
     """How one run field is shown and spelled (the range and the default come from the model itself).
 
-    ``flag`` defaults to ``--`` + the name with dashes; ``negate`` is the CLI flag of a boolean that defaults
-    to true (``--no-flash-attn``); ``special`` names the lowest value of a number (``all layers`` for -1) or
-    what an empty optional means (``auto``), ``none`` is the widget value standing for None; ``choices``
-    label the values of a Literal in display order; ``engines`` are the inference engines the field applies
-    to (empty: all); ``shown`` decides from the form's current values whether the field is offered;
-    ``widget`` names a form widget the generic builder does not make (``weights``, ``kv_dtype``)."""
+    ``flag`` defaults to ``--`` + the name with dashes (a boolean also gets ``--no-...``); ``aliases`` are
+    the engine's own short spellings (``-ngl``); ``special`` names the lowest value of a number (``all
+    layers`` for -1) or what an empty optional means (``auto``), and ``none`` is the widget value that stands
+    for None; ``choices`` label the values of a Literal in display order (or suggest values for a text
+    field); ``values`` says in words what a text field takes; ``engines`` are the inference engines the
+    field applies to (empty: all); ``shown`` decides from the form's current values whether the field is
+    offered; ``widget`` names a form widget the generic builder does not make (``weights``, ``kv_dtype``)."""
 
     label: str
     group: str
     help: str
     flag: str | None = None
     aliases: tuple[str, ...] = ()
-    negate: str | None = None
     unit: str = ""
     step: float = 1
     decimals: int = 2
     special: str | None = None
     none: float | None = None
     choices: tuple[tuple[str, Any], ...] = ()
+    values: str = ""
     engines: tuple[str, ...] = ()
     shown: Callable[[Mapping[str, Any]], bool] | None = None
     widget: str = ""
@@ -61,10 +62,40 @@ class RunField:
     hi: float | None
     values: tuple[Any, ...]  # a Literal's values
     ui: UI
+    lo_open: bool = False  # the bound itself is excluded (pydantic gt / lt)
+    hi_open: bool = False
 
     @property
     def flag(self) -> str:
         return self.ui.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def negated_flag(self) -> str:
+        """The flag that sets a boolean false (``--no-flash-attn``)."""
+        return "--no-" + self.flag[2:]
+
+    def range_text(self) -> str:
+        """The allowed values in words: ``1 to 1,048,576``, ``sdpa, eager, flash``, ``on/off``."""
+        if self.kind == "bool":
+            return "on/off"
+        if self.values:
+            return ", ".join(str(v) for v in self.values)
+        if self.ui.values:
+            return self.ui.values
+        if self.ui.choices:
+            return ", ".join(str(v) for _, v in self.ui.choices)
+        if self.lo is None and self.hi is None:
+            return "text"
+        lo = "" if self.lo is None else f"{self.lo:,.10g}"
+        hi = "" if self.hi is None else f"{self.hi:,.10g}"
+        return f"{'above ' if self.lo_open else ''}{lo} to {'below ' if self.hi_open else ''}{hi}"
+
+    def default_text(self) -> str:
+        if self.default is None:
+            return self.ui.special or "auto"
+        if self.kind == "bool":
+            return "on" if self.default else "off"
+        return self.text(self.default)
 
     def applies(self, values: Mapping[str, Any]) -> bool:
         """Whether the field is offered for a run with these current values."""
@@ -81,7 +112,10 @@ class RunField:
         return str(value)
 
     def parse(self, text: str) -> Any:
-        """A command-line value as the model takes it (validation is the model's)."""
+        """A command-line value as the model takes it (validation is the model's); ``auto`` is None for an
+        optional field."""
+        if self.optional and text.strip().lower() in ("auto", "default", "none"):
+            return None
         if self.kind == "list":
             return text
         if self.kind == "choice" and self.values and isinstance(self.values[0], int):
@@ -112,15 +146,33 @@ def _kind(annotation: Any) -> tuple[Kind, bool, tuple[Any, ...]]:
     return name, False, ()  # type: ignore[return-value]
 
 
-def _bounds(metadata: list[Any]) -> tuple[float | None, float | None]:
-    """The range pydantic's constraints give (``gt``/``lt`` bounds are reported as the bound itself)."""
+def _bounds(metadata: list[Any]) -> tuple[float | None, float | None, bool, bool]:
+    """The range pydantic's constraints give, and whether each bound is excluded (``gt``/``lt``)."""
     lo = hi = None
+    lo_open = hi_open = False
     for m in metadata:
-        for attr in ("ge", "gt"):
-            lo = getattr(m, attr, lo) if getattr(m, attr, None) is not None else lo
-        for attr in ("le", "lt"):
-            hi = getattr(m, attr, hi) if getattr(m, attr, None) is not None else hi
-    return lo, hi
+        for attr, is_open in (("ge", False), ("gt", True)):
+            if getattr(m, attr, None) is not None:
+                lo, lo_open = getattr(m, attr), is_open
+        for attr, is_open in (("le", False), ("lt", True)):
+            if getattr(m, attr, None) is not None:
+                hi, hi_open = getattr(m, attr), is_open
+    return lo, hi, lo_open, hi_open
+
+
+def command_args(run: BaseModel) -> list[str]:
+    """The flags that rebuild ``run`` from its model's defaults: one per field whose value differs, in
+    declaration order (booleans as ``--flag`` / ``--no-flag``)."""
+    out: list[str] = []
+    for f in run_fields(type(run)):
+        value = getattr(run, f.name)
+        if value == f.default:
+            continue
+        if f.kind == "bool":
+            out.append(f.flag if value else f.negated_flag)
+        else:
+            out += [f.flag, "auto" if value is None else f.text(value)]
+    return out
 
 
 @cache
@@ -133,6 +185,6 @@ def run_fields(model: type[BaseModel]) -> tuple[RunField, ...]:
         if ui is None:
             continue
         kind, optional, values = _kind(info.annotation)
-        lo, hi = _bounds(meta)
-        out.append(RunField(name, kind, optional, info.default, lo, hi, values, ui))
+        lo, hi, lo_open, hi_open = _bounds(meta)
+        out.append(RunField(name, kind, optional, info.default, lo, hi, values, ui, lo_open, hi_open))
     return tuple(out)

@@ -85,19 +85,11 @@ from gpumem_gui.ui.report import (
     markdown_report,
     plan_json,
     runtime_flags,
-    training_cli_command,
     training_runtime_flags,
     worst_verdict,
 )
 from gpumem_gui.ui.results import ResultsView
-from gpumem_gui.ui.run_form import (
-    FILE_WEIGHTS,
-    PRESETS,
-    ResolvedTarget,
-    RunForm,
-    TargetForm,
-    resolve_target,
-)
+from gpumem_gui.ui.run_form import FILE_WEIGHTS, PRESETS, RunForm
 from gpumem_gui.ui.scenario import (
     CompareDialog,
     ModelRef,
@@ -110,6 +102,7 @@ from gpumem_gui.ui.scenario import (
     save_scenario,
     scenario_from_json,
 )
+from gpumem_gui.ui.target_form import ResolvedTarget, TargetForm, resolve_target
 from gpumem_gui.ui.train_form import TRAINING_PRESETS, TrainingForm
 from gpumem_gui.ui.workers import BackgroundRunner
 
@@ -1095,8 +1088,6 @@ class MainWindow(QMainWindow):
             raise GpumemInputError("no plan yet")
         gpu, count = self._cli_gpu()
         margin = self.target_form.value().margin_bytes
-        if isinstance(run, TrainingRun):
-            return training_cli_command(m.source, run, gpu, count, margin)
         return cli_command(m.source, run, gpu, count, margin)
 
     def runtime_flags_text(self) -> str:

@@ -28,6 +28,7 @@ from gpumem_gui.core import (
     SizeUnit,
     TrainingRun,
     Verdict,
+    command_args,
     estimate_document,
     fmt_bytes,
     fmt_count,
@@ -91,142 +92,42 @@ def worst_verdict(vs: Sequence[Verdict]) -> Verdict | None:
 
 # ---- command lines -----------------------------------------------------------------------------------------
 
-# InferenceRun field -> the gpumem CLI flag (see gpumem_gui/cli.py _add_run_flags)
-_CLI_FLAGS = {
-    "batch": "--batch",
-    "seq": "--seq",
-    "new_tokens": "--new-tokens",
-    "weights": "--weights",
-    "compute_dtype": "--compute-dtype",
-    "kv_dtype": "--kv-dtype",
-    "attn": "--attn",
-    "logits": "--logits",
-    "engine": "--engine",
-    "tp": "--tp",
-    "pp": "--pp",
-    "ep": "--ep",
-    "gpu_memory_utilization": "--gpu-memory-utilization",
-    "max_num_seqs": "--max-num-seqs",
-    "max_model_len": "--max-model-len",
-    "max_num_batched_tokens": "--max-num-batched-tokens",
-    "n_gpu_layers": "--n-gpu-layers",
-    "n_ubatch": "--n-ubatch",
-    "cuda_context_mib": "--cuda-context-mib",
-}
-
 
 def cli_command(
     source: str,
-    run: InferenceRun,
+    run: InferenceRun | TrainingRun,
     gpu: str | None = None,
     count: int = 1,
     margin_bytes: int = DEFAULT_MARGIN_BYTES,
 ) -> str:
-    """The ``gpumem estimate ...`` command line for this plan (non-default flags only), shell-quoted.
-
-    The CLI always sets llama.cpp's ``n_batch`` to ``max(2048, n_ubatch)``; a different value cannot be given
-    on its command line and is named in a trailing comment.
-    """
-    default = InferenceRun()
-    # --weights always: the CLI's default depends on the model (its files' bytes when it has weight files)
-    args = ["gpumem", "estimate", source, "--weights", run.weights]
-    for field, flag in _CLI_FLAGS.items():
-        value = getattr(run, field)
-        if field != "weights" and value != getattr(default, field) and value is not None:
-            args += [flag, str(value)]
-    if run.enforce_eager:
-        args.append("--enforce-eager")
-    if not run.flash_attn:
-        args.append("--no-flash-attn")
+    """The ``gpumem estimate ...`` command line that rebuilds this plan, shell-quoted: the flags come from
+    the run model's own field declarations (:func:`command_args`), the same the CLI's parser is built from.
+    Inference always names ``--weights``: the CLI's default depends on the model (its files' bytes when it
+    has weight files)."""
+    args = ["gpumem", "estimate", source]
+    if isinstance(run, TrainingRun):
+        args += ["--mode", "train"]
+    else:
+        args += ["--weights", run.weights]
+    args += _without_weights(command_args(run))
     if gpu:
         args += ["--gpu", f"{gpu}:{count}" if count > 1 else gpu]
     margin_mib = margin_bytes // MiB
     if margin_mib != DEFAULT_MARGIN_BYTES // MiB:
         args += ["--margin-mib", str(margin_mib)]
-    line = shlex.join(args)
-    cli_n_batch = max(2048, run.n_ubatch)
-    if run.engine == "llama.cpp" and run.n_batch != cli_n_batch:
-        line += f"  # n_batch {run.n_batch}: the CLI has no flag for it (it uses {cli_n_batch})"
-    return line
+    return shlex.join(args)
+
+
+def _without_weights(args: list[str]) -> list[str]:
+    if "--weights" not in args:
+        return args
+    i = args.index("--weights")
+    return args[:i] + args[i + 2 :]
 
 
 def runtime_flags(model: str, run: InferenceRun, est: Estimate) -> str:
     """The engine's own command line this plan implies (vLLM, llama.cpp), or transformers' load call."""
     return runtime(run.engine).command(model, run, est)
-
-
-# TrainingRun field -> the gpumem CLI flag (``gpumem estimate MODEL --mode train ...``)
-_TRAIN_CLI_FLAGS = {
-    "method": "--method",
-    "precision": "--precision",
-    "optimizer": "--optimizer",
-    "batch": "--batch",
-    "seq": "--seq",
-    "grad_accum": "--grad-accum",
-    "attn": "--attn",
-    "lora_rank": "--lora-rank",
-    "lora_targets": "--lora-targets",
-    "zero": "--zero",
-    "offload": "--offload",
-    "fsdp": "--fsdp",
-    "dp": "--dp",
-    "tp": "--tp",
-    "pp": "--pp",
-    "ep": "--ep",
-    "cp": "--cp",
-}
-# fields the CLI has no flag for: named in a trailing comment when they differ from the default
-_TRAIN_NO_FLAG = (
-    "qlora_base",
-    "lora_alpha",
-    "lora_dropout",
-    "dropout",
-    "frozen_layers",
-    "gpus_per_node",
-    "cuda_context_mib",
-)
-
-
-def _flag_value(value: object) -> str:
-    return ",".join(value) if isinstance(value, tuple) else str(value)
-
-
-def training_cli_command(
-    source: str,
-    run: TrainingRun,
-    gpu: str | None = None,
-    count: int = 1,
-    margin_bytes: int = DEFAULT_MARGIN_BYTES,
-) -> str:
-    """The ``gpumem estimate MODEL --mode train ...`` command line (method, precision and optimizer always;
-    other flags when not the default), shell-quoted; fields without a flag in a trailing comment."""
-    default = TrainingRun()
-    args = ["gpumem", "estimate", source, "--mode", "train"]
-    lora = run.method != "full"
-    for field, flag in _TRAIN_CLI_FLAGS.items():
-        value = getattr(run, field)
-        if field.startswith("lora_") and not lora:
-            continue
-        if field in ("method", "precision", "optimizer") or value != getattr(default, field):
-            args += [flag, _flag_value(value)]
-    if run.grad_ckpt:
-        args.append("--grad-ckpt")
-    if run.first_step:
-        args.append("--first-step")
-    if gpu:
-        args += ["--gpu", f"{gpu}:{count}" if count > 1 else gpu]
-    margin_mib = margin_bytes // MiB
-    if margin_mib != DEFAULT_MARGIN_BYTES // MiB:
-        args += ["--margin-mib", str(margin_mib)]
-    line = shlex.join(args)
-    extra = [
-        f"{f}={_flag_value(getattr(run, f))}"
-        for f in _TRAIN_NO_FLAG
-        if getattr(run, f) != getattr(default, f) and (lora or not f.startswith(("lora_", "qlora_")))
-    ]
-    if extra:
-        line += f"  # no CLI flag for: {', '.join(extra)}"
-    return line
 
 
 _HF_OPTIM = {

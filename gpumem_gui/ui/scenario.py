@@ -51,7 +51,7 @@ from gpumem_gui.core import (
     fmt_bytes,
 )
 from gpumem_gui.ui.report import atomic_write, run_summary
-from gpumem_gui.ui.run_form import GpuChoice
+from gpumem_gui.ui.target_form import GpuChoice
 
 SCENARIO_FORMAT = "gpumem-scenario"
 SCENARIO_VERSION = 2

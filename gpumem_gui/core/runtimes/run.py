@@ -6,7 +6,7 @@ generated from these declarations (:mod:`gpumem_gui.core.fields`).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -80,6 +80,7 @@ class InferenceRun(Frozen):
             "weight format id (gpumem formats lists them: float, FP8, bitsandbytes, GPTQ/AWQ, MX/NV FP4, "
             "GGUF types and mixes), or 'file' for the bytes in the model's own safetensors/GGUF files; "
             "quantized formats count their scales and zero-points too",
+            values="a format id (gpumem formats), or file",
             widget="weights",
         ),
     ] = "bf16"
@@ -94,6 +95,8 @@ class InferenceRun(Frozen):
             "KV cache",
             _P,
             "KV-cache element type; what the engine accepts (auto = the compute dtype)",
+            values="auto, or a KV dtype the engine takes (fp16, bf16, fp32; vLLM fp8*; llama.cpp q8_0, "
+            "q4_0, ...; transformers int8, int4)",
             widget="kv_dtype",
         ),
     ] = "auto"
@@ -204,7 +207,7 @@ class InferenceRun(Frozen):
         UI(
             "Logical batch (-b)",
             "llama.cpp",
-            "logical batch size; at least the physical batch (default: 2048, or -ub when larger)",
+            "logical batch size; at least the physical batch (default 2048, or -ub when that is larger)",
             aliases=("-b",),
             unit=" tokens",
             step=256,
@@ -230,7 +233,6 @@ class InferenceRun(Frozen):
             "Flash attention",
             "llama.cpp",
             "llama.cpp's -fa; without it the KQ matrix is materialised",
-            negate="--no-flash-attn",
             engines=("llama.cpp",),
         ),
     ] = True
@@ -245,6 +247,16 @@ class InferenceRun(Frozen):
             step=50,
         ),
     ] = 500
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_n_batch(cls, data: Any) -> Any:
+        """llama.cpp's -b defaults to 2048 and must hold -ub: without -b, a larger -ub raises it too."""
+        if isinstance(data, dict) and data.get("n_batch") is None and "n_ubatch" in data:
+            ub = data["n_ubatch"]
+            if isinstance(ub, int) and ub > 2048:
+                data = {**data, "n_batch": ub}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> InferenceRun:

@@ -78,8 +78,10 @@ class TrainingRun(Frozen):
         UI(
             "Precision",
             _M,
-            "how weights, activations, gradients and optimizer states are stored: "
-            + "; ".join(f"{k}: {v}" for k, v in PRECISION_DOC.items()),
+            "how weights, activations, gradients and optimizer states are stored: amp-bf16/amp-fp16 fp32 "
+            "weights, gradients and states under autocast (LoRA: a 16-bit frozen base); bf16/fp32 everything "
+            "in that dtype (LoRA adapters stay fp32); megatron-bf16 bf16 weights with fp32 main grads, "
+            "master weights and states",
             choices=(
                 ("mixed bf16 (fp32 master, bf16 autocast)", "amp-bf16"),
                 ("mixed fp16 (fp32 master, fp16 autocast)", "amp-fp16"),
@@ -174,6 +176,7 @@ class TrainingRun(Frozen):
                 ("q_proj,v_proj", "q_proj,v_proj"),
                 ("q_proj,k_proj,v_proj,o_proj", "q_proj,k_proj,v_proj,o_proj"),
             ),
+            values="all-linear, or module names, comma separated",
             shown=_adapters,
         ),
     ] = "all-linear"
@@ -222,6 +225,41 @@ class TrainingRun(Frozen):
             unit=" layers",
         ),
     ] = 0
+    dp: Annotated[
+        int,
+        Field(ge=1, le=4096),
+        UI("Data parallel", _G, "data-parallel replicas; ZeRO and FSDP shard over them", unit=" ranks"),
+    ] = 1
+    tp: Annotated[
+        int,
+        Field(ge=1, le=4096),
+        UI("Tensor parallel", _G, "tensor-parallel degree: divides the heads", unit=" GPUs"),
+    ] = 1
+    pp: Annotated[
+        int,
+        Field(ge=1, le=4096),
+        UI(
+            "Pipeline parallel",
+            _G,
+            "pipeline stages (at most the layers); 1F1B keeps min(pp - stage, micro-batches) micro-batches "
+            "in flight on a stage",
+            unit=" stages",
+        ),
+    ] = 1
+    ep: Annotated[
+        int,
+        Field(ge=1, le=4096),
+        UI("Expert parallel", _G, "expert-parallel degree (MoE): divides the experts and dp x tp"),
+    ] = 1
+    cp: Annotated[
+        int,
+        Field(ge=1, le=4096),
+        UI(
+            "Context parallel",
+            _G,
+            "context-parallel degree: each rank holds seq / cp tokens (ring attention)",
+        ),
+    ] = 1
     zero: Annotated[
         Literal[0, 1, 2, 3],
         UI(
@@ -263,41 +301,6 @@ class TrainingRun(Frozen):
             shown=_sharding("fsdp", "none"),
         ),
     ] = "none"
-    dp: Annotated[
-        int,
-        Field(ge=1, le=4096),
-        UI("Data parallel", _G, "data-parallel replicas; ZeRO and FSDP shard over them", unit=" ranks"),
-    ] = 1
-    tp: Annotated[
-        int,
-        Field(ge=1, le=4096),
-        UI("Tensor parallel", _G, "tensor-parallel degree: divides the heads", unit=" GPUs"),
-    ] = 1
-    pp: Annotated[
-        int,
-        Field(ge=1, le=4096),
-        UI(
-            "Pipeline parallel",
-            _G,
-            "pipeline stages (at most the layers); 1F1B keeps min(pp - stage, micro-batches) micro-batches "
-            "in flight on a stage",
-            unit=" stages",
-        ),
-    ] = 1
-    ep: Annotated[
-        int,
-        Field(ge=1, le=4096),
-        UI("Expert parallel", _G, "expert-parallel degree (MoE): divides the experts and dp x tp"),
-    ] = 1
-    cp: Annotated[
-        int,
-        Field(ge=1, le=4096),
-        UI(
-            "Context parallel",
-            _G,
-            "context-parallel degree: each rank holds seq / cp tokens (ring attention)",
-        ),
-    ] = 1
     gpus: Annotated[int | None, Field(ge=1, le=1 << 20)] = Field(
         None, description="total GPUs (a check only): must be dp x tp x pp x cp"
     )

@@ -1,0 +1,107 @@
+"""``gpumem``: the command-line interface over the same core as the window.
+
+Every command has ``--json`` (stable keys, documented in README.md). Bad input prints one line
+``gpumem: error: ...`` naming the file or field, and exits with status 2; never a traceback. The run flags
+are generated from the run models (:mod:`gpumem_gui.cli.flags`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from gpumem_gui import __version__
+from gpumem_gui.cli.flags import add_run_flags, add_target_flags, run_from_args
+from gpumem_gui.cli.info import cmd_formats, cmd_gpus, cmd_inspect, cmd_models, inspect_json
+from gpumem_gui.cli.plan import cmd_estimate, cmd_fit, cmd_sweep, estimate_json
+from gpumem_gui.core import GpumemError
+
+__all__ = ["build_parser", "estimate_json", "inspect_json", "main", "run_from_args"]
+
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (the usage of ``estimate`` alone is 40 lines): the problem and where
+    the help is, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="gpumem",
+        description="Will this model, in this setup, fit on my GPUs? What is eating the memory?",
+    )
+    p.add_argument("--version", action="version", version=f"gpumem {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+
+    sp = sub.add_parser("models", help="list the built-in model catalog")
+    sp.add_argument("--search", metavar="TEXT", help="only models whose id, family or size contains TEXT")
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+    sp.set_defaults(func=cmd_models)
+
+    sp = sub.add_parser("gpus", help="the local GPUs through NVML (or the built-in catalog with --catalog)")
+    sp.add_argument("--catalog", action="store_true", help="the built-in accelerator catalog")
+    sp.add_argument(
+        "--fake-gpus",
+        metavar="FILE",
+        help="read a fake-GPU scenario (JSON file, or a shipped name such as a100_mig) instead of NVML",
+    )
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+    sp.set_defaults(func=cmd_gpus)
+
+    sp = sub.add_parser("inspect", help="architecture, exact parameters, weight bytes and KV cost of a model")
+    sp.add_argument(
+        "model",
+        help="catalog id, config.json, model folder, .safetensors, .gguf, or Hugging Face hub id (org/name)",
+    )
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+    sp.set_defaults(func=cmd_inspect)
+
+    sp = sub.add_parser("estimate", help="memory of a run: components, phases, per GPU, with explanations")
+    add_run_flags(sp)
+    add_target_flags(sp)
+    sp.set_defaults(func=cmd_estimate)
+
+    sp = sub.add_parser("fit", help="does the run fit on --gpu; the maxima that fit; ranked changes")
+    add_run_flags(sp)
+    add_target_flags(sp)
+    sp.set_defaults(func=cmd_fit)
+
+    sp = sub.add_parser("sweep", help="estimates at evenly spaced batch sizes or sequence lengths")
+    add_run_flags(sp)
+    add_target_flags(sp)
+    sp.add_argument("--over", choices=["seq", "batch"], required=True)
+    sp.add_argument("--from", dest="start", type=int, required=True)
+    sp.add_argument("--to", dest="stop", type=int, required=True)
+    sp.add_argument("--steps", type=int, default=16)
+    sp.add_argument("--csv", action="store_true", help="CSV output")
+    sp.set_defaults(func=cmd_sweep)
+
+    sp = sub.add_parser("formats", help="weight formats gpumem knows")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_formats)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version, or a flag argparse rejected (one line, status 2)
+        return int(e.code or 0)
+    try:
+        return int(args.func(args))
+    except GpumemError as e:
+        print(f"gpumem: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BrokenPipeError:  # `gpumem models | head`
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

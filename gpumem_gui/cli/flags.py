@@ -1,0 +1,196 @@
+"""The run flags of ``gpumem estimate/fit/sweep``, generated from the run models' field declarations.
+
+Every :class:`~gpumem_gui.core.InferenceRun` and :class:`~gpumem_gui.core.TrainingRun` field with a UI
+entry becomes one flag (``--new-tokens``, ``--grad-ckpt/--no-grad-ckpt``, the engine's own spellings such as
+``-ngl`` as aliases); a flag given is passed to the model, which validates it and names the field; a flag
+left out takes the model's default. The window's copied command line is written by the same declarations
+(:func:`gpumem_gui.core.command_args`), so the two cannot drift. ``make readme`` rewrites the README's
+flag table from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from gpumem_gui.core import (
+    GpumemInputError,
+    GpuTarget,
+    InferenceRun,
+    LoadedModel,
+    RunField,
+    TrainingRun,
+    find_gpu,
+    load_model,
+    make_run,
+    make_training_run,
+    run_fields,
+)
+
+MODES: dict[str, type] = {"inference": InferenceRun, "train": TrainingRun}
+_DEST = "run__"
+
+
+class _Value:
+    """argparse ``type=``: the field's own parser, named after its kind in argparse's messages."""
+
+    def __init__(self, field: RunField) -> None:
+        self.field = field
+        self.__name__ = "number" if field.kind in ("int", "float") else field.kind
+
+    def __call__(self, text: str) -> Any:
+        try:
+            return self.field.parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"invalid {self.field.kind} value {text!r} (allowed: {self.field.range_text()})"
+            ) from None
+
+
+def _help(f: RunField, modes: list[str]) -> str:
+    where = "" if len(modes) == len(MODES) else f"[{' / '.join(modes)}] "
+    engines = f"[{', '.join(f.ui.engines)}] " if f.ui.engines else ""
+    return f"{where}{engines}{f.ui.help} ({f.range_text()}; default {f.default_text()})".replace("%", "%%")
+
+
+def _owners() -> dict[str, tuple[RunField, list[str]]]:
+    """Each field name with its declaration and the modes that have it (shared fields declared alike)."""
+    out: dict[str, tuple[RunField, list[str]]] = {}
+    for mode, model in MODES.items():
+        for f in run_fields(model):
+            if f.name in out:
+                first = out[f.name][0]
+                assert (first.kind, first.flag) == (f.kind, f.flag), f"{f.name} declared two ways"
+                out[f.name][1].append(mode)
+            else:
+                out[f.name] = (f, [mode])
+    return out
+
+
+def add_run_flags(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("model", help="catalog id, config.json, model folder, .safetensors, .gguf or hub id")
+    sp.add_argument("--mode", choices=list(MODES), default="inference")
+    groups: dict[str, Any] = {}
+    for name, (f, modes) in _owners().items():
+        title = f.ui.group if len(modes) == len(MODES) else f"{f.ui.group} (--mode {modes[0]})"
+        group = groups.get(title) or groups.setdefault(title, sp.add_argument_group(title))
+        kw: dict[str, Any] = {"dest": _DEST + name, "default": argparse.SUPPRESS, "help": _help(f, modes)}
+        if f.kind == "bool":
+            group.add_argument(f.flag, *f.ui.aliases, action=argparse.BooleanOptionalAction, **kw)
+            continue
+        if f.values:
+            kw["choices"] = list(f.values)
+        else:
+            kw["metavar"] = {"int": "N", "float": "X"}.get(f.kind, "TEXT")
+        group.add_argument(f.flag, *f.ui.aliases, type=_Value(f), **kw)
+
+
+def run_fields_given(args: argparse.Namespace) -> dict[str, Any]:
+    return {k[len(_DEST) :]: v for k, v in vars(args).items() if k.startswith(_DEST)}
+
+
+def run_from_args(args: argparse.Namespace, m: LoadedModel) -> InferenceRun | TrainingRun:
+    """The run the flags describe; a flag of the other mode is an input error naming it."""
+    given = run_fields_given(args)
+    model = MODES[args.mode]
+    names = {f.name for f in run_fields(model)}
+    for name in given:
+        if name not in names:
+            f, modes = _owners()[name]
+            raise GpumemInputError(
+                f"{f.flag} belongs to --mode {modes[0]}, not --mode {args.mode}", field=name
+            )
+    if model is TrainingRun:
+        return make_training_run(**given)
+    given.setdefault("weights", "file" if m.weights is not None else "bf16")
+    return make_run(**given)
+
+
+def _local_target(fake: str | None) -> Any:
+    """The CUDA-visible local GPUs as a fit target: the smallest total as capacity, free memory per GPU."""
+    from gpumem_gui.hardware import default_backend
+
+    backend = default_backend(fake)
+    try:
+        snap = backend.snapshot()
+    finally:
+        backend.close()
+    if not snap.available:
+        raise GpumemInputError(f"no local GPU to check against: {snap.unavailable_reason}", field="local")
+    devs = [d for d in snap.cuda_devices if d.ok and d.total_bytes]
+    if not devs:
+        raise GpumemInputError("no usable local GPU (none visible to CUDA, or all lost)", field="local")
+    names = {d.name for d in devs}
+    return GpuTarget(
+        name=devs[0].name if len(names) == 1 else "local GPUs (mixed)",
+        capacity_bytes=min(d.total_bytes for d in devs),
+        count=len(devs),
+        free_bytes=tuple(d.free_bytes or 0 for d in devs),
+    )
+
+
+def add_target_flags(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--gpu", default=None, help="catalog GPU, NAME or NAME:COUNT (e.g. H100-80GB:4)")
+    sp.add_argument(
+        "--local", action="store_true", help="check against the local GPUs' free memory now (NVML)"
+    )
+    sp.add_argument("--fake-gpus", metavar="FILE", help="with --local: a fake-GPU scenario instead of NVML")
+    sp.add_argument("--margin-mib", type=int, default=1024, help="safety margin per GPU (default 1024 MiB)")
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def target_from_args(args: argparse.Namespace) -> Any:
+    return _local_target(args.fake_gpus) if args.local else _target(args.gpu)
+
+
+def _target(spec_gpu: str | None) -> Any:
+    if not spec_gpu:
+        return None
+    name, _, count = spec_gpu.partition(":")
+    n = 1
+    if count:
+        if not count.isdigit() or int(count) < 1:
+            raise GpumemInputError(f"GPU count must be a positive integer, got {count!r}", field="gpu")
+        n = int(count)
+    g = find_gpu(name)
+    return GpuTarget(name=g.id, capacity_bytes=g.memory_bytes, count=n)
+
+
+def loaded_spec(model: str) -> Any:
+    m = load_model(model)
+    if m.spec is None:
+        raise GpumemInputError(
+            "the architecture is unknown (no config.json); estimates need it", source=model
+        )
+    return m
+
+
+def flag_table() -> str:
+    """The README's table of run flags (Markdown), one row per field."""
+    rows = ["| flag | mode | what | values | default |", "|---|---|---|---|---|"]
+    for _name, (f, modes) in _owners().items():
+        flags = " ".join(f"`{x}`" for x in (f.flag, *f.ui.aliases))
+        if f.kind == "bool":
+            flags = f"`{f.flag}` / `{f.negated_flag}`"
+        mode = "both" if len(modes) == len(MODES) else modes[0]
+        if f.ui.engines:
+            mode += f" ({', '.join(f.ui.engines)})"
+        what = f.ui.help.replace("|", "/")
+        rows.append(f"| {flags} | {mode} | {what} | {f.range_text()} | {f.default_text()} |")
+    return "\n".join(rows) + "\n"
+
+
+def update_readme(path: str) -> bool:
+    """Rewrite the table between ``<!-- flags:begin -->`` and ``<!-- flags:end -->`` in ``path``; True when
+    it changed."""
+    from pathlib import Path
+
+    p = Path(path)
+    text = p.read_text(encoding="utf-8")
+    begin, end = "<!-- flags:begin -->\n", "<!-- flags:end -->"
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    new = head + begin + "\n" + flag_table() + "\n" + end + tail
+    if new != text:
+        p.write_text(new, encoding="utf-8")
+    return new != text

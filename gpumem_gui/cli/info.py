@@ -1,0 +1,228 @@
+"""``gpumem models``, ``gpus``, ``inspect`` and ``formats``: what gpumem knows about models and GPUs."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from gpumem_gui.cli.output import dump, print_table
+from gpumem_gui.core import (
+    GB,
+    GiB,
+    LoadedModel,
+    fmt_count,
+    kv_bytes_per_token_per_layer,
+    load_gpu_catalog,
+    load_model,
+    search_models,
+)
+
+INSPECT_SCHEMA = "gpumem.inspect/1"
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from gpumem_gui.core import count_params
+
+    entries = search_models(args.search or "")
+    if args.json:
+        dump(
+            [
+                {
+                    "id": e.id,
+                    "family": e.family,
+                    "size_label": e.size_label,
+                    "moe": e.moe,
+                    "model_type": e.spec.model_type,
+                    "params_total": count_params(e.spec).total,
+                    "published_params": e.published_params,
+                    "source": e.source,
+                }
+                for e in entries
+            ]
+        )
+        return 0
+    if not entries:
+        print(f"no catalog model matches {args.search!r}")
+        return 0
+    rows = []
+    for e in entries:
+        c = count_params(e.spec)
+        rows.append([e.id, e.family, e.spec.model_type, "MoE" if e.moe else "dense", fmt_count(c.total)])
+    print_table(rows, ["id", "family", "type", "kind", "params"], right={4})
+    return 0
+
+
+# ---- gpus --------------------------------------------------------------------------------------------
+
+
+def _local_gpus(args: argparse.Namespace) -> int:
+    from gpumem_gui.hardware import default_backend, format_snapshot, snapshot_to_json
+
+    backend = default_backend(args.fake_gpus)
+    try:
+        snap = backend.snapshot()
+    finally:
+        backend.close()
+    if args.json:
+        dump(snapshot_to_json(snap))
+    else:
+        print(format_snapshot(snap))
+    return 0
+
+
+def cmd_gpus(args: argparse.Namespace) -> int:
+    if not args.catalog:
+        return _local_gpus(args)
+    gpus = load_gpu_catalog()
+    if args.json:
+        dump([g.model_dump(mode="json") for g in gpus])
+        return 0
+    rows = [
+        [
+            g.id,
+            g.name,
+            g.vendor,
+            f"{g.memory_bytes / GiB:.2f}",
+            f"{g.memory_bytes / GB:.2f}",
+            f"{g.bandwidth_bytes_per_s / 1e12:.2f}" if g.bandwidth_bytes_per_s else "?",
+        ]
+        for g in gpus
+    ]
+    print_table(rows, ["id", "name", "vendor", "GiB", "GB", "TB/s"], right={3, 4, 5})
+    return 0
+
+
+def inspect_json(m: LoadedModel) -> dict[str, Any]:
+    """The stable ``gpumem inspect --json`` document (schema ``gpumem.inspect/1``)."""
+    spec, p, w = m.spec, m.params, m.weights
+    kv_layers = list(kv_bytes_per_token_per_layer(spec)) if spec else None
+    return {
+        "schema": INSPECT_SCHEMA,
+        "model": m.name,
+        "source": m.source,
+        "source_kind": m.source_kind,
+        "architecture": spec.model_dump(mode="json", exclude={"provenance"}) if spec else None,
+        "attention_kind": spec.attention_kind if spec else None,
+        "provenance": spec.provenance.model_dump(mode="json") if spec else None,
+        "params": (
+            {
+                "total": p.total,
+                "text": p.text,
+                "embedding": p.embedding,
+                "position_embedding": p.position_embedding,
+                "lm_head": p.lm_head,
+                "lm_head_tied": p.lm_head_tied,
+                "routed_experts": p.routed_experts,
+                "active_per_token": p.active_per_token,
+                "vision": p.vision,
+                "by_component": p.by_component,
+            }
+            if p
+            else None
+        ),
+        "weights_bytes_by_dtype": dict(w.bytes_by_dtype) if w else None,
+        "weights": (
+            {
+                "format": w.format,
+                "files": list(w.files),
+                "tensor_count": w.tensor_count,
+                "total_bytes": w.total_bytes,
+                "total_elements": w.total_elements,
+                "elements_by_dtype": dict(w.elements_by_dtype),
+                "bytes_by_component": dict(w.bytes_by_component),
+                "quantization": w.quantization,
+            }
+            if w
+            else None
+        ),
+        "kv_cache_dtype": "bf16",
+        "kv_cache_bytes_per_token": sum(kv_layers) if kv_layers else None,
+        "kv_cache_bytes_per_token_per_layer": kv_layers,
+        "notes": list(m.notes),
+    }
+
+
+def _print_inspect(m: LoadedModel) -> None:
+    spec, p, w = m.spec, m.params, m.weights
+    print(f"{m.name}   ({m.source_kind}: {m.source})")
+    if spec:
+        arch = [
+            ("model_type", spec.model_type),
+            ("layers", str(spec.num_layers)),
+            ("hidden size", str(spec.hidden_size)),
+            (
+                "attention",
+                f"{spec.attention_kind}: {spec.num_attention_heads} query heads, "
+                f"{spec.num_kv_heads} KV heads, "
+                f"head_dim {spec.head_dim}",
+            ),
+            (
+                "MLP",
+                f"{'gated' if spec.mlp_gated else 'plain'} {spec.activation}, width {spec.intermediate_size}",
+            ),
+            ("vocab", f"{spec.vocab_size} ({'tied' if spec.tie_word_embeddings else 'untied'} lm_head)"),
+            ("positions", f"{spec.position_embedding}, max {spec.max_position_embeddings}"),
+        ]
+        if spec.sliding_window:
+            n_sl = spec.resolved_layer_types.count("sliding_attention")
+            arch.append(
+                ("sliding window", f"{spec.sliding_window} tokens on {n_sl} of {spec.num_layers} layers")
+            )
+        if spec.moe:
+            arch.append(
+                (
+                    "MoE",
+                    f"{spec.moe.num_experts} experts, top-{spec.moe.experts_per_token}, expert width "
+                    f"{spec.moe.expert_intermediate_size}, {spec.num_moe_layers} MoE layers",
+                )
+            )
+        if spec.mla:
+            arch.append(("MLA", f"kv_lora_rank {spec.mla.kv_lora_rank}, q_lora_rank {spec.mla.q_lora_rank}"))
+        print_table(arch, ["architecture", ""])
+        print()
+    if p:
+        rows = [[k, f"{v:,}", fmt_count(v)] for k, v in p.by_component.items() if v]
+        rows.append(["total", f"{p.total:,}", fmt_count(p.total)])
+        if p.routed_experts:
+            rows.append(["active per token", f"{p.active_per_token:,}", fmt_count(p.active_per_token)])
+        print_table(rows, ["parameters", "count", ""], right={1, 2})
+        print()
+    if w:
+        rows = [
+            [dt, f"{w.elements_by_dtype.get(dt, 0):,}", f"{b:,}", f"{b / GiB:.3f}"]
+            for dt, b in sorted(w.bytes_by_dtype.items(), key=lambda kv: -kv[1])
+        ]
+        rows.append(["total", f"{w.total_elements:,}", f"{w.total_bytes:,}", f"{w.total_bytes / GiB:.3f}"])
+        title = f"weights in {w.format} ({w.quantization or 'unquantized'})"
+        print_table(rows, [title, "elements", "bytes", "GiB"], right={1, 2, 3})
+        print()
+    if spec:
+        kv = kv_bytes_per_token_per_layer(spec)
+        print(
+            f"KV cache (bf16, as transformers allocates it): {sum(kv):,} bytes per token "
+            f"({sum(kv) / 1024:.1f} KiB)"
+        )
+    for n in m.notes:
+        print(f"note: {n}")
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    m = load_model(args.model)
+    if args.json:
+        dump(inspect_json(m))
+    else:
+        _print_inspect(m)
+    return 0
+
+
+def cmd_formats(args: argparse.Namespace) -> int:
+    from gpumem_gui.core import list_weight_formats
+
+    fmts = list_weight_formats()
+    if args.json:
+        dump([f.model_dump(mode="json") for f in fmts])
+    else:
+        print_table(
+            [[f.id, f"{f.bits:g}", f.label] for f in fmts], ["format", "bits", "description"], right={1}
+        )
+    return 0

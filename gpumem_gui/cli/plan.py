@@ -1,0 +1,195 @@
+"""``gpumem estimate``, ``fit`` and ``sweep``: a run's memory, its verdict on GPUs, and many points."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from gpumem_gui.cli.flags import loaded_spec, run_from_args, target_from_args
+from gpumem_gui.cli.output import dump, gib, print_table
+from gpumem_gui.core import LoadedModel, estimate_document, fit_document
+
+
+def estimate_json(m: LoadedModel, run: Any, est: Any) -> dict[str, Any]:
+    """The stable ``gpumem estimate --json`` document (schema ``gpumem.estimate/1``)."""
+    return estimate_document(m.name, m.params, run, est)
+
+
+def _print_estimate(m: LoadedModel, run: Any, est: Any) -> None:
+    if est.mode == "train":
+        print(
+            f"{m.name}: training, {run.method}, {run.precision}, {run.optimizer}, micro-batch {run.batch}, "
+            f"seq {run.seq}, grad accum {run.grad_accum}, checkpointing {'on' if run.grad_ckpt else 'off'}, "
+            f"attn {run.attn}"
+        )
+    else:
+        print(
+            f"{m.name}: {est.mode}, engine {est.engine}, batch {run.batch}, prompt {run.seq}, "
+            f"new {run.new_tokens}, weights {run.weights}, KV {run.kv_dtype_resolved}, attn {run.attn}"
+        )
+    rows = [
+        [c.label, f"{c.bytes:,}", gib(c.bytes), f"{100 * c.bytes / max(1, est.total_bytes):.1f}%"]
+        for c in est.components
+    ]
+    print_table(rows, ["component (at the peak)", "bytes", "GiB", "share"], right={1, 2, 3})
+    print()
+    print(
+        f"peak of live tensors: {gib(est.peak_bytes)} GiB in phase '{est.peak_phase}'   "
+        f"(torch.cuda.max_memory_allocated)"
+    )
+    print(f"GPU memory needed:    {gib(est.total_bytes)} GiB per GPU (what nvidia-smi shows)")
+    if est.mode != "train":
+        print(f"KV cache:             {gib(est.kv_cache_bytes)} GiB")
+    phases = "   ".join(f"{n} {gib(ph.peak_bytes)}" for n, ph in est.phases.items())
+    print(f"phases (GiB):         {phases}")
+    for k, v in est.facts.items():
+        if k.startswith(("kv_tokens", "max_concurrency", "budget", "kv_pool", "cpu_bytes", "offloaded")):
+            print(f"{k}: {v:,}" if isinstance(v, int) else f"{k}: {v}")
+    for w in est.warnings:
+        print(f"warning: {w}")
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    m = loaded_spec(args.model)
+    run = run_from_args(args, m)
+    target = target_from_args(args)
+    est = _estimate(m, run, target.capacity_bytes if target else None)
+    if args.json:
+        doc = estimate_json(m, run, est)
+        if target:
+            doc["fit"] = _fit_json(_fit(m, run, target, args))
+        dump(doc)
+    else:
+        _print_estimate(m, run, est)
+        if target:
+            print()
+            _print_fit(_fit(m, run, target, args))
+    return 0
+
+
+def _estimate(m: LoadedModel, run: Any, capacity: int | None) -> Any:
+    """Inference or training estimate, by the run's type."""
+    from gpumem_gui.core import estimate_any
+
+    return estimate_any(m.spec, run, capacity, m.weights)
+
+
+def _fit(m: LoadedModel, run: Any, target: Any, args: argparse.Namespace) -> Any:
+    from gpumem_gui.core import InferenceRun, fit_report, fit_training
+
+    if not isinstance(run, InferenceRun):
+        return fit_training(m.spec, run, target, margin=args.margin_mib << 20)
+
+    return fit_report(m.spec, run, target, margin=args.margin_mib << 20, file_weights=m.weights)
+
+
+def _fit_json(rep: Any) -> dict[str, Any]:
+    return fit_document(rep)
+
+
+def _print_fit(rep: Any) -> None:
+    t = rep.target
+    print(
+        f"fit on {t.count} x {t.name} ({gib(t.capacity_bytes)} GiB each, margin {gib(rep.margin_bytes)} GiB):"
+    )
+    for v in rep.verdicts:
+        state = (
+            f"fits with {gib(v.headroom_bytes)} GiB headroom"
+            if v.fits
+            else f"misses by {gib(-v.headroom_bytes)} GiB"
+        )
+        print(
+            f"  GPU {v.gpu_index} ({v.role}): needs {gib(v.needed_bytes)} of "
+            f"{gib(v.available_bytes)} GiB: {state}"
+        )
+    maxima = [
+        f"max batch {rep.max_batch}",
+        f"max context {rep.max_context} tokens",
+        f"fewest GPUs {rep.fewest_gpus}",
+    ]
+    if rep.smallest_weights is not None:
+        maxima.append(f"best weights {rep.smallest_weights}")
+    if rep.smallest_kv_dtype is not None:
+        maxima.append(f"best KV dtype {rep.smallest_kv_dtype}")
+    if rep.max_concurrency is not None:
+        maxima.append(f"max concurrency {rep.max_concurrency}x")
+    print("  " + ", ".join(maxima))
+    if rep.local_gpus is not None:
+        print(f"  local GPUs that hold it: {', '.join(map(str, rep.local_gpus))} (tp {rep.local_tp})")
+    if rep.changes:
+        print("  to make it fit (ranked):" if not rep.fits else "  other options:")
+        for c in rep.changes:
+            print(f"    {'+' if c.fits else '-'} {c.description}: {gib(c.total_bytes)} GiB")
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from gpumem_gui.core import GpumemInputError
+
+    if not args.gpu and not args.local:
+        raise GpumemInputError("fit needs --gpu NAME[:COUNT] or --local", field="gpu")
+    m = loaded_spec(args.model)
+    run = run_from_args(args, m)
+    rep = _fit(m, run, target_from_args(args), args)
+    if args.json:
+        dump(_fit_json(rep))
+    else:
+        _print_estimate(m, run, rep.estimate)
+        print()
+        _print_fit(rep)
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from gpumem_gui.core import GpumemInputError, evenly_spaced, sweep
+
+    m = loaded_spec(args.model)
+    base = run_from_args(args, m)
+    target = target_from_args(args)
+    if args.steps < 1 or args.steps > 100_000:
+        raise GpumemInputError("must be between 1 and 100000", field="steps")
+    if args.start < 1 or args.stop < args.start:
+        raise GpumemInputError("need 1 <= --from <= --to", field="from")
+    points = sweep(
+        m.spec,
+        base,
+        args.over,
+        evenly_spaced(args.start, args.stop, args.steps),
+        target,
+        args.margin_mib << 20,
+        m.weights,
+    )
+    rows = [
+        {
+            args.over: p.x,
+            "peak_bytes": p.peak_bytes,
+            "total_bytes": p.total_bytes,
+            "kv_cache_bytes": p.kv_cache_bytes,
+            "peak_phase": p.peak_phase,
+            **({"fits": p.fits} if target else {}),
+        }
+        for p in points
+    ]
+    if args.json:
+        dump({"schema": "gpumem.sweep/1", "model": m.name, "over": args.over, "points": rows})
+    elif args.csv:
+        keys = list(rows[0])
+        print(",".join(keys))
+        for r in rows:
+            print(",".join(str(r[k]) for k in keys))
+    else:
+        print_table(
+            [
+                [
+                    str(r[args.over]),
+                    gib(r["peak_bytes"]),
+                    gib(r["total_bytes"]),
+                    gib(r["kv_cache_bytes"]),
+                    r["peak_phase"],
+                ]
+                + ([("yes" if r["fits"] else "no")] if target else [])
+                for r in rows
+            ],
+            [args.over, "peak GiB", "total GiB", "KV GiB", "peak phase"] + (["fits"] if target else []),
+            right={1, 2, 3},
+        )
+    return 0
