@@ -332,8 +332,8 @@ def test_bad_run_names_the_field(fields: dict, field: str) -> None:
 @pytest.mark.parametrize(
     ("fields", "field"),
     [
-        ({"method": "lora", "lora_rank": 5000}, "lora_rank"),
         ({"method": "lora", "lora_targets": "c_attn,c_fc"}, "lora_targets"),
+        ({"method": "lora", "lora_targets": "q_proj,dense"}, "lora_targets"),
         ({"tp": 3}, "tp"),
         ({"pp": 1000}, "pp"),
         ({"ep": 2, "dp": 2}, "ep"),

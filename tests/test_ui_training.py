@@ -142,11 +142,11 @@ def test_a_bad_training_value_shows_inline_and_keeps_the_last_estimate(main_wind
     w = main_window
     _train(w, TrainingRun(method="lora"), GpuChoice(gpu_id="H100-SXM-80GB"))
     est = w.estimate
-    w.train_form.widget("lora_rank").setValue(60000)  # larger than any layer of the model (core check)
+    w.train_form.widget("tp").setValue(3)  # does not divide the 32 heads (core check against the model)
     w.recompute_now()
-    assert "rank" in w.train_form.error_text("lora_rank")
+    assert "tensor parallel" in w.train_form.error_text("tp")
     assert w.estimate is est and w.results.banner.state == "stale"
-    w.train_form.widget("lora_rank").setValue(16)
+    w.train_form.widget("tp").setValue(1)
     w.recompute_now()
     assert w.estimate is not est and w.results.banner.state in ("fits", "misses")
     w.flush_background(30000)

@@ -15,6 +15,14 @@ from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.spec.model import ArchTraits
 
 _GEMMA = {"embedding_scale": True, "norm_weight_offset": True}  # GemmaTextScaledWordEmbedding, GemmaRMSNorm
+# FalconAttention / BloomAttention / GPTNeoXAttention: query_key_value, dense; their MLPs dense_h_to_4h,
+# dense_4h_to_h
+_QKV_DENSE = (
+    ("qkv_proj", "query_key_value"),
+    ("o_proj", "dense"),
+    ("up_proj", "dense_h_to_4h"),
+    ("down_proj", "dense_4h_to_h"),
+)
 
 # model_type -> trait values that differ from Llama's. fused_qkv also decides the GGUF layout:
 # convert_hf_to_gguf.py keeps the fused projection as attn_qkv for Phi-3, Falcon, GPT-2, GPT-NeoX and BLOOM
@@ -52,7 +60,13 @@ TRAITS: dict[str, dict[str, Any]] = {
     "phi3": {"fused_qkv": True, "fused_gate_up": True, "gguf_arch": "phi3"},
     # Olmo2DecoderLayer: post_attention_layernorm / post_feedforward_layernorm after each sublayer only
     "olmo2": {"norm_placement": "post", "gguf_arch": "olmo2"},
-    "starcoder2": {"gguf_arch": "starcoder2"},
+    # Starcoder2MLP c_fc / c_proj; residual_dropout on attention and MLP outputs, embedding_dropout
+    "starcoder2": {
+        "gguf_arch": "starcoder2",
+        "module_names": (("up_proj", "c_fc"), ("down_proj", "c_proj")),
+        "residual_dropout": True,
+        "embedding_dropout": True,
+    },
     # DeepseekV2/V3TopkRouter: fp32 router, weights left in fp32
     "deepseek_v2": {"gguf_arch": "deepseek2", "router": "fp32"},
     "deepseek_v3": {"gguf_arch": "deepseek2", "router": "fp32"},
@@ -60,16 +74,30 @@ TRAITS: dict[str, dict[str, Any]] = {
     # .drop; GPT2Block keeps attn_output; GPT2Config attn/resid/embd_pdrop 0.1
     "gpt2": {
         "fused_qkv": True,
+        # GPT2Attention c_attn / c_proj, GPT2MLP c_fc / c_proj (Conv1D, which PEFT adapts like nn.Linear)
+        "module_names": (
+            ("qkv_proj", "c_attn"),
+            ("o_proj", "c_proj"),
+            ("up_proj", "c_fc"),
+            ("down_proj", "c_proj"),
+        ),
         "eager_softmax_fp32": False,
         "residual_dropout": True,
         "embedding_dropout": True,
         "attn_output_kept": True,
-        "default_dropout": 0.1,
+        "hidden_dropout": 0.1,
+        "attention_dropout": 0.1,
         "gguf_arch": "gpt2",
     },
     # OPTDecoderLayer dropouts (OPTConfig dropout 0.1)
-    "opt": {"residual_dropout": True, "default_dropout": 0.1},
-    "bloom": {"fused_qkv": True, "block": "bloom", "gguf_arch": "bloom"},
+    # OPTConfig: dropout 0.1 (hidden), attention_dropout 0.0
+    "opt": {
+        "residual_dropout": True,
+        "hidden_dropout": 0.1,
+        # OPTAttention out_proj, OPTDecoderLayer fc1 / fc2
+        "module_names": (("o_proj", "out_proj"), ("up_proj", "fc1"), ("down_proj", "fc2")),
+    },
+    "bloom": {"fused_qkv": True, "block": "bloom", "gguf_arch": "bloom", "module_names": _QKV_DENSE},
     # FalconAttention: query_key_value, softmax in the activation dtype, a float mask always, K/V broadcast
     "falcon": {
         "fused_qkv": True,
@@ -78,15 +106,39 @@ TRAITS: dict[str, dict[str, Any]] = {
         "sdpa_broadcast_kv": True,
         "block": "falcon",
         "gguf_arch": "falcon",
+        "module_names": _QKV_DENSE,
     },
     # GPTNeoXAttention.query_key_value; GPTNeoXModel emb_dropout; GPTNeoXLayer post_attention/mlp_dropout
     "gpt_neox": {
         "fused_qkv": True,
+        "module_names": _QKV_DENSE,
         "residual_dropout": True,
         "embedding_dropout": True,
         "gguf_arch": "gptneox",
     },
 }
+
+
+# config keys of the dropout probabilities, first present wins (GPT-2's *_pdrop, OPT's dropout, Starcoder2's
+# residual_dropout, BLOOM/Falcon/GPT-NeoX hidden_dropout); absent keys leave the config class's default
+_HIDDEN_DROPOUT_KEYS = ("resid_pdrop", "residual_dropout", "hidden_dropout", "dropout")
+_ATTENTION_DROPOUT_KEYS = ("attn_pdrop", "attention_dropout", "attention_probs_dropout_prob")
+
+
+def _dropouts(cfg: Mapping[str, Any], source: str) -> dict[str, float]:
+    out = {}
+    for trait, keys in (
+        ("hidden_dropout", _HIDDEN_DROPOUT_KEYS),
+        ("attention_dropout", _ATTENTION_DROPOUT_KEYS),
+    ):
+        key = next((k for k in keys if cfg.get(k) is not None), None)
+        if key is None:
+            continue
+        p = cfg[key]
+        if isinstance(p, bool) or not isinstance(p, int | float) or not 0 <= p < 1:
+            raise GpumemInputError(f"must be a probability in [0, 1), got {p!r}", source=source, field=key)
+        out[trait] = float(p)
+    return out
 
 
 def traits_for(
@@ -96,6 +148,7 @@ def traits_for(
     ``attn_logit_softcapping``, default 50.0 in Gemma2Config)."""
     values = dict(TRAITS.get(model_type, {}))
     cfg = config or {}
+    values.update(_dropouts(cfg, source))
     if model_type == "gemma2":
         cap = cfg.get("attn_logit_softcapping", 50.0)
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int | float) or cap <= 0):

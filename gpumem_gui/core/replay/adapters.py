@@ -8,6 +8,12 @@ linears, and the fused projections some architectures build.
   is kept for backward, where it is dequantized again for grad_input.
 * Fused projections: transformers builds one ``qkv_proj`` (:attr:`ArchTraits.fused_qkv`) or one
   ``gate_up_proj`` (:attr:`ArchTraits.fused_gate_up`) where the parameter accounting lists the parts.
+* Which linears PEFT adapts (``peft/tuners/tuners_utils.py`` ``check_target_module_exists``: a target names
+  the last part of a module's path; ``_maybe_include_all_linear_layers``: ``all-linear`` is every
+  ``nn.Linear`` and ``Conv1D`` but the output layer). Modules go by their real names
+  (:attr:`ArchTraits.module_names`: GPT-2's ``c_attn``, Falcon's ``query_key_value``, OPT's ``fc1``), fused
+  projections by their fused name; MoE routers (``*TopKRouter``) and 3-D expert tensors are not
+  ``nn.Linear``, a shared expert's gate is.
 """
 
 from __future__ import annotations
@@ -15,14 +21,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.replay.autograd import DT_BYTES, Node, Sim, Storage, T
+from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.params import Tensor
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.model import CausalLM, ReplayConfig
+    from gpumem_gui.core.replay.model import CausalLM
 
-# what "all-linear" targets: every linear of a decoder layer
-LORA_ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# PEFT's shorthand for every linear but the output layer
+ALL_LINEAR = "all-linear"
+# parameter tensors of 2-D shape that are not nn.Linear weights in transformers 5.24
+_NOT_LINEAR = ("embed_tokens", "embed_positions", "gate")
 _BNB_SKIP = ("lm_head", "embed_tokens", "embed_positions", ".gate.weight", "shared_expert_gate", "norm")
 
 
@@ -34,10 +44,49 @@ def bnb_quantizes(name: str, shape: tuple[int, ...]) -> bool:
     return not any(k in name for k in _BNB_SKIP)
 
 
-def is_lora_target(cfg: ReplayConfig, t: Tensor) -> bool:
-    if cfg.method == "full" or not t.name.endswith(".weight") or len(t.shape) != 2 or t.layer is None:
-        return False
-    return t.name.rsplit(".", 2)[-2] in cfg.lora_targets
+def module_name(spec: ModelSpec, t: Tensor) -> str | None:
+    """The real name of the ``nn.Linear`` (or Conv1D) module ``t`` is the weight of, None when ``t`` is no
+    linear's weight (embeddings, norms, MoE routers, 3-D expert tensors)."""
+    if not t.name.endswith(".weight") or len(t.shape) != 2:
+        return None
+    canonical = t.name.rsplit(".", 2)[-2] if t.name.count(".") >= 1 else t.name
+    if canonical in _NOT_LINEAR:
+        return None
+    return dict(spec.traits.module_names).get(canonical, canonical)
+
+
+TIED_HEAD = "lm_head.weight"
+
+
+def linear_modules(spec: ModelSpec, tensors: Sequence[Tensor]) -> dict[str, list[Tensor]]:
+    """Every linear module name of the model with the weights that carry it (a name repeats per layer); a
+    tied head is still an ``nn.Linear`` module (its weight is the embedding's)."""
+    out: dict[str, list[Tensor]] = {}
+    for t in tensors:
+        name = module_name(spec, t)
+        if name is not None:
+            out.setdefault(name, []).append(t)
+    if "lm_head" not in out and spec.tie_word_embeddings:
+        out["lm_head"] = [Tensor(TIED_HEAD, (spec.vocab_size, spec.token_embedding_dim), "lm_head", None)]
+    return out
+
+
+def lora_targets(spec: ModelSpec, tensors: Sequence[Tensor], targets: Sequence[str]) -> frozenset[str]:
+    """The weight names PEFT wraps for ``targets`` (module names, or ``all-linear``); raises
+    :class:`GpumemInputError` naming the modules that exist when a target matches none of them."""
+    modules = linear_modules(spec, tensors)
+    if tuple(targets) == (ALL_LINEAR,):
+        return frozenset(t.name for name, ts in modules.items() if name != "lm_head" for t in ts)
+    chosen: set[str] = set()
+    for target in targets:
+        if target not in modules:
+            raise GpumemInputError(
+                f"no linear module of this model is named {target!r}; its linear modules are "
+                f"{', '.join(sorted(modules))} (or all-linear)",
+                field="lora_targets",
+            )
+        chosen.update(t.name for t in modules[target])
+    return frozenset(chosen)
 
 
 def add_lora(m: CausalLM, t: Tensor) -> None:

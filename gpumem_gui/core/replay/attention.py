@@ -258,7 +258,7 @@ def _eager(m: CausalLM, q: T, k: T, v: T, mask: T | None, a: int, kvh: int, vd: 
         s.node("copy", (attn_weights,), (sm,), (sm,))
         attn_weights = sm
         del sm
-    attn_weights = o.dropout(attn_weights, cfg.dropout)
+    attn_weights = o.dropout(attn_weights, cfg.attn_dropout)
     attn_output = o.bmm(attn_weights, value_states, b * sq * a * vd)
     del key_states, value_states
     # the probabilities are returned as attn_weights; the decoder layer holds them until it returns

@@ -150,7 +150,7 @@ def bloom_layer(m: CausalLM, i: int, hidden_states: T, alibi: T | None, mask: T 
     del f32
     probs = s.cast(probs32, query_layer.dt)
     del probs32
-    probs = o.dropout(probs, cfg.dropout)
+    probs = o.dropout(probs, cfg.attn_dropout)
     ctx = o.bmm(probs, v, b * sq * a * d)
     out = o.clone(ctx)  # _merge_heads
     del ctx, query_layer, k, v, fused_qkv, scores, attn_weights

@@ -51,7 +51,10 @@ class ReplayConfig:
     lm_head: bool = True  # this rank holds the head (and the loss)
     embedding: bool = True  # this rank holds the token embedding
     weights_counted: bool = True  # False: the weights are accounted elsewhere (inference's load phase)
-    dropout: float = 0.0  # hidden/attention dropout of the architecture (GPT-2 style residual dropouts)
+    dropout: float = (
+        0.0  # hidden-state dropout (residual and embedding dropouts where the architecture has them)
+    )
+    attn_dropout: float = 0.0  # attention-probability dropout (kept by eager attention only)
     cpu_dropout: bool = False  # replay the CPU dropout kernel (a full-dtype noise tensor) instead of CUDA's
 
     @property
@@ -103,11 +106,17 @@ def every_layer(layers: Sequence[int]) -> LayerPlan:
 
 
 @lru_cache(maxsize=256)
-def _tensors(spec: ModelSpec) -> tuple[Tensor, ...]:
+def model_tensors(spec: ModelSpec) -> tuple[Tensor, ...]:
     """The parameter tensors as transformers builds them (fused projections where the model fuses them)."""
     return adapters.fuse_projections(
         tuple(text_tensors(spec)), spec.traits.fused_qkv, spec.traits.fused_gate_up and spec.mlp_gated
     )
+
+
+@lru_cache(maxsize=256)
+def _lora_weights(spec: ModelSpec, targets: tuple[str, ...]) -> frozenset[str]:
+    """The weights PEFT wraps with adapters for ``targets`` (see :func:`adapters.lora_targets`)."""
+    return adapters.lora_targets(spec, model_tensors(spec), targets)
 
 
 def received_leaf(sim: Sim, n: int, dt: str) -> T:
@@ -131,7 +140,8 @@ class CausalLM:
         self.p: dict[str, Param] = {}
         self.shape: dict[str, tuple[int, ...]] = {}
         self.quantized: set[str] = set()
-        self._by_name = {t.name: t for t in _tensors(spec)}
+        self._by_name = {t.name: t for t in model_tensors(spec)}
+        self._lora = _lora_weights(spec, cfg.lora_targets) if cfg.method != "full" else frozenset()
         self._logits: T | None = None
         self._alibi: T | None = None
         self._last: T | None = None
@@ -168,7 +178,7 @@ class CausalLM:
         else:
             full = round(numel * DT_BYTES[cfg.param_dt])
             self.p[t.name] = s.param(t.name, numel, cfg.param_dt, self._trainable(t.layer), full, t.layer)
-        if adapters.is_lora_target(cfg, t):
+        if t.name in self._lora:
             adapters.add_lora(self, t)
 
     def _build_params(self) -> None:
@@ -176,6 +186,10 @@ class CausalLM:
         for t in self._by_name.values():
             if self._held(t):
                 self._add(t)
+        if adapters.TIED_HEAD in self._lora and adapters.TIED_HEAD not in self._by_name and cfg.lm_head:
+            head = adapters.linear_modules(spec, ())["lm_head"][0]  # the tied head's adapters
+            self.shape[head.name] = head.shape
+            adapters.add_lora(self, head)
         if cfg.method == "qlora" and cfg.quant_bytes:
             s.param("bnb 4-bit linears", 0, "u8", False, cfg.quant_bytes, None, sharded=False)
         if spec.vision is not None and cfg.embedding:
@@ -457,6 +471,8 @@ class CausalLM:
         else:
             w = self.param("embed_tokens.weight")
             logits = self.o.linear(x, w, self.w("lm_head.bias"), spec.vocab_size, spec.token_embedding_dim)
+            if "lm_head.lora_A" in self.p:  # PEFT wraps the tied head like any nn.Linear
+                logits = adapters.lora(self, x, logits, "lm_head", spec.vocab_size, spec.token_embedding_dim)
         del x
         s.tr.retag(logits.st, logits.st.kind, "logits")  # type: ignore[arg-type]
         s.region = "logits"

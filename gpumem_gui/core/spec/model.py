@@ -168,8 +168,21 @@ class ArchTraits(Frozen):
         description="the decoder layer keeps the attention output under its own name until it returns, "
         "through the MLP (GPT2Block.forward attn_output)",
     )
-    default_dropout: Annotated[float, Field(ge=0, lt=1)] = Field(
-        0.0, description="the config class's default hidden/attention dropout (GPT2Config: 0.1)"
+    module_names: tuple[tuple[str, str], ...] = Field(
+        (),
+        description="the real names of the nn.Linear / Conv1D modules where they differ from Llama's "
+        "(q_proj, o_proj, up_proj, ... -> c_attn, dense, fc1, ...): PEFT's target_modules match these",
+    )
+    hidden_dropout: Annotated[float, Field(ge=0, lt=1)] = Field(
+        0.0,
+        description="the config's dropout on hidden states: residual and embedding dropout where the "
+        "architecture has them (GPT-2 resid_pdrop, OPT dropout, Starcoder2 residual_dropout)",
+    )
+    attention_dropout: Annotated[float, Field(ge=0, lt=1)] = Field(
+        0.0,
+        description="the config's dropout on attention probabilities (attention_dropout, GPT-2 attn_pdrop): "
+        "eager attention keeps a mask and the dropped probabilities; fused SDPA kernels on a GPU keep only "
+        "their RNG state",
     )
     router: Literal["softmax", "fp32"] = Field(
         "softmax",

@@ -5,28 +5,18 @@ from __future__ import annotations
 from math import ceil
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.replay.adapters import LORA_ALL_LINEAR
+from gpumem_gui.core.replay import adapters
+from gpumem_gui.core.replay.adapters import ALL_LINEAR
+from gpumem_gui.core.replay.model import model_tensors
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, check_degrees
-from gpumem_gui.core.spec.params import text_tensors
 from gpumem_gui.core.training.frameworks import framework
 from gpumem_gui.core.training.precision import precision
 from gpumem_gui.core.training.run import TrainingRun
 
 
 def lora_targets(run: TrainingRun) -> tuple[str, ...]:
-    return LORA_ALL_LINEAR if run.lora_targets == "all-linear" else tuple(run.lora_targets)
-
-
-def _target_shapes(spec: ModelSpec, run: TrainingRun) -> list[tuple[str, tuple[int, ...]]]:
-    names = set(lora_targets(run))
-    out = []
-    for t in text_tensors(spec):
-        if t.layer is None or len(t.shape) != 2 or not t.name.endswith(".weight"):
-            continue
-        if t.name.rsplit(".", 2)[-2] in names:
-            out.append((t.name, t.shape))
-    return out
+    return (ALL_LINEAR,) if run.lora_targets == ALL_LINEAR else tuple(run.lora_targets)
 
 
 def _check_adapters(spec: ModelSpec, run: TrainingRun) -> list[str]:
@@ -35,23 +25,24 @@ def _check_adapters(spec: ModelSpec, run: TrainingRun) -> list[str]:
             f"{run.precision} is a full fine-tuning regime; use amp-bf16 or bf16 for {run.method}",
             field="precision",
         )
-    shapes = _target_shapes(spec, run)
-    if not shapes:
-        raise GpumemInputError(
-            f"no linear layer of this model is named {', '.join(lora_targets(run))}", field="lora_targets"
-        )
-    smallest = min(min(s) for _, s in shapes)
+    tensors = model_tensors(spec)
+    chosen = adapters.lora_targets(spec, tensors, lora_targets(run))  # names the modules on a miss
+    if not chosen:
+        raise GpumemInputError("this model has no linear layer for LoRA adapters", field="lora_targets")
+    warnings = []
+    modules = adapters.linear_modules(spec, tensors)
+    smallest = min(min(t.shape) for ts in modules.values() for t in ts if t.name in chosen)
     if run.lora_rank > smallest:
-        raise GpumemInputError(
-            f"LoRA rank {run.lora_rank} is larger than the smallest targeted layer dimension ({smallest})",
-            field="lora_rank",
+        warnings.append(
+            f"lora_rank: {run.lora_rank} exceeds the smallest targeted layer dimension ({smallest}); PEFT "
+            "builds such adapters, but they hold more than the layer they adapt"
         )
     if spec.moe is not None:
-        return [
+        warnings.append(
             "lora: fused 3-D expert weights are not nn.Linear; adapters go on attention and dense/shared MLP "
             "linears only"
-        ]
-    return []
+        )
+    return warnings
 
 
 def check_training(spec: ModelSpec, run: TrainingRun) -> tuple[str, ...]:

@@ -51,7 +51,8 @@ def step_config(spec: ModelSpec, run: TrainingRun, stage: int = 0) -> tuple[Repl
         frozen_layers=frozen,
         lm_head=stage == run.pp - 1,
         embedding=stage == 0,
-        dropout=run.dropout if run.dropout is not None else spec.traits.default_dropout,
+        dropout=run.dropout if run.dropout is not None else spec.traits.hidden_dropout,
+        attn_dropout=run.dropout if run.dropout is not None else spec.traits.attention_dropout,
     )
     return cfg, rspec
 

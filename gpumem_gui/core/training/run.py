@@ -197,10 +197,11 @@ class TrainingRun(Frozen):
         UI(
             "Model dropout",
             _S,
-            "hidden/attention dropout: above 0 each dropout keeps its mask for backward (default: the "
-            "architecture's own, GPT-2/OPT 0.1, modern LLMs 0)",
+            "hidden and attention dropout: above 0 each dropout keeps its mask for backward (eager attention "
+            "also its dropped probabilities); default: the config's own (resid_pdrop / dropout / "
+            "residual_dropout, attention_dropout / attn_pdrop)",
             step=0.01,
-            special="architecture default",
+            special="the config's",
             none=-0.01,
         ),
     ] = None
@@ -354,6 +355,12 @@ class TrainingRun(Frozen):
         if isinstance(v, list | tuple):
             if not v:
                 raise ValueError("name at least one module (q_proj, k_proj, ...) or 'all-linear'")
+            for name in v:
+                if not isinstance(name, str) or not name.isidentifier():
+                    raise ValueError(
+                        f"{name!r} is not a module name: give the last part of a module's path (q_proj, "
+                        "query_key_value, c_attn, lm_head), comma separated, or 'all-linear'"
+                    )
             return tuple(v)
         return v
 
