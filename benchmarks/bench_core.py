@@ -34,7 +34,7 @@ from gpumem_gui.core.fit.training import fit_training
 from gpumem_gui.core.formats import weight_bytes
 from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.readers.catalog import find_gpu
-from gpumem_gui.core.runtimes.inference import estimate_inference, make_run
+from gpumem_gui.core.runtimes.inference import InferenceRun, estimate_inference, make_run
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.training import estimate_training, make_training_run
 
@@ -116,54 +116,30 @@ def _clear_training_cache() -> None:
     rank._simulate_cached.cache_clear()
 
 
-def benchmarks() -> list[tuple[str, Callable[[], object], str]]:
+Case = tuple[str, Callable[[], object], str]
+
+
+def benchmarks() -> list[Case]:
     llama = _spec("meta-llama/Llama-3.1-8B")
     dsv3 = _spec("deepseek-ai/DeepSeek-V3")
     h100 = find_gpu("H100-SXM-80GB").memory_bytes
     run = make_run(batch=1, seq=4096)
     run_vllm = make_run(engine="vllm", seq=4096, max_model_len=32768)
-    run_gguf = make_run(engine="llama.cpp", weights="gguf-Q4_K_M", seq=4096)
     target = GpuTarget(name="RTX-4090", capacity_bytes=find_gpu("RTX-4090").memory_bytes)
-    margin = fit_mod.DEFAULT_MARGIN_BYTES
-    fits = _fits(llama, target, margin)
-    run_fit = make_run(batch=1, seq=8192)
-    train = make_training_run(method="lora", batch=1, seq=4096, grad_ckpt=True)
-    train_z3 = make_training_run(batch=1, seq=4096, zero=3, dp=8, tp=2, gpus=16)
-    h100_target = GpuTarget(name="H100-SXM-80GB", capacity_bytes=h100)
-    seqs = [round(1024 + (131072 - 1024) * i / (SWEEP_POINTS - 1)) for i in range(SWEEP_POINTS)]
+    fit_cases = _fit_cases(llama, target, run_vllm)  # counts the estimates each makes, so it runs them now
+    return [
+        *_estimate_cases(llama, dsv3, run, run_vllm, h100),
+        *_training_cases(llama, h100),
+        (f"sweep: {SWEEP_POINTS} points over seq (one process)", _sweep(llama, run), "the 20 ms goal"),
+        *fit_cases,
+        *_weight_and_load_cases(llama),
+    ]
 
-    def sweep() -> None:
-        for s in seqs:
-            estimate_inference(llama, run.model_copy(update={"seq": s}))
 
-    def max_batch() -> int | None:
-        return largest(lambda b: fits(run_fit, batch=b), 1, 1 << 16)
-
-    def max_context() -> int | None:
-        hi = max(run_fit.tokens, llama.max_position_embeddings) * 4
-        return largest(lambda t: fits(run_fit, seq=t), 1, hi)
-
-    def uncached(fmt: str) -> Callable[[], object]:
-        def call() -> object:
-            formats_mod._cached.cache_clear()
-            return weight_bytes(llama, fmt)
-
-        return call
-
-    llama70 = _spec("meta-llama/Llama-3.1-70B-Instruct")
-    problem70 = fit_mod._Problem(llama70, target, margin, None)
-    run70 = make_run(batch=1, seq=8192)
-
-    def fewest_gpus() -> int | None:
-        return fit_mod._fewest_gpus(problem70, run70)
-
-    def best_format() -> str | None:
-        return fit_mod._best_format(problem70, run70)
-
-    n_fewest, n_format = count_estimates(fewest_gpus), count_estimates(best_format)
-    n_fit = count_estimates(lambda: fit_report(llama, run_fit, target))
-    n_fit_vllm = count_estimates(lambda: fit_report(llama, run_vllm, target))
-    n_batch, n_ctx = count_estimates(max_batch), count_estimates(max_context)
+def _estimate_cases(
+    llama: ModelSpec, dsv3: ModelSpec, run: InferenceRun, run_vllm: InferenceRun, h100: int
+) -> list[Case]:
+    run_gguf = make_run(engine="llama.cpp", weights="gguf-Q4_K_M", seq=4096)
     return [
         (BASELINE, lambda: estimate_inference(llama, run), "the 50 µs goal"),
         (
@@ -173,6 +149,14 @@ def benchmarks() -> list[tuple[str, Callable[[], object], str]]:
         ),
         ("estimate: vLLM Llama-3.1-8B, H100 capacity", lambda: estimate_inference(llama, run_vllm, h100), ""),
         ("estimate: llama.cpp Llama-3.1-8B Q4_K_M", lambda: estimate_inference(llama, run_gguf), ""),
+    ]
+
+
+def _training_cases(llama: ModelSpec, h100: int) -> list[Case]:
+    train = make_training_run(method="lora", batch=1, seq=4096, grad_ckpt=True)
+    train_z3 = make_training_run(batch=1, seq=4096, zero=3, dp=8, tp=2, gpus=16)
+    h100_target = GpuTarget(name="H100-SXM-80GB", capacity_bytes=h100)
+    return [
         (
             "estimate: training LoRA Llama-3.1-8B b1 s4096 ckpt",
             lambda: estimate_training(llama, train),
@@ -193,7 +177,46 @@ def benchmarks() -> list[tuple[str, Callable[[], object], str]]:
             lambda: (_clear_training_cache(), fit_training(llama, train, h100_target)),
             "galloping searches over batch, seq, GPUs",
         ),
-        (f"sweep: {SWEEP_POINTS} points over seq (one process)", sweep, "the 20 ms goal"),
+    ]
+
+
+def _sweep(llama: ModelSpec, run: InferenceRun) -> Callable[[], None]:
+    seqs = [round(1024 + (131072 - 1024) * i / (SWEEP_POINTS - 1)) for i in range(SWEEP_POINTS)]
+
+    def sweep() -> None:
+        for s in seqs:
+            estimate_inference(llama, run.model_copy(update={"seq": s}))
+
+    return sweep
+
+
+def _fit_cases(llama: ModelSpec, target: GpuTarget, run_vllm: InferenceRun) -> list[Case]:
+    margin = fit_mod.DEFAULT_MARGIN_BYTES
+    fits = _fits(llama, target, margin)
+    run_fit = make_run(batch=1, seq=8192)
+
+    def max_batch() -> int | None:
+        return largest(lambda b: fits(run_fit, batch=b), 1, 1 << 16)
+
+    def max_context() -> int | None:
+        hi = max(run_fit.tokens, llama.max_position_embeddings) * 4
+        return largest(lambda t: fits(run_fit, seq=t), 1, hi)
+
+    llama70 = _spec("meta-llama/Llama-3.1-70B-Instruct")
+    problem70 = fit_mod._Problem(llama70, target, margin, None)
+    run70 = make_run(batch=1, seq=8192)
+
+    def fewest_gpus() -> int | None:
+        return fit_mod._fewest_gpus(problem70, run70)
+
+    def best_format() -> str | None:
+        return fit_mod._best_format(problem70, run70)
+
+    n_fewest, n_format = count_estimates(fewest_gpus), count_estimates(best_format)
+    n_fit = count_estimates(lambda: fit_report(llama, run_fit, target))
+    n_fit_vllm = count_estimates(lambda: fit_report(llama, run_vllm, target))
+    n_batch, n_ctx = count_estimates(max_batch), count_estimates(max_context)
+    return [
         (
             "fit_report end to end (transformers, RTX-4090)",
             lambda: fit_report(llama, run_fit, target),
@@ -220,6 +243,18 @@ def benchmarks() -> list[tuple[str, Callable[[], object], str]]:
             best_format,
             f"{n_format} estimates, most precise that fits",
         ),
+    ]
+
+
+def _weight_and_load_cases(llama: ModelSpec) -> list[Case]:
+    def uncached(fmt: str) -> Callable[[], object]:
+        def call() -> object:
+            formats_mod._cached.cache_clear()
+            return weight_bytes(llama, fmt)
+
+        return call
+
+    return [
         ("weight_bytes bf16, uncached", uncached("bf16"), "cache cleared before each call"),
         ("weight_bytes gguf-Q4_K_M, uncached", uncached("gguf-Q4_K_M"), "per-tensor llama-quantize rules"),
         ("weight_bytes gguf-Q4_K_M, cached", lambda: weight_bytes(llama, "gguf-Q4_K_M"), "lru_cache hit"),

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,9 +65,46 @@ def cold_start(runs: int, fake: str) -> dict[str, object]:
     }
 
 
+def _time_changes(
+    app: Any, window: Any, spin: Any, counter: Any, state: dict[str, int], n: int
+) -> tuple[list[float], list[float]]:
+    """``n`` changes of the batch spin box: ms until the chart is repainted, and until the worker's fit
+    report and sweep are on screen."""
+    from PySide6.QtCore import QElapsedTimer
+
+    redraw_ms: list[float] = []
+    background_ms: list[float] = []
+    timer = QElapsedTimer()
+    for i in range(n):
+        window.flush_background()
+        app.processEvents()
+        updated, bg = state["updated"], state["background"]
+        spin_value = 2 + (i % 2)  # alternate 2 and 3: every change is a real change
+        if spin.value() == spin_value:
+            spin_value = 4
+        timer.start()
+        spin.setValue(spin_value)
+        paints_at_update = None
+        while True:
+            app.processEvents()
+            if paints_at_update is None and state["updated"] > updated:
+                paints_at_update = counter.count
+            if paints_at_update is not None and counter.count > paints_at_update:
+                redraw_ms.append(timer.nsecsElapsed() / 1e6)
+                break
+            if timer.elapsed() > 10_000:
+                raise SystemExit("the chart was not redrawn within 10 s")
+        while state["background"] == bg:
+            app.processEvents()
+            if timer.elapsed() > 20_000:
+                raise SystemExit("the fit report did not arrive within 20 s")
+        background_ms.append(timer.nsecsElapsed() / 1e6)
+    return redraw_ms, background_ms
+
+
 def form_to_chart(changes: int) -> dict[str, object]:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtCore import QElapsedTimer, QEvent, QObject, QSettings
+    from PySide6.QtCore import QEvent, QObject, QSettings
     from PySide6.QtWidgets import QApplication
 
     import gpumem_gui.ui  # noqa: F401  (PySide6 before pyqtgraph)
@@ -98,39 +136,9 @@ def form_to_chart(changes: int) -> dict[str, object]:
     window.background_done.connect(lambda: state.__setitem__("background", state["background"] + 1))
     spin = window.run_form.widget("batch")
 
-    def measure(n: int) -> tuple[list[float], list[float]]:
-        redraw_ms: list[float] = []
-        background_ms: list[float] = []
-        timer = QElapsedTimer()
-        for i in range(n):
-            window.flush_background()
-            app.processEvents()
-            updated, bg = state["updated"], state["background"]
-            spin_value = 2 + (i % 2)  # alternate 2 and 3: every change is a real change
-            if spin.value() == spin_value:
-                spin_value = 4
-            timer.start()
-            spin.setValue(spin_value)
-            paints_at_update = None
-            while True:
-                app.processEvents()
-                if paints_at_update is None and state["updated"] > updated:
-                    paints_at_update = counter.count
-                if paints_at_update is not None and counter.count > paints_at_update:
-                    redraw_ms.append(timer.nsecsElapsed() / 1e6)
-                    break
-                if timer.elapsed() > 10_000:
-                    raise SystemExit("the chart was not redrawn within 10 s")
-            while state["background"] == bg:
-                app.processEvents()
-                if timer.elapsed() > 20_000:
-                    raise SystemExit("the fit report did not arrive within 20 s")
-            background_ms.append(timer.nsecsElapsed() / 1e6)
-        return redraw_ms, background_ms
-
-    with_debounce, _ = measure(changes)
+    with_debounce, _ = _time_changes(app, window, spin, counter, state, changes)
     window._debounce.setInterval(0)
-    without_debounce, bg_without = measure(changes)
+    without_debounce, bg_without = _time_changes(app, window, spin, counter, state, changes)
     est = window.estimate
     window.close()
     tmp.cleanup()

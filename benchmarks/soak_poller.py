@@ -60,7 +60,41 @@ class Sink(QObject):
         self.errors += 1
 
 
-def main(argv: list[str] | None = None) -> int:
+def print_summary(
+    rows: list[tuple[float, int, int, int, int, int]],
+    sink: Sink,
+    ok: bool,
+    snap0: tracemalloc.Snapshot | None,
+) -> None:
+    """The totals, the growth over the second half, and the allocation sites that grew most."""
+    elapsed = rows[-1][0]
+    print(
+        f"\n{sink.snapshots} snapshots in {elapsed:.1f} s ({sink.snapshots / elapsed:.1f} Hz), "
+        f"{sink.errors} errors, "
+        f"shutdown {'clean' if ok else 'TIMED OUT'}"
+    )
+    if len(rows) >= 3:
+        # growth over the second half, when the history window (if shorter than the run) is full
+        mid = rows[len(rows) // 2]
+        last = rows[-1]
+        span = max(1e-9, last[0] - mid[0])
+        d_rss, d_traced = last[3] - mid[3], last[4] - mid[4]
+        print(
+            f"second half: RSS {d_rss / MiB:+.2f} MiB ({d_rss / 1024 / span * 60:+.1f} KiB/min), "
+            f"traced {d_traced / 1024:+.1f} KiB ({d_traced / 1024 / span * 60:+.1f} KiB/min)"
+        )
+    if snap0 is not None:
+        top = tracemalloc.take_snapshot().compare_to(snap0, "lineno")[:8]
+        print("\nlargest allocation growth since start (tracemalloc):")
+        for stat in top:
+            frame = stat.traceback[0]
+            print(
+                f"  {stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d} blocks"
+                f"  {frame.filename}:{frame.lineno}"
+            )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=600.0, help="how long to poll (default 600)")
     ap.add_argument("--hz", type=float, default=20.0, help="polls per second (default 20)")
@@ -70,8 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--history-seconds", type=float, default=300.0, help="history window (default 300)")
     ap.add_argument("--no-tracemalloc", action="store_true", help="RSS only (tracemalloc slows Python down)")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     every = args.report_every or max(1.0, args.seconds / 10)
     app = QCoreApplication(sys.argv[:1])
     if not args.no_tracemalloc:
@@ -124,31 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     ok = controller.shutdown()
     report()
 
-    elapsed = rows[-1][0]
-    print(
-        f"\n{sink.snapshots} snapshots in {elapsed:.1f} s ({sink.snapshots / elapsed:.1f} Hz), "
-        f"{sink.errors} errors, "
-        f"shutdown {'clean' if ok else 'TIMED OUT'}"
-    )
-    if len(rows) >= 3:
-        # growth over the second half, when the history window (if shorter than the run) is full
-        mid = rows[len(rows) // 2]
-        last = rows[-1]
-        span = max(1e-9, last[0] - mid[0])
-        d_rss, d_traced = last[3] - mid[3], last[4] - mid[4]
-        print(
-            f"second half: RSS {d_rss / MiB:+.2f} MiB ({d_rss / 1024 / span * 60:+.1f} KiB/min), "
-            f"traced {d_traced / 1024:+.1f} KiB ({d_traced / 1024 / span * 60:+.1f} KiB/min)"
-        )
-    if snap0 is not None:
-        top = tracemalloc.take_snapshot().compare_to(snap0, "lineno")[:8]
-        print("\nlargest allocation growth since start (tracemalloc):")
-        for stat in top:
-            frame = stat.traceback[0]
-            print(
-                f"  {stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d} blocks"
-                f"  {frame.filename}:{frame.lineno}"
-            )
+    print_summary(rows, sink, ok, snap0)
     return 0 if ok else 1
 
 

@@ -25,8 +25,8 @@ from gpumem_gui.core import (
     make_run,
     make_training_run,
 )
+from gpumem_gui.core.replay.config import ReplayConfig
 from gpumem_gui.core.replay.forward import replay_forward, replay_forward_direct
-from gpumem_gui.core.replay.model import ReplayConfig
 from gpumem_gui.core.training import simulate_rank
 from tests.conftest import REPO
 

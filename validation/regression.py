@@ -33,122 +33,6 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.append(str(REPO))
 
-# (module, function): the entry points whose calls are recorded; only the outermost call of a nest is kept
-ENTRY_POINTS = (
-    ("gpumem_gui.core.runtimes.inference", "estimate_inference"),
-    ("gpumem_gui.core.training", "estimate_training"),
-    ("gpumem_gui.core.fit", "fit_report"),
-    ("gpumem_gui.core.fit.training", "fit_training"),
-    ("gpumem_gui.core.replay.step", "simulate_step"),
-)
-
-
-# ---- recording -----------------------------------------------------------------------------------------
-
-
-def _jsonable(x: Any) -> Any:
-    from dataclasses import asdict, is_dataclass
-
-    from pydantic import BaseModel
-
-    if isinstance(x, BaseModel):
-        return {"__model__": type(x).__name__, "data": x.model_dump(mode="json")}
-    if is_dataclass(x) and not isinstance(x, type):
-        return {"__dataclass__": type(x).__name__, "data": asdict(x)}
-    if isinstance(x, tuple | list):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if x is None or isinstance(x, bool | int | float | str):
-        return x
-    if isinstance(x, range):
-        return {"__range__": [x.start, x.stop]}
-    raise TypeError(f"cannot record {type(x).__name__}")
-
-
-class Recorder:
-    """Wraps the entry points in every loaded gpumem/test module; writes one JSON line per outermost call."""
-
-    def __init__(self, out: Any) -> None:
-        self.out = out
-        self.depth = 0
-        self.count = 0
-        self.skipped = 0
-        self.originals: dict[int, Callable[..., Any]] = {}
-        self.wrapped: dict[int, Callable[..., Any]] = {}
-
-    def _wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        rec = self
-
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            outer = rec.depth == 0
-            rec.depth += 1
-            try:
-                result = fn(*args, **kwargs)
-            finally:
-                rec.depth -= 1
-            if outer:
-                try:
-                    line = json.dumps({"fn": name, "args": _jsonable(args), "kwargs": _jsonable(kwargs)})
-                except TypeError:
-                    rec.skipped += 1
-                else:
-                    rec.out.write(line + "\n")
-                    rec.count += 1
-            return result
-
-        wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
-        wrapper.__name__ = fn.__name__
-        wrapper.__doc__ = fn.__doc__
-        return wrapper
-
-    def install(self) -> None:
-        import importlib
-
-        for mod_name, fn_name in ENTRY_POINTS:
-            mod = importlib.import_module(mod_name)
-            fn = getattr(mod, fn_name)
-            self.originals[id(fn)] = fn
-            self.wrapped[id(fn)] = self._wrap(fn_name, fn)
-        self.patch_loaded()
-
-    def patch_loaded(self) -> None:
-        for mod_name, mod in list(sys.modules.items()):
-            if mod is None or not mod_name.startswith(("gpumem_gui", "tests", "validate", "__main__")):
-                continue
-            for attr, val in list(vars(mod).items()):
-                w = self.wrapped.get(id(val))
-                if w is not None and self.originals.get(id(val)) is val:
-                    setattr(mod, attr, w)
-
-
-def record(out_path: Path, pytest_args: list[str], validate: bool) -> None:
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(out_path, "wt", encoding="utf-8") as out:
-        rec = Recorder(out)
-        rec.install()
-        if pytest_args is not None:
-            import os
-
-            import pytest
-
-            os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-
-            class _Plugin:
-                def pytest_collection_finish(self, session: Any) -> None:
-                    rec.patch_loaded()  # test modules that imported the functions before install
-
-            pytest.main(["-q", "-x", "-p", "no:cacheprovider", *pytest_args], plugins=[_Plugin()])
-            print(f"pytest: {rec.count} calls recorded ({rec.skipped} not serialisable)", file=sys.stderr)
-        if validate:
-            sys.path.insert(0, str(REPO / "validation"))
-            import validate as v
-
-            rec.patch_loaded()
-            before = rec.count
-            v.collect(subset=False, peers=None)
-            print(f"validate: {rec.count - before} calls recorded", file=sys.stderr)
-
 
 # ---- evaluation ----------------------------------------------------------------------------------------
 
@@ -219,6 +103,8 @@ _OLD_HOMES = {
 
 
 def _entry(name: str) -> Callable[..., Any]:
+    from regression_record import ENTRY_POINTS
+
     mod = dict((f, m) for m, f in ENTRY_POINTS)[name]
     return getattr(_module(mod, _OLD_HOMES.get(mod, mod)), name)
 
@@ -274,7 +160,7 @@ def _step_call(
     kind = cfg.pop("__dataclass__")
     try:
         step_mod = _module("gpumem_gui.core.replay.step")
-        from gpumem_gui.core.replay.model import ReplayConfig
+        from gpumem_gui.core.replay.config import ReplayConfig
         from gpumem_gui.core.training.sharding import ShardingHooks
     except ImportError:  # the code before the one forward: StepConfig and keyword arguments
         cls = _module("gpumem_gui.core.train_model").StepConfig
@@ -329,7 +215,10 @@ def dump(calls_path: Path | None, out: Path, grid: bool) -> None:
         for c in recorded_calls(calls_path):
             calls.setdefault(_call_key(c), c)
     if grid:
-        for c in grid_calls():
+        from regression_grid import grid_calls
+
+        make_run = _module("gpumem_gui.core.runtimes.inference", "gpumem_gui.core.inference").make_run
+        for c in grid_calls(_load_config_file(), make_run):
             calls.setdefault(_call_key(c), c)
     import gpumem_gui
 
@@ -389,91 +278,6 @@ def _diff(x: Any, y: Any, path: str, limit: list[int] | None = None) -> None:
         print(f"  {path}: {x!r} -> {y!r}")
 
 
-# ---- the broad grid ------------------------------------------------------------------------------------
-
-
-def _config_files() -> list[Path]:
-    dirs = [REPO / "tests" / "reference" / "configs", REPO / "tests" / "reference" / "extra" / "configs"]
-    return sorted(p for d in dirs for p in d.glob("*.json"))
-
-
-def grid_calls() -> Iterator[dict[str, Any]]:
-    """Every reference config x inference and training modes x a few shapes and plans."""
-    from gpumem_gui.core import GpumemError
-    from gpumem_gui.core.fit import GpuTarget
-    from gpumem_gui.core.training import make_training_run
-
-    load_config_file = _load_config_file()
-    make_run = _module("gpumem_gui.core.runtimes.inference", "gpumem_gui.core.inference").make_run
-
-    def call(fn: str, spec: Any, *args: Any) -> dict[str, Any]:
-        rel = str(path.relative_to(REPO))
-        return json.loads(json.dumps({"fn": fn, "config": rel, "args": _jsonable(args), "kwargs": {}}))
-
-    h100 = GpuTarget(name="H100-SXM-80GB", capacity_bytes=80 * 2**30, count=8)
-    for path in _config_files():
-        try:
-            spec = load_config_file(path)
-        except GpumemError:
-            continue
-        big = spec.num_layers * spec.hidden_size > 80 * 8192 or spec.moe is not None
-        infer = []
-        for attn in ("sdpa", "eager", "flash"):
-            for batch, seq, new in ((1, 512, 0), (2, 1024, 64), (1, 8192, 1), (4, 300, 1000)):
-                infer.append(dict(batch=batch, seq=seq, new_tokens=new, attn=attn))
-        infer += [
-            dict(batch=1, seq=4096, logits="all"),
-            dict(batch=1, seq=4096, new_tokens=128, tp=2),
-            dict(batch=1, seq=4096, new_tokens=128, pp=2),
-            dict(batch=2, seq=4096, new_tokens=128, compute_dtype="fp32"),
-            dict(batch=2, seq=4096, new_tokens=128, weights="nf4"),
-            dict(batch=2, seq=4096, new_tokens=128, kv_dtype="fp8"),
-            dict(batch=8, seq=2048, new_tokens=256, engine="vllm"),
-            dict(batch=8, seq=2048, new_tokens=256, engine="vllm", tp=2, max_model_len=8192),
-            dict(batch=1, seq=8192, new_tokens=256, engine="llama.cpp", weights="gguf-Q4_K_M"),
-            dict(batch=1, seq=8192, new_tokens=256, engine="llama.cpp", weights="gguf-Q8_0", n_gpu_layers=3),
-        ]
-        for kw in infer:
-            try:
-                run = make_run(**kw)
-            except GpumemError:
-                continue
-            yield call("estimate_inference", spec, run)
-            if kw.get("engine") == "vllm":
-                yield call("estimate_inference", spec, run, 80 * 2**30)
-        yield call("fit_report", spec, make_run(batch=4, seq=4096, new_tokens=256), h100)
-        train = [
-            dict(),
-            dict(grad_ckpt=True, batch=2),
-            dict(precision="bf16", attn="eager", seq=512),
-            dict(precision="fp32", seq=512),
-            dict(precision="amp-fp16", optimizer="adamw-fused", grad_accum=2),
-            dict(precision="megatron-bf16", tp=2, dp=2),
-            dict(method="lora", lora_rank=8),
-            dict(method="lora", precision="bf16", grad_ckpt=True, lora_targets="q_proj,v_proj"),
-            dict(method="qlora", qlora_base="nf4-dq", grad_ckpt=True, optimizer="paged-adamw-8bit"),
-            dict(zero=3, dp=8, grad_ckpt=True),
-            dict(zero=2, dp=4, offload="optimizer"),
-            dict(fsdp="full_shard", dp=4),
-            dict(fsdp="shard_grad_op", dp=2, optimizer="adafactor"),
-            dict(pp=2, grad_accum=4, optimizer="lion"),
-            dict(cp=2, seq=8192, grad_ckpt=True, optimizer="sgd-momentum"),
-            dict(first_step=True, optimizer="adamw-8bit", frozen_layers=1),
-        ]
-        if spec.moe is not None:
-            train.append(dict(ep=2, dp=2))
-        for kw in train:
-            kw = {"seq": 1024, **kw}
-            if big:
-                kw["seq"] = min(kw["seq"], 512)
-            try:
-                run = make_training_run(**kw)
-            except GpumemError:
-                continue
-            yield call("estimate_training", spec, run)
-        yield call("fit_training", spec, make_training_run(method="lora", seq=2048, grad_ckpt=True), h100)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -491,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--show", type=int, default=20)
     args = p.parse_args(argv)
     if args.cmd == "record":
+        from regression_record import record
+
         record(args.out, args.pytest_args, not args.no_validate)
         return 0
     if args.cmd == "dump":

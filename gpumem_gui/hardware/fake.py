@@ -4,235 +4,61 @@ A scenario (a file, a shipped name such as ``"rtx4090_browser"``, or a dict) is 
 bad one raises :class:`~gpumem_gui.core.errors.GpumemInputError` naming the file and the field. Sizes are MiB
 in the JSON (what ``nvidia-smi`` prints) and bytes in the snapshots. Each :meth:`FakeBackend.snapshot` call is
 one *step*; a value given as a list changes per step, cycling or holding its last value at the end
-(``at_end``).
-
-Scenario keys (all but ``gpus[].name`` and ``gpus[].total_mib`` optional)::
-
-    {
-      "version": 1, "description": "...", "at_end": "cycle" | "hold",
-      "driver_version": "550.54.15", "cuda_driver_version": "12.4", "nvml_version": "12.550.54.15",
-      "faults": {
-        "nvml_init_error": null | "library_not_found" | "driver_not_loaded" | "lib_rm_version_mismatch"
-                           | "no_permission" | "unknown",
-        "memory_info_v1_only": false,      # the driver has no memory info v2: reserved unknown
-        "raise_at_steps": []               # snapshot() raises HardwareError at these steps
-      },
-      "gpus": [{
-        "name": "NVIDIA GeForce RTX 4090", "uuid": "GPU-…", "pci_bus_id": "00000000:01:00.0",
-        "total_mib": 24564, "reserved_mib": 0,
-        "used_mib": 1024 | [steps…],       # default: what the processes (and MIG instances) hold
-        "utilization_percent": 0 | [steps…], "temperature_c": 40 | [steps…],
-        "power_draw_w": 50.0 | [steps…], "power_limit_w": 450.0,
-        "processes": [{"pid": 4242, "name": "firefox", "used_mib": 1024 | [steps, null = not running],
-                       "kind": "compute" | "graphics" | "compute+graphics"}],
-        "processes_denied": false,         # the process list needs privileges: processes unknown
-        "not_supported": ["utilization_percent", "temperature_c", "power_draw_w", "power_limit_w",
-                          "memory", "mig_mode", "pci_bus_id"],
-        "lost_at_step": null | 3,          # from this step on the GPU is lost
-        "mig_mode": null,                  # default: true when mig_instances are given
-        "mig_instances": [{"profile": "3g.40gb", "total_mib": 40192, "gpu_instance_id": 2,
-                           "compute_instance_id": 0, "used_mib": …, "processes": […],
-                           "processes_denied": false, "uuid": "MIG-…", "name": "…"}]
-      }]
-    }
+(``at_end``). The scenario's keys, its models and :func:`load_scenario` are in
+:mod:`gpumem_gui.hardware.fake_scenario` (re-exported here).
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
-from gpumem_gui.core import GpumemInputError, describe_validation_error, resources_dir
 from gpumem_gui.hardware.backend import (
     CLOSED_REASON,
     FROM_ENV,
     GPU_LOST_ERROR,
     HardwareError,
-    InitFailure,
     VisibleDevices,
     init_failure_reason,
     resolve_visible_devices,
     with_cuda_indices,
 )
-from gpumem_gui.hardware.snapshot import GpuDevice, GpuProcess, GpuSnapshot, ProcessKind
+from gpumem_gui.hardware.fake_scenario import (
+    FaultsSpec,
+    GpuSpec,
+    MiB,
+    MigSpec,
+    ProcessSpec,
+    Scenario,
+    UnsupportedField,
+    load_scenario,
+    scenarios_dir,
+    shipped_scenarios,
+)
+from gpumem_gui.hardware.snapshot import GpuDevice, GpuProcess, GpuSnapshot
 
-MiB = 1 << 20
 T = TypeVar("T")
-
-NonNegInt = Annotated[int, Field(ge=0)]
-PositiveInt = Annotated[int, Field(gt=0)]
-PercentInt = Annotated[int, Field(ge=0, le=100)]
-NonNegFloat = Annotated[float, Field(ge=0)]
 
 # DGX H100 PCI buses, a realistic default for up to 8 GPUs.
 _DEFAULT_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 
-UnsupportedField = Literal[
-    "utilization_percent",
-    "temperature_c",
-    "power_draw_w",
-    "power_limit_w",
-    "memory",
-    "mig_mode",
-    "pci_bus_id",
+__all__ = [
+    "FakeBackend",
+    "FaultsSpec",
+    "GpuSpec",
+    "MiB",
+    "MigSpec",
+    "ProcessSpec",
+    "Scenario",
+    "UnsupportedField",
+    "load_scenario",
+    "scenarios_dir",
+    "shipped_scenarios",
 ]
-
-
-class _Spec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class ProcessSpec(_Spec):
-    pid: PositiveInt
-    name: str | None = None
-    used_mib: NonNegInt | list[NonNegInt | None] | None = Field(
-        None, description="MiB per step; a null step means the process is not running then"
-    )
-    kind: ProcessKind = "compute"
-
-
-class MigSpec(_Spec):
-    profile: str = Field(min_length=1, description="e.g. '3g.40gb'")
-    name: str | None = None
-    uuid: str | None = None
-    total_mib: PositiveInt
-    used_mib: NonNegInt | list[NonNegInt] | None = None
-    gpu_instance_id: NonNegInt
-    compute_instance_id: NonNegInt = 0
-    processes: list[ProcessSpec] = []
-    processes_denied: bool = False
-
-    @model_validator(mode="after")
-    def _check(self) -> MigSpec:
-        _check_used(self.used_mib, self.total_mib, 0)
-        return self
-
-
-class GpuSpec(_Spec):
-    name: str = Field(min_length=1)
-    uuid: str | None = None
-    pci_bus_id: str | None = None
-    total_mib: PositiveInt
-    reserved_mib: NonNegInt = 0
-    used_mib: NonNegInt | list[NonNegInt] | None = None
-    utilization_percent: PercentInt | list[PercentInt] = 0
-    temperature_c: int | list[int] = 40
-    power_draw_w: NonNegFloat | list[NonNegFloat] = 50.0
-    power_limit_w: NonNegFloat = 450.0
-    processes: list[ProcessSpec] = []
-    processes_denied: bool = False
-    not_supported: list[UnsupportedField] = []
-    lost_at_step: NonNegInt | None = None
-    mig_mode: bool | None = None
-    mig_instances: list[MigSpec] = []
-
-    @model_validator(mode="after")
-    def _check(self) -> GpuSpec:
-        if self.reserved_mib > self.total_mib:
-            raise ValueError(f"reserved_mib ({self.reserved_mib}) is more than total_mib ({self.total_mib})")
-        _check_used(self.used_mib, self.total_mib, self.reserved_mib)
-        mig_total = sum(m.total_mib for m in self.mig_instances)
-        if mig_total > self.total_mib:
-            raise ValueError(
-                f"the MIG instances hold {mig_total} MiB, more than total_mib ({self.total_mib})"
-            )
-        if self.mig_mode is False and self.mig_instances:
-            raise ValueError("mig_instances given but mig_mode is false")
-        slots = [(m.gpu_instance_id, m.compute_instance_id) for m in self.mig_instances]
-        if len(set(slots)) != len(slots):
-            raise ValueError("two MIG instances share a gpu_instance_id/compute_instance_id pair")
-        return self
-
-    @property
-    def in_mig_mode(self) -> bool:
-        return self.mig_mode if self.mig_mode is not None else bool(self.mig_instances)
-
-
-class FaultsSpec(_Spec):
-    nvml_init_error: InitFailure | None = None
-    memory_info_v1_only: bool = False
-    raise_at_steps: list[NonNegInt] = []
-
-
-class Scenario(_Spec):
-    version: Literal[1] = 1
-    description: str = ""
-    at_end: Literal["cycle", "hold"] = "cycle"
-    driver_version: str = "550.54.15"
-    cuda_driver_version: str = "12.4"
-    nvml_version: str = "12.550.54.15"
-    faults: FaultsSpec = FaultsSpec()
-    gpus: list[GpuSpec] = []
-
-
-def _check_used(used: int | list[int] | None, total: int, reserved: int) -> None:
-    values = used if isinstance(used, list) else [used] if used is not None else []
-    for i, v in enumerate(values):
-        if v + reserved > total:
-            where = f"step {i}: " if isinstance(used, list) else ""
-            raise ValueError(f"{where}used_mib {v} + reserved_mib {reserved} is more than total_mib {total}")
-
-
-# ---- loading ----------------------------------------------------------------------------------------------
-
-
-def scenarios_dir() -> Path:
-    """The folder of the shipped scenarios (``resources/fake_gpus``)."""
-    return resources_dir() / "fake_gpus"
-
-
-def shipped_scenarios() -> list[str]:
-    """Names of the shipped scenarios, e.g. ``['8xh100_busy', 'a100_mig', …]``."""
-    folder = scenarios_dir()
-    return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
-
-
-def load_scenario(source: Path | str | Mapping[str, Any]) -> tuple[Scenario, str]:
-    """Read and validate a scenario; returns it with a short id (file stem, or ``"inline"`` for a dict).
-
-    ``source`` is a dict, a JSON file path, or the name of a shipped scenario (``"a100_mig"``).
-    """
-    if isinstance(source, Mapping):
-        try:
-            return Scenario.model_validate(dict(source)), "inline"
-        except ValidationError as e:
-            raise describe_validation_error(e, source="fake GPU scenario") from e
-    path = Path(source)
-    if not path.is_file():
-        shipped = scenarios_dir() / f"{path.name.removesuffix('.json')}.json"
-        if path.parent == Path(".") and shipped.is_file():
-            path = shipped
-        else:
-            names = ", ".join(shipped_scenarios()) or "none"
-            raise GpumemInputError(
-                f"no such fake GPU scenario file (shipped scenarios: {names})", source=str(source)
-            )
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise GpumemInputError(f"cannot read: {e.strerror or e}", source=str(path)) from e
-    except UnicodeDecodeError as e:
-        raise GpumemInputError("not UTF-8 text", source=str(path)) from e
-    except json.JSONDecodeError as e:
-        raise GpumemInputError(
-            f"not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})", source=str(path)
-        ) from e
-    if not isinstance(doc, dict):
-        raise GpumemInputError("a scenario must be a JSON object", source=str(path))
-    try:
-        return Scenario.model_validate(doc), path.stem
-    except ValidationError as e:
-        raise describe_validation_error(e, source=str(path)) from e
-
-
-# ---- the backend ------------------------------------------------------------------------------------------
 
 
 class FakeBackend:

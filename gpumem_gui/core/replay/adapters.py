@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.replay.autograd import DT_BYTES, Node, Sim, Storage, T
+from gpumem_gui.core.replay.autograd import Node, Sim
+from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.params import Tensor
 

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpumem_gui.core.replay.autograd import T
+from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.model import CausalLM, ReplayConfig
+    from gpumem_gui.core.replay.config import ReplayConfig
+    from gpumem_gui.core.replay.model import CausalLM
     from gpumem_gui.core.spec.model import ModelSpec
 
 # SDPA takes grouped K/V heads (enable_gqa) only up to this head dim (use_gqa_in_sdpa)

@@ -13,7 +13,8 @@ aggregate storage that grows by their concatenations as the forward passes them.
 
 from __future__ import annotations
 
-from gpumem_gui.core.replay.autograd import Sim, Storage, T
+from gpumem_gui.core.replay.autograd import Sim
+from gpumem_gui.core.replay.memory import Storage, T
 from gpumem_gui.core.spec.model import ModelSpec
 
 

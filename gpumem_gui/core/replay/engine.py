@@ -15,14 +15,13 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 
-from gpumem_gui.core.replay.autograd import DT_BYTES, Node, Sim, Storage, T
+from gpumem_gui.core.replay.autograd import Node, Sim
+from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
 
 
-def backward(sim: Sim, loss: T) -> None:
-    """``loss.backward()``: run every node reachable from ``loss`` in the engine's order."""
-    root = loss.fn
-    if root is None:
-        return
+def _dependencies(root: Node) -> dict[Node, int]:
+    """How many gradient edges lead into each node reachable from ``root`` (the engine's dependency count:
+    a node runs once all its gradients have arrived)."""
     deps: dict[Node, int] = {}
     stack = [root]
     seen = {root}
@@ -36,7 +35,15 @@ def backward(sim: Sim, loss: T) -> None:
             if nxt not in seen:
                 seen.add(nxt)
                 stack.append(nxt)
-    del seen, stack
+    return deps
+
+
+def backward(sim: Sim, loss: T) -> None:
+    """``loss.backward()``: run every node reachable from ``loss`` in the engine's order."""
+    root = loss.fn
+    if root is None:
+        return
+    deps = _dependencies(root)
     buffers: dict[Node, list[Storage | None]] = {}
     ready: list[tuple[int, int, Node]] = []
     buffers[root] = [sim.storage(4, "temporaries")]  # torch.ones_like(loss)

@@ -19,7 +19,8 @@ from typing import Any
 
 from gpumem_gui.core.replay.autograd import Sim
 from gpumem_gui.core.replay.cache import KVCache, cache_elems_per_token
-from gpumem_gui.core.replay.model import CausalLM, ReplayConfig, last_of_each_kind
+from gpumem_gui.core.replay.config import ReplayConfig, last_of_each_kind
+from gpumem_gui.core.replay.model import CausalLM
 from gpumem_gui.core.replay.tape import Tape, record
 from gpumem_gui.core.spec.model import ModelSpec
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpumem_gui.core.replay.attention import kernel, rope
-from gpumem_gui.core.replay.autograd import T
+from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.model import CausalLM

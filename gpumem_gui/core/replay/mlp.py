@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpumem_gui.core.replay.autograd import T
+from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.model import CausalLM

@@ -17,53 +17,16 @@ counts times dtype widths.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 
-from gpumem_gui.core.replay import adapters, attention, legacy, mlp
-from gpumem_gui.core.replay.autograd import DT_BYTES, Node, Param, Sim, T
+from gpumem_gui.core.replay import adapters, block, inputs
+from gpumem_gui.core.replay.autograd import Node, Param, Sim
 from gpumem_gui.core.replay.cache import KVCache
+from gpumem_gui.core.replay.config import LayerPlan, ReplayConfig, every_layer
+from gpumem_gui.core.replay.memory import DT_BYTES, T
 from gpumem_gui.core.replay.ops import Ops
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.params import Tensor, text_tensors
-
-
-@dataclass(frozen=True)
-class ReplayConfig:
-    """One forward (and, in training, its backward): shapes, dtypes and the model's options."""
-
-    batch: int
-    q: int  # new tokens per sequence in this forward
-    param_dt: str  # dtype of the model's float weights
-    autocast: str | None = None  # lower-precision dtype of torch.autocast, None without autocast
-    past: int = 0  # tokens already cached (inference decode)
-    attn: str = "sdpa"
-    logits_to_keep: int = 0  # 0: logits for every position; 1: the last one (generate)
-    kv_bytes: float = 2  # bytes per cached element
-    grad_ckpt: bool = False
-    method: str = "full"  # full | lora | qlora
-    lora_rank: int = 16
-    lora_targets: tuple[str, ...] = ()
-    lora_dropout: float = 0.0
-    adapter_dt: str = "f32"
-    quant_bytes: int = 0  # qlora: bytes of the 4-bit linears (packed weights + quantization state)
-    frozen_layers: int = 0
-    lm_head: bool = True  # this rank holds the head (and the loss)
-    embedding: bool = True  # this rank holds the token embedding
-    weights_counted: bool = True  # False: the weights are accounted elsewhere (inference's load phase)
-    dropout: float = (
-        0.0  # hidden-state dropout (residual and embedding dropouts where the architecture has them)
-    )
-    attn_dropout: float = 0.0  # attention-probability dropout (kept by eager attention only)
-    cpu_dropout: bool = False  # replay the CPU dropout kernel (a full-dtype noise tensor) instead of CUDA's
-
-    @property
-    def kv_len(self) -> int:
-        return self.past + self.q
-
-    @property
-    def tokens(self) -> int:
-        return self.batch * self.q
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -71,38 +34,6 @@ def _numel(shape: tuple[int, ...]) -> int:
     for d in shape:
         n *= d
     return n
-
-
-@dataclass(frozen=True)
-class LayerPlan:
-    """The layers a forward replays op by op: ``segments`` holds one ``(first, layer)`` per replayed layer in
-    order, layers ``first`` to ``layer - 1`` run without a replay before it (inference only: a skipped layer's
-    transient peak is dominated by the last layer of its kind, which has more cache below it)."""
-
-    segments: tuple[tuple[int, int], ...]
-
-    @property
-    def replayed(self) -> frozenset[int]:
-        return frozenset(layer for _, layer in self.segments)
-
-
-def layer_kind(spec: ModelSpec, i: int) -> tuple[str, bool]:
-    return spec.resolved_layer_types[i], spec.is_moe_layer(i)
-
-
-@lru_cache(maxsize=256)
-def last_of_each_kind(spec: ModelSpec) -> LayerPlan:
-    """Replay the last layer of each kind (attention type x dense/MoE); skip the rest."""
-    last = {layer_kind(spec, i): i for i in range(spec.num_layers)}
-    first, segments = 0, []
-    for layer in sorted(last.values()):
-        segments.append((first, layer))
-        first = layer + 1
-    return LayerPlan(tuple(segments))
-
-
-def every_layer(layers: Sequence[int]) -> LayerPlan:
-    return LayerPlan(tuple((i, i) for i in layers))
 
 
 @lru_cache(maxsize=256)
@@ -143,7 +74,7 @@ class CausalLM:
         self._by_name = {t.name: t for t in model_tensors(spec)}
         self._lora = _lora_weights(spec, cfg.lora_targets) if cfg.method != "full" else frozenset()
         self._logits: T | None = None
-        self._alibi: T | None = None
+        self.alibi_bias: T | None = None
         self._last: T | None = None
         if cfg.weights_counted:
             self._build_params()
@@ -266,128 +197,11 @@ class CausalLM:
         s.region = prev
         return out
 
-    # ---- embedding, rotary, masks ---------------------------------------------------------------------
-    def embed(self, ids: T) -> tuple[T, list[T]]:
-        """The first layer's input, and the locals the model's forward keeps until it returns: the token
-        embedding (scaled inside the module, Gemma; projected, OPT-350m's project_in), the learned positions
-        (GPT-2 wpe, OPT embed_positions) added into a new tensor, embedding dropout (GPT-2, GPT-NeoX), the
-        embedding norm (BLOOM word_embeddings_layernorm)."""
-        o, s, spec, cfg = self.o, self.s, self.spec, self.cfg
-        w = self.param("embed_tokens.weight")
-        inputs_embeds = s.new(cfg.tokens * spec.token_embedding_dim, w.dt)
-        s.node("copy", (w,), (inputs_embeds,), (ids,))
-        if spec.traits.embedding_scale:
-            inputs_embeds = o.mul(inputs_embeds, None)
-        if self.has("project_in.weight"):
-            inputs_embeds = self.linear(inputs_embeds, "project_in")
-        keep = [inputs_embeds]
-        hidden_states = inputs_embeds
-        if spec.position_embedding == "learned":
-            pw = self.param("embed_positions.weight")
-            pos = s.new(cfg.q * spec.hidden_size, pw.dt)
-            s.node("copy", (pw,), (pos,))
-            keep.append(pos)
-            hidden_states = o.add(inputs_embeds, pos)
-            del pos
-        if spec.traits.embedding_dropout:
-            hidden_states = o.dropout(hidden_states, cfg.dropout)
-        if self.has("embedding_norm.weight"):
-            hidden_states = self.norm(hidden_states, "embedding_norm")
-        return hidden_states, keep
-
-    def rotary(self, x: T) -> tuple[T | None, T | None]:
-        """LlamaRotaryEmbedding.forward: fp32 cos/sin [1, q, d], cast to the hidden states' dtype."""
-        spec, s = self.spec, self.s
-        if spec.position_embedding != "rope":
-            return None, None
-        d = spec.mla.qk_rope_head_dim if spec.mla is not None else spec.head_dim
-        n = self.cfg.q * d
-        cos = s.cast(s.new(n, "f32"), x.dt)
-        sin = s.cast(s.new(n, "f32"), x.dt)
-        return cos, sin
-
-    def rotary_kinds(self, layers: Sequence[int]) -> tuple[str, ...]:
-        """One rotary embedding, or one per attention type present (Gemma-3's global and local)."""
-        if self.spec.position_embedding != "rope":
-            return ()
-        if not self.spec.traits.rotary_per_layer_type:
-            return ("full_attention",)
-        types = self.spec.resolved_layer_types
-        return tuple(sorted({types[i] for i in layers}))
-
-    def alibi(self, dt: str) -> T | None:
-        """The ALiBi bias the model builds once (BloomModel, FalconModel: [b * heads, 1, kv] in the activation
-        dtype), kept until it returns."""
-        spec, cfg = self.spec, self.cfg
-        if spec.position_embedding != "alibi":
-            return None
-        return self.s.new(cfg.batch * spec.num_attention_heads * cfg.kv_len, dt)
-
-    def masks(self, dt: str) -> dict[str, T]:
-        """create_causal_mask / create_sliding_window_causal_mask (masking_utils): eager gets a float
-        [b, 1, q, kv] mask per layer kind; sdpa needs none for causal layers (is_causal) and a boolean one for
-        sliding layers once the keys reach the window (_ignore_causal_mask_sdpa)."""
-        s, cfg = self.s, self.cfg
-        out: dict[str, T] = {}
-        kinds = set(self.spec.resolved_layer_types)
-        unused = None
-        if self.spec.traits.sliding_mask_always and "sliding_attention" not in kinds:
-            # built and held by the model's forward though no layer reads it (Qwen2MoeModel)
-            unused = s.new(cfg.batch * cfg.q * cfg.kv_len, dt if cfg.attn == "eager" else "bool")
-        for kind in sorted(kinds):
-            if cfg.attn == "eager" or self.spec.traits.block == "bloom":  # BLOOM has eager attention only
-                out[kind] = s.new(cfg.batch * cfg.q * cfg.kv_len, dt)
-            elif attention.sdpa_mask(self.spec, cfg, kind == "sliding_attention"):
-                out[kind] = s.new(attention.bool_mask_elems(self.spec, cfg), "bool")
-        if unused is not None:
-            out["unused"] = unused
-        return out
-
-    # ---- decoder layer ------------------------------------------------------------------------------------
     def layer(
         self, i: int, hidden_states: T, cos: T | None, sin: T | None, mask: T | None, *_: object
     ) -> tuple[T, T | None]:
-        """LlamaDecoderLayer.forward, with the norm placement of the architecture (pre, post, sandwich) and
-        parallel attention + MLP (GPT-NeoX); Falcon's and BLOOM's own blocks (:mod:`.legacy`). Returns the
-        output and the attention weights (eager)."""
-        o, s, spec = self.o, self.s, self.spec
-        if spec.traits.block == "falcon":
-            return legacy.falcon_layer(self, i, hidden_states, cos, sin, mask)
-        if spec.traits.block == "bloom":
-            return legacy.bloom_layer(self, i, hidden_states, self._alibi, mask)
-        placement = spec.traits.norm_placement
-        residual = hidden_states
-        s.tr.where = f"layer {i} attention"
-        if placement != "post":
-            hidden_states = self.region_norm(hidden_states, f"layers.{i}.norm0")
-        if spec.parallel_attn_mlp:
-            # GPTNeoXLayer / FalconDecoderLayer: the MLP reads the residual input through its own norm when
-            # the layer has one (post_attention_layernorm, ln_mlp), else the attention's normed input
-            attn, _weights = attention.attention(self, i, hidden_states, cos, sin, mask)
-            s.tr.where = f"layer {i} MLP"
-            if spec.norms_per_layer > 1:
-                del hidden_states
-                hidden_states = self.region_norm(residual, f"layers.{i}.norm1")
-            mlp_out = mlp.mlp(self, i, hidden_states)
-            del hidden_states
-            s.region = "hidden_states"
-            return o.add(o.add(residual, attn), mlp_out), _weights
-        hidden_states, _weights = attention.attention(self, i, hidden_states, cos, sin, mask)
-        n = 1 if placement == "sandwich" else 0
-        if placement != "pre":
-            hidden_states = self.region_norm(hidden_states, f"layers.{i}.norm{n}")
-        s.region = "hidden_states"
-        _attn_output = hidden_states if spec.traits.attn_output_kept else None  # held to the layer's end
-        hidden_states = o.add(residual, hidden_states)
-        residual = hidden_states
-        s.tr.where = f"layer {i} MLP"
-        if placement != "post":
-            hidden_states = self.region_norm(hidden_states, f"layers.{i}.norm{n + 1}")
-        hidden_states = mlp.mlp(self, i, hidden_states)
-        if placement != "pre":
-            hidden_states = self.region_norm(hidden_states, f"layers.{i}.norm{n + 2 if n else 1}")
-        s.region = "hidden_states"
-        return o.add(residual, hidden_states), _weights
+        """One decoder layer (:func:`.block.decoder_layer`); a method so checkpointing can recompute it."""
+        return block.decoder_layer(self, i, hidden_states, cos, sin, mask)
 
     # ---- whole model --------------------------------------------------------------------------------------
     def model(self, ids: T, plan: LayerPlan) -> T:
@@ -397,13 +211,13 @@ class CausalLM:
         s.tr.where = "embedding"
         s.region = "hidden_states"
         if cfg.embedding:
-            hidden_states, keep = self.embed(ids)
+            hidden_states, keep = inputs.embed(self, ids)
         else:  # activations received from the previous pipeline stage: a leaf that needs a gradient
             hidden_states = received_leaf(s, cfg.tokens * spec.hidden_size, cfg.param_dt)
             keep = [hidden_states]
         s.region = "mask"
-        alibi = self._alibi = self.alibi(hidden_states.dt)
-        masks = self.masks(hidden_states.dt)
+        alibi = self.alibi_bias = inputs.alibi(self, hidden_states.dt)
+        masks = inputs.masks(self, hidden_states.dt)
         if alibi is not None and spec.traits.block == "falcon":  # FalconModel folds ALiBi into one float mask
             masks = {
                 k: s.new(cfg.batch * spec.num_attention_heads * cfg.q * cfg.kv_len, hidden_states.dt)
@@ -413,7 +227,8 @@ class CausalLM:
         position_ids = s.new(cfg.q, "i64")  # arange(q) + past_seen_tokens
         s.region = "rope"
         rotary = {
-            kind: self.rotary(hidden_states) for kind in self.rotary_kinds([i for _, i in plan.segments])
+            kind: inputs.rotary(self, hidden_states)
+            for kind in inputs.rotary_kinds(self, [i for _, i in plan.segments])
         }
         s.region = "hidden_states"
         per_type = spec.traits.rotary_per_layer_type
@@ -444,7 +259,7 @@ class CausalLM:
                 hidden_states, weights = self.layer(i, hidden_states, cos, sin, masks.get(kind))
             _previous = weights if keeps_outputs else None
             del weights
-        self._alibi = None
+        self.alibi_bias = None
         s.tr.where = "final norm"
         s.hooks.enter_unit(s, -1)
         s.unit = None

@@ -7,7 +7,8 @@ tensors ``tools/autograd/derivatives.yaml`` saves for it (nothing at all with gr
 
 from __future__ import annotations
 
-from gpumem_gui.core.replay.autograd import Sim, T, promote
+from gpumem_gui.core.replay.autograd import Sim
+from gpumem_gui.core.replay.memory import T, promote
 
 
 class Ops:

@@ -35,7 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
-from gpumem_gui.core.replay.autograd import DT_BYTES, Param, Sim, Storage
+from gpumem_gui.core.replay.autograd import Param, Sim
+from gpumem_gui.core.replay.memory import DT_BYTES, Storage
 
 OPTIMIZERS = (
     "adamw",

@@ -12,9 +12,11 @@ import gc
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpumem_gui.core.replay.autograd import ReplayHooks, Sim, Storage, T
+from gpumem_gui.core.replay.autograd import ReplayHooks, Sim
+from gpumem_gui.core.replay.config import ReplayConfig
 from gpumem_gui.core.replay.engine import backward
-from gpumem_gui.core.replay.model import CausalLM, ReplayConfig, buffers_bytes
+from gpumem_gui.core.replay.memory import Storage, T
+from gpumem_gui.core.replay.model import CausalLM, buffers_bytes
 from gpumem_gui.core.replay.optim import create_states, step
 from gpumem_gui.core.spec.model import ModelSpec
 

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from gpumem_gui.core.replay.autograd import Sim, Storage, Tracker
+from gpumem_gui.core.replay.autograd import Sim
+from gpumem_gui.core.replay.memory import Storage, Tracker
 
 Mono = tuple[int, int, int]  # exponents of (b, q, p)
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
@@ -191,7 +192,7 @@ class TapeSim(Sim):
         return TapeStorage(self.tr, nbytes, kind or self.phase_kind, tag)
 
     def new(self, n: Any, dt: str, tag: str | None = None) -> Any:
-        from gpumem_gui.core.replay.autograd import DT_BYTES, T
+        from gpumem_gui.core.replay.memory import DT_BYTES, T
 
         return T(TapeStorage(self.tr, n * DT_BYTES[dt], self.phase_kind, tag or self.region), n, dt)
 

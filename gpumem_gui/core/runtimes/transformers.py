@@ -14,8 +14,8 @@ from functools import lru_cache
 
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.formats import WeightBytes, get_weight_format, kv_bytes_per_element
+from gpumem_gui.core.replay.config import ReplayConfig
 from gpumem_gui.core.replay.forward import KINDS, ForwardResult, replay_forward
-from gpumem_gui.core.replay.model import ReplayConfig
 from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase, tp_ranks
 from gpumem_gui.core.results.overheads import stage_share
 from gpumem_gui.core.runtimes.base import Runtime, load_phase

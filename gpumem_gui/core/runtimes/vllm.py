@@ -98,6 +98,37 @@ def _overheads(spec: ModelSpec, run: InferenceRun) -> tuple[Component, Component
     return non_torch, graphs
 
 
+def _kv_pool(
+    run: InferenceRun, capacity: int | None, non_kv: int, per_tok: int, max_len: int
+) -> tuple[int, str, dict[str, object], tuple[str, ...]]:
+    """(KV bytes, formula, facts, warnings): with a GPU capacity, the pool vLLM allocates from what the
+    profiling run leaves of the budget, in whole pages; without one, the pages the batch needs."""
+    if not capacity:
+        need = run.batch * ceil(run.tokens / VLLM_BLOCK_SIZE) * VLLM_BLOCK_SIZE * per_tok
+        return need, "batch x ceil(tokens / 16) pages x 16 x bytes per token (all layers)", {}, ()
+    budget = int(capacity * run.gpu_memory_utilization)
+    pool = max(0, budget - non_kv)
+    blocks = pool // (VLLM_BLOCK_SIZE * per_tok) if per_tok else 0
+    kv_tokens = blocks * VLLM_BLOCK_SIZE
+    facts: dict[str, object] = {
+        "kv_pool_bytes": pool,
+        "kv_tokens": kv_tokens,
+        "budget_bytes": budget,
+        "max_concurrency": round(kv_tokens / max_len, 2) if max_len else 0,
+    }
+    warnings: tuple[str, ...] = ()
+    if kv_tokens < max_len:
+        warnings = (
+            f"max_model_len: vLLM would refuse to start: the KV pool holds {kv_tokens} tokens, "
+            f"fewer than max_model_len {max_len}",
+        )
+    formula = (
+        "(gpu_memory_utilization x capacity - weights - activations - non-torch - CUDA graphs), "
+        "in whole 16-token pages of all layers"
+    )
+    return blocks * VLLM_BLOCK_SIZE * per_tok, formula, facts, warnings
+
+
 class Vllm(Runtime):
     name = "vllm"
     label = "vLLM"
@@ -124,31 +155,9 @@ class Vllm(Runtime):
         }
         need_blocks = run.batch * ceil(run.tokens / VLLM_BLOCK_SIZE)
         need_kv = need_blocks * VLLM_BLOCK_SIZE * per_tok
-        if capacity:
-            budget = int(capacity * run.gpu_memory_utilization)
-            pool = max(0, budget - non_kv)
-            blocks = pool // (VLLM_BLOCK_SIZE * per_tok) if per_tok else 0
-            kv_tokens = blocks * VLLM_BLOCK_SIZE
-            facts.update(
-                kv_pool_bytes=pool,
-                kv_tokens=kv_tokens,
-                budget_bytes=budget,
-                max_concurrency=round(kv_tokens / max_len, 2) if max_len else 0,
-            )
-            kv_bytes = blocks * VLLM_BLOCK_SIZE * per_tok
-            kv_formula = (
-                "(gpu_memory_utilization x capacity - weights - activations - non-torch - CUDA graphs), "
-                "in whole 16-token pages of all layers"
-            )
-            if kv_tokens < max_len:
-                warnings = (
-                    *warnings,
-                    f"max_model_len: vLLM would refuse to start: the KV pool holds {kv_tokens} tokens, "
-                    f"fewer than max_model_len {max_len}",
-                )
-        else:
-            kv_bytes = need_kv
-            kv_formula = "batch x ceil(tokens / 16) pages x 16 x bytes per token (all layers)"
+        kv_bytes, kv_formula, pool_facts, pool_warnings = _kv_pool(run, capacity, non_kv, per_tok, max_len)
+        facts.update(pool_facts)
+        warnings = (*warnings, *pool_warnings)
         kv_c = component(
             "kv_cache",
             "KV cache (paged)",

@@ -26,8 +26,9 @@ from __future__ import annotations
 from gpumem_gui.core.training.checks import check_training
 from gpumem_gui.core.training.estimate import estimate_training
 from gpumem_gui.core.training.frameworks import FRAMEWORKS, Framework, framework
+from gpumem_gui.core.training.precision import PRECISION_DOC
 from gpumem_gui.core.training.rank import sharding_hooks, simulate_rank, step_config, step_options
-from gpumem_gui.core.training.run import PRECISION_DOC, TrainingRun, make_training_run
+from gpumem_gui.core.training.run import TrainingRun, make_training_run
 
 __all__ = [
     "FRAMEWORKS",

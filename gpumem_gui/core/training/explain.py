@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpumem_gui.core.replay.autograd import REGIONS
-from gpumem_gui.core.replay.model import ReplayConfig
+from gpumem_gui.core.replay.config import ReplayConfig
+from gpumem_gui.core.replay.memory import REGIONS
 from gpumem_gui.core.replay.optim import INFO, resolve
 from gpumem_gui.core.replay.step import StepResult
 from gpumem_gui.core.results.estimate import Component, Explanation
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.training.frameworks import framework
-from gpumem_gui.core.training.precision import dtypes
-from gpumem_gui.core.training.run import PRECISION_DOC, TrainingRun
+from gpumem_gui.core.training.precision import PRECISION_DOC, dtypes
+from gpumem_gui.core.training.run import TrainingRun
 
 # (replay tag, component key, label) in display order
 _TAGS = (

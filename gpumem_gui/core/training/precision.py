@@ -5,8 +5,23 @@ name."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gpumem_gui.core.training.run import PRECISION_DOC, TrainingRun
+if TYPE_CHECKING:
+    from gpumem_gui.core.training.run import TrainingRun
+
+
+PRECISION_DOC = {
+    "amp-bf16": "fp32 weights, torch.autocast(bfloat16) over forward + loss, fp32 gradients and optimizer "
+    "states (HF Trainer bf16=True on an fp32 model); LoRA/QLoRA: bf16 frozen base, fp32 adapters, autocast",
+    "amp-fp16": "as amp-bf16 with float16 autocast (and a GradScaler, whose state is negligible)",
+    "bf16": "weights, gradients and optimizer states in bf16, no autocast (LoRA adapters stay fp32, PEFT's "
+    "autocast_adapter_dtype default)",
+    "fp32": "everything in fp32, no autocast",
+    "megatron-bf16": "bf16 weights, fp32 main_grad buffers, fp32 master weights and fp32 Adam states "
+    "(Megatron-LM Float16OptimizerWithFloat16Params / DistributedOptimizer)",
+}
+MEGATRON_OPTIMIZERS = ("adamw", "adamw-fused", "adamw-foreach", "sgd", "sgd-momentum")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from functools import lru_cache
 from math import ceil
 
 from gpumem_gui.core.formats import weight_bytes
-from gpumem_gui.core.replay.model import ReplayConfig
+from gpumem_gui.core.replay.config import ReplayConfig
 from gpumem_gui.core.replay.step import StepOptions, StepResult, simulate_step
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, rank_spec, stage_layers

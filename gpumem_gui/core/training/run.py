@@ -14,33 +14,14 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from gpumem_gui.core.errors import describe_validation_error
 from gpumem_gui.core.fields import UI
 from gpumem_gui.core.spec.model import Frozen
+from gpumem_gui.core.training.precision import MEGATRON_OPTIMIZERS
 
 Method = Literal["full", "lora", "qlora"]
 Precision = Literal["amp-bf16", "amp-fp16", "bf16", "fp32", "megatron-bf16"]
 Optimizer = Literal[
-    "adamw",
-    "adamw-fused",
-    "adamw-foreach",
-    "adamw-for-loop",
-    "adamw-8bit",
-    "paged-adamw-8bit",
-    "adafactor",
-    "sgd",
-    "sgd-momentum",
-    "lion",
-]
-
-PRECISION_DOC = {
-    "amp-bf16": "fp32 weights, torch.autocast(bfloat16) over forward + loss, fp32 gradients and optimizer "
-    "states (HF Trainer bf16=True on an fp32 model); LoRA/QLoRA: bf16 frozen base, fp32 adapters, autocast",
-    "amp-fp16": "as amp-bf16 with float16 autocast (and a GradScaler, whose state is negligible)",
-    "bf16": "weights, gradients and optimizer states in bf16, no autocast (LoRA adapters stay fp32, PEFT's "
-    "autocast_adapter_dtype default)",
-    "fp32": "everything in fp32, no autocast",
-    "megatron-bf16": "bf16 weights, fp32 main_grad buffers, fp32 master weights and fp32 Adam states "
-    "(Megatron-LM Float16OptimizerWithFloat16Params / DistributedOptimizer)",
-}
-MEGATRON_OPTIMIZERS = ("adamw", "adamw-fused", "adamw-foreach", "sgd", "sgd-momentum")
+    "adamw", "adamw-fused", "adamw-foreach", "adamw-for-loop", "adamw-8bit", "paged-adamw-8bit", "adafactor",
+    "sgd", "sgd-momentum", "lion",
+]  # fmt: skip
 
 _M, _S, _L, _G = "Method", "Step", "LoRA", "GPUs and sharding"
 

@@ -16,7 +16,8 @@ parameter partitioning (``deepspeed/runtime/zero/stage3.py``), Megatron-LM ``opt
 
 from __future__ import annotations
 
-from gpumem_gui.core.replay.autograd import Param, Sim, Storage
+from gpumem_gui.core.replay.autograd import Param, Sim
+from gpumem_gui.core.replay.memory import Storage
 from gpumem_gui.core.replay.step import TrainingHooks
 
 

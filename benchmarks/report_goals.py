@@ -1,0 +1,129 @@
+"""The speed goals for ``benchmarks/report.py``: (goal, measured, verdict) rows from one run's measurements.
+
+Shared by the page (:mod:`benchmarks.report_render`) and the README's speed block (``report.readme_block``).
+"""
+
+from __future__ import annotations
+
+from benchmarks import bench_core
+
+MiB = 1 << 20
+GOAL_PEER_X = 10
+GOAL_META_X = 10_000
+GOAL_COLD_START_S = 1.0
+GOAL_REDRAW_MS = 16.0
+TRAIN_UNCACHED = "estimate: training full ZeRO-3 dp8 x TP2, uncached"
+SWEEP = f"sweep: {bench_core.SWEEP_POINTS} points over seq (one process)"
+
+Row = tuple[str, str, str]
+
+fmt_time = bench_core.fmt_time
+
+
+def fmt_mib(b: float) -> str:
+    return f"{b / MiB:.1f} MiB"
+
+
+def fmt_ratio(a: float, b: float) -> str:
+    """How many times ``a`` is ``b`` (a ratio of times), written for a reader."""
+    r = a / b
+    if r < 1:
+        return f"{r:.3f}x (ours {1 / r:,.0f}x slower)" if r < 0.1 else f"{r:.2f}x (ours slower)"
+    return f"{r:,.0f}x" if r >= 100 else f"{r:.1f}x"
+
+
+def met(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def goals(data: dict) -> list[tuple[str, str, str]]:
+    """(goal, measured, verdict) rows."""
+    core = {r["name"]: r for r in data["core"]}
+    base = core[bench_core.BASELINE]["median_s"]
+    sweep = core[SWEEP]["median_s"]
+    rows = [
+        (
+            "one inference estimate < 50 µs",
+            f"{fmt_time(base)} (Llama-3.1-8B, batch 1, 4096 tokens)",
+            met(base < bench_core.GOAL_ESTIMATE_S),
+        ),
+        (
+            f"{bench_core.SWEEP_POINTS}-point sweep < 20 ms",
+            f"{fmt_time(sweep)} ({fmt_time(sweep / bench_core.SWEEP_POINTS)} a point)",
+            met(sweep < bench_core.GOAL_SWEEP_S),
+        ),
+    ]
+    rows += _llm_analysis_goals(data["llm_analysis"], core, base)
+    rows += _accelerate_goals(data["accelerate"], base)
+    rows += _app_goals(data)
+    return rows
+
+
+def _llm_analysis_goals(la: dict, core: dict[str, dict], base: float) -> list[Row]:
+    if "missing" in la:
+        return [(f"≥ {GOAL_PEER_X}x faster than llm-analysis", f"not measured: {la['missing']}", "-")]
+    rows: list[Row] = [
+        (
+            f"≥ {GOAL_PEER_X}x faster than llm-analysis, inference estimate",
+            f"{fmt_ratio(la['infer_s'], base)} ({fmt_time(la['infer_s'])} vs ours {fmt_time(base)})",
+            met(la["infer_s"] / base >= GOAL_PEER_X),
+        )
+    ]
+    ours_train = core[TRAIN_UNCACHED]["median_s"]
+    slower = ours_train / la["train_s"]
+    rows.append(
+        (
+            f"≥ {GOAL_PEER_X}x faster than llm-analysis, training estimate (ZeRO-3, dp 8 x TP 2)",
+            f"we are {slower:,.0f}x **slower** ({fmt_time(ours_train)} uncached vs {fmt_time(la['train_s'])})"
+            if slower > 1
+            else fmt_ratio(la["train_s"], ours_train),
+            met(la["train_s"] / ours_train >= GOAL_PEER_X),
+        )
+    )
+    return rows
+
+
+def _accelerate_goals(acc: dict, base: float) -> list[Row]:
+    if "missing" in acc:
+        return [(f"≥ {GOAL_META_X:,}x faster than a meta model", f"not measured: {acc['missing']}", "-")]
+    return [
+        (
+            f"≥ {GOAL_META_X:,}x faster than building a meta model (warm, in one process)",
+            f"{fmt_ratio(acc['warm_build_s'], base)} ({fmt_time(acc['warm_build_s'])} a build)",
+            met(acc["warm_build_s"] / base >= GOAL_META_X),
+        ),
+        (
+            f"≥ {GOAL_META_X:,}x faster than a meta model as its CLI pays it (imports + first build)",
+            f"{fmt_ratio(acc['cold_s'], base)} ({fmt_time(acc['cold_s'])})",
+            met(acc["cold_s"] / base >= GOAL_META_X),
+        ),
+    ]
+
+
+def _app_goals(data: dict) -> list[Row]:
+    rows: list[Row] = []
+    ui = data.get("ui")
+    if ui:
+        cs = ui["cold_start"]["first_paint_s_median"]
+        rows.append(("cold start to first painted window < 1 s", f"{cs:.2f} s", met(cs < GOAL_COLD_START_S)))
+        fc = ui["form_change_to_chart"]
+        nd = fc["redraw_ms_median_no_debounce"]
+        rows.append(
+            (
+                "form change to redrawn chart < 16 ms",
+                f"{nd:.1f} ms without the debounce; {fc['redraw_ms_median_with_debounce']:.1f} ms with it",
+                met(nd < GOAL_REDRAW_MS),
+            )
+        )
+    am = data.get("app_memory")
+    if am:
+        grow = am["rss_second_half_growth_bytes"]
+        rows.append(
+            (
+                f"resident memory bounded over {am['seconds'] / 60:g} min of polling",
+                f"{fmt_mib(am['rss_first_paint_bytes'])} at first paint, "
+                f"{fmt_mib(am['rss_end_bytes'])} at the end; {grow / MiB:+.1f} MiB over the second half",
+                "met" if grow < 2 * MiB else "**growing**",
+            )
+        )
+    return rows

@@ -1,0 +1,134 @@
+"""KV-cache element types: the cache dtypes each engine accepts (:func:`engine_kv_dtypes`,
+:func:`check_kv_dtype`) and the bytes one cached element takes in each, block scales included
+(:data:`KV_DTYPES`, :func:`kv_bytes_per_element`)."""
+
+from __future__ import annotations
+
+import functools
+
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from pydantic import Field
+
+from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.formats.scheme import _SRC_FLOAT
+from gpumem_gui.core.spec.model import Frozen
+
+# the engines gpumem models (InferenceRun.engine)
+ENGINES: tuple[str, ...] = ("transformers", "vllm", "llama.cpp")
+
+
+class KvDtype(Frozen):
+    """A KV-cache element type: bytes per element (block scales included) and the engines that take it."""
+
+    id: str
+    label: str
+    bytes_per_element: float = Field(gt=0)
+    engines: tuple[str, ...]
+    source: str
+
+
+def _ggml_kv(name: str) -> float:
+    block, size = GGML_QUANT_SIZES[GGMLQuantizationType[name]]
+    return size / block
+
+
+_SRC_LLAMACPP_KV = (
+    "llama.cpp common/arg.cpp kv_cache_types (-ctk/-ctv: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, "
+    "q5_1); bytes from ggml block sizes (gguf-py GGML_QUANT_SIZES)"
+)
+_SRC_VLLM_KV = (
+    "vLLM vllm/config/cache.py CacheDType (auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2); auto = the model dtype"
+)
+_SRC_HF_KV = (
+    "transformers cache_utils.py: DynamicCache stores K/V in the model dtype; QuantizedCache (quanto: 2/4 "
+    "bits, HQQ: up to 8 bits) — element bytes only, its per-group scales/zero-points and the residual_length "
+    "tokens kept in full precision are not included"
+)
+
+_KV_LIST = (
+    KvDtype(id="fp32", label="fp32", bytes_per_element=4, engines=ENGINES, source=_SRC_FLOAT),
+    KvDtype(id="fp16", label="fp16", bytes_per_element=2, engines=ENGINES, source=_SRC_FLOAT),
+    KvDtype(id="bf16", label="bf16", bytes_per_element=2, engines=ENGINES, source=_SRC_FLOAT),
+    KvDtype(id="fp8", label="fp8 (e4m3)", bytes_per_element=1, engines=("vllm",), source=_SRC_VLLM_KV),
+    KvDtype(id="fp8_e4m3", label="fp8 e4m3", bytes_per_element=1, engines=("vllm",), source=_SRC_VLLM_KV),
+    KvDtype(id="fp8_e5m2", label="fp8 e5m2", bytes_per_element=1, engines=("vllm",), source=_SRC_VLLM_KV),
+    KvDtype(
+        id="int8",
+        label="int8 (quantized cache)",
+        bytes_per_element=1,
+        engines=("transformers",),
+        source=_SRC_HF_KV,
+    ),
+    KvDtype(
+        id="int4",
+        label="int4 (quantized cache)",
+        bytes_per_element=0.5,
+        engines=("transformers",),
+        source=_SRC_HF_KV,
+    ),
+    *(
+        KvDtype(
+            id=name.lower(),
+            label=f"{name} (ggml block of {GGML_QUANT_SIZES[GGMLQuantizationType[name]][0]})",
+            bytes_per_element=_ggml_kv(name),
+            engines=("llama.cpp",),
+            source=_SRC_LLAMACPP_KV,
+        )
+        for name in ("Q8_0", "Q4_0", "Q4_1", "IQ4_NL", "Q5_0", "Q5_1")
+    ),
+)
+
+KV_DTYPE_INFO: dict[str, KvDtype] = {k.id: k for k in _KV_LIST}
+KV_DTYPES: dict[str, float] = {k.id: k.bytes_per_element for k in _KV_LIST}
+"""Bytes per cached element of each KV dtype id (``q8_0``: 34/32, a 32-element block with an fp16 scale)."""
+
+# Spellings engines use on their command lines (llama.cpp f16/f32, vLLM bfloat16/float16).
+_KV_ALIASES = {
+    "f32": "fp32",
+    "f16": "fp16",
+    "float32": "fp32",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+    "half": "fp16",
+}
+
+
+def _kv_id(kv_dtype: str) -> str:
+    key = kv_dtype.strip().lower() if isinstance(kv_dtype, str) else ""
+    return _KV_ALIASES.get(key, key)
+
+
+@functools.cache
+def engine_kv_dtypes(engine: str) -> tuple[str, ...]:
+    """KV dtype ids ``engine`` accepts (vLLM's ``auto`` is resolved to the compute dtype before sizing);
+    fixed per engine, so computed once (every estimate checks its KV dtype against them)."""
+    if engine not in ENGINES:
+        raise GpumemInputError(f"unknown engine {engine!r}; engines: {', '.join(ENGINES)}", field="engine")
+    return tuple(k.id for k in _KV_LIST if engine in k.engines)
+
+
+def kv_bytes_per_element(kv_dtype: str) -> float:
+    """Bytes one cached K or V element takes in ``kv_dtype`` (block scales included)."""
+    kid = _kv_id(kv_dtype)
+    if kid in KV_DTYPES:
+        return KV_DTYPES[kid]
+    if kid == "auto":
+        raise GpumemInputError(
+            "'auto' means the compute dtype: resolve it before sizing the cache", field="kv_dtype"
+        )
+    raise GpumemInputError(
+        f"unknown KV-cache dtype {kv_dtype!r}; known: {', '.join(KV_DTYPES)}", field="kv_dtype"
+    )
+
+
+def check_kv_dtype(engine: str, kv_dtype: str) -> None:
+    """Raise :class:`GpumemInputError` (field ``kv_dtype``) unless ``engine`` can cache in ``kv_dtype``."""
+    allowed = engine_kv_dtypes(engine)
+    kid = _kv_id(kv_dtype)
+    if kid in allowed or (kid == "auto" and engine == "vllm"):
+        return
+    extra = ", auto" if engine == "vllm" else ""
+    raise GpumemInputError(
+        f"{engine} cannot store the KV cache as {kv_dtype!r}; allowed: {', '.join(allowed)}{extra}",
+        field="kv_dtype",
+    )

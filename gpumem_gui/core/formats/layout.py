@@ -1,0 +1,216 @@
+"""A spec's parameter tensors laid out for sizing: the tensors outside the decoder stack and one decoder
+layer per kind of layer, each under its Hugging Face name and under its GGUF name and shape (as
+``convert_hf_to_gguf.py`` writes it), so that :mod:`.accounting` and :mod:`.gguf_plan` size a kind of layer
+once and repeat it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from gguf import MODEL_TENSOR, TENSOR_NAMES
+
+from gpumem_gui.core.formats.gguf_mix import _allows_quantization, _category, _stays_f32
+from gpumem_gui.core.spec.model import ModelSpec
+from gpumem_gui.core.spec.params import Tensor, text_tensors
+
+# ---- GGUF tensor names ----------------------------------------------------------------------------------
+
+_LAYER_TENSORS = {
+    "self_attn.q_proj": MODEL_TENSOR.ATTN_Q,
+    "self_attn.k_proj": MODEL_TENSOR.ATTN_K,
+    "self_attn.v_proj": MODEL_TENSOR.ATTN_V,
+    "self_attn.o_proj": MODEL_TENSOR.ATTN_OUT,
+    "self_attn.q_a_proj": MODEL_TENSOR.ATTN_Q_A,
+    "self_attn.q_b_proj": MODEL_TENSOR.ATTN_Q_B,
+    "self_attn.kv_a_proj_with_mqa": MODEL_TENSOR.ATTN_KV_A_MQA,
+    "self_attn.q_a_layernorm": MODEL_TENSOR.ATTN_Q_A_NORM,
+    "self_attn.kv_a_layernorm": MODEL_TENSOR.ATTN_KV_A_NORM,
+    "self_attn.q_norm": MODEL_TENSOR.ATTN_Q_NORM,
+    "self_attn.k_norm": MODEL_TENSOR.ATTN_K_NORM,
+    "mlp.gate_proj": MODEL_TENSOR.FFN_GATE,
+    "mlp.up_proj": MODEL_TENSOR.FFN_UP,
+    "mlp.down_proj": MODEL_TENSOR.FFN_DOWN,
+    "mlp.gate": MODEL_TENSOR.FFN_GATE_INP,
+    "mlp.shared_experts.gate_proj": MODEL_TENSOR.FFN_GATE_SHEXP,
+    "mlp.shared_experts.up_proj": MODEL_TENSOR.FFN_UP_SHEXP,
+    "mlp.shared_experts.down_proj": MODEL_TENSOR.FFN_DOWN_SHEXP,
+    "mlp.shared_expert_gate": MODEL_TENSOR.FFN_GATE_INP_SHEXP,
+    "mlp.experts.down_proj": MODEL_TENSOR.FFN_DOWN_EXP,
+}
+_LAYER_NORMS = (
+    MODEL_TENSOR.ATTN_NORM,
+    MODEL_TENSOR.FFN_NORM,
+    MODEL_TENSOR.ATTN_POST_NORM,
+    MODEL_TENSOR.FFN_POST_NORM,
+)
+_GLOBAL_TENSORS = {
+    "embed_tokens": "token_embd",
+    "embed_positions": "position_embd",
+    "embedding_norm": "token_embd_norm",
+    "norm": "output_norm",
+    "lm_head": "output",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _GName:
+    name: str
+    shape: tuple[int, ...]
+    component: str
+    layer: int | None
+
+
+def _split_suffix(name: str) -> tuple[str, str]:
+    """('layers.3.self_attn.q_proj', 'weight'); fused expert tensors have no suffix."""
+    base, _, last = name.rpartition(".")
+    if last in ("weight", "bias"):
+        return base, last
+    return name, ""
+
+
+def _gguf_names(spec: ModelSpec, tensors: Iterable[Tensor]) -> Iterator[_GName]:
+    """Our tensors under their GGUF names and shapes (gguf-py TENSOR_NAMES, convert_hf_to_gguf.py splits)."""
+    fused = spec.traits.fused_qkv and spec.mla is None  # MLA has no k_proj/v_proj
+    qkv: dict[tuple[int | None, str], list[int]] = {}
+    for t in tensors:
+        base, suffix = _split_suffix(t.name)
+        if t.layer is None:
+            stem = _GLOBAL_TENSORS.get(base, base)
+            yield _GName(f"{stem}.{suffix}" if suffix else stem, t.shape, t.component, None)
+            continue
+        i = t.layer
+        rest = base.split(".", 2)[2]
+        blk = f"blk.{i}."
+        if fused and rest in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"):
+            acc = qkv.setdefault((i, suffix), [0, *t.shape[1:]])
+            acc[0] += t.shape[0]
+            if rest == "self_attn.v_proj":
+                name = TENSOR_NAMES[MODEL_TENSOR.ATTN_QKV].format(bid=i)
+                yield _GName(f"{name}.{suffix}", tuple(acc), t.component, i)
+            continue
+        if rest.startswith("norm") and rest[4:].isdigit():
+            k = int(rest[4:])
+            stem = (
+                TENSOR_NAMES[_LAYER_NORMS[k]].format(bid=i) if k < len(_LAYER_NORMS) else f"{blk}norm{k}_norm"
+            )
+            yield _GName(f"{stem}.{suffix}", t.shape, t.component, i)
+            continue
+        if rest == "self_attn.kv_b_proj" and spec.mla is not None:
+            # split into k_b [heads, kv_lora_rank, qk_nope] and v_b [heads, v_head_dim, kv_lora_rank]
+            # (convert_hf_to_gguf.py DeepseekV2Model.modify_tensors, MLA absorption)
+            a, m = spec.num_attention_heads, spec.mla
+            r = t.shape[1]
+            yield _GName(
+                TENSOR_NAMES[MODEL_TENSOR.ATTN_K_B].format(bid=i) + ".weight",
+                (a, r, m.qk_nope_head_dim),
+                t.component,
+                i,
+            )
+            yield _GName(
+                TENSOR_NAMES[MODEL_TENSOR.ATTN_V_B].format(bid=i) + ".weight",
+                (a, m.v_head_dim, r),
+                t.component,
+                i,
+            )
+            continue
+        if rest == "mlp.experts.gate_up_proj":
+            e, rows, cols = t.shape
+            if spec.mlp_gated:
+                for key in (MODEL_TENSOR.FFN_GATE_EXP, MODEL_TENSOR.FFN_UP_EXP):
+                    yield _GName(
+                        TENSOR_NAMES[key].format(bid=i) + ".weight", (e, rows // 2, cols), t.component, i
+                    )
+            else:
+                yield _GName(
+                    TENSOR_NAMES[MODEL_TENSOR.FFN_UP_EXP].format(bid=i) + ".weight", t.shape, t.component, i
+                )
+            continue
+        if rest.startswith("mlp.experts.") and rest.endswith("_bias"):
+            stem = "ffn_gate_up_exps" if "gate_up" in rest else "ffn_down_exps"
+            yield _GName(f"{blk}{stem}.bias", t.shape, t.component, i)
+            continue
+        key = _LAYER_TENSORS.get(rest)
+        stem = TENSOR_NAMES[key].format(bid=i) if key is not None else f"{blk}{rest.replace('.', '_')}"
+        yield _GName(f"{stem}.{suffix}" if suffix else f"{stem}.weight", t.shape, t.component, i)
+
+
+# ---- one decoder layer per kind -------------------------------------------------------------------------
+
+# One GGUF tensor of a layer template: (name after "blk.N.", shape, component, category, quantizable,
+# written as F32 by the converter, element count)
+_Template = tuple[str, tuple[int, ...], str, int, bool, bool, int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """A spec's tensors outside the layer stack, and one decoder layer's tensors per kind of layer.
+
+    ``params.text_tensors`` builds every decoder layer alike except that MoE specs mix MoE and dense layers
+    (:meth:`ModelSpec.is_moe_layer`), so a copy of the spec with one layer per kind lists each distinct
+    layer once; ``layer_kind[i]`` is the kind of layer ``i``. Sizing a kind once and repeating it keeps
+    :func:`weight_bytes` fast for deep models.
+    """
+
+    outside: tuple[Tensor, ...]
+    kinds: tuple[tuple[Tensor, ...], ...]
+    layer_kind: tuple[int, ...]
+    gguf_outside: tuple[_Template, ...]
+    gguf_kinds: tuple[tuple[_Template, ...], ...]
+
+
+def _layout(spec: ModelSpec) -> _Layout:
+    try:
+        return _layout_cached(spec)
+    except TypeError:  # a spec with an unhashable field
+        return _build_layout(spec)
+
+
+@functools.lru_cache(maxsize=64)
+def _layout_cached(spec: ModelSpec) -> _Layout:
+    return _build_layout(spec)
+
+
+def _build_layout(spec: ModelSpec) -> _Layout:
+    moe = spec.moe
+    n = spec.num_layers
+    if moe is None:
+        kinds, layer_kind, mini_moe = 1, (0,) * n, None
+    elif 0 < spec.num_moe_layers < n:
+        kinds = 2
+        layer_kind = tuple(1 if spec.is_moe_layer(i) else 0 for i in range(n))
+        mini_moe = moe.model_copy(update={"dense_layers": (0,)})
+    else:
+        kinds, layer_kind = 1, (0,) * n
+        mini_moe = moe.model_copy(update={"dense_layers": () if spec.num_moe_layers else (0,)})
+    mini = spec.model_copy(update={"num_layers": kinds, "layer_types": (), "moe": mini_moe})
+    outside: list[Tensor] = []
+    per_kind: list[list[Tensor]] = [[] for _ in range(kinds)]
+    for t in text_tensors(mini):
+        if t.layer is None:
+            outside.append(t)
+        else:
+            per_kind[t.layer].append(t)
+    # the same tensors under their GGUF names, each list sorted by name as llama-quantize visits them
+    gguf_outside = tuple(sorted(_template(g.name, g.shape, g.component) for g in _gguf_names(spec, outside)))
+    gguf_kinds = tuple(
+        tuple(
+            sorted(
+                _template(g.name.removeprefix(f"blk.{k}."), g.shape, g.component)
+                for g in _gguf_names(spec, tensors)
+            )
+        )
+        for k, tensors in enumerate(per_kind)
+    )
+    return _Layout(tuple(outside), tuple(tuple(k) for k in per_kind), layer_kind, gguf_outside, gguf_kinds)
+
+
+def _template(name: str, shape: tuple[int, ...], component: str) -> _Template:
+    ndim = len(shape)
+    numel = 1
+    for d in shape:
+        numel *= d
+    allows, f32 = _allows_quantization(name, ndim), _stays_f32(name, ndim)
+    return name, shape, component, _category(name), allows, f32, numel
