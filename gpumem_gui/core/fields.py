@@ -14,9 +14,9 @@ import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 Kind = Literal["bool", "int", "float", "str", "choice", "list"]
 
@@ -188,3 +188,25 @@ def run_fields(model: type[BaseModel]) -> tuple[RunField, ...]:
         lo, hi, lo_open, hi_open = _bounds(meta)
         out.append(RunField(name, kind, optional, info.default, lo, hi, values, ui, lo_open, hi_open))
     return tuple(out)
+
+
+# ---- fields both run models declare alike ------------------------------------------------------------------
+
+# attn_implementation as transformers names it, with the window's labels
+ATTN_CHOICES: tuple[tuple[str, Any], ...] = (
+    ("sdpa", "sdpa"),
+    ("eager", "eager"),
+    ("flash-attention 2", "flash"),
+)
+
+CudaContextMiB = Annotated[
+    int,
+    Field(ge=0, le=1 << 16),
+    UI(
+        "CUDA context",
+        "Overheads",
+        "memory the CUDA context takes per process (~300-600 MiB on recent drivers)",
+        unit=" MiB",
+        step=50,
+    ),
+]

@@ -71,10 +71,10 @@ def spec_from_config(
             source=source,
             field="model_type",
         )
-    fields = reader(ConfigReader(cfg, source), name, mt)
-    fields["traits"] = traits_for(mt, cfg, source)
-    fields["provenance"] = provenance or Provenance(kind="config.json", source=source)
-    try:
+    try:  # the readers build nested specs (MoESpec, MLASpec) whose checks may fail too
+        fields = reader(ConfigReader(cfg, source), name, mt)
+        fields["traits"] = traits_for(mt, cfg, source)
+        fields["provenance"] = provenance or Provenance(kind="config.json", source=source)
         return ModelSpec(**fields)
     except ValidationError as e:
         raise describe_validation_error(e, source=source) from None

@@ -174,14 +174,8 @@ def bw_pow(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | Non
     return [c]
 
 
-def bw_rsqrt(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
-    """-0.5 * grad * result^3: pow, mul, mul."""
-    n, dt = nd.in_meta[0]
-    a = _st(sim, n, dt)
-    b = _st(sim, n, dt)
-    c = _st(sim, n, dt)
-    del b, a
-    return [c]
+# rsqrt's backward, -0.5 * grad * result^3, is also pow, mul, mul
+bw_rsqrt = bw_pow
 
 
 def bw_multi(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:

@@ -9,7 +9,6 @@ created inside it), runs the micro-batches (the second one, when there is gradie
 from __future__ import annotations
 
 import gc
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpumem_gui.core.replay.autograd import ReplayHooks, Sim
@@ -79,7 +78,6 @@ def simulate_step(
     optimizer: str,
     opts: StepOptions = StepOptions(),
     hooks: TrainingHooks | None = None,
-    layers: Sequence[int] | None = None,
 ) -> StepResult:
     """Replay one optimizer step of ``spec`` under ``cfg`` and ``optimizer``.
 
@@ -89,7 +87,7 @@ def simulate_step(
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _simulate_step(spec, cfg, optimizer, opts, hooks or TrainingHooks(), layers)
+        return _simulate_step(spec, cfg, optimizer, opts, hooks or TrainingHooks())
     finally:
         if was_enabled:
             gc.enable()
@@ -101,7 +99,6 @@ def _simulate_step(
     optimizer: str,
     opts: StepOptions,
     hooks: TrainingHooks,
-    layers: Sequence[int] | None,
 ) -> StepResult:
     sim = Sim(hooks)
     tr = sim.tr
@@ -119,7 +116,7 @@ def _simulate_step(
     state_bytes = sum(st.nbytes for st in states)
     ids = T(sim.storage(cfg.tokens * 8, "input ids", "input"), cfg.tokens, "i64")
     main = hooks.grad_buffers(sim, sum(p.numel for p in trainable))
-    layer_ids = range(spec.num_layers) if layers is None else layers
+    layer_ids = range(spec.num_layers)
     after_forward = 0
     microbatch_activations = 0
     for _ in range(min(opts.grad_accum, 2)):

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from gpumem_gui.core.errors import describe_validation_error
-from gpumem_gui.core.fields import UI
+from gpumem_gui.core.fields import ATTN_CHOICES, UI, CudaContextMiB
 from gpumem_gui.core.spec.model import Frozen
 
 Engine = Literal["transformers", "vllm", "llama.cpp"]
@@ -106,7 +106,7 @@ class InferenceRun(Frozen):
             "Attention",
             "transformers",
             "attn_implementation: eager materialises the full score matrix; sdpa and flash do not",
-            choices=(("sdpa", "sdpa"), ("eager", "eager"), ("flash-attention 2", "flash")),
+            choices=ATTN_CHOICES,
             engines=("transformers",),
         ),
     ] = "sdpa"
@@ -236,17 +236,7 @@ class InferenceRun(Frozen):
             engines=("llama.cpp",),
         ),
     ] = True
-    cuda_context_mib: Annotated[
-        int,
-        Field(ge=0, le=1 << 16),
-        UI(
-            "CUDA context",
-            "Overheads",
-            "memory the CUDA context takes per process (~300-600 MiB on recent drivers)",
-            unit=" MiB",
-            step=50,
-        ),
-    ] = 500
+    cuda_context_mib: CudaContextMiB = 500
 
     @model_validator(mode="before")
     @classmethod

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from gpumem_gui.core.errors import describe_validation_error
-from gpumem_gui.core.fields import UI
+from gpumem_gui.core.fields import ATTN_CHOICES, UI, CudaContextMiB
 from gpumem_gui.core.spec.model import Frozen
 from gpumem_gui.core.training.precision import MEGATRON_OPTIMIZERS
 
@@ -131,7 +131,7 @@ class TrainingRun(Frozen):
             _S,
             "attn_implementation: eager keeps the scores and probabilities for backward; sdpa and flash keep "
             "the output and the log-sum-exp",
-            choices=(("sdpa", "sdpa"), ("eager", "eager"), ("flash-attention 2", "flash")),
+            choices=ATTN_CHOICES,
         ),
     ] = "sdpa"
     lora_rank: Annotated[
@@ -306,17 +306,7 @@ class TrainingRun(Frozen):
             "they do)",
         ),
     ] = False
-    cuda_context_mib: Annotated[
-        int,
-        Field(ge=0, le=1 << 16),
-        UI(
-            "CUDA context",
-            "Overheads",
-            "memory the CUDA context takes per process (~300-600 MiB on recent drivers)",
-            unit=" MiB",
-            step=50,
-        ),
-    ] = 500
+    cuda_context_mib: CudaContextMiB = 500
 
     @field_validator("optimizer")
     @classmethod
