@@ -121,18 +121,9 @@ def test_inference_median_error_is_tiny() -> None:
 
 TRAIN = _traced("train")
 
-# Traced training points the replay does not match yet, each with what is known. strict: a fix that makes
-# one pass fails here until it is taken off the list.
-_KNOWN = {
-    "bigscience__bloom-560m": "BLOOM's own attention/MLP kernels in backward: -0.7 .. -4.5 % (unexplained)",
-    "tiiuae__falcon-7b": "Falcon's own block in training: -2.5 .. -4.7 %, LoRA -16 % (unexplained)",
-    "tiiuae__falcon-rw-1b": "Falcon's own block in training: -1.6 .. -5.5 %, LoRA -9 % (unexplained)",
-    "synthetic__deepseek_v3-small": "tiny synthetic MoE: sdpa -4 .. -8 %, eager +0.8 % (unexplained)",
-    "bigcode__starcoder2-3b/lora": "attention_dropout 0.1 sends CPU SDPA to the math path with a dropout "
-    "mask (a CPU artefact: GPU kernels keep only their RNG state); the replay models the GPU",
-    "ibm-granite__granite-3.0-2b-base/lora": "as Starcoder2: attention_dropout 0.1 on the CPU SDPA",
-    "facebook__opt-125m/eager": "OPT eager training +2.9 % (unexplained)",
-}
+# Traced training points the replay does not match yet, each with what is known (tests/reference/trace/
+# known.json). strict: a fix that makes one pass fails here until it is taken off the list.
+_KNOWN: dict[str, str] = json.loads((TRACE / "known.json").read_text())["known"]
 
 
 def _known(point: dict) -> str | None:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from .common import HERE, REASON_THRESHOLD, GiB, MiB, Report, Row
 from .text import HEADER, PEERS_INTRO, REAL_GPU_INTRO, REAL_GPU_MISSING, TRAIN_INTRO, TRAIN_PEERS_INTRO
+from .traced import render_traced
 
 Add = Callable[[str], None]
 PeerColumn = tuple[str, Callable[[dict], float | None], Callable[[dict], str | None]]
@@ -329,6 +330,8 @@ def render(rep: Report) -> str:
         section(rep, add)
         add("")
     render_real_gpu(add)
+    add("")
+    render_traced(add)
     add("")
     add("## Versions")
     add("")
