@@ -16,10 +16,17 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpumem_gui import __version__
+
+if TYPE_CHECKING:
+    from PySide6.QtCore import QObject
+    from PySide6.QtWidgets import QApplication, QWidget
+
+    from gpumem_gui.hardware import GpuBackend
 
 EXIT_OK = 0
 EXIT_SELF_TEST_FAILED = 1
@@ -71,9 +78,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GpumemError as e:
         print(f"gpumem-gui: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    app = _application(qt_args)
+    temp_settings = None
+    if args.self_test or args.quit_after_paint:  # never touch the user's settings in a test run
+        temp_settings = tempfile.TemporaryDirectory(prefix="gpumem-gui-")
+    failures: list[str] = []
+    old_hook = sys.excepthook
+    sys.excepthook = _recording_excepthook(failures)
+    try:
+        return _run(app, args, backend, temp_settings, failures)
+    finally:
+        sys.excepthook = old_hook
+        if temp_settings is not None:
+            temp_settings.cleanup()
 
+
+def _application(qt_args: list[str]) -> QApplication:
+    """The QApplication (PySide6 is imported by now), named for QSettings, with pyqtgraph's options."""
     import pyqtgraph as pg
-    from PySide6.QtCore import QEvent, QObject, QSettings, QTimer
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication([sys.argv[0], *qt_args])
@@ -81,28 +103,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     app.setApplicationName("gpumem")
     app.setApplicationVersion(__version__)
     pg.setConfigOptions(antialias=True)
+    return app  # type: ignore[return-value]
 
-    from gpumem_gui.ui.gpu_poller import PollerController
-    from gpumem_gui.ui.main_window import MainWindow
 
-    temp_settings: tempfile.TemporaryDirectory | None = None
-    if args.self_test or args.quit_after_paint:  # never touch the user's settings in a test run
-        temp_settings = tempfile.TemporaryDirectory(prefix="gpumem-gui-")
-        settings = QSettings(str(Path(temp_settings.name) / "gpumem.ini"), QSettings.Format.IniFormat)
-    else:
-        settings = QSettings("gpumem", "gpumem")
-
-    failures: list[str] = []
+def _recording_excepthook(failures: list[str]) -> Callable[..., None]:
+    """An excepthook that records what escaped a slot (the self-test fails on it) and prints it."""
 
     def excepthook(exc_type: type[BaseException], exc: BaseException, tb: object) -> None:
         failures.append(f"{exc_type.__name__}: {exc}")
         traceback.print_exception(exc_type, exc, tb)  # type: ignore[arg-type]
 
-    old_hook = sys.excepthook
-    sys.excepthook = excepthook
+    return excepthook
 
+
+def _run(
+    app: QApplication,
+    args: argparse.Namespace,
+    backend: GpuBackend,
+    temp_settings: tempfile.TemporaryDirectory | None,
+    failures: list[str],
+) -> int:
+    """Build the poller and the window, wire them, run the event loop; the exit status."""
+    from PySide6.QtCore import QSettings
+
+    from gpumem_gui.ui.gpu_poller import PollerController
+    from gpumem_gui.ui.main_window import MainWindow
+
+    if temp_settings is not None:
+        settings = QSettings(str(Path(temp_settings.name) / "gpumem.ini"), QSettings.Format.IniFormat)
+    else:
+        settings = QSettings("gpumem", "gpumem")
     controller = PollerController(backend, interval_ms=args.poll_ms)
-    window = MainWindow(settings=settings, restore=not temp_settings, dialogs=not args.self_test)
+    window = MainWindow(settings=settings, restore=temp_settings is None, dialogs=not args.self_test)
     controller.poller.snapshot_ready.connect(window.on_snapshot)
     controller.poller.error.connect(window.on_gpu_error)
 
@@ -112,26 +144,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         backend.close()
 
     app.aboutToQuit.connect(shutdown)
-
     self_test = None
     if args.self_test:
         from gpumem_gui.ui.self_test import SelfTest
 
         self_test = SelfTest(app, window, failures, timeout_s=SELF_TEST_TIMEOUT_S)
-
-    class _FirstPaint(QObject):
-        def eventFilter(self, obj: QObject, event: QEvent) -> bool:
-            if event.type() == QEvent.Type.Paint and not getattr(self, "done", False):
-                self.done = True
-                print(f"first-paint {time.time():.6f}", flush=True)
-                QTimer.singleShot(0, app.quit)
-            return False
-
-    first_paint = None
-    if args.quit_after_paint:  # the window is painted first, before its children; a filter on the whole
-        first_paint = _FirstPaint()  # application would run in Python for every event before that paint
-        window.installEventFilter(first_paint)
-
+    _first_paint = _quit_after_first_paint(app, window) if args.quit_after_paint else None  # kept alive
     if args.path and not args.self_test:
         opened = window.open_path(args.path) if Path(args.path).exists() else window.load_source(args.path)
         if not opened:
@@ -143,16 +161,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rc = app.exec()
     finally:
-        sys.excepthook = old_hook
         if controller.thread_running:
             shutdown()
         window.deleteLater()
-        if temp_settings is not None:
-            del settings
-            temp_settings.cleanup()
-    if self_test is not None:
-        return self_test.result
-    return int(rc)
+        del settings
+    return self_test.result if self_test is not None else int(rc)
+
+
+def _quit_after_first_paint(app: QApplication, window: QWidget) -> QObject:
+    """Print the wall-clock time of the window's first paint and quit (benchmarks/bench_ui.py). The window
+    is painted first, before its children; a filter on the whole application would run in Python for every
+    event before that paint. Keep the returned filter alive."""
+    from PySide6.QtCore import QEvent, QObject, QTimer
+
+    class _FirstPaint(QObject):
+        done = False
+
+        def eventFilter(self, obj: QObject, event: QEvent) -> bool:
+            if event.type() == QEvent.Type.Paint and not self.done:
+                self.done = True
+                print(f"first-paint {time.time():.6f}", flush=True)
+                QTimer.singleShot(0, app.quit)
+            return False
+
+    first_paint = _FirstPaint()
+    window.installEventFilter(first_paint)
+    return first_paint
 
 
 if __name__ == "__main__":

@@ -133,7 +133,7 @@ def test_window_verdicts_change_with_the_plan_and_the_free_memory(
 def test_clicking_a_card_makes_it_the_target(main_window: MainWindow, fake_snapshots) -> None:
     w = main_window
     w.target_form.set_value(GpuChoice(gpu_id="RTX-4090"))
-    w._target_user_set = True  # the user chose a catalog GPU: the first reading must not override it
+    w.session.target_user_set = True  # the user chose a catalog GPU: the first reading must not override it
     (snap,) = fake_snapshots("8xh100_busy")
     w.on_snapshot(snap)
     assert w.target_form.value().kind == "catalog"

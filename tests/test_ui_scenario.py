@@ -114,7 +114,7 @@ def test_recent_files_menu(main_window: MainWindow, tmp_path: Path) -> None:
     w = main_window
     for i in range(3):
         assert w.save_scenario(tmp_path / f"s{i}.json")
-    w._fill_recent_menu()
+    w.menus.fill_recent_menu()
     texts = [a.text() for a in w.recent_menu.actions() if a.text()]
     assert texts[:3] == [str((tmp_path / f"s{i}.json").resolve()) for i in (2, 1, 0)]
 

@@ -156,10 +156,10 @@ def test_training_presets_and_ranked_changes(main_window: MainWindow) -> None:
     w = main_window
     w.set_mode("train")
     i = w.train_presets.findData("full fine-tune with ZeRO-3")
-    w._on_training_preset(i)
+    w.train_presets.activated.emit(i)
     assert w.run.zero == 3 and w.run.dp == 8 and w.target_form.value().count == 8
     assert w.estimate.mode == "train" and w.results.banner.state == "fits"
-    w._on_training_preset(w.train_presets.findData("QLoRA on one 24 GB card"))
+    w.train_presets.activated.emit(w.train_presets.findData("QLoRA on one 24 GB card"))
     assert w.run.method == "qlora" and w.target_form.value().gpu_id == "RTX-4090"
     w.flush_background(30000)
     # a full fine-tune of an 8B model on one 24 GB card: ranked changes, applied with one click

@@ -8,7 +8,6 @@ failure shows its one-line reason under the field.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,88 +34,17 @@ from gpumem_gui.core import (
     SizeUnit,
     count_params,
     find_model,
-    fmt_bytes,
     fmt_count,
     load_model,
     load_model_catalog,
 )
+from gpumem_gui.ui.model_info import CountItem, architecture_html
 from gpumem_gui.ui.theme import ErrorLabel
 from gpumem_gui.ui.workers import BackgroundRunner
 
 Loader = Callable[[str], LoadedModel]
 COUNTS_DELAY_MS = 300
 COUNTS_PER_TICK = 4
-
-
-class _CountItem(QTableWidgetItem):
-    """Sorts by the exact number, shows the short form."""
-
-    def __lt__(self, other: QTableWidgetItem) -> bool:
-        a = self.data(Qt.ItemDataRole.UserRole + 1)
-        b = other.data(Qt.ItemDataRole.UserRole + 1)
-        if isinstance(a, int) and isinstance(b, int):
-            return a < b
-        return super().__lt__(other)
-
-
-def architecture_html(m: LoadedModel, unit: SizeUnit) -> str:
-    """The architecture summary of ``m`` as a small HTML table."""
-    e = html.escape
-    rows: list[tuple[str, str]] = [("source", f"{m.source_kind}: {m.source}")]
-    spec = m.spec
-    if spec is not None:
-        rows += [
-            ("model type", spec.model_type),
-            ("layers", str(spec.num_layers)),
-            ("hidden size", f"{spec.hidden_size:,}"),
-            (
-                "attention",
-                f"{spec.attention_kind}: {spec.num_attention_heads} query heads, "
-                f"{spec.num_kv_heads} KV heads, "
-                f"head_dim {spec.head_dim}",
-            ),
-            (
-                "MLP",
-                f"{'gated' if spec.mlp_gated else 'plain'} {spec.activation}, "
-                f"width {spec.intermediate_size:,}",
-            ),
-            (
-                "vocabulary",
-                f"{spec.vocab_size:,} ({'tied' if spec.tie_word_embeddings else 'untied'} lm_head)",
-            ),
-            ("positions", f"{spec.position_embedding}, max {spec.max_position_embeddings:,}"),
-        ]
-        if spec.sliding_window:
-            n_sl = spec.resolved_layer_types.count("sliding_attention")
-            rows.append(
-                ("sliding window", f"{spec.sliding_window:,} tokens on {n_sl} of {spec.num_layers} layers")
-            )
-        if spec.moe:
-            rows.append(
-                (
-                    "MoE",
-                    f"{spec.moe.num_experts} experts, top-{spec.moe.experts_per_token}, expert width "
-                    f"{spec.moe.expert_intermediate_size:,}, {spec.num_moe_layers} MoE layers",
-                )
-            )
-        if spec.mla:
-            rows.append(("MLA", f"kv_lora_rank {spec.mla.kv_lora_rank}, q_lora_rank {spec.mla.q_lora_rank}"))
-        if spec.vision:
-            rows.append(("vision", f"{spec.vision.kind}, {fmt_count(spec.vision.params)} parameters"))
-    if m.weights is not None:
-        w = m.weights
-        rows.append(
-            (
-                "weight files",
-                f"{w.format}, {len(w.files)} file(s), {w.tensor_count:,} tensors, "
-                f"{fmt_bytes(w.total_bytes, unit)} ({w.quantization or 'unquantized'})",
-            )
-        )
-    body = "".join(
-        f"<tr><td style='padding-right:8px'><b>{e(k)}</b></td><td>{e(v)}</td></tr>" for k, v in rows
-    )
-    notes = "".join(f"<p><i>note: {e(n)}</i></p>" for n in m.notes)
-    return f"<table>{body}</table>{notes}"
 
 
 class ModelPanel(QWidget):
@@ -141,7 +69,23 @@ class ModelPanel(QWidget):
         self._hub.finished.connect(self._on_hub_finished)
         self._hub.failed.connect(self._on_hub_failed)
         self._pending: str | None = None
+        top = self._build_search()
+        self._build_catalog()
+        hub_row = self._build_hub()
+        self._build_details()
 
+        v = QVBoxLayout(self)
+        v.setContentsMargins(0, 0, 0, 0)
+        v.addLayout(top)
+        v.addLayout(hub_row)
+        v.addWidget(self.status)
+        v.addWidget(self.error)
+        v.addWidget(self.title)
+        v.addWidget(self.subtitle)
+        v.addWidget(self.details, 1)
+
+    def _build_search(self) -> QHBoxLayout:
+        """The catalog filter and Open…"""
         self.filter = QLineEdit()
         self.filter.setPlaceholderText("Search the catalog: qwen3, llama 70b, moe…")
         self.filter.setClearButtonEnabled(True)
@@ -154,7 +98,9 @@ class ModelPanel(QWidget):
         top = QHBoxLayout()
         top.addWidget(self.filter, 1)
         top.addWidget(self.open_button)
+        return top
 
+    def _build_catalog(self) -> None:
         self.table = QTableWidget(0, 5)
         self.table.setHorizontalHeaderLabels(["model", "family", "size", "kind", "params"])
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -170,6 +116,8 @@ class ModelPanel(QWidget):
         self._fill_catalog()
         self.table.itemSelectionChanged.connect(self._on_catalog_selection)
 
+    def _build_hub(self) -> QHBoxLayout:
+        """The Hugging Face id and Fetch, and the status and error lines under them."""
         self.hub = QLineEdit()
         self.hub.setPlaceholderText("Hugging Face id, e.g. Qwen/Qwen3-8B")
         self.hub.setToolTip("Fetches config.json and the safetensors headers (no weights); needs a network")
@@ -183,7 +131,10 @@ class ModelPanel(QWidget):
         self.status.setWordWrap(True)
         self.error = ErrorLabel()
         self.error.setObjectName("model_error")
+        return hub_row
 
+    def _build_details(self) -> None:
+        """The model's name and summary, and the tabs: catalog, architecture, parameters."""
         self.title = QLabel("No model yet")
         bold = QFont(self.title.font())
         bold.setBold(True)
@@ -206,16 +157,6 @@ class ModelPanel(QWidget):
         self.details.addTab(self.arch, "Architecture")
         self.details.addTab(self.params_table, "Parameters")
 
-        v = QVBoxLayout(self)
-        v.setContentsMargins(0, 0, 0, 0)
-        v.addLayout(top)
-        v.addLayout(hub_row)
-        v.addWidget(self.status)
-        v.addWidget(self.error)
-        v.addWidget(self.title)
-        v.addWidget(self.subtitle)
-        v.addWidget(self.details, 1)
-
     # ---- catalog -------------------------------------------------------------------------------------------
 
     def _fill_catalog(self) -> None:
@@ -229,7 +170,7 @@ class ModelPanel(QWidget):
                 item.setData(Qt.ItemDataRole.UserRole, m.id)
                 item.setToolTip(m.id)
                 self.table.setItem(r, c, item)
-            item = _CountItem(fmt_count(m.published_params))
+            item = CountItem(fmt_count(m.published_params))
             item.setData(Qt.ItemDataRole.UserRole, m.id)
             item.setToolTip("published figure; the exact count follows in a moment")
             item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)

@@ -235,8 +235,23 @@ def markdown_report(
     chart_png: str | None = None,
 ) -> str:
     """A self-contained Markdown report: the numbers, the verdict, the changes and every explanation."""
-    total = max(1, est.total_bytes)
-    out = [
+    out = _md_summary(m, run, est, unit, target_text)
+    if rep is not None:
+        out += _md_verdict(run, rep, unit)
+    out += _md_tables(est, unit)
+    if chart_png:
+        out += ["", "## Charts", "", f"![charts]({chart_png})"]
+    out += _md_explanations(est, unit)
+    out += ["## Reproduce", "", "```bash", command, "```", "", "Runtime flags this plan implies:", ""]
+    out += ["```", flags, "```", ""]
+    return "\n".join(out)
+
+
+def _md_summary(
+    m: LoadedModel, run: InferenceRun | TrainingRun, est: Estimate, unit: SizeUnit, target_text: str
+) -> list[str]:
+    """The title, what is planned on what, and the memory it needs."""
+    return [
         f"# gpumem plan: {m.name}",
         "",
         f"- model: `{m.source}` ({m.source_kind})"
@@ -253,38 +268,47 @@ def markdown_report(
         ),
         "",
     ]
-    if rep is not None:
-        state = "fits" if rep.fits else "does not fit"
-        out += [f"## Verdict: {state}", ""]
-        for v in rep.verdicts:
+
+
+def _md_verdict(run: InferenceRun | TrainingRun, rep: FitReport, unit: SizeUnit) -> list[str]:
+    """The verdict per GPU, the maxima that fit and the ranked changes."""
+    state = "fits" if rep.fits else "does not fit"
+    out = [f"## Verdict: {state}", ""]
+    for v in rep.verdicts:
+        out.append(
+            f"- GPU {v.gpu_index} ({v.role}): needs {fmt_bytes(v.needed_bytes, unit)} of "
+            f"{fmt_bytes(v.available_bytes, unit)} (margin {fmt_bytes(v.margin_bytes, unit)}): "
+            f"{verdict_words(v, unit)}"
+        )
+    if isinstance(run, TrainingRun):
+        maxima = (
+            f"Maxima that fit: micro-batch {rep.max_batch}, sequence {rep.max_context} tokens, fewest "
+            f"GPUs {rep.fewest_gpus}."
+        )
+    else:
+        maxima = (
+            f"Maxima that fit: batch {rep.max_batch}, context {rep.max_context} tokens, fewest GPUs "
+            f"{rep.fewest_gpus}, most precise weights {rep.smallest_weights}, "
+            f"KV dtype {rep.smallest_kv_dtype}"
+            + (f", max concurrency {rep.max_concurrency}x" if rep.max_concurrency is not None else "")
+            + "."
+        )
+    out += ["", maxima]
+    if rep.changes:
+        out += ["", "### To make it fit (ranked)" if not rep.fits else "### Other options", ""]
+        for c in rep.changes:
             out.append(
-                f"- GPU {v.gpu_index} ({v.role}): needs {fmt_bytes(v.needed_bytes, unit)} of "
-                f"{fmt_bytes(v.available_bytes, unit)} (margin {fmt_bytes(v.margin_bytes, unit)}): "
-                f"{verdict_words(v, unit)}"
+                f"- {'fits' if c.fits else 'still misses'}: {c.description} "
+                f"({fmt_bytes(c.total_bytes, unit)})"
             )
-        if isinstance(run, TrainingRun):
-            maxima = (
-                f"Maxima that fit: micro-batch {rep.max_batch}, sequence {rep.max_context} tokens, fewest "
-                f"GPUs {rep.fewest_gpus}."
-            )
-        else:
-            maxima = (
-                f"Maxima that fit: batch {rep.max_batch}, context {rep.max_context} tokens, fewest GPUs "
-                f"{rep.fewest_gpus}, most precise weights {rep.smallest_weights}, "
-                f"KV dtype {rep.smallest_kv_dtype}"
-                + (f", max concurrency {rep.max_concurrency}x" if rep.max_concurrency is not None else "")
-                + "."
-            )
-        out += ["", maxima]
-        if rep.changes:
-            out += ["", "### To make it fit (ranked)" if not rep.fits else "### Other options", ""]
-            for c in rep.changes:
-                out.append(
-                    f"- {'fits' if c.fits else 'still misses'}: {c.description} "
-                    f"({fmt_bytes(c.total_bytes, unit)})"
-                )
-        out.append("")
-    out += [
+    out.append("")
+    return out
+
+
+def _md_tables(est: Estimate, unit: SizeUnit) -> list[str]:
+    """Components at the peak, phases, GPUs (when more than one) and warnings."""
+    total = max(1, est.total_bytes)
+    out = [
         "## Components at the peak",
         "",
         f"| component | bytes | {unit.value} | share |",
@@ -306,9 +330,12 @@ def markdown_report(
             out.append(f"| {g.index} | {_md_cell(g.role)} | {g.total_bytes / unit.factor:.2f} |")
     if est.warnings:
         out += ["", "## Warnings", ""] + [f"- {w}" for w in est.warnings]
-    if chart_png:
-        out += ["", "## Charts", "", f"![charts]({chart_png})"]
-    out += ["", "## How each number is computed", ""]
+    return out
+
+
+def _md_explanations(est: Estimate, unit: SizeUnit) -> list[str]:
+    """How each component is computed: formula, inputs, source."""
+    out = ["", "## How each number is computed", ""]
     for c in est.components:
         out += [f"### {c.label} (`{c.key}`): {fmt_bytes(c.bytes, unit)}", "", f"{c.explain.formula}", ""]
         if c.explain.inputs:
@@ -316,21 +343,7 @@ def markdown_report(
             out.append("")
         if c.explain.source:
             out += [f"Source: {c.explain.source}", ""]
-    out += [
-        "## Reproduce",
-        "",
-        "```bash",
-        command,
-        "```",
-        "",
-        "Runtime flags this plan implies:",
-        "",
-        "```",
-        flags,
-        "```",
-        "",
-    ]
-    return "\n".join(out)
+    return out
 
 
 def explanation_html(c: Component, unit: SizeUnit, total_bytes: int) -> str:

@@ -182,7 +182,7 @@ class TrainingRun(Frozen):
             "also its dropped probabilities); default: the config's own (resid_pdrop / dropout / "
             "residual_dropout, attention_dropout / attn_pdrop)",
             step=0.01,
-            special="the config's",
+            special="from the config",
             none=-0.01,
         ),
     ] = None

@@ -1,0 +1,79 @@
+"""The glue between the run side of the window and the session.
+
+An edit in a form restarts the session's debounce (short for a step or a pick, longer while typing); an edit
+of the GPU target also marks the target as chosen (the first GPU reading no longer replaces it). A preset, a
+switch between the Inference and Training tabs, a ranked change applied from the results, or another sweep
+axis recompute at once. Every slot body runs under the window's ``guard``: nothing raises out of a slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtCore import QObject
+
+from gpumem_gui.ui.plan import apply_update
+from gpumem_gui.ui.results import ResultsView
+from gpumem_gui.ui.run_panel import RunPanel
+from gpumem_gui.ui.session import Session
+
+
+class FormGlue(QObject):
+    """Connects ``panel`` (forms, presets, tabs) and the results' requests to ``session``.
+
+    Args:
+        guard: runs a slot's body, turning an error into a message.
+        notify: tells the user (title, text).
+    """
+
+    def __init__(
+        self,
+        panel: RunPanel,
+        results: ResultsView,
+        session: Session,
+        *,
+        guard: Callable[[Callable[[], object]], None],
+        notify: Callable[[str, str], None],
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.panel = panel
+        self.results = results
+        self.session = session
+        self._notify = notify
+        panel.run_form.changed.connect(lambda: session.schedule(panel.run_form.typing))
+        panel.train_form.changed.connect(lambda: session.schedule(panel.train_form.typing))
+        panel.target_form.changed.connect(self._on_target_edited)
+        panel.mode_tabs.currentChanged.connect(lambda _i: guard(self._on_mode_changed))
+        panel.presets.activated.connect(lambda i: guard(lambda: self._on_preset(i)))
+        panel.train_presets.activated.connect(lambda i: guard(lambda: self._on_training_preset(i)))
+        results.apply_requested.connect(lambda upd: guard(lambda: self.apply_change(upd)))
+        results.sweep_over_changed.connect(lambda over: guard(lambda: session.set_sweep_over(over)))
+
+    def _on_target_edited(self) -> None:
+        self.session.target_user_set = True
+        self.session.schedule(self.panel.target_form.typing)
+
+    def _on_preset(self, index: int) -> None:
+        if self.panel.apply_preset(index):
+            self.session.recompute_now()
+
+    def _on_training_preset(self, index: int) -> None:
+        if self.panel.apply_training_preset(index):
+            self.session.recompute_now()
+
+    def _on_mode_changed(self) -> None:
+        self.results.set_mode(self.panel.mode)
+        self.session.drop_report()
+        self.session.recompute_now()
+
+    def apply_change(self, update: dict) -> None:
+        """Apply one of the ranked changes to the run form (and the GPU count when it needs more GPUs)."""
+        try:
+            run = self.session.run if self.session.run is not None else self.panel.active_form.value()
+            run = apply_update(run, update)
+        except Exception as e:
+            self._notify("gpumem", f"cannot apply {update}: {e}")
+            return
+        self.panel.apply_run(run)
+        self.session.recompute_now()

@@ -1,0 +1,82 @@
+"""What the model panel shows about a model: the architecture summary (HTML) and the catalog's parameter
+counts (a table item that sorts by the exact number)."""
+
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QTableWidgetItem
+
+from gpumem_gui.core import LoadedModel, SizeUnit, fmt_bytes, fmt_count
+
+
+class CountItem(QTableWidgetItem):
+    """Sorts by the exact number, shows the short form."""
+
+    def __lt__(self, other: QTableWidgetItem) -> bool:
+        a = self.data(Qt.ItemDataRole.UserRole + 1)
+        b = other.data(Qt.ItemDataRole.UserRole + 1)
+        if isinstance(a, int) and isinstance(b, int):
+            return a < b
+        return super().__lt__(other)
+
+
+def architecture_html(m: LoadedModel, unit: SizeUnit) -> str:
+    """The architecture summary of ``m`` as a small HTML table."""
+    e = html.escape
+    rows: list[tuple[str, str]] = [("source", f"{m.source_kind}: {m.source}")]
+    spec = m.spec
+    if spec is not None:
+        rows += [
+            ("model type", spec.model_type),
+            ("layers", str(spec.num_layers)),
+            ("hidden size", f"{spec.hidden_size:,}"),
+            (
+                "attention",
+                f"{spec.attention_kind}: {spec.num_attention_heads} query heads, "
+                f"{spec.num_kv_heads} KV heads, "
+                f"head_dim {spec.head_dim}",
+            ),
+            (
+                "MLP",
+                f"{'gated' if spec.mlp_gated else 'plain'} {spec.activation}, "
+                f"width {spec.intermediate_size:,}",
+            ),
+            (
+                "vocabulary",
+                f"{spec.vocab_size:,} ({'tied' if spec.tie_word_embeddings else 'untied'} lm_head)",
+            ),
+            ("positions", f"{spec.position_embedding}, max {spec.max_position_embeddings:,}"),
+        ]
+        if spec.sliding_window:
+            n_sl = spec.resolved_layer_types.count("sliding_attention")
+            rows.append(
+                ("sliding window", f"{spec.sliding_window:,} tokens on {n_sl} of {spec.num_layers} layers")
+            )
+        if spec.moe:
+            rows.append(
+                (
+                    "MoE",
+                    f"{spec.moe.num_experts} experts, top-{spec.moe.experts_per_token}, expert width "
+                    f"{spec.moe.expert_intermediate_size:,}, {spec.num_moe_layers} MoE layers",
+                )
+            )
+        if spec.mla:
+            rows.append(("MLA", f"kv_lora_rank {spec.mla.kv_lora_rank}, q_lora_rank {spec.mla.q_lora_rank}"))
+        if spec.vision:
+            rows.append(("vision", f"{spec.vision.kind}, {fmt_count(spec.vision.params)} parameters"))
+    if m.weights is not None:
+        w = m.weights
+        rows.append(
+            (
+                "weight files",
+                f"{w.format}, {len(w.files)} file(s), {w.tensor_count:,} tensors, "
+                f"{fmt_bytes(w.total_bytes, unit)} ({w.quantization or 'unquantized'})",
+            )
+        )
+    body = "".join(
+        f"<tr><td style='padding-right:8px'><b>{e(k)}</b></td><td>{e(v)}</td></tr>" for k, v in rows
+    )
+    notes = "".join(f"<p><i>note: {e(n)}</i></p>" for n in m.notes)
+    return f"<table>{body}</table>{notes}"

@@ -1,0 +1,174 @@
+"""The run side of the window: the GPU target above the Inference and Training tabs, each tab a preset picker
+over its form.
+
+It reads the forms into the session's :class:`~gpumem_gui.ui.plan.Inputs` (and a :class:`Scenario`), and
+writes presets, ranked changes and scenarios back into them. It decides nothing about the plan: the window
+tells the session when to recompute.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSignalBlocker, Qt
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QScrollArea, QTabWidget, QVBoxLayout, QWidget
+
+from gpumem_gui.core import GpumemInputError, InferenceRun, TrainingRun
+from gpumem_gui.ui.plan import AnyRun, Inputs, run_gpus
+from gpumem_gui.ui.run_form import FILE_WEIGHTS, PRESETS, RunForm
+from gpumem_gui.ui.scenario import ModelRef, Scenario
+from gpumem_gui.ui.target_form import GpuChoice, TargetForm
+from gpumem_gui.ui.train_form import TRAINING_PRESETS, TrainingForm
+
+
+def preset_combo(presets: tuple) -> QComboBox:
+    """A list of named starting points, its first entry a prompt."""
+    combo = QComboBox()
+    combo.addItem("Start from a preset…", None)
+    for p in presets:
+        combo.addItem(p.name, p.name)
+        combo.setItemData(combo.count() - 1, p.description, Qt.ItemDataRole.ToolTipRole)
+    combo.setToolTip("Named starting points; they replace the run settings (and a catalog GPU target)")
+    return combo
+
+
+def _tab(presets: QComboBox, form: QWidget) -> QScrollArea:
+    page = QWidget()
+    v = QVBoxLayout(page)
+    v.setContentsMargins(4, 4, 4, 4)
+    row = QHBoxLayout()
+    row.addWidget(QLabel("Preset:"))
+    row.addWidget(presets, 1)
+    v.addLayout(row)
+    v.addWidget(form)
+    scroll = QScrollArea()
+    scroll.setWidgetResizable(True)
+    scroll.setWidget(page)
+    scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    return scroll
+
+
+class RunPanel(QWidget):
+    """The target form and the mode tabs (see module docstring); the window connects their signals."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.run_form = RunForm()
+        self.train_form = TrainingForm()
+        self.target_form = TargetForm()
+        self.presets = preset_combo(PRESETS)
+        self.train_presets = preset_combo(TRAINING_PRESETS)
+        self.mode_tabs = QTabWidget()
+        self.mode_tabs.addTab(_tab(self.presets, self.run_form), "Inference")
+        self.mode_tabs.addTab(_tab(self.train_presets, self.train_form), "Training")
+        self.mode_tabs.setTabToolTip(0, "Serving / generation memory: weights, KV cache, activations")
+        self.mode_tabs.setTabToolTip(
+            1, "Training memory: parameters, gradients, optimizer states, activations, per phase"
+        )
+        self._file_weights = False
+        v = QVBoxLayout(self)
+        v.setContentsMargins(0, 0, 0, 0)
+        v.addWidget(self.target_form)
+        v.addWidget(self.mode_tabs, 1)
+
+    # ---- reading -------------------------------------------------------------------------------------------
+
+    @property
+    def mode(self) -> str:
+        """'train' when the Training tab is on top, else 'infer'."""
+        return "train" if self.mode_tabs.currentIndex() == 1 else "infer"
+
+    def set_mode(self, mode: str) -> None:
+        self.mode_tabs.setCurrentIndex(1 if mode == "train" else 0)
+
+    @property
+    def active_form(self) -> RunForm | TrainingForm:
+        return self.train_form if self.mode == "train" else self.run_form
+
+    def inputs(self) -> Inputs:
+        """The active form's run (None when invalid: the form shows why) and the target choice."""
+        return Inputs(self.mode, self.active_form.checked_value(), self.target_form.value())
+
+    def scenario(self, source: str, last_run: AnyRun | None) -> Scenario | None:
+        """The forms as a scenario for the model ``source``; a form with an error gives ``last_run`` when that
+        is its kind (None when the active one has neither)."""
+        try:
+            run = self.run_form.value()
+        except GpumemInputError:
+            run = last_run if isinstance(last_run, InferenceRun) else None
+        try:
+            training = self.train_form.value()
+        except GpumemInputError:
+            training = last_run if isinstance(last_run, TrainingRun) else None
+        if run is None and self.mode == "infer":
+            return None
+        if training is None and self.mode == "train":
+            return None
+        return Scenario(
+            model=ModelRef(source=source),
+            mode=self.mode,  # type: ignore[arg-type]
+            run=run or InferenceRun(),
+            training=training,
+            gpu=self.target_form.value(),
+        )
+
+    # ---- writing -------------------------------------------------------------------------------------------
+
+    def set_file_weights_available(self, available: bool) -> None:
+        """The model was (not) opened from weight files: offer them as a weight format."""
+        self._file_weights = available
+        self.run_form.set_file_weights_available(available)
+
+    def use_file_weights(self) -> None:
+        """Estimate the model's own weight files (a model just opened from them)."""
+        run = self.run_form.value() if not self.run_form.has_errors() else InferenceRun()
+        self.run_form.set_value(run.model_copy(update={"weights": FILE_WEIGHTS}))
+
+    def apply_preset(self, index: int) -> bool:
+        """Fill the Inference form from the preset at ``index`` of its list; False when it is none."""
+        name = self.presets.itemData(index)
+        self.presets.setCurrentIndex(0)
+        preset = next((p for p in PRESETS if p.name == name), None)
+        if preset is None:
+            return False
+        run = preset.run
+        if run.weights == FILE_WEIGHTS and not self._file_weights:
+            run = run.model_copy(update={"weights": "bf16"})
+        self.run_form.set_value(run)
+        self._preset_target(preset.gpu)
+        return True
+
+    def apply_training_preset(self, index: int) -> bool:
+        """Fill the Training form from the preset at ``index`` of its list; False when it is none."""
+        name = self.train_presets.itemData(index)
+        self.train_presets.setCurrentIndex(0)
+        preset = next((p for p in TRAINING_PRESETS if p.name == name), None)
+        if preset is None:
+            return False
+        self.train_form.set_value(preset.run)
+        self._preset_target(preset.gpu)
+        return True
+
+    def _preset_target(self, gpu: GpuChoice | None) -> None:
+        """A preset's GPU replaces a catalog target (keeping its margin), never a local one."""
+        current = self.target_form.value()
+        if gpu is not None and current.kind == "catalog":
+            self.target_form.set_value(gpu.model_copy(update={"margin_mib": current.margin_mib}))
+
+    def apply_run(self, run: AnyRun) -> None:
+        """Put ``run`` in its form, and raise the GPU count when it needs more GPUs (local GPUs: an error says
+        so when there are not that many)."""
+        if isinstance(run, TrainingRun):
+            self.train_form.set_value(run)
+        else:
+            self.run_form.set_value(run)
+        choice = self.target_form.value()
+        if run_gpus(run) > choice.count:
+            self.target_form.set_value(choice.model_copy(update={"count": run_gpus(run)}))
+
+    def apply_scenario(self, sc: Scenario) -> None:
+        """The scenario's runs, mode (without the tab-change signal) and GPU target."""
+        self.run_form.set_value(sc.run)
+        if sc.training is not None:
+            self.train_form.set_value(sc.training)
+        with QSignalBlocker(self.mode_tabs):
+            self.set_mode(sc.mode)
+        self.target_form.set_value(sc.gpu)
