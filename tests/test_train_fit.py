@@ -88,3 +88,17 @@ def test_cli_train_estimate_fit_and_errors(capsys: pytest.CaptureFixture[str]) -
     rc = main(["estimate", "Llama-3.2-1B", "--mode", "train", "--method", "qlora", "--qlora-base", "int8"])
     err = capsys.readouterr().err
     assert rc == 2 and "qlora_base" in err and err.count("\n") == 1
+
+
+def test_training_command_names_each_framework() -> None:
+    """Each framework module writes its own part of the launch configuration."""
+    from gpumem_gui.core import training_command
+
+    ds = training_command(
+        "m", make_training_run(zero=3, dp=8, offload="optimizer+params", precision="amp-bf16")
+    )
+    assert "deepspeed='ds_zero3.json'" in ds and "offload_optimizer+param=cpu" in ds and "bf16=True" in ds
+    fsdp = training_command("m", make_training_run(fsdp="full_shard", dp=8))
+    assert "fsdp='full_shard'" in fsdp and "deepspeed" not in fsdp
+    plain = training_command("m", make_training_run(method="qlora", qlora_base="nf4-dq", precision="bf16"))
+    assert "bnb_4bit_use_double_quant=True" in plain and "LoraConfig(r=16" in plain and "fsdp" not in plain

@@ -73,7 +73,13 @@ from gpumem_gui.core.runtimes.inference import RUNTIMES, InferenceRun, estimate_
 from gpumem_gui.core.spec.kv import kv_bytes_per_token_per_layer, kv_cache_bytes_transformers
 from gpumem_gui.core.spec.model import MLASpec, ModelSpec, MoESpec, VisionSpec
 from gpumem_gui.core.spec.params import ParamCounts, count_params
-from gpumem_gui.core.training import PRECISION_DOC, TrainingRun, estimate_training, make_training_run
+from gpumem_gui.core.training import (
+    PRECISION_DOC,
+    TrainingRun,
+    estimate_training,
+    make_training_run,
+    training_command,
+)
 from gpumem_gui.core.units import GB, KB, MB, GiB, KiB, MiB, SizeUnit, fmt_bytes, fmt_count
 
 __all__ = [
@@ -157,6 +163,7 @@ __all__ = [
     "set_default_hub_client",
     "spec_from_config",
     "sweep",
+    "training_command",
     "verdicts",
     "weight_bytes",
 ]

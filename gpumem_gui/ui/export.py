@@ -18,6 +18,7 @@ from gpumem_gui.core import (
     TrainingRun,
     estimate_any,
     find_gpu,
+    training_command,
 )
 from gpumem_gui.ui.plan import AnyRun
 from gpumem_gui.ui.report import (
@@ -26,7 +27,6 @@ from gpumem_gui.ui.report import (
     markdown_report,
     plan_json,
     runtime_flags,
-    training_runtime_flags,
 )
 from gpumem_gui.ui.scenario import ScenarioError, Side, read_scenario
 from gpumem_gui.ui.target_form import GpuChoice, ResolvedTarget
@@ -61,7 +61,7 @@ def runtime_flags_text(m: LoadedModel | None, run: AnyRun | None, est: Estimate 
     if m is None or run is None or est is None:
         raise GpumemInputError("no plan yet")
     if isinstance(run, TrainingRun):
-        return training_runtime_flags(m.source, run)
+        return training_command(m.source, run)
     return runtime_flags(m.source, run, est)
 
 

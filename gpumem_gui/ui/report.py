@@ -130,65 +130,6 @@ def runtime_flags(model: str, run: InferenceRun, est: Estimate) -> str:
     return runtime(run.engine).command(model, run, est)
 
 
-_HF_OPTIM = {
-    "adamw": "adamw_torch",
-    "adamw-fused": "adamw_torch_fused",
-    "adamw-foreach": "adamw_torch",
-    "adamw-for-loop": "adamw_torch",
-    "adamw-8bit": "adamw_bnb_8bit",
-    "paged-adamw-8bit": "paged_adamw_8bit",
-    "adafactor": "adafactor",
-    "sgd": "sgd",
-    "sgd-momentum": "sgd",
-    "lion": "lion_32bit",
-}
-
-
-def training_runtime_flags(model: str, run: TrainingRun) -> str:
-    """The Hugging Face ``TrainingArguments`` (and PEFT / bitsandbytes configs) this run corresponds to."""
-    lines = []
-    if run.method == "qlora":
-        lines.append(
-            "BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4', "
-            f"bnb_4bit_use_double_quant={run.qlora_base == 'nf4-dq'}, bnb_4bit_compute_dtype=torch.bfloat16)"
-        )
-    if run.method != "full":
-        targets = run.lora_targets if isinstance(run.lora_targets, str) else list(run.lora_targets)
-        lines.append(
-            f"LoraConfig(r={run.lora_rank}, lora_alpha={run.lora_alpha:g}, "
-            f"lora_dropout={run.lora_dropout:g}, "
-            f"target_modules={targets!r})"
-        )
-    args = [
-        f"per_device_train_batch_size={run.batch}",
-        f"gradient_accumulation_steps={run.grad_accum}",
-        f"gradient_checkpointing={run.grad_ckpt}",
-        f"optim={_HF_OPTIM.get(run.optimizer, run.optimizer)!r}",
-    ]
-    if run.precision == "amp-bf16":
-        args.append("bf16=True")
-    elif run.precision == "amp-fp16":
-        args.append("fp16=True")
-    if run.optimizer == "sgd-momentum":
-        args.append("optim_args='momentum=0.9'")
-    if run.zero:
-        offload = {
-            "optimizer": ", offload_optimizer=cpu",
-            "optimizer+params": ", offload_optimizer+param=cpu",
-        }
-        args.append(
-            f"deepspeed='ds_zero{run.zero}.json'  # ZeRO stage {run.zero}{offload.get(run.offload, '')}"
-        )
-    elif run.fsdp != "none":
-        args.append(f"fsdp='{run.fsdp}'" + (" offload" if run.offload == "optimizer+params" else ""))
-    lines.append("TrainingArguments(" + ", ".join(args) + ")")
-    lines.append(
-        f"model = AutoModelForCausalLM.from_pretrained({model!r}, attn_implementation={run.attn!r})"
-        f"  # seq {run.seq} tokens; {run.world} GPU(s): dp {run.dp} x tp {run.tp} x pp {run.pp} x cp {run.cp}"
-    )
-    return "\n".join(lines)
-
-
 def run_summary(run: InferenceRun | TrainingRun) -> str:
     """One line saying what the run does (reports and the compare dialog)."""
     if isinstance(run, TrainingRun):

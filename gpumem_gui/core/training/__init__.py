@@ -24,6 +24,7 @@ sequence.
 from __future__ import annotations
 
 from gpumem_gui.core.training.checks import check_training
+from gpumem_gui.core.training.command import training_command
 from gpumem_gui.core.training.estimate import estimate_training
 from gpumem_gui.core.training.frameworks import FRAMEWORKS, Framework, framework
 from gpumem_gui.core.training.precision import PRECISION_DOC
@@ -43,4 +44,5 @@ __all__ = [
     "simulate_rank",
     "step_config",
     "step_options",
+    "training_command",
 ]

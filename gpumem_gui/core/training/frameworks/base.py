@@ -54,6 +54,10 @@ class Framework(ABC):
         """Framework-specific checks: errors raise :class:`GpumemInputError`, soft problems are returned."""
         return []
 
+    def trainer_args(self, run: TrainingRun) -> list[str]:
+        """The framework's part of the Hugging Face ``TrainingArguments`` (none for plain DDP)."""
+        return []
+
 
 def no_param_offload() -> GpumemInputError:
     return GpumemInputError("parameter offload needs ZeRO-3 or FSDP full_shard/hybrid_shard", field="offload")

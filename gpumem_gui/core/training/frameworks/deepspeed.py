@@ -38,5 +38,12 @@ class DeepSpeed(Framework):
             raise no_param_offload()
         return nothing_to_shard(run)
 
+    def trainer_args(self, run: TrainingRun) -> list[str]:
+        offload = {
+            "optimizer": ", offload_optimizer=cpu",
+            "optimizer+params": ", offload_optimizer+param=cpu",
+        }
+        return [f"deepspeed='ds_zero{run.zero}.json'  # ZeRO stage {run.zero}{offload.get(run.offload, '')}"]
+
 
 DEEPSPEED = DeepSpeed()

@@ -38,5 +38,8 @@ class Fsdp(Framework):
             raise no_param_offload()
         return nothing_to_shard(run)
 
+    def trainer_args(self, run: TrainingRun) -> list[str]:
+        return [f"fsdp='{run.fsdp}'" + (" offload" if run.offload == "optimizer+params" else "")]
+
 
 FSDP = Fsdp()
