@@ -224,7 +224,7 @@ class ResultsView(QWidget):
             f"needs {fmt_bytes(worst.needed_bytes, unit)} of {fmt_bytes(worst.available_bytes, unit)} "
             f"with a {fmt_bytes(worst.margin_bytes, unit)} margin"
         )
-        if est.engine == "vllm" and "kv_tokens" in est.facts:
+        if "kv_tokens" in est.facts:  # an engine that sizes a KV pool from the GPU (vLLM)
             detail += (
                 f"; KV pool {int(est.facts['kv_tokens']):,} tokens for max_model_len "
                 f"{int(est.facts.get('max_model_len', 0)):,}"

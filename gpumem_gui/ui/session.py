@@ -35,6 +35,7 @@ from gpumem_gui.core import (
     Verdict,
     estimate_any,
     estimate_inference,
+    runtime,
     verdicts,
 )
 from gpumem_gui.hardware.snapshot import GpuDevice, GpuSnapshot
@@ -254,11 +255,16 @@ class Session(QObject):
         self.estimate_updated.emit()
 
     def evaluate_device(self, dev: GpuDevice, available: int) -> Verdict | None:
-        """The plan's verdict on one device, from the core (vLLM sizes its pool from the device's memory)."""
+        """The plan's verdict on one device, from the core (an engine that sizes a pool from the device's
+        memory, vLLM, is estimated again for it)."""
         est, run, model = self.estimate, self._run, self._model
         if est is None or run is None or model is None or model.spec is None or dev.total_bytes is None:
             return None
-        if est.engine == "vllm" and isinstance(run, InferenceRun):
+        if (
+            est.mode == "inference"
+            and runtime(est.engine).sizes_from_capacity
+            and isinstance(run, InferenceRun)
+        ):
             key = (id(est), dev.total_bytes)
             cached = self._capacity_cache.get(key)
             if cached is None:

@@ -35,6 +35,7 @@ class Runtime(ABC):
     label: str = ""
     gguf: bool = False  # loads GGUF files (llama.cpp) rather than safetensors formats
     fallback_format: str = "nf4"  # the common 4-bit format a fit names when no format fits
+    sizes_from_capacity: bool = False  # the estimate depends on the GPU's memory (vLLM's KV pool)
 
     def formats(self) -> list[WeightFormat]:
         """The weight formats this engine loads."""

@@ -132,6 +132,7 @@ def _kv_pool(
 class Vllm(Runtime):
     name = "vllm"
     label = "vLLM"
+    sizes_from_capacity = True
 
     def estimate(
         self,
