@@ -57,9 +57,8 @@ def _head(data: dict) -> list[str]:
         f"{m['nproc']} CPUs ({m['cpu']}), {m['python']}, {m['platform']}. Load average "
         f"{data['load_start'][0]:.2f} at the start, {data['load_end'][0]:.2f} at the end. This machine is "
         "shared with other work, so absolute times move by tens of percent between runs; ratios measured in "
-        "the same "
-        'run (the "x one estimate" column, the peer ratios) are steadier. Core rows are the lowest of '
-        f"{o['repeat']} medians (each over ≥ {o['min_time']:g} s and ≥ {o['min_runs']} calls, garbage "
+        'the same run (the "x one estimate" column, the peer ratios) are steadier. Core rows are the lowest '
+        f"of {o['repeat']} medians (each over ≥ {o['min_time']:g} s and ≥ {o['min_runs']} calls, garbage "
         "collector off while timing)."
     )
     L += ["", "## Goals", ""]

@@ -147,8 +147,7 @@ class WindowMenus(QObject):
             self.window,
             "About gpumem",
             f"<b>gpumem {__version__}</b><p>Will this model, in this setup, fit on my GPUs, and what is "
-            "eating "
-            "the memory?</p>",
+            "eating the memory?</p>",
         )
 
     # ---- copy ----------------------------------------------------------------------------------------------

@@ -44,8 +44,7 @@ def _stage_phases(spec: ModelSpec, run: TrainingRun, stage: int) -> tuple[dict[s
                     "activations of other in-flight micro-batches",
                     extra_act,
                     "(in-flight micro-batches - 1) x activations one micro-batch keeps for backward; 1F1B "
-                    "keeps "
-                    "min(pp - stage, micro-batches) in flight on a stage",
+                    "keeps min(pp - stage, micro-batches) in flight on a stage",
                     {
                         "pp": run.pp,
                         "stage": stage,
