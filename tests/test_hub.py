@@ -128,3 +128,13 @@ def test_missing_extra_is_a_clear_message(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(hc.importlib, "import_module", no_module)
     with pytest.raises(GpumemInputError, match=r"gpumem\[hub\]"):
         load_model("org/name", hub_client=HfHubClient(cache_dir=tmp_path))
+
+
+def test_hub_model_type_the_readers_do_not_know() -> None:
+    """Refused for an estimate (one line naming model_type); kept with its config for trace mode."""
+    cfg = {**LLAMA_CFG, "model_type": "not_a_real_arch"}
+    with pytest.raises(GpumemInputError, match="model_type"):
+        load_model("someorg/new-arch", hub_client=FakeHub(cfg, None))
+    m = load_model("someorg/new-arch", hub_client=FakeHub(cfg, None), unknown_architecture_ok=True)
+    assert m.spec is None and m.config is not None and m.config["model_type"] == "not_a_real_arch"
+    assert any("trace" in n or "model_type" in n for n in m.notes)

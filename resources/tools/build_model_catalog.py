@@ -4,12 +4,13 @@ Regenerate::
 
     .venv/bin/python resources/tools/build_model_catalog.py [CONFIG_DIR] [--verified FILE] [--out FILE]
 
-``CONFIG_DIR`` (default ``resources/tools/catalog_configs``) holds one ``config.json`` per model, named
-``<org>__<name>.json`` after its Hugging Face id (``meta-llama__Llama-3.1-8B.json``). ``--verified``
-(default ``CONFIG_DIR/../verified.tsv``) lists, one per line, ``<file name><TAB><where the copy was read>``
-for every config whose text was copied from a real copy of the published file; configs not listed there were
-written from memory of the published file and get ``"source_verified": false``. The folder
-``shared/reference/configs`` (the project's reference copies) counts as verified for the files it holds.
+``CONFIG_DIR`` (default ``resources/configs``, shipped: trace mode builds catalog models from them) holds one
+``config.json`` per model, named ``<org>__<name>.json`` after its Hugging Face id
+(``meta-llama__Llama-3.1-8B.json``). ``--verified`` (default ``resources/tools/verified.tsv``) lists, one per
+line, ``<file name><TAB><where the copy was read>`` for every config whose text was copied from a real copy of
+the published file; configs not listed there were written from memory of the published file and get
+``"source_verified": false``. The folder ``shared/reference/configs`` (the project's reference copies) counts
+as verified for the files it holds.
 
 What this script adds to each config is in :data:`catalog_models.MODELS`: family, size label and the
 parameter count the publisher states, with its source. Each entry's ``spec`` is the compact JSON of the
@@ -40,7 +41,7 @@ from gpumem_gui.core.readers.hf_config import spec_from_config  # noqa: E402
 from gpumem_gui.core.spec.model import Provenance  # noqa: E402
 from gpumem_gui.core.spec.params import count_params  # noqa: E402
 
-DEFAULT_CONFIG_DIR = TOOLS / "catalog_configs"
+DEFAULT_CONFIG_DIR = TOOLS.parent / "configs"
 REFERENCE_CONFIGS = REPO.parent / "shared" / "reference" / "configs"
 OUT = REPO / "resources" / "models.json"
 
@@ -131,11 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("config_dir", nargs="?", type=Path, default=DEFAULT_CONFIG_DIR)
     ap.add_argument(
-        "--verified", type=Path, help="TSV of verified configs (default CONFIG_DIR/../verified.tsv)"
+        "--verified", type=Path, help="TSV of verified configs (default resources/tools/verified.tsv)"
     )
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
-    verified_file = args.verified or args.config_dir.parent / "verified.tsv"
+    verified_file = args.verified or TOOLS / "verified.tsv"
     doc, problems = build(args.config_dir, verified_file)
     if problems:
         for p in problems:

@@ -20,6 +20,7 @@ Every entry is validated when the catalog is first loaded; a broken resource rai
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from functools import cache
 from importlib.resources import files
@@ -56,6 +57,16 @@ def resources_dir() -> Path:
 
 
 # ---- models ------------------------------------------------------------------------------------------
+
+
+def catalog_config(entry: CatalogModel) -> dict[str, Any] | None:
+    """The ``config.json`` a catalog model was built from (``resources/configs``), or None."""
+    path = resources_dir() / "configs" / f"{entry.id.replace('/', '__')}.json"
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return cfg if isinstance(cfg, dict) else None
 
 
 class CatalogModel(Frozen):

@@ -78,8 +78,17 @@ def load_gguf(
     path: str | os.PathLike[str], *, cross_check: bool = False
 ) -> tuple[WeightsInventory, ModelSpec | None]:
     """:func:`inventory_from_gguf` and :func:`spec_from_gguf` with one read of the header."""
+    inv, spec, _config = load_gguf_model(path, cross_check=cross_check)
+    return inv, spec
+
+
+def load_gguf_model(
+    path: str | os.PathLike[str], *, cross_check: bool = False
+) -> tuple[WeightsInventory, ModelSpec | None, dict[str, Any] | None]:
+    """The inventory, the spec and the ``config.json`` the metadata maps onto (None where no spec)."""
     p, header = _read(path, cross_check)
-    return _inventory(p, header), _spec(p, header)
+    spec, config = _spec_and_config(p, header)
+    return _inventory(p, header), spec, config
 
 
 def spec_from_gguf(path: str | os.PathLike[str], *, cross_check: bool = False) -> ModelSpec | None:
@@ -99,6 +108,10 @@ def spec_from_gguf(path: str | os.PathLike[str], *, cross_check: bool = False) -
 
 
 def _spec(path: Path, header: Header) -> ModelSpec | None:
+    return _spec_and_config(path, header)[0]
+
+
+def _spec_and_config(path: Path, header: Header) -> tuple[ModelSpec | None, dict[str, Any] | None]:
     """The file's metadata mapped onto a config.json and read by the config path
     (:mod:`gpumem_gui.core.readers.gguf_config`); None for an architecture a spec cannot describe, or a
     file without tensors (a vocabulary-only file: nothing to check the metadata against)."""
@@ -114,10 +127,12 @@ def _spec(path: Path, header: Header) -> ModelSpec | None:
 
     arch = raw("general.architecture")
     if not isinstance(arch, str) or arch not in GGUF_ARCHITECTURES or not header.tensors:
-        return None
+        return None, None
     counts = {k: v.count for k, v in header.metadata.items() if isinstance(v, Array)}
     shapes = {ti.name: tuple(reversed(ti.dims)) for ti in header.tensors}
+    meta = GgufMeta(path, raw, counts, shapes)
     try:
-        return spec_from_gguf_meta(GgufMeta(path, raw, counts, shapes), arch)
+        spec = spec_from_gguf_meta(meta, arch)
     except ValidationError as e:
         raise describe_validation_error(e, source=str(path)) from None
+    return spec, meta.config if spec is not None else None

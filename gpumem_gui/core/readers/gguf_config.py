@@ -82,6 +82,7 @@ class GgufMeta:
         self.counts = counts  # array keys -> element count (tokenizer.ggml.tokens)
         self.shapes = shapes  # tensor name -> shape (outermost first)
         self.arch = ""
+        self.config: dict[str, Any] | None = None  # the mapped config.json, once built
 
     def err(self, message: str, key: str) -> GpumemInputError:
         return GpumemInputError(message, source=str(self.path), field=key)
@@ -131,7 +132,7 @@ def spec_from_gguf_meta(meta: GgufMeta, arch: str) -> ModelSpec | None:
     path. None when the file's architecture does not fit a spec (per-layer head counts, ...)."""
     meta.arch = arch
     try:
-        cfg = gguf_config(meta)
+        cfg = meta.config = gguf_config(meta)
     except NotDescribable:
         return None
     name = (meta.string("general.name") or "").strip() or meta.path.stem or "model"

@@ -10,15 +10,16 @@ inventory read from file headers (when files were given): the headers' bytes alw
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.readers.catalog import find_model
-from gpumem_gui.core.readers.gguf import load_gguf
-from gpumem_gui.core.readers.hf_config import load_config_file, spec_from_config
+from gpumem_gui.core.readers.catalog import catalog_config, find_model
+from gpumem_gui.core.readers.gguf import load_gguf_model
+from gpumem_gui.core.readers.hf_config import load_config_file, read_json_file, spec_from_config
 from gpumem_gui.core.readers.hub import HubClient, looks_like_hub_id
 from gpumem_gui.core.readers.safetensors import inventory_from_safetensor_headers, inventory_from_safetensors
 from gpumem_gui.core.readers.weights import WeightsInventory
@@ -26,6 +27,9 @@ from gpumem_gui.core.spec.model import Frozen, ModelSpec, Provenance
 from gpumem_gui.core.spec.params import ParamCounts, count_params
 
 SourceKind = str
+_UNKNOWN_NOTE = (
+    "the readers do not describe this model_type: no analytic estimate (trace mode can measure it)"
+)
 
 
 class LoadedModel(Frozen):
@@ -37,6 +41,11 @@ class LoadedModel(Frozen):
     params: ParamCounts | None
     weights: WeightsInventory | None = None
     notes: tuple[str, ...] = ()
+    config: dict[str, Any] | None = Field(
+        None,
+        description="the config.json the architecture was read from (for a GGUF file: its metadata mapped "
+        "onto one); what trace mode builds the real model from",
+    )
 
     @property
     def name(self) -> str:
@@ -58,6 +67,7 @@ def _loaded(
     spec: ModelSpec | None,
     weights: WeightsInventory | None = None,
     notes: tuple[str, ...] = (),
+    config: Any = None,
 ) -> LoadedModel:
     return LoadedModel(
         source=source,
@@ -66,16 +76,30 @@ def _loaded(
         params=count_params(spec) if spec is not None else None,
         weights=weights,
         notes=notes,
+        config=dict(config) if isinstance(config, Mapping) else None,
     )
 
 
-def _sibling_config(folder: Path) -> ModelSpec | None:
+def _spec_of(load: Callable[[], ModelSpec], unknown_ok: bool) -> ModelSpec | None:
+    """The spec ``load`` reads, or None for an architecture the readers do not know when the caller accepts
+    that (trace mode builds such models from their config with transformers itself)."""
+    try:
+        return load()
+    except GpumemInputError as e:
+        if unknown_ok and e.field == "model_type" and "not supported" in e.message:
+            return None
+        raise
+
+
+def _sibling_config(folder: Path, unknown_ok: bool) -> tuple[ModelSpec | None, Any]:
     cfg = folder / "config.json"
-    return load_config_file(cfg) if cfg.is_file() else None
+    if not cfg.is_file():
+        return None, None
+    return _spec_of(lambda: load_config_file(cfg), unknown_ok), read_json_file(cfg)
 
 
-def _load_folder(path: Path) -> LoadedModel:
-    spec = _sibling_config(path)
+def _load_folder(path: Path, unknown_ok: bool) -> LoadedModel:
+    spec, config = _sibling_config(path, unknown_ok)
     has_st = (path / "model.safetensors.index.json").is_file() or any(path.glob("*.safetensors"))
     weights = inventory_from_safetensors(path) if has_st else None
     if weights is None:
@@ -86,45 +110,65 @@ def _load_folder(path: Path) -> LoadedModel:
             raise GpumemInputError(
                 f"holds {len(ggufs)} .gguf files and no config.json; open one .gguf file", source=str(path)
             )
-    if spec is None and weights is None:
+    if spec is None and weights is None and config is None:
         raise GpumemInputError(
             "nothing usable here: no config.json, no .safetensors, no .gguf", source=str(path)
         )
-    notes = () if spec else ("no config.json beside the weights: architecture unknown, weights only",)
-    return _loaded(str(path), "folder", spec, weights, notes)
+    notes: tuple[str, ...] = ()
+    if spec is None:
+        notes = (
+            (_UNKNOWN_NOTE,)
+            if config is not None
+            else ("no config.json beside the weights: architecture unknown, weights only",)
+        )
+    return _loaded(str(path), "folder", spec, weights, notes, config)
 
 
 def _load_gguf(path: Path) -> LoadedModel:
-    weights, spec = load_gguf(path)
+    weights, spec, config = load_gguf_model(path)
     notes = () if spec else ("the GGUF architecture is not one gpumem describes: weights only",)
-    return _loaded(str(path), "gguf", spec, weights, notes)
+    return _loaded(str(path), "gguf", spec, weights, notes, config)
 
 
-def _load_path(path: Path) -> LoadedModel:
+def _load_path(path: Path, unknown_ok: bool) -> LoadedModel:
     if path.is_dir():
-        return _load_folder(path)
+        return _load_folder(path, unknown_ok)
     name = path.name.lower()
     if name.endswith(".safetensors.index.json"):
-        return _load_folder(path.parent)
+        return _load_folder(path.parent, unknown_ok)
     if name.endswith(".safetensors"):
         weights = inventory_from_safetensors(path)
-        spec = _sibling_config(path.parent)
-        notes = () if spec else ("no config.json beside the file: architecture unknown, weights only",)
-        return _loaded(str(path), "safetensors", spec, weights, notes)
+        spec, config = _sibling_config(path.parent, unknown_ok)
+        notes = (
+            ()
+            if spec
+            else (
+                (_UNKNOWN_NOTE,)
+                if config
+                else ("no config.json beside the file: architecture unknown, weights only",)
+            )
+        )
+        return _loaded(str(path), "safetensors", spec, weights, notes, config)
     if name.endswith(".gguf"):
         return _load_gguf(path)
     if name.endswith(".json"):
-        return _loaded(str(path), "config.json", load_config_file(path))
+        config = read_json_file(path)
+        spec = _spec_of(lambda: load_config_file(path), unknown_ok)
+        notes = () if spec else (_UNKNOWN_NOTE,)
+        return _loaded(str(path), "config.json", spec, notes=notes, config=config)
     raise GpumemInputError(
         "unknown file type; expected config.json, .safetensors, model.safetensors.index.json or .gguf",
         source=str(path),
     )
 
 
-def _load_hub(repo_id: str, client: HubClient) -> LoadedModel:
+def _load_hub(repo_id: str, client: HubClient, unknown_ok: bool) -> LoadedModel:
     cfg = client.fetch_config(repo_id)
     prov = Provenance(kind="hub", source=f"hf://{repo_id}")
-    spec = spec_from_config(cfg, name=repo_id, source=f"{repo_id} (config.json)", provenance=prov)
+    spec = _spec_of(
+        lambda: spec_from_config(cfg, name=repo_id, source=f"{repo_id} (config.json)", provenance=prov),
+        unknown_ok,
+    )
     headers = client.fetch_safetensors_headers(repo_id)
     quant = cfg.get("quantization_config", {}) if isinstance(cfg, dict) else {}
     method = quant.get("quant_method") if isinstance(quant, dict) else None
@@ -133,25 +177,35 @@ def _load_hub(repo_id: str, client: HubClient) -> LoadedModel:
         if headers
         else None
     )
-    return _loaded(repo_id, "hub", spec, weights)
+    notes = () if spec else (_UNKNOWN_NOTE,)
+    return _loaded(repo_id, "hub", spec, weights, notes, config=cfg)
 
 
-def load_model(source: str | Path, *, hub_client: HubClient | None = None) -> LoadedModel:
-    """Load ``source`` (see module docstring). Bad input raises :class:`GpumemInputError`."""
+def load_model(
+    source: str | Path, *, hub_client: HubClient | None = None, unknown_architecture_ok: bool = False
+) -> LoadedModel:
+    """Load ``source`` (see module docstring). Bad input raises :class:`GpumemInputError`.
+
+    ``unknown_architecture_ok``: a config whose ``model_type`` the readers do not describe loads without a
+    spec (its ``config`` kept), instead of being an error."""
+    return _load(source, hub_client, unknown_architecture_ok)
+
+
+def _load(source: str | Path, hub_client: HubClient | None, unknown_ok: bool) -> LoadedModel:
     text = str(source).strip()
     if not text:
         raise GpumemInputError("empty model name", field="model")
     path = Path(text).expanduser()
     if path.exists():
-        return _load_path(path)
+        return _load_path(path, unknown_ok)
     entry = find_model(text)
     if entry is not None:
-        return _loaded(entry.id, "catalog", entry.spec)
+        return _loaded(entry.id, "catalog", entry.spec, config=catalog_config(entry))
     if looks_like_hub_id(text) and not text.endswith((".json", ".gguf", ".safetensors")):
         client = hub_client or (_default_hub_client() if _default_hub_client else None)
         if client is None:
             raise GpumemInputError("no Hugging Face Hub client is configured", source=text)
-        return _load_hub(text, client)
+        return _load_hub(text, client, unknown_ok)
     raise GpumemInputError(
         "not a file or folder, not a catalog model (see `gpumem models`), and not a hub id (org/name)",
         source=text,
