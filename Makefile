@@ -3,12 +3,13 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+TRACE_STAMP := $(VENV)/.installed-trace
 # the peers' scratch environments (make peers), read by validate and bench
 PEERS_VENV ?= /tmp/peers-venv
 GT_VENV    ?= /tmp/gt-venv
 PEER_ENV   := GPUMEM_PEERS_VENV=$(PEERS_VENV) GPUMEM_GT_VENV=$(GT_VENV)
 
-.PHONY: install run test lint contracts pytest clean validate bench peers readme
+.PHONY: install install-trace run test lint contracts pytest clean validate bench peers readme trace-check trace-references
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +21,13 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)
 
+# the tests also run trace mode in-process: torch (the CPU wheel on disk), transformers and peft
+$(TRACE_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install --quiet -e '.[test,trace]'
+	touch $(TRACE_STAMP)
+
+install-trace: $(TRACE_STAMP)
+
 run: install
 	$(VENV)/bin/gpumem-gui
 
@@ -30,8 +38,8 @@ lint: install
 contracts: install
 	$(VENV)/bin/lint-imports
 
-pytest: install
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+pytest: install-trace
+	GPUMEM_REQUIRE_TRACE=1 QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
 
 test: lint contracts pytest
 
@@ -41,6 +49,14 @@ validate: install
 # the README's table of run flags, generated from the run models' field declarations
 readme: install
 	$(PY) -c "from gpumem_gui.cli.flags import update_readme; update_readme('README.md')"
+
+# trace mode against every reference measurement point (tests/reference/trace/groundtruth_check.json), and the
+# traced reference points the accuracy tests use (tests/reference/trace/{inference,train}.json)
+trace-check: install-trace
+	$(PY) validation/trace_groundtruth.py
+
+trace-references: install-trace
+	$(PY) validation/trace_references.py --python $(PY)
 
 # docs/performance.md and the README's speed block, all measured in one run (~15 min; benchmarks/README.md)
 bench: install

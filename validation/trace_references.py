@@ -1,6 +1,7 @@
 """Regenerate the traced reference measurements under ``tests/reference/trace/`` (``make references``).
 
-Each point is one request to the trace worker (:mod:`gpumem_gui.trace.worker`): the real transformers model
+Each point is one request to the trace worker (:mod:`gpumem_gui.trace.gpumem_trace_worker`, the engine of
+``gpumem trace``): the real transformers model
 built from a reference config under ``FakeTensorMode``, counted by PyTorch's ``MemTracker``. The worker runs
 in the Python named by ``--python`` (default ``$GPUMEM_GT_VENV/bin/python``, the environment ``make peers``
 creates: torch 2.13.0 CPU, transformers 5.24.0, peft), one process per point, two at a time.
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-WORKER = REPO / "gpumem_gui" / "trace" / "worker.py"
+sys.path.insert(0, str(REPO))
 OUT = REPO / "tests" / "reference" / "trace"
 CONFIG_DIRS = (REPO / "tests" / "reference" / "configs", REPO / "tests" / "reference" / "extra" / "configs")
 
@@ -91,19 +91,14 @@ def training_points(model: str) -> list[dict[str, Any]]:
 
 
 def _run(python: str, model: str, mode: str, run: dict[str, Any], timeout: int) -> dict[str, Any]:
-    req = {"config": json.loads(config_path(model).read_text()), "mode": mode, "run": run}
+    from gpumem_gui.trace import TraceFailure, TraceJob, TraceRequest
+
+    req = TraceRequest(config=json.loads(config_path(model).read_text()), mode=mode, run=run)  # type: ignore[arg-type]
     t0 = time.perf_counter()
     try:
-        p = subprocess.run(
-            [python, str(WORKER)], input=json.dumps(req), capture_output=True, text=True, timeout=timeout
-        )
-    except subprocess.TimeoutExpired:
-        return {"model": model, "mode": mode, "run": run, "error": f"timed out after {timeout} s"}
-    try:
-        res = json.loads(p.stdout)
-    except json.JSONDecodeError:
-        tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"model": model, "mode": mode, "run": run, "error": tail[:300]}
+        res = TraceJob(req, python, timeout).result()
+    except TraceFailure as e:
+        return {"model": model, "mode": mode, "run": run, "error": e.message[:300]}
     res.pop("schema", None)
     print(
         f"{model} {mode} {run}: {res.get('peak_bytes', res.get('error'))} ({time.perf_counter() - t0:.0f} s)",
@@ -141,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         merged = {key(r): r for r in old}
         merged.update({key(r): r for r in pts})
         doc = {
-            "about": "Traced by validation/trace_references.py (gpumem_gui/trace/worker.py): the real "
+            "about": "Traced by validation/trace_references.py (the gpumem trace worker): the real "
             "transformers model under FakeTensorMode, counted by torch's MemTracker. Bytes.",
             "points": [merged[k] for k in sorted(merged)],
         }

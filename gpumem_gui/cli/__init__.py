@@ -16,6 +16,7 @@ from gpumem_gui import __version__
 from gpumem_gui.cli.flags import add_run_flags, add_target_flags, run_from_args
 from gpumem_gui.cli.info import cmd_formats, cmd_gpus, cmd_inspect, cmd_models, inspect_json
 from gpumem_gui.cli.plan import cmd_estimate, cmd_fit, cmd_sweep, estimate_json
+from gpumem_gui.cli.trace_cmd import add_trace_flags, cmd_trace
 from gpumem_gui.core import GpumemError
 
 __all__ = ["build_parser", "estimate_json", "inspect_json", "main", "run_from_args"]
@@ -81,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--steps", type=int, default=16)
     sp.add_argument("--csv", action="store_true", help="CSV output")
     sp.set_defaults(func=cmd_sweep)
+
+    sp = sub.add_parser(
+        "trace",
+        help="the run traced by PyTorch itself (the real model under fake tensors), beside the estimate",
+    )
+    add_trace_flags(sp)
+    sp.set_defaults(func=cmd_trace)
 
     sp = sub.add_parser("formats", help="weight formats gpumem knows")
     sp.add_argument("--json", action="store_true")

@@ -156,6 +156,15 @@ def _target(spec_gpu: str | None) -> Any:
     return GpuTarget(name=g.id, capacity_bytes=g.memory_bytes, count=n)
 
 
+def loaded_spec_or_config(model: str) -> Any:
+    """The model for a trace: a config of an architecture the readers do not describe is fine (transformers
+    builds it); a source without any config.json is not."""
+    m = load_model(model, unknown_architecture_ok=True)
+    if m.config is None and m.spec is None:
+        raise GpumemInputError("no config.json to build the model from", source=model)
+    return m
+
+
 def loaded_spec(model: str) -> Any:
     m = load_model(model)
     if m.spec is None:

@@ -41,6 +41,7 @@ from gpumem_gui.core.fit import (
 )
 from gpumem_gui.core.fit.documents import ESTIMATE_SCHEMA, FIT_SCHEMA, estimate_document, fit_document
 from gpumem_gui.core.fit.sweep import SweepPoint, estimate_any, evenly_spaced, sweep
+from gpumem_gui.core.fit.tracked import CATEGORIES, traced_categories, tracked_breakdown
 from gpumem_gui.core.fit.training import fit_training
 from gpumem_gui.core.formats import (
     KV_DTYPE_INFO,
@@ -83,6 +84,7 @@ from gpumem_gui.core.training import (
 from gpumem_gui.core.units import GB, KB, MB, GiB, KiB, MiB, SizeUnit, fmt_bytes, fmt_count
 
 __all__ = [
+    "CATEGORIES",
     "DEFAULT_MARGIN_BYTES",
     "ESTIMATE_SCHEMA",
     "FIT_SCHEMA",
@@ -163,6 +165,8 @@ __all__ = [
     "set_default_hub_client",
     "spec_from_config",
     "sweep",
+    "traced_categories",
+    "tracked_breakdown",
     "training_command",
     "verdicts",
     "weight_bytes",

@@ -73,6 +73,27 @@ def _line(name: str, errs: list[tuple[str, float]]) -> str:
     )
 
 
+def _trace_check_line() -> str:
+    """``gpumem trace`` itself against every reference measurement (validation/trace_groundtruth.py)."""
+    path = TRACE / "groundtruth_check.json"
+    if not path.is_file():
+        return "- **gpumem trace vs the reference measurements**: not run (`make trace-check`)"
+    rows = json.loads(path.read_text())["points"]
+    ok = [r for r in rows if "relative_error" in r]
+    worst = max((abs(r["relative_error"]) for r in ok), default=0.0)
+    within = sum(1 for r in ok if abs(r["relative_error"]) <= 0.005)
+    new_types = sorted({r["model"] for r in ok if not r.get("analytic", True)})
+    return (
+        f"- **gpumem trace vs the reference measurements** ({len(rows)} points, `make trace-check`): "
+        f"{within} within 0.5 %, worst |error| {worst * 100:.4f} %"
+        + (
+            f"; including {', '.join(new_types)}, a model type the analytic core does not describe"
+            if new_types
+            else ""
+        )
+    )
+
+
 def render_traced(add: Callable[[str], None]) -> None:
     infer, train = inference_errors(), training_errors()
     add(f"## (f) Traced by PyTorch: {len(infer)} inference peaks and {len(train)} training steps")
@@ -88,6 +109,7 @@ def render_traced(add: Callable[[str], None]) -> None:
     add("")
     add(_line("inference prefill/decode peak", infer))
     add(_line("training step peak", train))
+    add(_trace_check_line())
     add("")
     known = (
         json.loads((TRACE / "known.json").read_text())["known"] if (TRACE / "known.json").is_file() else {}

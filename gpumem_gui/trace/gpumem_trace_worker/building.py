@@ -1,0 +1,237 @@
+"""Building the real model under fake tensors, and what fake tensors cannot do.
+
+Handled here, each named in the result's ``notes`` when it applies:
+
+* transformers code paths that read tensor values take the path a real run takes: packed-sequence detection
+  (a real unpacked batch returns None) and grouped_mm for non-bf16 expert weights (transformers' own
+  fallback, same shapes and dtypes);
+* ``from_config`` writes the MoE implementation into the config: every build gets its own copy;
+* ``Module.to()`` of a fake parameter to the device it is on (modules and peft adapters that move themselves
+  in ``__init__``) is a no-op instead of a failed swap;
+* a multimodal config builds its language model (the forward would look for image tokens); the vision tower
+  is built on its own and its parameters are added to the count;
+* a ``quantization_config`` is ignored by ``from_config`` (and a missing kernel dequantizes): the weights are
+  traced in the compute dtype and the result says so, for the caller to account the quantized bytes;
+* modules whose fast kernels are missing (mamba, causal-conv1d, flash-linear-attention) run their
+  pure-PyTorch fallback: the result says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+# modules that have a fused kernel in these packages and a pure-PyTorch fallback in transformers
+_KERNEL_PACKAGES = {"Mamba": "mamba_ssm", "Conv1d": "causal_conv1d", "GatedDeltaNet": "fla"}
+
+
+class TraceError(Exception):
+    """A request the worker cannot run; its message is one line naming the cause."""
+
+
+def versions() -> dict[str, str]:
+    import torch
+    import transformers
+
+    out = {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": sys.version.split()[0],
+    }
+    with contextlib.suppress(ImportError):
+        import peft
+
+        out["peft"] = peft.__version__
+    return out
+
+
+def check_torch() -> None:
+    try:
+        from torch.distributed._tools.mem_tracker import MemTracker  # noqa: F401
+    except ImportError:
+        import torch
+
+        raise TraceError(
+            f"torch {torch.__version__} has no torch.distributed._tools.mem_tracker (torch 2.5 or newer "
+            "needed)"
+        ) from None
+
+
+def patch_transformers_for_fake() -> None:
+    import torch
+    import transformers.masking_utils as mu
+
+    mu.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        import transformers.integrations.moe as moe
+
+        orig = moe._can_use_grouped_mm
+        if getattr(orig, "_gpumem", False):
+            return
+
+        def can(input: Any, weight: Any, offs: Any) -> bool:
+            return weight.dtype == torch.bfloat16 and orig(input, weight, offs)
+
+        can._gpumem = True  # type: ignore[attr-defined]
+        moe._can_use_grouped_mm = can
+    except (ImportError, AttributeError):
+        pass
+
+
+@contextlib.contextmanager
+def same_device_to() -> Iterator[None]:
+    """``Module.to(device)`` to the CPU device everything is on already returns the module unchanged (a fake
+    parameter cannot be swapped for a copy of itself)."""
+    import torch
+
+    to = torch.nn.Module.to
+
+    def patched(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs and len(args) == 1 and str(args[0]) == "cpu":
+            return self
+        return to(self, *args, **kwargs)
+
+    torch.nn.Module.to = patched  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.nn.Module.to = to  # type: ignore[method-assign]
+
+
+def load_config(raw: dict[str, Any], trust_remote_code: bool) -> Any:
+    from transformers import AutoConfig
+
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(raw, f)
+        try:
+            return AutoConfig.from_pretrained(d, trust_remote_code=trust_remote_code)
+        except (ValueError, KeyError, TypeError, OSError) as e:
+            msg = str(e).splitlines()[0][:200]
+            if "trust_remote_code" in msg:
+                raise TraceError(
+                    "the config needs the model's own code: rerun with --trust-remote-code if you trust it"
+                ) from None
+            raise TraceError(f"transformers rejects the config: {msg}") from None
+
+
+def text_config(cfg: Any) -> Any:
+    return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+
+
+def is_multimodal(cfg: Any) -> bool:
+    return text_config(cfg) is not cfg and getattr(cfg, "vision_config", None) is not None
+
+
+def vocab(cfg: Any) -> int:
+    return int(text_config(cfg).vocab_size)
+
+
+def _is_moe(cfg: Any) -> bool:
+    tc = text_config(cfg)
+    return any(
+        isinstance(getattr(tc, k, None), int) and getattr(tc, k) > 1
+        for k in ("num_local_experts", "num_experts", "n_routed_experts")
+    )
+
+
+def build(cfg: Any, dtype: Any, attn: str, trust_remote_code: bool, notes: list[str]) -> Any:
+    """The causal LM of ``cfg`` (its language model when ``cfg`` is multimodal) in ``dtype``."""
+    from transformers import AutoModelForCausalLM
+
+    if is_multimodal(cfg):
+        notes.append(
+            "multimodal: the language model is traced (its forward with text only); the vision tower's "
+            "parameters are added to the load"
+        )
+        cfg = text_config(cfg)
+    kw: dict[str, Any] = {"dtype": dtype, "attn_implementation": attn, "trust_remote_code": trust_remote_code}
+    if _is_moe(cfg):
+        kw["experts_implementation"] = "grouped_mm"
+    for _ in range(3):
+        try:
+            with same_device_to():
+                model = AutoModelForCausalLM.from_config(copy.deepcopy(cfg), **kw)
+            _kernel_notes(model, notes)
+            return model
+        except (TypeError, ValueError) as e:
+            msg = str(e)
+            if "experts" in msg and "experts_implementation" in kw:
+                kw.pop("experts_implementation")
+            elif kw.get("attn_implementation") == "sdpa" and "scaled_dot_product_attention" in msg:
+                kw["attn_implementation"] = "eager"  # what transformers itself falls back to (BLOOM, Gemma-2)
+            else:
+                raise TraceError(
+                    f"transformers cannot build the model: {msg.splitlines()[0][:200]}"
+                ) from None
+    raise TraceError("transformers cannot build the model")
+
+
+def vision_params(cfg: Any, dtype: Any) -> tuple[int, int]:
+    """(parameters, bytes) of a multimodal config's vision tower and projector, built on their own."""
+    from transformers import AutoModel
+
+    vcfg = getattr(cfg, "vision_config", None)
+    if vcfg is None:
+        return 0, 0
+    with same_device_to():
+        tower = AutoModel.from_config(copy.deepcopy(vcfg), dtype=dtype)
+    n = sum(p.numel() for p in tower.parameters())
+    return n, sum(p.numel() * p.element_size() for p in tower.parameters())
+
+
+def quantization_notes(raw: dict[str, Any], notes: list[str]) -> str | None:
+    """The config's quantization method; the trace counts the weights in the compute dtype instead."""
+    q = raw.get("quantization_config")
+    if not isinstance(q, dict):
+        return None
+    method = str(q.get("quant_method", "unknown"))
+    notes.append(
+        f"quantization_config ({method}) is not applied by from_config: the weights were traced in the "
+        "compute dtype; their quantized bytes come from the quantization config or the files' headers"
+    )
+    return method
+
+
+def _kernel_notes(model: Any, notes: list[str]) -> None:
+    kinds = {type(m).__name__ for m in model.modules()}
+    for marker, package in _KERNEL_PACKAGES.items():
+        if any(marker in k for k in kinds) and importlib.util.find_spec(package) is None:
+            notes.append(
+                f"{package} is not installed: the model's {marker} modules ran transformers' pure-PyTorch "
+                "fallback, whose activations differ from the fused kernel's"
+            )
+
+
+def attn_used(model: Any) -> str | None:
+    c = getattr(model, "config", None)
+    for obj in (c, text_config(c) if c is not None else None):
+        if obj is not None and getattr(obj, "_attn_implementation", None):
+            return str(obj._attn_implementation)
+    return None
+
+
+@contextlib.contextmanager
+def readable_failures() -> Iterator[None]:
+    """Turn what fake tensors cannot run into one line: code that reads tensor values (dynamic RoPE
+    variants, masks built from data) and shape errors of a run the model cannot do."""
+    try:
+        yield
+    except TraceError:
+        raise
+    except Exception as e:
+        name = type(e).__name__
+        first = (str(e).splitlines() or [""])[0][:200]
+        if "DataDependent" in name or "data-dependent" in first or "Dynamic" in name:
+            raise TraceError(
+                f"the model's code reads tensor values, which fake tensors do not have ({name}: {first})"
+            ) from None
+        raise TraceError(f"the model's forward failed under fake tensors: {name}: {first}") from None

@@ -1,0 +1,103 @@
+"""What a trace is asked: a model's ``config.json`` and a run the worker can replay, checked before any
+process starts (each refusal one line naming the field)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from gpumem_gui.core import GpumemInputError, InferenceRun, LoadedModel, TrainingRun
+
+# optimizers torch itself provides (the others need bitsandbytes or a GPU)
+TRACED_OPTIMIZERS = ("adamw", "adamw-fused", "adamw-foreach", "adamw-for-loop", "sgd", "sgd-momentum")
+
+
+class TraceRequest(BaseModel):
+    """One worker request: ``{"config", "mode", "run", "trust_remote_code"}``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    config: dict[str, Any]
+    mode: Literal["inference", "train"]
+    run: dict[str, Any]
+    trust_remote_code: bool = False
+
+    def payload(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def key(self) -> str:
+        """A stable hash of the config and the run (the cache adds the environment's versions)."""
+        text = json.dumps(self.payload(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _check_inference(run: InferenceRun) -> None:
+    if run.engine != "transformers":
+        raise GpumemInputError(
+            f"trace mode runs transformers; a {run.engine} run is estimated only", field="engine"
+        )
+    for name in ("tp", "pp", "ep"):
+        if getattr(run, name) > 1:
+            raise GpumemInputError(f"trace mode measures one GPU; {name} must be 1", field=name)
+    if run.weights not in ("bf16", "fp16", "fp32", "file"):
+        raise GpumemInputError(
+            "trace mode builds the model in its compute dtype; choose --weights bf16/fp16/fp32 (a quantized "
+            "format is traced from a checkpoint's quantization_config, not from --weights)",
+            field="weights",
+        )
+
+
+def _check_training(run: TrainingRun) -> None:
+    if run.method == "qlora":
+        raise GpumemInputError(
+            "QLoRA is not traced: bitsandbytes' 4-bit layers need a CUDA device", field="method"
+        )
+    if run.optimizer not in TRACED_OPTIMIZERS:
+        raise GpumemInputError(
+            f"optimizer {run.optimizer!r} is not traced; torch's own are: {', '.join(TRACED_OPTIMIZERS)}",
+            field="optimizer",
+        )
+    if run.precision == "megatron-bf16":
+        raise GpumemInputError("megatron-bf16 (Megatron-LM's optimizer) is not traced", field="precision")
+    for name in ("tp", "pp", "ep", "cp"):
+        if getattr(run, name) > 1:
+            raise GpumemInputError(
+                f"trace mode does not run {name} > 1 (data parallelism is traced per rank)", field=name
+            )
+    if run.zero > 1:
+        raise GpumemInputError(
+            f"ZeRO-{run.zero} is DeepSpeed's, which is not traced (ZeRO-1 is)", field="zero"
+        )
+    if run.offload != "none":
+        raise GpumemInputError("CPU offload is not traced", field="offload")
+
+
+def make_request(
+    model: LoadedModel, run: InferenceRun | TrainingRun, trust_remote_code: bool = False
+) -> TraceRequest:
+    """The request that traces ``run`` on ``model``; a run the trace cannot do is an input error."""
+    if model.config is None:
+        raise GpumemInputError(
+            "trace mode builds the model from its config.json, which this source does not have (open a "
+            "config.json, a model folder, a hub id or a catalog model)",
+            source=model.source,
+        )
+    spec = model.spec
+    tokens = run.seq + getattr(run, "new_tokens", 0)
+    if spec is not None and spec.position_embedding == "learned" and tokens > spec.max_position_embeddings:
+        raise GpumemInputError(
+            f"{tokens} tokens exceed the model's {spec.max_position_embeddings} learned positions",
+            field="seq",
+        )
+    if isinstance(run, InferenceRun):
+        _check_inference(run)
+        mode: Literal["inference", "train"] = "inference"
+    else:
+        _check_training(run)
+        mode = "train"
+    return TraceRequest(
+        config=model.config, mode=mode, run=run.model_dump(mode="json"), trust_remote_code=trust_remote_code
+    )

@@ -1,0 +1,153 @@
+"""Trace mode against PyTorch's own reference measurements, in-process and in a subprocess, with its cache,
+its refusals and its failures (torch from the ``trace`` extra, which ``make test`` installs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpumem_gui.core import GpumemInputError, load_model, make_run, make_training_run
+from tests.conftest import REPO, reference_dir
+
+if os.environ.get("GPUMEM_REQUIRE_TRACE") != "1":
+    pytest.importorskip("torch", reason="trace mode needs torch (make test installs the trace extra)")
+    pytest.importorskip("transformers")
+
+from gpumem_gui.trace import TraceFailure, trace, trace_document
+
+UNSUPPORTED = REPO / "tests" / "reference" / "unsupported"
+MODES = {
+    "infer_prefill": lambda p: make_run(
+        batch=p["batch"], seq=p["seq"], attn=p["attn_implementation"], logits="all"
+    ),
+    "infer_prefill_last_logit": lambda p: make_run(
+        batch=p["batch"], seq=p["seq"], attn=p["attn_implementation"]
+    ),
+    "train_amp_adamw": lambda p: make_training_run(
+        batch=p["batch"], seq=p["seq"], attn=p["attn_implementation"]
+    ),
+    "train_bf16_adamw": lambda p: make_training_run(
+        batch=p["batch"], seq=p["seq"], attn=p["attn_implementation"], precision="bf16"
+    ),
+    "train_amp_adamw_gc": lambda p: make_training_run(
+        batch=p["batch"], seq=p["seq"], attn=p["attn_implementation"], grad_ckpt=True
+    ),
+}
+
+
+def _points(path: Path, n: int) -> list[dict]:
+    """Every ``n``-th point of a reference grid (the smallest shapes: a few seconds each)."""
+    grid = json.loads(path.read_text())["grid"]
+    small = [p for p in grid if p["batch"] * p["seq"] <= 2048]
+    return small[::n]
+
+
+@pytest.mark.parametrize(
+    "point",
+    _points(reference_dir() / "groundtruth.json", 6),
+    ids=lambda p: f"{p['model']}-{p['mode']}-{p['attn_implementation']}",
+)
+def test_trace_equals_pytorch_reference(point: dict) -> None:
+    """Same numbers as the reference measurements (groundtruth.json), to the byte."""
+    model = load_model(str(reference_dir() / "configs" / f"{point['model']}.json"))
+    rep = trace(model, MODES[point["mode"]](point), use_cache=False)
+    assert rep.result.peak_bytes == point["peak_bytes"]
+
+
+def test_a_model_type_the_core_does_not_describe() -> None:
+    """gpt-oss: the readers refuse it, transformers builds it; the trace equals the reference script's
+    measurement (tests/reference/unsupported/groundtruth.json) and says there is no analytic estimate."""
+    point = next(
+        p
+        for p in json.loads((UNSUPPORTED / "groundtruth.json").read_text())["grid"]
+        if p["mode"] == "infer_prefill_last_logit" and p["attn_implementation"] == "sdpa"
+    )
+    with pytest.raises(GpumemInputError, match="not supported"):
+        load_model(str(UNSUPPORTED / "configs" / "openai__gpt-oss-20b.json"))
+    model = load_model(
+        str(UNSUPPORTED / "configs" / "openai__gpt-oss-20b.json"), unknown_architecture_ok=True
+    )
+    assert model.spec is None and model.config["model_type"] == "gpt_oss"
+    rep = trace(model, make_run(batch=point["batch"], seq=point["seq"]), use_cache=False)
+    assert rep.result.peak_bytes == point["peak_bytes"]
+    assert rep.estimate is None and trace_document(model, make_run(seq=512), rep)["analytic"] is None
+
+
+def test_subprocess_equals_in_process_and_the_cache_answers_again(tmp_path: Path) -> None:
+    model = load_model("Llama-3.2-1B")
+    run = make_run(batch=1, seq=256, new_tokens=4)
+    here = trace(model, run, use_cache=False)
+    there = trace(model, run, python=sys.executable)
+    assert there.result.phases == here.result.phases and not there.result.cached
+    again = trace(model, run, python=sys.executable)
+    assert again.result.cached and again.result.phases == here.result.phases
+    assert not trace(model, run.model_copy(update={"seq": 257}), python=sys.executable).result.cached
+    doc = trace_document(model, run, again)
+    assert doc["source"] == "trace" and doc["analytic"]["relative_difference_at_peak"] == pytest.approx(
+        0, abs=1e-4
+    )
+
+
+def test_lora_and_data_parallel_steps_run() -> None:
+    model = load_model(
+        str(REPO / "tests" / "reference" / "extra" / "configs" / "synthetic__llama-bias-tiny.json")
+    )
+    lora = trace(
+        model, make_training_run(method="lora", precision="bf16", seq=64, lora_rank=4), use_cache=False
+    )
+    assert lora.result.trainable_params and lora.result.trainable_params < 10**6
+    full = trace(model, make_training_run(seq=64), use_cache=False).result
+    for kw in ({"dp": 4}, {"dp": 4, "zero": 1}, {"dp": 4, "fsdp": "full_shard"}):
+        rank = trace(model, make_training_run(seq=64, **kw), use_cache=False).result
+        assert rank.world_size == 4 and any("fake process group" in n for n in rank.notes)
+    fsdp = trace(model, make_training_run(seq=64, dp=4, fsdp="full_shard"), use_cache=False).result
+    assert fsdp.phases["optimizer"]["Total"] < full.phases["optimizer"]["Total"]  # states and grads sharded
+
+
+@pytest.mark.parametrize(
+    ("run", "field"),
+    [
+        (make_run(engine="vllm"), "engine"),
+        (make_run(tp=2), "tp"),
+        (make_run(weights="nf4"), "weights"),
+        (make_training_run(method="qlora"), "method"),
+        (make_training_run(optimizer="adamw-8bit"), "optimizer"),
+        (make_training_run(zero=3, dp=2), "zero"),
+        (make_training_run(tp=2), "tp"),
+    ],
+)
+def test_runs_a_trace_cannot_do_are_refused_by_field(run, field: str) -> None:
+    with pytest.raises(GpumemInputError) as e:
+        trace(load_model("Llama-3.2-1B"), run)
+    assert e.value.field == field and "\n" not in str(e.value)
+
+
+def test_failures_are_one_line(tmp_path: Path) -> None:
+    model = load_model("Llama-3.2-1B")
+    with pytest.raises(TraceFailure, match="cannot run the Python"):
+        trace(model, make_run(seq=64), python=str(tmp_path / "no-such-python"))
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps({"model_type": "no_such_architecture", "hidden_size": 8}))
+    odd = load_model(str(bad), unknown_architecture_ok=True)
+    with pytest.raises(TraceFailure, match="transformers rejects the config") as e:
+        trace(odd, make_run(seq=64), use_cache=False)
+    assert "\n" not in str(e.value)
+    with pytest.raises(TraceFailure, match="longer than 1 s"):
+        trace(
+            load_model("Qwen3-30B-A3B"), make_run(seq=64), python=sys.executable, timeout=1, use_cache=False
+        )
+
+
+def test_cli_trace_json_and_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
+    from gpumem_gui.cli import main
+
+    assert main(["trace", "Llama-3.2-1B", "--seq", "128", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["source"] == "trace" and doc["peak_phase"] == "prefill" and doc["versions"]["torch"]
+    assert main(["trace", "Llama-3.2-1B", "--engine", "vllm"]) == 2
+    err = capsys.readouterr().err
+    assert "engine" in err and err.count("\n") == 1
