@@ -49,6 +49,13 @@ class WindowMenus(QObject):
             units.addAction(a)
             self.unit_actions[unit] = a
         view.addAction(window.gpu_dock.toggleViewAction())
+        tools = bar.addMenu("&Tools")
+        self.verify_action = self._action(
+            "&Verify exactly (trace with PyTorch)…", self.verify_exactly, "Ctrl+T"
+        )
+        tools.addAction(self.verify_action)
+        tools.addAction(self._action("Trace &Python…", self.choose_trace_python))
+        window.results.banner.verify_button.clicked.connect(self.verify_exactly)
         helpm = bar.addMenu("&Help")
         helpm.addAction(self._action("&About gpumem", self.about))
 
@@ -151,6 +158,26 @@ class WindowMenus(QObject):
         )
 
     # ---- copy ----------------------------------------------------------------------------------------------
+
+    def verify_exactly(self) -> None:
+        """Trace the current plan in a dialog (progress, cancel, traced vs estimated)."""
+        from gpumem_gui.ui.trace_view import TraceDialog
+
+        w = self.window
+        if w.model is None or w.run is None:
+            w.notify_info("Verify exactly: pick a model and a valid run first.")
+            return
+        self.trace_dialog = TraceDialog(w.model, w.run, w.settings, w.unit, parent=w)
+        self.trace_dialog.show()
+        self.trace_dialog.start()
+
+    def choose_trace_python(self) -> None:
+        from gpumem_gui.ui.trace_view import PYTHON_KEY
+
+        w = self.window
+        path, _ = QFileDialog.getOpenFileName(w, "The Python of an environment with torch and transformers")
+        if path:
+            w.settings.setValue(PYTHON_KEY, path)
 
     def copy_command(self) -> None:
         QApplication.clipboard().setText(self.window.command_line())

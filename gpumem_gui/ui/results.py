@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QGridLayout,
     QHBoxLayout,
     QLabel,
+    QPushButton,
     QSplitter,
     QStyle,
     QVBoxLayout,
@@ -58,10 +59,18 @@ class VerdictBanner(QFrame):
         text.setSpacing(2)
         text.addWidget(self.title)
         text.addWidget(self.detail)
+        # trace mode: the same plan counted by PyTorch itself (gpumem_gui.ui.trace_view)
+        self.verify_button = QPushButton("Verify exactly")
+        self.verify_button.setObjectName("verify_exactly")
+        self.verify_button.setToolTip(
+            "Trace this plan with the real model code under PyTorch's fake tensors and compare it with the "
+            "estimate, per phase and per category (needs a Python with torch and transformers)"
+        )
         row = QHBoxLayout(self)
         row.setContentsMargins(10, 6, 10, 6)
         row.addWidget(self.icon, 0, Qt.AlignmentFlag.AlignTop)
         row.addLayout(text, 1)
+        row.addWidget(self.verify_button, 0, Qt.AlignmentFlag.AlignTop)
 
     def set_verdict(self, state: str, title: str, detail: str = "") -> None:
         """``state``: 'fits', 'misses', 'none' (no target) or 'stale' (inputs invalid, last result kept)."""
