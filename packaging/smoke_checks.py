@@ -168,6 +168,19 @@ def same_json(b: Bundle, command: tuple[str, ...]) -> str:
     return f"{len(frozen.stdout)} bytes of JSON, identical"
 
 
+def trace_with_a_python(b: Bundle, python: str) -> str:
+    """The binary bundles no torch: ``gpumem trace --python`` runs the worker (shipped as plain files) in a
+    Python that has it, and gets the same peak as the source install."""
+    command = ["trace", "Llama-3.2-1B", "--seq", "64", "--json", "--no-cache", "--python", python]
+    frozen = run([str(b.gpumem), *command], b.env, b.scratch, 300)
+    assert frozen.returncode == 0, f"frozen: exit {frozen.returncode}: {frozen.stderr[-800:]}"
+    doc = json.loads(frozen.stdout)
+    assert doc["source"] == "trace" and doc["versions"].get("torch"), doc
+    no_python = run([str(b.gpumem), *command[:-2]], b.env, b.scratch, CLI_TIMEOUT_S)
+    assert no_python.returncode == 2 and "--python" in no_python.stderr, no_python.stderr[-300:]
+    return f"peak {doc['peak_bytes']:,} B traced with {python} (torch {doc['versions']['torch']})"
+
+
 def _gpus_verdict(d: dict[str, Any]) -> tuple[Any, ...]:
     uuids = [dev.get("uuid") for dev in d.get("devices") or []]
     return (

@@ -23,6 +23,7 @@ The checks themselves are in ``smoke_checks.py``; this script unpacks, runs them
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import sys
@@ -64,6 +65,7 @@ from smoke_checks import (  # noqa: E402
     same_json,
     self_test,
     sizes,
+    trace_with_a_python,
     unpack,
     versions,
 )
@@ -236,6 +238,13 @@ def run_bundle_checks(checks: Checks, b: Bundle, deb_path: Path) -> None:
     for command in JSON_COMMANDS:
         checks.run("gpumem " + " ".join(command) + " == source install", partial(same_json, b, command))
     checks.run("gpumem gpus --json: NVML binding bundled, driver from the system", partial(nvml_binding, b))
+    if importlib.util.find_spec("torch") is not None:
+        checks.run(
+            "gpumem trace --python (the worker in another Python)",
+            partial(trace_with_a_python, b, sys.executable),
+        )
+    else:
+        print("skip  gpumem trace: this Python has no torch (make install-trace)")
     checks.run(
         "gpumem-gui --self-test --fake-gpus rtx4090_browser (offscreen)", partial(self_test, b, b.env, [])
     )
