@@ -39,6 +39,7 @@ class Options:
     soak_every_s: float = 30.0
     cli_runs: int = 5
     frozen_runs: int = 5
+    trace_runs: int = 3  # 0: trace mode not measured
 
     @classmethod
     def quick(cls, **kw: object) -> Options:
@@ -50,6 +51,7 @@ class Options:
             "meta_builds": 1,
             "ui_runs": 1,
             "ui_changes": 3,
+            "trace_runs": 0,
             "poll_min_time": 0.01,
             "soak_s": 3.0,
             "soak_every_s": 1.0,
@@ -176,6 +178,9 @@ def collect(opts: Options, log: bool = True) -> dict:
         data["llm_analysis"] = data["accelerate"] = {"missing": "peers skipped (--no-peers)"}
     say("gpumem estimate as a process")
     data["cli_process_s"] = cli_process(opts.cli_runs)
+    if opts.trace_runs:
+        say("trace mode")
+        data["trace"] = _script("bench_trace.py", "--runs", str(opts.trace_runs), timeout=1800)
     if opts.app:
         say("window: cold start, form change to chart")
         data["ui"] = _script(

@@ -24,6 +24,7 @@ def render(data: dict) -> str:
     base = core[bench_core.BASELINE]["median_s"]
     L = _head(data)
     L += _core_section(data, base)
+    L += _trace_section(data.get("trace") or {"missing": "not measured in this run"})
     if data.get("ui"):
         L += _app_section(data)
     else:
@@ -40,6 +41,33 @@ def render(data: dict) -> str:
         "`benchmarks/README.md` describes each script; each also runs on its own and prints a table.",
     ]
     return "\n".join(L) + "\n"
+
+
+def _trace_section(tr: dict) -> list[str]:
+    """Trace mode beside the analytic estimate (benchmarks/bench_trace.py): goals <= 1 s for an 8B inference
+    point and <= 3 s for an 8B training step in a running process, <= 5 s in a fresh subprocess, < 10 ms
+    cached."""
+    L = ["## Trace mode", ""]
+    if "missing" in tr:
+        return [*L, f"Not measured: {tr['missing']}.", ""]
+    L += [
+        "The same run traced by PyTorch (the real model under fake tensors, `gpumem trace`), median of 3, "
+        "against the analytic estimate of the same run:",
+        "",
+    ]
+    rows = []
+    for r in tr["rows"]:
+        ratio = f"{r['ratio']:,.0f}x" if r.get("ratio") else ""
+        est = f"{r['estimate_s'] * 1e6:,.0f} µs" if r.get("estimate_s") else ""
+        rows.append(
+            [
+                r["name"],
+                f"{r['trace_s']:.3f} s" if r["trace_s"] >= 0.1 else f"{r['trace_s'] * 1e3:.1f} ms",
+                est,
+                ratio,
+            ]
+        )
+    return L + table(["trace", "time", "analytic estimate", "trace / estimate"], rows, "lrrr") + [""]
 
 
 def _head(data: dict) -> list[str]:
