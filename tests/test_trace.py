@@ -151,3 +151,35 @@ def test_cli_trace_json_and_bad_input(capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["trace", "Llama-3.2-1B", "--engine", "vllm"]) == 2
     err = capsys.readouterr().err
     assert "engine" in err and err.count("\n") == 1
+
+
+def test_flash_attention_is_traced_as_sdpa_and_says_so() -> None:
+    """flash_attention_2 needs CUDA; the sdpa path runs the same fused kernel on a GPU."""
+    model = load_model(
+        str(REPO / "tests" / "reference" / "extra" / "configs" / "synthetic__llama-bias-tiny.json")
+    )
+    flash = trace(model, make_run(seq=64, attn="flash"), use_cache=False).result
+    sdpa = trace(model, make_run(seq=64, attn="sdpa"), use_cache=False).result
+    assert flash.phases == sdpa.phases
+    assert any("flash-attention needs CUDA" in n for n in flash.notes)
+    assert not any("flash" in n for n in sdpa.notes)
+
+
+def test_model_code_from_the_checkpoint_runs_only_when_trusted() -> None:
+    """A folder whose config.json names its own classes (auto_map): refused until trusted, then traced with
+    that code, which the result names (tests/reference/remote_code/tiny_custom: Llama's classes renamed)."""
+    folder = REPO / "tests" / "reference" / "remote_code" / "tiny_custom"
+    model = load_model(str(folder), unknown_architecture_ok=True)
+    run = make_run(seq=64)
+    with pytest.raises(TraceFailure, match="--trust-remote-code"):
+        trace(model, run, use_cache=False)
+    trusted = trace(model, run, trust_remote_code=True, use_cache=False).result
+    plain = load_model(
+        str(REPO / "tests" / "reference" / "extra" / "configs" / "synthetic__llama-bias-tiny.json")
+    )
+    assert trusted.phases == trace(plain, run, use_cache=False).result.phases
+    assert any("modeling_tiny.py" in n and str(folder) in n for n in trusted.notes)
+    # the catalog and the Hub have no local folder to run code from
+    hub_like = model.model_copy(update={"source": "someorg/tiny-custom"})
+    with pytest.raises(TraceFailure, match="local folder"):
+        trace(hub_like, run, trust_remote_code=True, use_cache=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -16,7 +17,7 @@ TRACED_OPTIMIZERS = ("adamw", "adamw-fused", "adamw-foreach", "adamw-for-loop", 
 
 
 class TraceRequest(BaseModel):
-    """One worker request: ``{"config", "mode", "run", "trust_remote_code"}``."""
+    """One worker request: ``{"config", "mode", "run", "trust_remote_code", "code_dir", "code_sha256"}``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -24,6 +25,9 @@ class TraceRequest(BaseModel):
     mode: Literal["inference", "train"]
     run: dict[str, Any]
     trust_remote_code: bool = False
+    # the local folder a config's auto_map points into, and a hash of its .py files (part of the cache key)
+    code_dir: str | None = None
+    code_sha256: str | None = None
 
     def payload(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -98,6 +102,27 @@ def make_request(
     else:
         _check_training(run)
         mode = "train"
+    code_dir = _code_dir(model) if trust_remote_code and model.config.get("auto_map") else None
     return TraceRequest(
-        config=model.config, mode=mode, run=run.model_dump(mode="json"), trust_remote_code=trust_remote_code
+        config=model.config,
+        mode=mode,
+        run=run.model_dump(mode="json"),
+        trust_remote_code=trust_remote_code,
+        code_dir=str(code_dir) if code_dir else None,
+        code_sha256=_code_hash(code_dir) if code_dir else None,
     )
+
+
+def _code_dir(model: LoadedModel) -> Path | None:
+    """The local folder beside the model's config.json (its own code lives there), or None (hub, catalog)."""
+    path = Path(model.source).expanduser().resolve()
+    if not path.exists():
+        return None
+    return path if path.is_dir() else path.parent
+
+
+def _code_hash(folder: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(folder.glob("*.py")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()

@@ -177,7 +177,7 @@ def run_in_process(request: TraceRequest, timeout: float = DEFAULT_TIMEOUT_S) ->
         # filters that turn warnings into errors (pytest's) must not stop the trace
         with _alarm(timeout), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return handle(request.payload())
+            return handle(request.payload(), quiet=True)
     except TraceError as e:
         raise TraceFailure(f"trace: {e}") from None
     except TimeoutError:

@@ -25,18 +25,25 @@ What the real code does that fake tensors cannot is handled in :mod:`.building` 
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
-from .building import TraceError, versions
+from .building import CODE_DIR, TraceError, quiet_transformers, versions
 
 __all__ = ["SCHEMA", "TraceError", "handle", "versions"]
 
 SCHEMA = "gpumem.trace-worker/1"
 
 
-def handle(request: dict[str, Any]) -> dict[str, Any]:
-    """Run one request: ``{"config": {...}, "mode": "inference"|"train", "run": {...}}``."""
+def handle(request: dict[str, Any], quiet: bool = False) -> dict[str, Any]:
+    """Run one request: ``{"config": {...}, "mode": "inference"|"train", "run": {...}}``.
+
+    ``quiet``: transformers' own log lines (deprecations) stay off the terminal of an in-process caller; a
+    subprocess keeps them in its log."""
+    if quiet:
+        with quiet_transformers():
+            return handle(request)
     if not isinstance(request, dict) or not isinstance(request.get("config"), dict):
         raise TraceError("the request needs a 'config' object")
     mode = request.get("mode", "inference")
@@ -47,14 +54,19 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
         raise TraceError("the request's 'run' must be an object")
     t0 = time.perf_counter()
     trust = bool(request.get("trust_remote_code"))
-    if mode == "inference":
-        from .inference import trace_inference
+    code_dir = request.get("code_dir")
+    token = CODE_DIR.set(code_dir if isinstance(code_dir, str) and os.path.isdir(code_dir) else None)
+    try:
+        if mode == "inference":
+            from .inference import trace_inference
 
-        res = trace_inference(request["config"], run, trust)
-    else:
-        from .training import trace_training
+            res = trace_inference(request["config"], run, trust)
+        else:
+            from .training import trace_training
 
-        res = trace_training(request["config"], run, trust)
+            res = trace_training(request["config"], run, trust)
+    finally:
+        CODE_DIR.reset(token)
     phases = res["phases"]
     peak_phase = max(phases, key=lambda k: phases[k].get("Total", 0))
     return {

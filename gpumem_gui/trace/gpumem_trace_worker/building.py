@@ -19,10 +19,12 @@ Handled here, each named in the result's ``notes`` when it applies:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import importlib.util
 import json
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -35,6 +37,19 @@ _KERNEL_PACKAGES = {"Mamba": "mamba_ssm", "Conv1d": "causal_conv1d", "GatedDelta
 
 class TraceError(Exception):
     """A request the worker cannot run; its message is one line naming the cause."""
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' log at error level (it sets its own level when first imported, so import it first)."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
 
 
 def versions() -> dict[str, str]:
@@ -106,21 +121,55 @@ def same_device_to() -> Iterator[None]:
         torch.nn.Module.to = to  # type: ignore[method-assign]
 
 
-def load_config(raw: dict[str, Any], trust_remote_code: bool) -> Any:
+# the local folder whose .py files a config's auto_map names (set per request by handle())
+CODE_DIR: contextvars.ContextVar[str | None] = contextvars.ContextVar("CODE_DIR", default=None)
+
+
+def load_config(raw: dict[str, Any], trust_remote_code: bool, notes: list[str] | None = None) -> Any:
+    """transformers' config object for ``raw``; with ``trust_remote_code``, the config's own classes from
+    the model folder (the .py files its ``auto_map`` names), which the result's notes then name."""
     from transformers import AutoConfig
 
-    with tempfile.TemporaryDirectory() as d:
+    code_dir = CODE_DIR.get()
+    if trust_remote_code and raw.get("auto_map") and code_dir is None:
+        raise TraceError(
+            "the model's own code is run from a local folder only: download the repository (config.json "
+            "and its .py files) and open the folder"
+        )
+    with tempfile.TemporaryDirectory() as tmp:
+        # named as the model folder: transformers caches the config's module under this name
+        d = os.path.join(tmp, os.path.basename(os.path.normpath(code_dir)) if code_dir else "model")
+        os.mkdir(d)
         with open(os.path.join(d, "config.json"), "w", encoding="utf-8") as f:
             json.dump(raw, f)
+        custom = trust_remote_code and code_dir is not None and bool(raw.get("auto_map"))
+        if custom:
+            for name in sorted(os.listdir(code_dir)):  # the config's module and what it imports
+                if name.endswith(".py"):
+                    shutil.copy(os.path.join(code_dir, name), d)
         try:
-            return AutoConfig.from_pretrained(d, trust_remote_code=trust_remote_code)
-        except (ValueError, KeyError, TypeError, OSError) as e:
+            cfg = AutoConfig.from_pretrained(d, trust_remote_code=trust_remote_code)
+        except (ValueError, KeyError, TypeError, OSError, ImportError) as e:
             msg = str(e).splitlines()[0][:200]
-            if "trust_remote_code" in msg:
+            if "trust_remote_code" in msg or "custom code" in msg:
                 raise TraceError(
                     "the config needs the model's own code: rerun with --trust-remote-code if you trust it"
                 ) from None
             raise TraceError(f"transformers rejects the config: {msg}") from None
+    if custom:
+        cfg.name_or_path = code_dir  # from_config loads the model class from here
+        if notes is not None:
+            refs = _class_refs(raw["auto_map"])
+            names = sorted({ref.split("--")[-1].split(".")[0] + ".py" for ref in refs})
+            notes.append(f"ran the model's own code from {code_dir}: {', '.join(names)}")
+    return cfg
+
+
+def _class_refs(auto_map: Any) -> list[str]:
+    """The ``module.Class`` references of an ``auto_map`` (values are strings or lists with nulls)."""
+    values = auto_map.values() if isinstance(auto_map, dict) else []
+    flat = [x for v in values for x in (v if isinstance(v, list) else [v])]
+    return [x for x in flat if isinstance(x, str) and "." in x]
 
 
 def text_config(cfg: Any) -> Any:
@@ -153,6 +202,13 @@ def build(cfg: Any, dtype: Any, attn: str, trust_remote_code: bool, notes: list[
             "parameters are added to the load"
         )
         cfg = text_config(cfg)
+    if attn == "flash":
+        # flash_attention_2 needs the flash-attn package and a CUDA device; on a GPU, transformers' sdpa path
+        # (is_causal, no mask) dispatches to the same flash kernel, which keeps only the logsumexp
+        notes.append(
+            "flash-attention needs CUDA: traced with sdpa, which runs the same fused kernel on a GPU"
+        )
+        attn = "sdpa"
     kw: dict[str, Any] = {"dtype": dtype, "attn_implementation": attn, "trust_remote_code": trust_remote_code}
     if _is_moe(cfg):
         kw["experts_implementation"] = "grouped_mm"

@@ -72,11 +72,11 @@ def trace_inference(
 
     check_torch()
     patch_transformers_for_fake()
-    cfg = load_config(raw, trust_remote_code)
+    notes: list[str] = []
+    cfg = load_config(raw, trust_remote_code, notes)
     batch, seq, new = int(run.get("batch", 1)), int(run.get("seq", 2048)), int(run.get("new_tokens", 0))
     dtype = getattr(torch, DTYPES[run.get("compute_dtype", "bf16")])
     keep = 0 if run.get("logits", "last") == "all" else 1
-    notes: list[str] = []
     out: dict[str, Any] = {"notes": notes, "quantization": quantization_notes(raw, notes)}
     with FakeTensorMode(), readable_failures():
         model = build(cfg, dtype, run.get("attn", "sdpa"), trust_remote_code, notes).eval()

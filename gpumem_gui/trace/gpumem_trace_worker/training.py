@@ -94,7 +94,7 @@ def prepare(raw: dict[str, Any], run: dict[str, Any], trust: bool, notes: list[s
     patch_transformers_for_fake()
     if run.get("method") == "qlora":
         raise TraceError("QLoRA is not traced: bitsandbytes' 4-bit layers need a CUDA device")
-    cfg = load_config(raw, trust)
+    cfg = load_config(raw, trust, notes)
     for k in _DROPOUT_KEYS:
         if run.get("dropout") is not None and hasattr(cfg, k):
             setattr(cfg, k, float(run["dropout"]))
