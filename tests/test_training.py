@@ -14,6 +14,7 @@ from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.readers.hf_config import load_config_file
 from gpumem_gui.core.reference_points import training_run_for_point
 from gpumem_gui.core.spec.model import ModelSpec
+from gpumem_gui.core.spec.params import count_params
 from gpumem_gui.core.training import (
     estimate_training,
     make_training_run,
@@ -360,3 +361,15 @@ def test_lora_alpha_has_no_memory_effect() -> None:
     a = estimate_training(_small(), make_training_run(method="lora", lora_alpha=8, seq=128))
     b = estimate_training(_small(), make_training_run(method="lora", lora_alpha=256, seq=128))
     assert a.peak_bytes == b.peak_bytes
+
+
+def test_a_text_step_keeps_no_optimizer_state_for_the_vision_tower() -> None:
+    """torch's optimizers skip parameters without a gradient (the vision tower in a text step; traced in
+    tests/test_trace.py); DeepSpeed's flat fp32 partitions hold states for every trainable parameter."""
+    spec = load_config_file(REPO / "resources" / "configs" / "google__gemma-3-4b-it.json")
+    assert spec.vision is not None
+    n = spec.vision.params
+    plain = estimate_training(spec, make_training_run(seq=256)).facts["optimizer_state_bytes"]
+    flat = estimate_training(spec, make_training_run(seq=256, zero=1)).facts["optimizer_state_bytes"]
+    text_only = plain // (count_params(spec).total - n)  # bytes of state per trained parameter
+    assert flat - plain == text_only * n

@@ -71,6 +71,7 @@ class CausalLM:
         self.p: dict[str, Param] = {}
         self.shape: dict[str, tuple[int, ...]] = {}
         self.quantized: set[str] = set()
+        self.unused: set[str] = set()  # trainable parameters the text forward never uses
         self._by_name = {t.name: t for t in model_tensors(spec)}
         self._lora = _lora_weights(spec, cfg.lora_targets) if cfg.method != "full" else frozenset()
         self._logits: T | None = None
@@ -124,10 +125,12 @@ class CausalLM:
         if cfg.method == "qlora" and cfg.quant_bytes:
             s.param("bnb 4-bit linears", 0, "u8", False, cfg.quant_bytes, None, sharded=False)
         if spec.vision is not None and cfg.embedding:
-            # the vision tower and projector: counted (and trained in a full fine-tune), not run on text
+            # the vision tower and projector: counted (trainable in a full fine-tune), not run on text, so
+            # a text step gives them no gradient
             n = spec.vision.params
             full = round(n * DT_BYTES[cfg.param_dt])
             self.p["vision"] = s.param("vision", n, cfg.param_dt, self._trainable(None), full, None)
+            self.unused.add("vision")
 
     def has(self, name: str) -> bool:
         """Whether this rank holds parameter ``name`` (``layers.3.self_attn.q_proj.weight``)."""

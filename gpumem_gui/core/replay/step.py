@@ -58,6 +58,8 @@ class StepOptions:
     offload_states: bool = False
     fused_step: bool = False
     master_bytes_per_param: int = 0
+    # states also for trainable parameters no step gives a gradient (flat buffers: DeepSpeed, FSDP, Megatron)
+    states_for_unused: bool = False
 
 
 class TrainingHooks(ReplayHooks):
@@ -105,12 +107,14 @@ def _simulate_step(
     model = CausalLM(sim, spec, cfg)
     buffers = sim.storage(buffers_bytes(spec), "buffers", "buffer")
     trainable = [p for p in sim.params if p.rg]
+    # torch's optimizers keep state only for parameters with a gradient (torch/optim/adam.py, _init_group)
+    stepped = trainable if opts.states_for_unused else [p for p in trainable if p.name not in model.unused]
     shapes = model.shape
 
     def make_states() -> list[Storage]:
         if opts.offload_states:
             return []
-        return create_states(sim, optimizer, trainable, shapes, opts.state_shard, opts.master_bytes_per_param)
+        return create_states(sim, optimizer, stepped, shapes, opts.state_shard, opts.master_bytes_per_param)
 
     states = [] if opts.first_step else make_states()
     state_bytes = sum(st.nbytes for st in states)
@@ -145,7 +149,7 @@ def _simulate_step(
         states = make_states()
         state_bytes = sum(st.nbytes for st in states)
     if not opts.offload_states:
-        step(sim, optimizer, trainable, opts.state_shard, fused=opts.fused_step)
+        step(sim, optimizer, stepped, opts.state_shard, fused=opts.fused_step)
     grad_bytes = (
         main.nbytes if main is not None else sum(p.grad.nbytes for p in trainable if p.grad is not None)
     )

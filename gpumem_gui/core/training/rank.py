@@ -69,6 +69,7 @@ def step_options(run: TrainingRun) -> StepOptions:
         offload_states=sh.states_offloaded,
         fused_step=prec.fused_step,
         master_bytes_per_param=prec.master_bytes,
+        states_for_unused=sh.flat_states or prec.main_grad,
     )
 
 

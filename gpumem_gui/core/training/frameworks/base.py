@@ -24,7 +24,9 @@ class Sharding:
     data-parallel ranks; ``gather`` says how full parameters come back (``unit``: one FSDP unit / ZeRO-3
     layer at a time, ``all``: every unit for the whole step); offload keeps states (and parameters) in CPU
     RAM. ``states_sharded``/``grads_sharded`` say whether the framework shards them at all (even over one
-    rank), for the explanations."""
+    rank), for the explanations. ``flat_states``: optimizer states exist for every trainable parameter, also
+    one no step gives a gradient (a multimodal model's vision tower in a text-only step): DeepSpeed's flat
+    fp32 partitions, FSDP's FlatParameter; torch's own optimizers skip a parameter whose ``.grad`` is None."""
 
     state_shard: int = 1
     grad_shard: int = 1
@@ -34,6 +36,7 @@ class Sharding:
     params_offloaded: bool = False
     states_sharded: bool = False
     grads_sharded: bool = False
+    flat_states: bool = False
 
 
 class Framework(ABC):

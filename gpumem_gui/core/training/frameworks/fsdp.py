@@ -31,6 +31,7 @@ class Fsdp(Framework):
             params_offloaded=offload_params,
             states_sharded=True,
             grads_sharded=True,
+            flat_states=True,
         )
 
     def check(self, spec: ModelSpec, run: TrainingRun) -> list[str]:
