@@ -183,3 +183,18 @@ def test_model_code_from_the_checkpoint_runs_only_when_trusted() -> None:
     hub_like = model.model_copy(update={"source": "someorg/tiny-custom"})
     with pytest.raises(TraceFailure, match="local folder"):
         trace(hub_like, run, trust_remote_code=True, use_cache=False)
+
+
+def test_multimodal_model_traces_its_language_model_and_adds_the_vision_tower() -> None:
+    """A Gemma-3 config with a SigLIP tower: text-only forward; the tower and projector's parameters (as
+    transformers builds them) are added to every phase; a text step gives them no optimizer state."""
+    model = load_model(
+        str(REPO / "tests" / "reference" / "extra" / "configs" / "synthetic__gemma3-vision-tiny.json")
+    )
+    assert model.params is not None
+    for run in (make_run(seq=64), make_training_run(seq=64)):
+        rep = trace(model, run, use_cache=False)
+        assert rep.result.vision_params == model.params.vision
+        assert any("multimodal" in n for n in rep.result.notes)
+        peak = rep.peak
+        assert peak.estimated_bytes == pytest.approx(peak.traced_bytes, rel=0.01)

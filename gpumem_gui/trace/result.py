@@ -39,6 +39,7 @@ class TraceResult(BaseModel):
     logits_bytes: int | None = Field(None, ge=0)
     attn_implementation_used: str | None = None
     trainable_params: int | None = Field(None, ge=0)
+    vision_params: int | None = Field(None, ge=0)  # a multimodal model's tower + projector, added
     world_size: int | None = Field(None, ge=1)
     quantization: str | None = None
     notes: tuple[str, ...] = ()
@@ -186,6 +187,7 @@ def trace_document(model: LoadedModel, run: InferenceRun | TrainingRun, rep: Tra
         "kv_cache_bytes": r.kv_cache_bytes,
         "logits_bytes": r.logits_bytes,
         "trainable_params": r.trainable_params,
+        "vision_params": r.vision_params,
         "world_size": r.world_size,
         "attn_implementation_used": r.attn_implementation_used,
         "notes": list(r.notes) + ([rep.weights_note] if rep.weights_note else []),

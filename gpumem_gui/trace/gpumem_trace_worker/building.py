@@ -198,8 +198,8 @@ def build(cfg: Any, dtype: Any, attn: str, trust_remote_code: bool, notes: list[
 
     if is_multimodal(cfg):
         notes.append(
-            "multimodal: the language model is traced (its forward with text only); the vision tower's "
-            "parameters are added to the load"
+            "multimodal: the language model is traced (its forward with text only); the parameters of the "
+            "vision tower and projector are added to every phase"
         )
         cfg = text_config(cfg)
     if attn == "flash":
@@ -231,17 +231,52 @@ def build(cfg: Any, dtype: Any, attn: str, trust_remote_code: bool, notes: list[
     raise TraceError("transformers cannot build the model")
 
 
-def vision_params(cfg: Any, dtype: Any) -> tuple[int, int]:
-    """(parameters, bytes) of a multimodal config's vision tower and projector, built on their own."""
+def vision_params(cfg: Any, dtype: Any, world: int = 1) -> tuple[int, int]:
+    """(parameters, bytes on rank 0) of what a multimodal model holds besides its language model (the vision
+    tower and the projector): the whole model built with weight init off (init reads values, e.g. SigLIP's
+    truncated normal), its parameters outside ``language_model`` and ``lm_head`` counted; ``world`` > 1:
+    FSDP2's dim-0 shard of each (``ceil(rows / world)`` rows, padded)."""
     from transformers import AutoModel
 
-    vcfg = getattr(cfg, "vision_config", None)
-    if vcfg is None:
+    if getattr(cfg, "vision_config", None) is None:
         return 0, 0
-    with same_device_to():
-        tower = AutoModel.from_config(copy.deepcopy(vcfg), dtype=dtype)
-    n = sum(p.numel() for p in tower.parameters())
-    return n, sum(p.numel() * p.element_size() for p in tower.parameters())
+    with same_device_to(), _no_init_weights():
+        whole = AutoModel.from_config(copy.deepcopy(cfg), dtype=dtype)
+    extra = [
+        p
+        for name, p in whole.named_parameters()
+        if not any(part in ("language_model", "lm_head") for part in name.split("."))
+    ]
+    nbytes = 0
+    for p in extra:
+        rows = p.shape[0] if p.dim() else 1
+        held = -(-rows // world) * (p.numel() // rows) if world > 1 and rows else p.numel()
+        nbytes += held * p.element_size()
+    return sum(p.numel() for p in extra), nbytes
+
+
+def add_vision(out: dict[str, Any], cfg: Any, dtype: Any, world: int = 1) -> None:
+    """A multimodal model's vision tower and projector, which the text-only trace did not build, added to
+    every phase as parameters (a text step gives them no gradient, so no optimizer state either)."""
+    if not is_multimodal(cfg):
+        return
+    n, nbytes = vision_params(cfg, dtype, world)
+    out["vision_params"] = n
+    for ph in out["phases"].values():
+        ph["Parameter"] = ph.get("Parameter", 0) + nbytes
+        ph["Total"] = ph.get("Total", 0) + nbytes
+
+
+def _no_init_weights() -> Any:
+    """transformers' context that skips weight init (its home moved between versions)."""
+    for where in ("transformers.initialization", "transformers.modeling_utils"):
+        try:
+            module = importlib.import_module(where)
+        except ImportError:
+            continue
+        if hasattr(module, "no_init_weights"):
+            return module.no_init_weights()
+    return contextlib.nullcontext()
 
 
 def quantization_notes(raw: dict[str, Any], notes: list[str]) -> str | None:

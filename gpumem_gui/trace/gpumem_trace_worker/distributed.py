@@ -25,7 +25,7 @@ import contextlib
 import gc
 from typing import Any
 
-from .building import TraceError, attn_used, quantization_notes, readable_failures, vocab
+from .building import TraceError, add_vision, attn_used, quantization_notes, readable_failures, vocab
 from .tracking import fsdp_tracker, memory_tracker, restart_peaks
 from .training import optimizer, precision_dtypes, prepare
 
@@ -182,3 +182,4 @@ def _trace_rank(
             module, opt = _ddp(model, run, strategy == "zero1")
             _iterations(module, opt, mt, ids, autocast)
     out["phases"] = {k: v for k, v in mt.phase_peaks.items() if k != "warmup"}
+    add_vision(out, cfg, precision_dtypes(run)[0], _world(run) if strategy == "fsdp" else 1)

@@ -7,15 +7,14 @@ from typing import Any
 
 from .building import (
     DTYPES,
+    add_vision,
     attn_used,
     build,
     check_torch,
-    is_multimodal,
     load_config,
     patch_transformers_for_fake,
     quantization_notes,
     readable_failures,
-    vision_params,
     vocab,
 )
 from .tracking import flat, memory_tracker
@@ -96,12 +95,6 @@ def trace_inference(
                 _decode(model, mt, None, batch, seq + new - 1, n_vocab, out)
         out["phases"] = {k: v for k, v in mt.phase_peaks.items() if k != "warmup"}
         out["phases"]["load"] = flat(mt.get_tracker_snapshot("current"))
-        if is_multimodal(cfg):
-            n, nbytes = vision_params(cfg, dtype)
-            out["vision_params"] = n
-            for ph in out["phases"].values():
-                ph["Parameter"] = ph.get("Parameter", 0) + nbytes
-                ph["Total"] = ph.get("Total", 0) + nbytes
+        add_vision(out, cfg, dtype)
         del model
-    gc.collect()
     return out

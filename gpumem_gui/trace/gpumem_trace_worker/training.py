@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 from typing import Any
 
 from .building import (
     TraceError,
+    add_vision,
     attn_used,
     build,
     check_torch,
@@ -101,7 +101,10 @@ def prepare(raw: dict[str, Any], run: dict[str, Any], trust: bool, notes: list[s
     weights, _ = precision_dtypes(run)
     model = build(cfg, weights, run.get("attn", "sdpa"), trust, notes)
     if is_multimodal(cfg):
-        notes.append("multimodal: only the language model is trained in the trace")
+        notes.append(
+            "multimodal: a text-only step; the vision tower and projector get no gradient, so torch's "
+            "optimizers keep no state for them"
+        )
     if run.get("grad_ckpt"):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if run.get("method") == "lora":
@@ -164,6 +167,6 @@ def trace_training(
         with mt:
             step(model, opt, mt, ids, autocast, accum)
         out["phases"] = dict(mt.phase_peaks)
+        add_vision(out, cfg, precision_dtypes(run)[0])
         del model, opt, ids
-    gc.collect()
     return out
