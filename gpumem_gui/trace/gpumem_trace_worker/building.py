@@ -112,7 +112,12 @@ def same_device_to() -> Iterator[None]:
     def patched(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not kwargs and len(args) == 1 and str(args[0]) == "cpu":
             return self
-        return to(self, *args, **kwargs)
+        try:
+            return to(self, *args, **kwargs)
+        except RuntimeError as e:
+            if "swap" not in str(e):
+                raise
+            return _replace_params(self, *args, **kwargs)
 
     torch.nn.Module.to = patched  # type: ignore[method-assign]
     try:
@@ -123,6 +128,25 @@ def same_device_to() -> Iterator[None]:
 
 # the local folder whose .py files a config's auto_map names (set per request by handle())
 CODE_DIR: contextvars.ContextVar[str | None] = contextvars.ContextVar("CODE_DIR", default=None)
+
+
+def _replace_params(module: Any, *args: Any, **kwargs: Any) -> Any:
+    """``module.to(...)`` when torch cannot swap a fake parameter in place (a reference to it is held, e.g.
+    PEFT casting a new adapter of an expert-weight parameter): each parameter and buffer is replaced by its
+    converted copy, as ``Module._apply`` does for ordinary tensors."""
+    import torch
+
+    with torch.no_grad():
+        for mod in module.modules():
+            for key, p in list(mod._parameters.items()):
+                if p is not None:
+                    mod._parameters[key] = torch.nn.Parameter(
+                        p.to(*args, **kwargs), requires_grad=p.requires_grad
+                    )
+            for key, b in list(mod._buffers.items()):
+                if b is not None:
+                    mod._buffers[key] = b.to(*args, **kwargs)
+    return module
 
 
 def load_config(raw: dict[str, Any], trust_remote_code: bool, notes: list[str] | None = None) -> Any:
