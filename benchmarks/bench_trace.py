@@ -20,14 +20,20 @@ from gpumem_gui.core import estimate_any, load_model, make_run, make_training_ru
 from gpumem_gui.trace import in_process_available, trace
 
 CASES = (
-    ("8B inference point (in process)", "Llama-3.1-8B", lambda: make_run(seq=4096, new_tokens=256), None),
+    ("8B inference point (in process)", "Llama-3.1-8B", lambda: make_run(seq=4096), None),
+    (
+        "8B inference point with decode (in process)",  # + a cache built as generate() builds it: 4 forwards
+        "Llama-3.1-8B",
+        lambda: make_run(seq=4096, new_tokens=256),
+        None,
+    ),
     ("8B training step (in process)", "Llama-3.1-8B", lambda: make_training_run(seq=2048), None),
     ("30B MoE inference point (in process)", "Qwen3-30B-A3B", lambda: make_run(seq=4096), None),
     ("70B inference point (in process)", "Llama-3.1-70B-Instruct", lambda: make_run(seq=4096), None),
     (
         "8B inference point (fresh subprocess)",
         "Llama-3.1-8B",
-        lambda: make_run(seq=4096, new_tokens=256),
+        lambda: make_run(seq=4096),
         "sub",
     ),
 )
@@ -55,7 +61,7 @@ def measure(runs: int) -> dict:
         s = _median(lambda m=model, r=run, p=python: trace(m, r, python=p, use_cache=False), runs)
         est = _median(lambda m=model, r=run: estimate_any(m.spec, r), 20)
         rows.append({"name": name, "trace_s": s, "estimate_s": est, "ratio": s / est if est else None})
-    model, run = load_model("Llama-3.1-8B"), make_run(seq=4096, new_tokens=256)
+    model, run = load_model("Llama-3.1-8B"), make_run(seq=4096)
     trace(model, run)  # fills the cache
     cached = _median(lambda: trace(model, run), 20)
     rows.append({"name": "8B inference point (cached)", "trace_s": cached, "estimate_s": None, "ratio": None})

@@ -12,6 +12,13 @@ GOAL_PEER_X = 10
 GOAL_META_X = 10_000
 GOAL_COLD_START_S = 1.0
 GOAL_REDRAW_MS = 16.0
+# trace mode (issue 13): (row name in bench_trace.CASES, goal in seconds)
+TRACE_GOALS = (
+    ("8B inference point (in process)", 1.0),
+    ("8B training step (in process)", 3.0),
+    ("8B inference point (fresh subprocess)", 5.0),
+    ("8B inference point (cached)", 0.010),
+)
 TRAIN_UNCACHED = "estimate: training full ZeRO-3 dp8 x TP2, uncached"
 SWEEP = f"sweep: {bench_core.SWEEP_POINTS} points over seq (one process)"
 
@@ -56,6 +63,20 @@ def goals(data: dict) -> list[tuple[str, str, str]]:
     rows += _llm_analysis_goals(data["llm_analysis"], core, base)
     rows += _accelerate_goals(data["accelerate"], base)
     rows += _app_goals(data)
+    rows += _trace_goals(data.get("trace"))
+    return rows
+
+
+def _trace_goals(tr: dict | None) -> list[Row]:
+    if not tr or "missing" in tr:
+        why = (tr or {}).get("missing", "not measured in this run")
+        return [("trace mode (`gpumem trace`)", f"not measured: {why}", "-")]
+    by_name = {r["name"]: r["trace_s"] for r in tr["rows"]}
+    rows: list[Row] = []
+    for name, goal_s in TRACE_GOALS:
+        if name in by_name:
+            s = by_name[name]
+            rows.append((f"trace: {name} ≤ {fmt_time(goal_s)}", fmt_time(s), met(s <= goal_s)))
     return rows
 
 
