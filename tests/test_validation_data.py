@@ -92,14 +92,14 @@ BROKEN = [
         _metric0("reason", "ours {nonsense}"),
         "mappings[0] ({id0}).metrics[0].reason",
         "unknown field {nonsense} (known: g, ",
-        id="unknown-placeholder-training",
+        id="unknown-template-field-training",
     ),
     pytest.param(
         "published_inference.json",
         _metric0("reason", "{oops} off"),
         "mappings[0] ({id0}).metrics[0].reason",
         "unknown field {oops} (known: compute_buffer, ",
-        id="unknown-placeholder-inference",
+        id="unknown-template-field-inference",
     ),
     pytest.param(
         "published_inference.json",

@@ -7,7 +7,7 @@ only, never from the subpackages (an import-linter contract). The subpackages, f
   its KV-cache geometry, and how it splits over GPUs;
 * ``results``: what an estimate is (components with explanations, phases, GPUs) and the per-process
   overheads;
-* ``readers``: every input that describes a model (``config.json`` per ``model_type``, safetensors and GGUF
+* ``readers``: every input that describes a model (``config.json`` per architecture, safetensors and GGUF
   headers, the catalog, the Hub); the only place that knows architectures by name;
 * ``formats``: weight formats and KV-cache dtypes, in bytes;
 * ``replay``: the symbolic PyTorch runtime and the one transformers forward that inference and training

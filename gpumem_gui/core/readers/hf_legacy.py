@@ -9,30 +9,48 @@ from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.readers.config_fields import ConfigReader, common
 
 
+def _layernorm_mha(
+    r: ConfigReader, name: str, mt: str, h: int, a: int, bias: bool, **rest: Any
+) -> dict[str, Any]:
+    """What these families share: as many K/V heads as query heads (unless ``rest`` says otherwise),
+    LayerNorm with bias, a plain MLP, biases on every projection or on none, embeddings tied by default."""
+    return (
+        dict(
+            name=name,
+            model_type=mt,
+            hidden_size=h,
+            num_attention_heads=a,
+            num_kv_heads=a,
+            head_dim=r.head_dim(h, a),
+            vocab_size=r.int("vocab_size"),
+            tie_word_embeddings=r.bool("tie_word_embeddings", default=True),
+            norm="layernorm",
+            norm_bias=True,
+            qkv_bias=bias,
+            o_bias=bias,
+            mlp_bias=bias,
+            mlp_gated=False,
+        )
+        | rest
+    )
+
+
 def _gpt2(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
     h = r.int("n_embd", "hidden_size")
     a = r.int("n_head", "num_attention_heads")
     n_pos = r.int("n_positions", "max_position_embeddings", default=1024)
-    return dict(
-        name=name,
-        model_type=mt,
-        hidden_size=h,
+    return _layernorm_mha(
+        r,
+        name,
+        mt,
+        h,
+        a,
+        bias=True,
         num_layers=r.int("n_layer", "num_hidden_layers"),
-        num_attention_heads=a,
-        num_kv_heads=a,
-        head_dim=r.head_dim(h, a),
         intermediate_size=r.int("n_inner", default=4 * h),
-        vocab_size=r.int("vocab_size"),
-        tie_word_embeddings=r.bool("tie_word_embeddings", default=True),
         position_embedding="learned",
         learned_position_rows=n_pos,
         max_position_embeddings=n_pos,
-        norm="layernorm",
-        norm_bias=True,
-        qkv_bias=True,
-        o_bias=True,
-        mlp_bias=True,
-        mlp_gated=False,
         activation=str(r.get("activation_function", default="gelu_new")),
     )
 
@@ -53,29 +71,21 @@ def _opt(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
         "_remove_final_layer_norm", default=False
     )
     proj = r.int("word_embed_proj_dim", default=h)
-    return dict(
-        name=name,
-        model_type=mt,
-        hidden_size=h,
+    return _layernorm_mha(
+        r,
+        name,
+        mt,
+        h,
+        a,
+        bias=bias,
         num_layers=r.int("num_hidden_layers"),
-        num_attention_heads=a,
-        num_kv_heads=a,
-        head_dim=r.head_dim(h, a),
         intermediate_size=r.int("ffn_dim"),
-        vocab_size=r.int("vocab_size"),
-        tie_word_embeddings=r.bool("tie_word_embeddings", default=True),
         embedding_dim=proj if proj != h else None,
         position_embedding="learned",
         # OPTLearnedPositionalEmbedding keeps 2 extra rows (offset 2)
         learned_position_rows=max_pos + 2,
         max_position_embeddings=max_pos,
-        norm="layernorm",
-        norm_bias=True,
         final_norm=final,
-        qkv_bias=bias,
-        o_bias=bias,
-        mlp_bias=bias,
-        mlp_gated=False,
         activation=str(r.get("activation_function", default="relu")),
     )
 
@@ -83,26 +93,18 @@ def _opt(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
 def _bloom(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
     h = r.int("hidden_size", "n_embed")
     a = r.int("n_head", "num_attention_heads")
-    return dict(
-        name=name,
-        model_type=mt,
-        hidden_size=h,
+    return _layernorm_mha(
+        r,
+        name,
+        mt,
+        h,
+        a,
+        bias=True,
         num_layers=r.int("n_layer", "num_hidden_layers"),
-        num_attention_heads=a,
-        num_kv_heads=a,
-        head_dim=r.head_dim(h, a),
         intermediate_size=4 * h,
-        vocab_size=r.int("vocab_size"),
-        tie_word_embeddings=r.bool("tie_word_embeddings", default=True),
         embedding_norm=True,
         position_embedding="alibi",
         max_position_embeddings=r.int("seq_length", "max_position_embeddings", default=2048),
-        norm="layernorm",
-        norm_bias=True,
-        qkv_bias=True,
-        o_bias=True,
-        mlp_bias=True,
-        mlp_gated=False,
         activation="gelu",
     )
 
@@ -122,26 +124,19 @@ def _falcon(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
     norms = (2 if new_arch and n_ln == 2 else 1) + (0 if parallel else 1)
     bias = r.bool("bias", default=False)
     alibi = r.bool("alibi", default=False)
-    return dict(
-        name=name,
-        model_type=mt,
-        hidden_size=h,
+    return _layernorm_mha(
+        r,
+        name,
+        mt,
+        h,
+        a,
+        bias=bias,
         num_layers=r.int("num_hidden_layers", "n_layer"),
-        num_attention_heads=a,
         num_kv_heads=kv,
-        head_dim=r.head_dim(h, a),
         intermediate_size=r.int("ffn_hidden_size", default=4 * h),
-        vocab_size=r.int("vocab_size"),
-        tie_word_embeddings=r.bool("tie_word_embeddings", default=True),
         position_embedding="alibi" if alibi else "rope",
         max_position_embeddings=r.int("max_position_embeddings", default=2048),
-        norm="layernorm",
-        norm_bias=True,
         norms_per_layer=norms,
-        qkv_bias=bias,
-        o_bias=bias,
-        mlp_bias=bias,
-        mlp_gated=False,
         parallel_attn_mlp=parallel,
         transformers_expands_kv=new_arch and kv < a,
         activation=str(r.get("activation", default="gelu")),

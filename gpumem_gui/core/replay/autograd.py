@@ -33,6 +33,7 @@ is: the forward's region (``hidden_states``, ``attention``, ``mlp``, ``norm``, `
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -349,9 +350,8 @@ class Sim:
         saved_cache = self.cast_cache
         self.cast_cache = {}
         try:
-            frame.fn(*frame.args)
-        except StopRecompute:
-            pass
+            with contextlib.suppress(StopRecompute):
+                frame.fn(*frame.args)
         finally:
             self.recomputing = None
             self.cast_cache = saved_cache

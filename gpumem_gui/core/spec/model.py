@@ -100,8 +100,8 @@ class VisionSpec(Frozen):
 class ArchTraits(Frozen):
     """How an architecture's transformers modeling code differs from Llama's, as data.
 
-    The readers (``gpumem_gui.core.readers``) set these from the ``model_type`` and the config; the replay,
-    the parameter accounting and the format rules read only these fields, never the ``model_type`` itself. The
+    The readers (``gpumem_gui.core.readers``) set these from the config's architecture name and fields; the
+    replay, the parameter accounting and the format rules read only these fields, never the name itself. The
     defaults are Llama's (``models/llama/modeling_llama.py``, transformers 5.24); each field names the code
     that differs.
     """
@@ -223,7 +223,13 @@ class ModelSpec(Frozen):
     """Architecture of a decoder-only LLM (text part), optionally with a vision tower."""
 
     name: str = Field(min_length=1, max_length=200)
-    model_type: str = Field(min_length=1, max_length=64, description="HF model_type, e.g. 'llama'")
+    model_type: str = Field(
+        min_length=1,
+        max_length=64,
+        description="the architecture's name as the config spells it, e.g. 'llama': a label the readers "
+        "set and the CLI and window show; nothing branches on it (quirks are ArchTraits; "
+        "tests/test_architecture.py)",
+    )
     hidden_size: PositiveInt
     num_layers: Annotated[int, Field(gt=0, le=MAX_LAYERS)]
     num_attention_heads: PositiveInt
