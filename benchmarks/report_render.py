@@ -44,25 +44,25 @@ def render(data: dict) -> str:
 
 
 def _trace_section(tr: dict) -> list[str]:
-    """Trace mode beside the analytic estimate (benchmarks/bench_trace.py): goals <= 1 s for an 8B inference
-    point and <= 3 s for an 8B training step in a running process, <= 5 s in a fresh subprocess, < 10 ms
-    cached."""
+    """Trace mode beside the analytic estimate (benchmarks/bench_trace.py; the goals are
+    report_goals.TRACE_GOALS)."""
     L = ["## Trace mode", ""]
     if "missing" in tr:
         return [*L, f"Not measured: {tr['missing']}.", ""]
     L += [
-        "The same run traced by PyTorch (the real model under fake tensors, `gpumem trace`), median of 3, "
-        "against the analytic estimate of the same run:",
+        "The same run traced by PyTorch (the real model under fake tensors, `gpumem trace`), median of "
+        f"{tr.get('runs', 3)}, against the analytic estimate of the same run (a training step's replay "
+        "uncached):",
         "",
     ]
     rows = []
     for r in tr["rows"]:
         ratio = f"{r['ratio']:,.0f}x" if r.get("ratio") else ""
-        est = f"{r['estimate_s'] * 1e6:,.0f} µs" if r.get("estimate_s") else ""
+        est = fmt_time(r["estimate_s"]) if r.get("estimate_s") else ""
         rows.append(
             [
                 r["name"],
-                f"{r['trace_s']:.3f} s" if r["trace_s"] >= 0.1 else f"{r['trace_s'] * 1e3:.1f} ms",
+                fmt_time(r["trace_s"]),
                 est,
                 ratio,
             ]

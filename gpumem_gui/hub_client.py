@@ -10,32 +10,22 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from gpumem_gui.core import GpumemInputError
+from gpumem_gui.files import atomic_write, cache_root
 
 
 def _default_cache_dir() -> Path:
-    from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("gpumem")) / "hub"
+    return cache_root() / "hub"
 
 
 def _atomic_write_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, json.dumps(data))
 
 
 class HfHubClient:

@@ -176,6 +176,9 @@ def trace_with_a_python(b: Bundle, python: str) -> str:
     assert frozen.returncode == 0, f"frozen: exit {frozen.returncode}: {frozen.stderr[-800:]}"
     doc = json.loads(frozen.stdout)
     assert doc["source"] == "trace" and doc["versions"].get("torch"), doc
+    source = subprocess.run([str(b.source_gpumem), *command], capture_output=True, text=True, timeout=300)
+    assert source.returncode == 0, f"source install: exit {source.returncode}: {source.stderr[-800:]}"
+    assert json.loads(source.stdout)["phases"] == doc["phases"], "frozen and source traces differ"
     no_python = run([str(b.gpumem), *command[:-2]], b.env, b.scratch, CLI_TIMEOUT_S)
     assert no_python.returncode == 2 and "--python" in no_python.stderr, no_python.stderr[-300:]
     return f"peak {doc['peak_bytes']:,} B traced with {python} (torch {doc['versions']['torch']})"

@@ -23,7 +23,12 @@ from gpumem_gui.core import (
     estimate_training,
     load_config_file,
     make_run,
-    make_training_run,
+)
+from gpumem_gui.core.reference_points import (
+    TRACED_INFERENCE_TOLERANCE,
+    TRACED_TRAINING_TOLERANCE,
+    traced_inference_run,
+    traced_training_run,
 )
 from gpumem_gui.core.replay.config import ReplayConfig
 from gpumem_gui.core.replay.forward import replay_forward, replay_forward_direct
@@ -81,16 +86,7 @@ def test_tape_equals_the_replay(
 
 
 def _inference_error(p: dict) -> list[tuple[str, float]]:
-    r = p["run"]
-    attn = p.get("attn_implementation_used") or r["attn"]
-    run = make_run(
-        batch=r["batch"],
-        seq=r["seq"],
-        new_tokens=r.get("new_tokens", 0),
-        attn=attn,
-        logits=r.get("logits", "last"),
-    )
-    est = estimate_inference(_spec(p["model"]), run)
+    est = estimate_inference(_spec(p["model"]), traced_inference_run(p))
     out = []
     for ph in ("prefill", "decode"):
         if ph in p["phases"]:
@@ -107,7 +103,7 @@ def test_inference_matches_the_trace(point: dict) -> None:
     """Prefill and decode peaks within 3 % of PyTorch's count (the worst are tiny synthetic MoE configs whose
     routers' fp32 scratch tensors are a visible share); the KV cache equals transformers' cache."""
     for phase, err in _inference_error(point):
-        assert abs(err) < 0.03, f"{phase}: {err:+.3%}"
+        assert abs(err) < TRACED_INFERENCE_TOLERANCE, f"{phase}: {err:+.3%}"
     r = point["run"]
     run = make_run(batch=r["batch"], seq=r["seq"], new_tokens=r.get("new_tokens", 0), attn=r["attn"])
     assert estimate_inference(_spec(point["model"]), run).kv_cache_bytes == point["kv_cache_bytes"]
@@ -148,14 +144,12 @@ def test_training_matches_the_trace(point: dict) -> None:
     dropout kernel as the trace ran on the CPU; LoRA's trainable parameters equal PEFT's. (Phase peaks are
     not all there yet: the forward phase of several architectures is off by up to 6 %, see the note in
     docs/validation.md.)"""
-    r = dict(point["run"])
-    r["attn"] = point.get("attn_implementation_used") or r.get("attn", "sdpa")
-    run = make_training_run(**r)
+    run = traced_training_run(point)
     res, _, _ = simulate_rank(_spec(point["model"]), run, cpu_dropout=True)
     measured = max(m["Total"] for m in point["phases"].values())
     err = (max(p.total for p in res.phases.values()) - measured) / measured
-    assert abs(err) < 0.005, f"peak {err:+.3%}"
-    if r.get("method") == "lora":
+    assert abs(err) < TRACED_TRAINING_TOLERANCE, f"peak {err:+.3%}"
+    if run.method == "lora":
         est = estimate_training(_spec(point["model"]), run)
         assert est.facts["trainable_params"] == point["trainable_params"]
 

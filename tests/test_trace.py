@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpumem_gui.core import GpumemInputError, load_model, make_run, make_training_run
+from gpumem_gui.core import GpumemInputError, load_model, make_run, make_training_run, traced_categories
+from gpumem_gui.core.reference_points import run_for_point
 from tests.conftest import REPO, reference_dir
 
 if os.environ.get("GPUMEM_REQUIRE_TRACE") != "1":
@@ -20,23 +21,6 @@ if os.environ.get("GPUMEM_REQUIRE_TRACE") != "1":
 from gpumem_gui.trace import TraceFailure, trace, trace_document
 
 UNSUPPORTED = REPO / "tests" / "reference" / "unsupported"
-MODES = {
-    "infer_prefill": lambda p: make_run(
-        batch=p["batch"], seq=p["seq"], attn=p["attn_implementation"], logits="all"
-    ),
-    "infer_prefill_last_logit": lambda p: make_run(
-        batch=p["batch"], seq=p["seq"], attn=p["attn_implementation"]
-    ),
-    "train_amp_adamw": lambda p: make_training_run(
-        batch=p["batch"], seq=p["seq"], attn=p["attn_implementation"]
-    ),
-    "train_bf16_adamw": lambda p: make_training_run(
-        batch=p["batch"], seq=p["seq"], attn=p["attn_implementation"], precision="bf16"
-    ),
-    "train_amp_adamw_gc": lambda p: make_training_run(
-        batch=p["batch"], seq=p["seq"], attn=p["attn_implementation"], grad_ckpt=True
-    ),
-}
 
 
 def _points(path: Path, n: int) -> list[dict]:
@@ -54,7 +38,7 @@ def _points(path: Path, n: int) -> list[dict]:
 def test_trace_equals_pytorch_reference(point: dict) -> None:
     """Same numbers as the reference measurements (groundtruth.json), to the byte."""
     model = load_model(str(reference_dir() / "configs" / f"{point['model']}.json"))
-    rep = trace(model, MODES[point["mode"]](point), use_cache=False)
+    rep = trace(model, run_for_point(point), use_cache=False)
     assert rep.result.peak_bytes == point["peak_bytes"]
 
 
@@ -74,7 +58,8 @@ def test_a_model_type_the_core_does_not_describe() -> None:
     assert model.spec is None and model.config["model_type"] == "gpt_oss"
     rep = trace(model, make_run(batch=point["batch"], seq=point["seq"]), use_cache=False)
     assert rep.result.peak_bytes == point["peak_bytes"]
-    assert rep.estimate is None and trace_document(model, make_run(seq=512), rep)["analytic"] is None
+    doc = trace_document(model, make_run(batch=point["batch"], seq=point["seq"]), rep)
+    assert rep.estimate is None and doc["analytic"] is None and doc["peak_bytes"] == point["peak_bytes"]
 
 
 def test_subprocess_equals_in_process_and_the_cache_answers_again(tmp_path: Path) -> None:
@@ -99,13 +84,19 @@ def test_lora_and_data_parallel_steps_run() -> None:
     lora = trace(
         model, make_training_run(method="lora", precision="bf16", seq=64, lora_rank=4), use_cache=False
     )
-    assert lora.result.trainable_params and lora.result.trainable_params < 10**6
+    assert lora.estimate is not None
+    assert lora.result.trainable_params == lora.estimate.facts["trainable_params"]  # PEFT's count
     full = trace(model, make_training_run(seq=64), use_cache=False).result
+    ranks = {}
     for kw in ({"dp": 4}, {"dp": 4, "zero": 1}, {"dp": 4, "fsdp": "full_shard"}):
-        rank = trace(model, make_training_run(seq=64, **kw), use_cache=False).result
+        rank = ranks[tuple(kw)] = trace(model, make_training_run(seq=64, **kw), use_cache=False).result
         assert rank.world_size == 4 and any("fake process group" in n for n in rank.notes)
-    fsdp = trace(model, make_training_run(seq=64, dp=4, fsdp="full_shard"), use_cache=False).result
+    fsdp = ranks[("dp", "fsdp")]
     assert fsdp.phases["optimizer"]["Total"] < full.phases["optimizer"]["Total"]  # states and grads sharded
+    # every tracker category (FSDPMemTracker's own names included) lands in one of ours
+    for result in (lora.result, full, *ranks.values()):
+        for snap in result.phases.values():
+            assert sum(traced_categories(snap).values()) == snap["Total"]
 
 
 @pytest.mark.parametrize(
@@ -214,3 +205,10 @@ def test_lora_on_fused_moe_experts_matches_the_trace() -> None:
     )
     rep = trace(model, make_training_run(method="lora", seq=64), use_cache=False)
     assert rep.peak.estimated_bytes == pytest.approx(rep.peak.traced_bytes, rel=0.01)
+
+
+def test_the_product_refuses_exactly_the_optimizers_the_worker_cannot_trace() -> None:
+    from gpumem_gui.trace.gpumem_trace_worker.training import OPTIMIZERS
+    from gpumem_gui.trace.request import TRACED_OPTIMIZERS
+
+    assert set(TRACED_OPTIMIZERS) == set(OPTIMIZERS)

@@ -12,7 +12,8 @@ from gpumem_gui.core.readers.catalog import find_gpu
 from gpumem_gui.core.readers.loader import load_model
 from gpumem_gui.core.runtimes.inference import InferenceRun, estimate_inference
 from gpumem_gui.core.units import SizeUnit
-from gpumem_gui.ui.report import atomic_write, cli_command, markdown_report, plan_document, runtime_flags
+from gpumem_gui.files import atomic_write
+from gpumem_gui.ui.report import cli_command, markdown_report, plan_document, runtime_flags
 
 
 @pytest.fixture(scope="module")

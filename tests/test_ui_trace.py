@@ -11,8 +11,9 @@ import pytest
 
 if os.environ.get("GPUMEM_REQUIRE_TRACE") != "1":
     pytest.importorskip("torch", reason="trace mode needs torch (make test installs the trace extra)")
+    pytest.importorskip("transformers")
 
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QSettings, Qt
 
 from gpumem_gui.core import load_model, make_run
 from gpumem_gui.ui.trace_view import PYTHON_KEY, TraceDialog, default_python
@@ -52,13 +53,21 @@ def test_cancel_and_a_python_that_cannot_trace(
     d.cancel()
     assert d.stack.currentWidget() is d.problem_page and d.problem.text() == "Cancelled."
     d.runner.wait()
+    qtbot.wait(200)  # the cancelled job's late answer is dropped, not shown over "Cancelled."
+    assert d.problem.text() == "Cancelled." and d.report is None
     settings.setValue(PYTHON_KEY, str(tmp_path / "missing-python"))
     d.start(fresh=True)
     qtbot.waitUntil(lambda: d.stack.currentWidget() is d.problem_page, timeout=30_000)
     assert "cannot run the Python" in d.problem.text()
 
 
-def test_the_window_offers_verify_exactly(main_window) -> None:
+def test_verify_exactly_from_the_window_opens_the_trace(main_window, qtbot, monkeypatch) -> None:
+    """The banner's button traces the window's current plan in the dialog."""
+    started = []
+    monkeypatch.setattr(TraceDialog, "start", lambda self, **kw: started.append((self.model, self.run)))
     w = main_window
-    assert w.results.banner.verify_button.isEnabled()
     assert w.menus.verify_action.text().startswith("&Verify exactly")
+    qtbot.mouseClick(w.results.banner.verify_button, Qt.MouseButton.LeftButton)
+    d = w.menus.trace_dialog
+    assert d.isVisible() and started == [(w.model, w.run)]
+    d.close()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -22,32 +21,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from gpumem_gui.core import load_model, make_run, make_training_run  # noqa: E402
-from gpumem_gui.trace import TraceFailure, in_process_available, trace  # noqa: E402
+from gpumem_gui.core import GpumemInputError, load_model  # noqa: E402
+from gpumem_gui.core.reference_points import run_for_point  # noqa: E402
+from gpumem_gui.trace import in_process_available, trace  # noqa: E402
+from validation.validate_report.common import GT_VENV, reference_dir  # noqa: E402
 
 OUT = REPO / "tests" / "reference" / "trace" / "groundtruth_check.json"
 UNSUPPORTED = REPO / "tests" / "reference" / "unsupported"
 TOLERANCE = 0.005
-
-
-def _reference_dir() -> Path:
-    env = os.environ.get("GPUMEM_REFERENCE")
-    if env:
-        return Path(env)
-    shared = REPO.parent / "shared" / "reference"
-    return shared if (shared / "groundtruth.json").is_file() else REPO / "tests" / "reference"
-
-
-def run_for(p: dict[str, Any]) -> Any:
-    """The gpumem run a reference grid mode stands for (groundtruth.json ``method.modes``)."""
-    shape = {"batch": p["batch"], "seq": p["seq"], "attn": p["attn_implementation"]}
-    mode = p["mode"]
-    if mode == "infer_prefill":
-        return make_run(**shape, logits="all")
-    if mode == "infer_prefill_last_logit":
-        return make_run(**shape)
-    precision = "bf16" if mode == "train_bf16_adamw" else "amp-bf16"
-    return make_training_run(**shape, precision=precision, grad_ckpt=mode.endswith("_gc"))
 
 
 def _check(config: Path, p: dict[str, Any], python: str | None) -> dict[str, Any]:
@@ -56,9 +37,9 @@ def _check(config: Path, p: dict[str, Any], python: str | None) -> dict[str, Any
     t0 = time.perf_counter()
     try:
         model = load_model(str(config), unknown_architecture_ok=True)
-        rep = trace(model, run_for(p), python=python, use_cache=False)
-    except TraceFailure as e:
-        return {**row, "error": e.message}
+        rep = trace(model, run_for_point(p), python=python, use_cache=False)
+    except GpumemInputError as e:  # TraceFailure included
+        return {**row, "error": str(e)}
     row["trace_peak_bytes"] = rep.result.peak_bytes
     row["relative_error"] = (rep.result.peak_bytes - p["peak_bytes"]) / p["peak_bytes"]
     row["seconds"] = round(time.perf_counter() - t0, 2)
@@ -68,11 +49,10 @@ def _check(config: Path, p: dict[str, Any], python: str | None) -> dict[str, Any
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    venv = os.environ.get("GPUMEM_GT_VENV", "/tmp/gt-venv")
-    ap.add_argument("--python", default=None if in_process_available() else f"{venv}/bin/python")
+    ap.add_argument("--python", default=None if in_process_available() else str(GT_VENV / "bin" / "python"))
     args = ap.parse_args(argv)
     sets = [
-        (_reference_dir() / "groundtruth.json", _reference_dir() / "configs"),
+        (reference_dir() / "groundtruth.json", reference_dir() / "configs"),
         (UNSUPPORTED / "groundtruth.json", UNSUPPORTED / "configs"),
     ]
     rows = []

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +24,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from validation.validate_report.common import GT_VENV, config_path  # noqa: E402
+
 OUT = REPO / "tests" / "reference" / "trace"
 CONFIG_DIRS = (REPO / "tests" / "reference" / "configs", REPO / "tests" / "reference" / "extra" / "configs")
 
@@ -47,14 +48,6 @@ TRAIN_MODELS = (
     "ibm-granite__granite-3.0-2b-base",
     "mistralai__Mistral-7B-v0.1",
 )
-
-
-def config_path(model: str) -> Path:
-    for d in CONFIG_DIRS:
-        p = d / f"{model}.json"
-        if p.is_file():
-            return p
-    raise FileNotFoundError(model)
 
 
 def all_models() -> list[str]:
@@ -109,8 +102,7 @@ def _run(python: str, model: str, mode: str, run: dict[str, Any], timeout: int) 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    venv = os.environ.get("GPUMEM_GT_VENV", "/tmp/gt-venv")
-    ap.add_argument("--python", default=f"{venv}/bin/python")
+    ap.add_argument("--python", default=str(GT_VENV / "bin" / "python"))
     ap.add_argument("--only", help="models whose name contains this")
     ap.add_argument("--kind", choices=["inference", "train", "all"], default="all")
     ap.add_argument("--jobs", type=int, default=2)

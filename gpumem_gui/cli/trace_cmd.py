@@ -8,6 +8,7 @@ from typing import Any
 from gpumem_gui.cli.flags import add_run_flags, loaded_spec_or_config, run_from_args
 from gpumem_gui.cli.output import dump, gib, print_table
 from gpumem_gui.core import CATEGORIES, GpumemInputError
+from gpumem_gui.trace import DEFAULT_TIMEOUT_S, NO_ESTIMATE_NOTE, trace, trace_document
 
 
 def add_trace_flags(sp: argparse.ArgumentParser) -> None:
@@ -17,7 +18,12 @@ def add_trace_flags(sp: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="the Python of an environment with torch and transformers (default: this one, when it has them)",
     )
-    sp.add_argument("--timeout", type=float, default=300, help="stop the trace after this many seconds (300)")
+    sp.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"stop the trace after this many seconds ({DEFAULT_TIMEOUT_S})",
+    )
     sp.add_argument(
         "--trust-remote-code",
         action="store_true",
@@ -28,8 +34,6 @@ def add_trace_flags(sp: argparse.ArgumentParser) -> None:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from gpumem_gui.trace import trace, trace_document
-
     if not 1 <= args.timeout <= 86_400:
         raise GpumemInputError("must be between 1 and 86400 seconds", field="timeout")
     m = loaded_spec_or_config(args.model)
@@ -42,21 +46,15 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pct(x: float | None) -> str:
-    return "" if x is None else f"{x * 100:+.2f} %"
-
-
 def _print(m: Any, rep: Any) -> None:
     r = rep.result
-    how = "cached" if r.cached else f"{r.seconds:.1f} s"
-    env = ", ".join(f"{k} {v}" for k, v in r.versions.items())
-    print(f"{m.name}: traced by PyTorch ({how}; {env})")
+    print(f"{m.name}: traced by PyTorch {r.how} ({r.environment})")
     rows = [
         [
             p.phase,
             gib(p.traced_bytes),
             gib(p.estimated_bytes) if p.estimated_bytes is not None else "-",
-            _pct(p.difference),
+            p.difference_text,
         ]
         for p in rep.phases
     ]
@@ -76,6 +74,6 @@ def _print(m: Any, rep: Any) -> None:
             + (f", {est_kv:,} estimated" if est_kv is not None else "")
         )
     if rep.estimate is None:
-        print("\nno analytic estimate: gpumem's core does not describe this architecture yet")
-    for n in (*r.notes, *([rep.weights_note] if rep.weights_note else [])):
+        print(f"\n{NO_ESTIMATE_NOTE}")
+    for n in rep.notes:
         print(f"note: {n}")

@@ -58,3 +58,35 @@ def training_run_for_point(p: dict[str, Any]) -> TrainingRun:
     if drop:
         kw["dropout"] = float(max(drop))
     return make_training_run(**kw)
+
+
+def run_for_point(p: dict[str, Any]) -> InferenceRun | TrainingRun:
+    """The run of any reference point: ``infer_*`` modes are inference, the others a training step."""
+    return inference_run_for_point(p) if p["mode"].startswith("infer") else training_run_for_point(p)
+
+
+# the bars the accuracy tests hold traced points to (tests/test_replay.py; docs/validation.md section f says
+# the same): a prefill/decode peak within 3 % (tiny synthetic MoE routers' fp32 scratch is a visible share),
+# a training step's peak within 0.5 %
+TRACED_INFERENCE_TOLERANCE = 0.03
+TRACED_TRAINING_TOLERANCE = 0.005
+
+
+def traced_inference_run(p: dict[str, Any]) -> InferenceRun:
+    """The run of a point of ``tests/reference/trace/inference.json`` (the worker's own run fields), with
+    the attention implementation the trace really used."""
+    r = p["run"]
+    return make_run(
+        batch=r["batch"],
+        seq=r["seq"],
+        new_tokens=r.get("new_tokens", 0),
+        attn=p.get("attn_implementation_used") or r["attn"],
+        logits=r.get("logits", "last"),
+    )
+
+
+def traced_training_run(p: dict[str, Any]) -> TrainingRun:
+    """The run of a point of ``tests/reference/trace/train.json``, with the attention implementation used."""
+    r = dict(p["run"])
+    r["attn"] = p.get("attn_implementation_used") or r.get("attn", "sdpa")
+    return make_training_run(**r)

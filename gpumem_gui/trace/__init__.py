@@ -20,7 +20,7 @@ from collections.abc import Callable
 from gpumem_gui.core import InferenceRun, LoadedModel, TrainingRun
 from gpumem_gui.trace import cache
 from gpumem_gui.trace.request import TraceRequest, make_request
-from gpumem_gui.trace.result import TraceReport, TraceResult, compare, trace_document
+from gpumem_gui.trace.result import NO_ESTIMATE_NOTE, TraceReport, TraceResult, compare, trace_document
 from gpumem_gui.trace.runner import (
     DEFAULT_TIMEOUT_S,
     TraceFailure,
@@ -32,6 +32,7 @@ from gpumem_gui.trace.runner import (
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
+    "NO_ESTIMATE_NOTE",
     "TraceFailure",
     "TraceJob",
     "TraceReport",

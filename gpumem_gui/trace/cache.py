@@ -1,28 +1,37 @@
-"""Traces cached on disk by (config, run, torch / transformers / peft versions): a repeated question is
-answered in milliseconds. Writes are atomic (a temporary file renamed into place); an unreadable entry is a
-miss, never an error."""
+"""Traces cached on disk by (config, run, the worker's code, torch / transformers / peft versions): a repeated
+question is answered in milliseconds, and a gpumem whose worker measures differently never reuses an old
+answer. Writes are atomic; an unreadable entry is a miss, never an error."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import os
-import tempfile
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-from platformdirs import user_cache_dir
-
+from gpumem_gui.files import atomic_write, cache_root
 from gpumem_gui.trace.request import TraceRequest
+from gpumem_gui.trace.runner import WORKER_DIR
 
 
 def cache_dir() -> Path:
-    return Path(user_cache_dir("gpumem", appauthor=False)) / "trace"
+    return cache_root() / "trace"
+
+
+@cache
+def worker_digest() -> str:
+    """A hash of the worker package's source: what measured a cached result."""
+    h = hashlib.sha256()
+    for f in sorted((WORKER_DIR / "gpumem_trace_worker").glob("*.py")):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
 
 
 def cache_key(request: TraceRequest, versions: dict[str, str]) -> str:
     env = json.dumps({k: versions.get(k) for k in ("torch", "transformers", "peft")}, sort_keys=True)
-    return hashlib.sha256(f"{request.key()}|{env}".encode()).hexdigest()
+    return hashlib.sha256(f"{request.key()}|{env}|{worker_digest()}".encode()).hexdigest()
 
 
 def load(key: str) -> dict[str, Any] | None:
@@ -34,12 +43,8 @@ def load(key: str) -> dict[str, Any] | None:
 
 
 def store(key: str, result: dict[str, Any]) -> None:
+    """Keep ``result``; a cache that cannot be written (read-only home, full disk) only costs a re-trace."""
     folder = cache_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(result, f)
-        os.replace(tmp, folder / f"{key}.json")
-    except OSError:
-        Path(tmp).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write(folder / f"{key}.json", json.dumps(result))

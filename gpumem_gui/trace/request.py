@@ -12,8 +12,11 @@ from pydantic import BaseModel, ConfigDict
 
 from gpumem_gui.core import GpumemInputError, InferenceRun, LoadedModel, TrainingRun
 
-# optimizers torch itself provides (the others need bitsandbytes or a GPU)
-TRACED_OPTIMIZERS = ("adamw", "adamw-fused", "adamw-foreach", "adamw-for-loop", "sgd", "sgd-momentum")
+# optimizers torch itself provides (the others need bitsandbytes or a GPU); the worker's OPTIMIZERS, which
+# tests/test_trace.py checks against this (the product does not import the worker's modules)
+TRACED_OPTIMIZERS = ("adamw", "adamw-foreach", "adamw-fused", "adamw-for-loop", "sgd", "sgd-momentum")
+# ZeroRedundancyOptimizer is traced around AdamW foreach (gpumem_trace_worker/distributed.py, _ddp)
+ZERO1_OPTIMIZERS = ("adamw", "adamw-foreach")
 
 
 class TraceRequest(BaseModel):
@@ -74,6 +77,11 @@ def _check_training(run: TrainingRun) -> None:
     if run.zero > 1:
         raise GpumemInputError(
             f"ZeRO-{run.zero} is DeepSpeed's, which is not traced (ZeRO-1 is)", field="zero"
+        )
+    if run.zero == 1 and run.fsdp == "none" and run.optimizer not in ZERO1_OPTIMIZERS:
+        raise GpumemInputError(
+            f"ZeRO-1 is traced with torch's ZeroRedundancyOptimizer around AdamW; {run.optimizer!r} is not",
+            field="optimizer",
         )
     if run.offload != "none":
         raise GpumemInputError("CPU offload is not traced", field="offload")

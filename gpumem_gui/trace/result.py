@@ -7,12 +7,13 @@ lives. :func:`trace_document` is the ``gpumem.estimate/1`` document with ``"sour
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpumem_gui.core import (
     CATEGORIES,
+    ESTIMATE_SCHEMA,
     Estimate,
     InferenceRun,
     LoadedModel,
@@ -29,12 +30,10 @@ class TraceResult(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    mode: str
+    mode: Literal["inference", "train"]
     versions: dict[str, str]
     seconds: float = Field(ge=0)
-    peak_bytes: int = Field(ge=0)
-    peak_phase: str
-    phases: dict[str, dict[str, int]]
+    phases: dict[str, dict[str, int]] = Field(min_length=1)
     kv_cache_bytes: int | None = Field(None, ge=0)
     logits_bytes: int | None = Field(None, ge=0)
     attn_implementation_used: str | None = None
@@ -56,8 +55,22 @@ class TraceResult(BaseModel):
                 f"the trace worker answered something unexpected: {e.errors()[0]['msg']}"
             ) from None
 
-    def categories(self, phase: str) -> dict[str, int]:
-        return traced_categories(self.phases.get(phase, {}))
+    @property
+    def peak_phase(self) -> str:
+        return max(self.phases, key=lambda k: self.phases[k].get("Total", 0))
+
+    @property
+    def peak_bytes(self) -> int:
+        return int(self.phases[self.peak_phase].get("Total", 0))
+
+    @property
+    def how(self) -> str:
+        """Where the answer came from: ``from the cache`` or ``in 4.2 s``."""
+        return "from the cache" if self.cached else f"in {self.seconds:.1f} s"
+
+    @property
+    def environment(self) -> str:
+        return ", ".join(f"{k} {v}" for k, v in self.versions.items())
 
 
 class PhaseComparison(BaseModel):
@@ -75,6 +88,11 @@ class PhaseComparison(BaseModel):
             return None
         return (self.estimated_bytes - self.traced_bytes) / self.traced_bytes
 
+    @property
+    def difference_text(self) -> str:
+        d = self.difference
+        return "" if d is None else f"{d * 100:+.2f} %"
+
 
 class TraceReport(BaseModel):
     """The trace, the analytic estimate (None when the core cannot describe the model) and both per phase."""
@@ -89,6 +107,14 @@ class TraceReport(BaseModel):
     @property
     def peak(self) -> PhaseComparison:
         return next(p for p in self.phases if p.phase == self.result.peak_phase)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What the result says about itself: the worker's notes and the quantized weights' accounting."""
+        return (*self.result.notes, *([self.weights_note] if self.weights_note else []))
+
+
+NO_ESTIMATE_NOTE = "gpumem's analytic core does not describe this architecture yet: the trace is the answer"
 
 
 _PHASE_ORDER = ("load", "prefill", "decode", "forward", "backward", "optimizer")
@@ -120,25 +146,26 @@ def account_quantized(
     """``from_config`` ignores a quantization_config (and a missing kernel dequantizes), so the traced
     parameters are the dequantized fallback, never the answer: each phase's parameters are replaced by the
     quantized weights' bytes (the files' headers, else the estimate's format)."""
+    if result.mode != "inference":
+        return result, (
+            f"the checkpoint is quantized ({result.quantization}): the traced parameters are the dequantized "
+            "fallback and were not replaced (quantized weights are accounted for inference traces only)"
+        )
     real = _quantized_weights(model, est)
-    load = result.phases.get("load") or next(iter(result.phases.values()))
-    traced = int(load.get("Parameter", 0))
-    if real is None or result.mode != "inference":
+    if real is None:
         return result, (
             f"the checkpoint is quantized ({result.quantization}): the traced parameters are the dequantized "
             "fallback and were not replaced (no file headers or format to take the quantized bytes from)"
         )
+    load = result.phases.get("load") or next(iter(result.phases.values()))
+    traced = int(load.get("Parameter", 0))
     delta = real - traced
     phases = {
         k: {**v, "Parameter": int(v.get("Parameter", 0)) + delta, "Total": int(v.get("Total", 0)) + delta}
         for k, v in result.phases.items()
     }
-    peak = max(phases, key=lambda k: phases[k]["Total"])
-    fixed = result.model_copy(
-        update={"phases": phases, "peak_phase": peak, "peak_bytes": phases[peak]["Total"]}
-    )
     src = "the files' headers" if model.weights is not None else "the estimate's weight format"
-    return fixed, (
+    return result.model_copy(update={"phases": phases}), (
         f"the checkpoint is quantized ({result.quantization}): the traced (dequantized) parameters, "
         f"{traced:,} B, were replaced by the quantized weights' {real:,} B from {src}"
     )
@@ -171,10 +198,10 @@ def trace_document(model: LoadedModel, run: InferenceRun | TrainingRun, rep: Tra
     r = rep.result
     peak = rep.peak
     return {
-        "schema": "gpumem.estimate/1",
+        "schema": ESTIMATE_SCHEMA,
         "source": "trace",
         "model": model.name,
-        "mode": "train" if r.mode == "train" else "inference",
+        "mode": r.mode,
         "run": run.model_dump(mode="json"),
         "versions": r.versions,
         "seconds": r.seconds,
@@ -190,7 +217,7 @@ def trace_document(model: LoadedModel, run: InferenceRun | TrainingRun, rep: Tra
         "vision_params": r.vision_params,
         "world_size": r.world_size,
         "attn_implementation_used": r.attn_implementation_used,
-        "notes": list(r.notes) + ([rep.weights_note] if rep.weights_note else []),
+        "notes": list(rep.notes),
         "analytic": _analytic_part(rep),
         "categories": list(CATEGORIES),
     }

@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,16 +27,13 @@ from gpumem_gui.trace.request import TraceRequest
 # the folder holding the gpumem_trace_worker package (shipped as plain files in the binary too)
 WORKER_DIR = Path(__file__).resolve().parent
 DEFAULT_TIMEOUT_S = 300
-_LOG_LINES = 40
-_VERSIONS_SCRIPT = (
-    "import importlib.metadata as m, json, sys\n"
-    "out = {'python': sys.version.split()[0]}\n"
-    "for p in ('torch', 'transformers', 'peft'):\n"
-    "    try:\n"
-    "        out[p] = m.version(p)\n"
-    "    except m.PackageNotFoundError:\n"
-    "        pass\n"
-    "print(json.dumps(out))\n"
+# the worker's package_versions() in another Python (metadata only: answers in well under a second)
+_VERSIONS_SCRIPT = "\n".join(
+    (
+        "import json",
+        "from gpumem_trace_worker.building import package_versions",
+        "print(json.dumps(package_versions()))",
+    )
 )
 
 
@@ -54,40 +50,57 @@ def in_process_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
 
 
+def _worker() -> Any:
+    """The worker package, imported from :data:`WORKER_DIR` (as the subprocess does, never statically: the
+    product side imports no torch, and the worker imports it only inside its functions)."""
+    if str(WORKER_DIR) not in sys.path:
+        sys.path.insert(0, str(WORKER_DIR))
+    import gpumem_trace_worker
+
+    return gpumem_trace_worker
+
+
+def _worker_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(WORKER_DIR), env.get("PYTHONPATH", "")) if p)
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+_known_versions: dict[
+    str, dict[str, str]
+] = {}  # per Python path, once it answered with torch and transformers
+
+
 def environment_versions(python: str | None) -> dict[str, str]:
-    """torch / transformers / peft versions of ``python`` (None: this process), read from package metadata
-    without importing them. A Python that cannot run, or lacks torch or transformers, is a TraceFailure."""
-    if python is None:
-        found = installed_versions()
-        where = "this Python"
+    """torch / transformers / peft versions of ``python`` (None or this interpreter: this process), read
+    from package metadata without importing them. A Python that cannot run, or lacks torch or
+    transformers, is a TraceFailure."""
+    if python is None or python == sys.executable:
+        found, where = _worker().building.package_versions(), "this Python"
     else:
         try:
-            p = subprocess.run([python, "-c", _VERSIONS_SCRIPT], capture_output=True, text=True, timeout=60)
+            p = subprocess.run(
+                [python, "-c", _VERSIONS_SCRIPT],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=_worker_env(),
+            )
         except (OSError, subprocess.TimeoutExpired) as e:
             raise TraceFailure(f"cannot run the Python {python!r}: {e}", field="python") from None
         if p.returncode != 0:
             raise TraceFailure(f"the Python {python!r} failed: {_last_line(p.stderr)}", p.stderr, "python")
-        found = json.loads(p.stdout)
-        where = f"the Python at {python}"
+        found, where = json.loads(p.stdout), f"the Python at {python}"
     missing = [m for m in ("torch", "transformers") if m not in found]
     if missing:
         raise TraceFailure(
             f"{where} has no {' or '.join(missing)}: trace mode needs torch and transformers "
-            "(pip install torch==2.13.0 transformers; peft for LoRA)",
+            "(pip install torch==2.13.0 transformers; peft for LoRA), or name the Python of an environment "
+            "that has them (--python PATH, or the window's trace setting)",
             field="python",
         )
     return found
-
-
-def installed_versions() -> dict[str, str]:
-    """What :data:`_VERSIONS_SCRIPT` prints, for this process."""
-    import importlib.metadata as m
-
-    out = {"python": sys.version.split()[0]}
-    for p in ("torch", "transformers", "peft"):
-        with contextlib.suppress(m.PackageNotFoundError):
-            out[p] = m.version(p)
-    return out
 
 
 def _last_line(text: str) -> str:
@@ -99,10 +112,7 @@ class TraceJob:
     """One trace in a subprocess; :meth:`result` waits for it, :meth:`cancel` stops it (another thread)."""
 
     def __init__(self, request: TraceRequest, python: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(WORKER_DIR), env.get("PYTHONPATH", "")) if p)
-        env.setdefault("TOKENIZERS_PARALLELISM", "false")
-        self.python, self.timeout, self.started = python, timeout, time.monotonic()
+        self.python, self.timeout = python, timeout
         self.cancelled = threading.Event()
         try:
             self.proc = subprocess.Popen(
@@ -111,7 +121,7 @@ class TraceJob:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
-                env=env,
+                env=_worker_env(),
             )
         except OSError as e:
             raise TraceFailure(f"cannot run the Python {python!r}: {e}", field="python") from None
@@ -144,7 +154,7 @@ def _parse(out: str, err: str, code: int | None, python: str) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise TraceFailure(f"the trace worker in {python} failed (exit {code}): {_last_line(err)}", err)
     if "error" in doc:
-        raise TraceFailure(f"trace: {doc['error']}", err)
+        raise TraceFailure(f"trace: {doc['error']}", err, doc.get("field"))
     return doc
 
 
@@ -168,18 +178,15 @@ def _alarm(seconds: float) -> Iterator[None]:
 
 
 def run_in_process(request: TraceRequest, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
-    if str(WORKER_DIR) not in sys.path:
-        sys.path.insert(0, str(WORKER_DIR))
-    from gpumem_trace_worker import TraceError, handle
-
+    worker = _worker()
     try:
         # the model code's deprecation warnings are its own business (a subprocess prints them to its log);
         # filters that turn warnings into errors (pytest's) must not stop the trace
         with _alarm(timeout), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return handle(request.payload(), quiet=True)
-    except TraceError as e:
-        raise TraceFailure(f"trace: {e}") from None
+            return worker.handle(request.payload(), quiet=True)
+    except worker.TraceError as e:
+        raise TraceFailure(f"trace: {e}", field=e.field) from None
     except TimeoutError:
         raise TraceFailure(
             f"the trace took longer than {timeout:g} s and was stopped (--timeout)", field="timeout"
@@ -192,11 +199,6 @@ def run_trace(
     """The worker's result for ``request``: in this process when ``python`` is None and torch imports here,
     else in a subprocess of ``python`` (which must be given when this Python has no torch)."""
     if python is None:
-        if not in_process_available():
-            raise TraceFailure(
-                "this Python has no torch/transformers: name the Python of an environment that has them "
-                "(--python PATH, or the window's trace setting)",
-                field="python",
-            )
+        environment_versions(None)  # this Python must have torch and transformers
         return run_in_process(request, timeout)
     return TraceJob(request, python, timeout).result()

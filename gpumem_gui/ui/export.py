@@ -20,9 +20,9 @@ from gpumem_gui.core import (
     find_gpu,
     training_command,
 )
+from gpumem_gui.files import atomic_write
 from gpumem_gui.ui.plan import AnyRun
 from gpumem_gui.ui.report import (
-    atomic_write,
     cli_command,
     markdown_report,
     plan_json,

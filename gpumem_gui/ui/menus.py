@@ -172,12 +172,9 @@ class WindowMenus(QObject):
         self.trace_dialog.start()
 
     def choose_trace_python(self) -> None:
-        from gpumem_gui.ui.trace_view import PYTHON_KEY
+        from gpumem_gui.ui.trace_view import choose_trace_python
 
-        w = self.window
-        path, _ = QFileDialog.getOpenFileName(w, "The Python of an environment with torch and transformers")
-        if path:
-            w.settings.setValue(PYTHON_KEY, path)
+        choose_trace_python(self.window, self.window.settings)
 
     def copy_command(self) -> None:
         QApplication.clipboard().setText(self.window.command_line())

@@ -7,14 +7,10 @@ are identical.
 
 from __future__ import annotations
 
-import contextlib
 import html
 import json
-import os
 import shlex
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from gpumem_gui.core import (
@@ -36,24 +32,6 @@ from gpumem_gui.core import (
 )
 
 # ---- files -------------------------------------------------------------------------------------------------
-
-
-def atomic_write(path: Path, data: bytes | str) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``, so a crash
-    or a full disk never leaves a half-written file behind."""
-    path = Path(path)
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 # ---- the JSON plan ---------------------------------------------------------------------------------------

@@ -50,7 +50,8 @@ from gpumem_gui.core import (
     describe_validation_error,
     fmt_bytes,
 )
-from gpumem_gui.ui.report import atomic_write, run_summary
+from gpumem_gui.files import atomic_write
+from gpumem_gui.ui.report import run_summary
 from gpumem_gui.ui.target_form import GpuChoice
 
 SCENARIO_FORMAT = "gpumem-scenario"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QObject, QSettings, Qt, QTimer, Signal, Slot
@@ -42,7 +43,15 @@ from gpumem_gui.core import (
     TrainingRun,
     fmt_bytes,
 )
-from gpumem_gui.trace import TraceFailure, TraceJob, TraceReport, in_process_available, trace
+from gpumem_gui.trace import (
+    NO_ESTIMATE_NOTE,
+    TraceFailure,
+    TraceJob,
+    TraceReport,
+    in_process_available,
+    trace,
+)
+from gpumem_gui.ui.workers import BackgroundRunner
 
 PYTHON_KEY = "trace/python"
 
@@ -57,17 +66,56 @@ def default_python(settings: QSettings) -> str | None:
     return None
 
 
+def choose_trace_python(parent: QWidget, settings: QSettings) -> bool:
+    """Ask for the Python to trace with and keep it (setting ``trace/python``); False when cancelled."""
+    path, _ = QFileDialog.getOpenFileName(parent, "The Python of an environment with torch and transformers")
+    if path:
+        settings.setValue(PYTHON_KEY, path)
+    return bool(path)
+
+
+@dataclass(frozen=True)
+class TraceOutcome:
+    """What one trace job hands back to the GUI thread: the report, or a failure (one line, its field, the
+    worker's log)."""
+
+    report: TraceReport | None = None
+    message: str = ""
+    field: str = ""
+    log: str = ""
+
+
+class _Attempt:
+    """One start of a trace: the subprocess job once it exists, and whether it was cancelled."""
+
+    def __init__(self) -> None:
+        self.job: TraceJob | None = None
+        self.cancelled = threading.Event()
+
+    def keep(self, job: TraceJob) -> None:
+        self.job = job
+        if self.cancelled.is_set():
+            job.cancel()
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+        if self.job is not None:
+            self.job.cancel()
+
+
 class TraceRunner(QObject):
-    """One trace at a time on a thread; ``finished(TraceReport)`` or ``failed(message, field, log)``."""
+    """One trace at a time on a :class:`~gpumem_gui.ui.workers.BackgroundRunner`; ``finished(TraceReport)``
+    or ``failed(message, field, log)``. The answer of a cancelled or superseded start is dropped."""
 
     finished = Signal(object)
     failed = Signal(str, str, str)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._job: TraceJob | None = None
-        self._thread: threading.Thread | None = None
-        self._cancelled = False
+        self._runner = BackgroundRunner("gpumem-trace", parent=self)
+        self._runner.finished.connect(self._done)
+        self._runner.failed.connect(lambda job_id, message: self._done(job_id, TraceOutcome(message=message)))
+        self._attempt = _Attempt()
 
     def start(
         self,
@@ -78,37 +126,43 @@ class TraceRunner(QObject):
         fresh: bool = False,
     ) -> None:
         """Trace on a thread; ``fresh``: ignore a cached result."""
-        self._cancelled = False
+        self._attempt.cancel()
+        attempt = self._attempt = _Attempt()
 
-        def work() -> None:
+        def work() -> TraceOutcome:
             try:
                 rep = trace(
-                    model, run, python=python, trust_remote_code=trust, use_cache=not fresh, on_job=self._keep
+                    model,
+                    run,
+                    python=python,
+                    trust_remote_code=trust,
+                    use_cache=not fresh,
+                    on_job=attempt.keep,
                 )
             except TraceFailure as e:
-                self.failed.emit(e.message, e.field or "", e.log)
+                return TraceOutcome(message=e.message, field=e.field or "", log=e.log)
             except GpumemError as e:
-                self.failed.emit(getattr(e, "message", str(e)), getattr(e, "field", "") or "", "")
-            else:
-                if not self._cancelled:
-                    self.finished.emit(rep)
+                return TraceOutcome(
+                    message=getattr(e, "message", str(e)), field=getattr(e, "field", "") or ""
+                )
+            return TraceOutcome(report=rep)
 
-        self._thread = threading.Thread(target=work, name="gpumem-trace", daemon=True)
-        self._thread.start()
+        self._runner.submit(work)
 
-    def _keep(self, job: TraceJob) -> None:
-        self._job = job
-        if self._cancelled:
-            job.cancel()
+    @Slot(int, object)
+    def _done(self, job_id: int, outcome: TraceOutcome) -> None:
+        if job_id != self._runner.latest or self._attempt.cancelled.is_set():
+            return
+        if outcome.report is not None:
+            self.finished.emit(outcome.report)
+        else:
+            self.failed.emit(outcome.message, outcome.field, outcome.log)
 
     def cancel(self) -> None:
-        self._cancelled = True
-        if self._job is not None:
-            self._job.cancel()
+        self._attempt.cancel()
 
     def wait(self, timeout_s: float = 10) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+        self._runner.wait(int(timeout_s * 1000))
 
 
 def _item(text: str, right: bool = False) -> QTableWidgetItem:
@@ -128,10 +182,6 @@ def _table(headers: list[str], rows: list[list[str]]) -> QTableWidget:
             t.setItem(r, c, _item(text, right=c > 0))
     t.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
     return t
-
-
-def _pct(x: float | None) -> str:
-    return "" if x is None else f"{x * 100:+.2f} %"
 
 
 class TraceDialog(QDialog):
@@ -154,6 +204,8 @@ class TraceDialog(QDialog):
         self.runner.finished.connect(self._on_finished)
         self.runner.failed.connect(self._on_failed)
         self._t0 = 0.0
+        self._trusted = False
+        self._status_text = ""
         self._timer = QTimer(self, interval=200)
         self._timer.timeout.connect(self._tick)
         self.stack = QStackedWidget()
@@ -222,7 +274,9 @@ class TraceDialog(QDialog):
             )
             return
         self._t0 = time.monotonic()
-        self.status.setText(f"Tracing with {python}: building the real model under fake tensors…")
+        self._trusted = trust
+        self._status_text = f"Tracing with {python}: building the real model under fake tensors…"
+        self.status.setText(self._status_text)
         self._show(self.progress_page, running=True)
         self._timer.start()
         self.runner.start(self.model, self.run, python, trust, fresh)
@@ -234,7 +288,7 @@ class TraceDialog(QDialog):
         self._problem("Cancelled.", "")
 
     def _tick(self) -> None:
-        self.status.setText(f"{self.status.text().split(' (')[0]} ({time.monotonic() - self._t0:.0f} s)")
+        self.status.setText(f"{self._status_text} ({time.monotonic() - self._t0:.0f} s)")
 
     @Slot(object)
     def _on_finished(self, rep: TraceReport) -> None:
@@ -246,7 +300,7 @@ class TraceDialog(QDialog):
     @Slot(str, str, str)
     def _on_failed(self, message: str, field: str, log: str) -> None:
         self._timer.stop()
-        if "trust-remote-code" in message and self._ask_remote_code():
+        if field == "trust_remote_code" and not self._trusted and self._ask_remote_code():
             self.start(trust=True)
             return
         self._problem(message, log)
@@ -271,11 +325,7 @@ class TraceDialog(QDialog):
 
     @Slot()
     def choose_python(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(
-            self, "The Python of an environment with torch and transformers"
-        )
-        if path:
-            self.settings.setValue(PYTHON_KEY, path)
+        if choose_trace_python(self, self.settings):
             self.start()
 
     # ---- the result ----------------------------------------------------------------------------------------
@@ -286,9 +336,9 @@ class TraceDialog(QDialog):
             if w is not None:
                 w.deleteLater()
         r = rep.result
-        how = "from the cache" if r.cached else f"in {r.seconds:.1f} s"
-        env = ", ".join(f"{k} {v}" for k, v in r.versions.items())
-        head = QLabel(f"Traced {how} ({env}). Peak {fmt_bytes(r.peak_bytes, self.unit)} in {r.peak_phase}.")
+        head = QLabel(
+            f"Traced {r.how} ({r.environment}). Peak {fmt_bytes(r.peak_bytes, self.unit)} in {r.peak_phase}."
+        )
         head.setWordWrap(True)
         lay.addWidget(head)
         rows = [
@@ -296,7 +346,7 @@ class TraceDialog(QDialog):
                 p.phase,
                 fmt_bytes(p.traced_bytes, self.unit, 3),
                 *self._est(p.estimated_bytes),
-                _pct(p.difference),
+                p.difference_text,
             ]
             for p in rep.phases
         ]
@@ -315,11 +365,7 @@ class TraceDialog(QDialog):
         lay.addWidget(QLabel(f"At the peak ({r.peak_phase}), by category"))
         self.category_table = _table(["category", "traced", "estimated"], rows)
         lay.addWidget(self.category_table)
-        notes = list(r.notes) + ([rep.weights_note] if rep.weights_note else [])
-        if rep.estimate is None:
-            notes.insert(
-                0, "gpumem's analytic core does not describe this architecture: the trace is the answer"
-            )
+        notes = [*([NO_ESTIMATE_NOTE] if rep.estimate is None else []), *rep.notes]
         if notes:
             label = QLabel("\n".join(f"• {n}" for n in notes))
             label.setWordWrap(True)

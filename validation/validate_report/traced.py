@@ -8,7 +8,13 @@ import json
 import statistics
 from collections.abc import Callable
 
-from gpumem_gui.core import estimate_inference, make_run, make_training_run
+from gpumem_gui.core import estimate_inference
+from gpumem_gui.core.reference_points import (
+    TRACED_INFERENCE_TOLERANCE,
+    TRACED_TRAINING_TOLERANCE,
+    traced_inference_run,
+    traced_training_run,
+)
 from gpumem_gui.core.training import simulate_rank
 
 from .common import HERE, spec_for
@@ -27,20 +33,12 @@ def inference_errors() -> list[tuple[str, float]]:
     """(setup, relative error) of every traced prefill and decode peak."""
     out = []
     for p in _points("inference"):
-        r = p["run"]
-        attn = p.get("attn_implementation_used") or r["attn"]
-        run = make_run(
-            batch=r["batch"],
-            seq=r["seq"],
-            new_tokens=r.get("new_tokens", 0),
-            attn=attn,
-            logits=r.get("logits", "last"),
-        )
+        run = traced_inference_run(p)
         est = estimate_inference(spec_for(f"config:{p['model']}"), run)
         for ph in ("prefill", "decode"):
             if ph in p["phases"]:
                 meas = p["phases"][ph]["Total"]
-                setup = f"{p['model']} · {ph} · b{r['batch']} s{r['seq']}+{r.get('new_tokens', 0)} · {attn}"
+                setup = f"{p['model']} · {ph} · b{run.batch} s{run.seq}+{run.new_tokens} · {run.attn}"
                 out.append((setup, (est.phases[ph].peak_bytes - meas) / meas))
     return out
 
@@ -50,13 +48,11 @@ def training_errors() -> list[tuple[str, float]]:
     kernel, as the trace ran on the CPU)."""
     out = []
     for p in _points("train"):
-        r = dict(p["run"])
-        r["attn"] = p.get("attn_implementation_used") or r.get("attn", "sdpa")
-        res, _, _ = simulate_rank(spec_for(f"config:{p['model']}"), make_training_run(**r), cpu_dropout=True)
+        run = traced_training_run(p)
+        res, _, _ = simulate_rank(spec_for(f"config:{p['model']}"), run, cpu_dropout=True)
         meas = max(m["Total"] for m in p["phases"].values())
-        what = f"{r.get('method', 'full')} {r.get('precision')}"
-        setup = f"{p['model']} · {what} · b{r['batch']} s{r['seq']} · {r['attn']}"
-        setup += " · checkpointing" if r.get("grad_ckpt") else ""
+        setup = f"{p['model']} · {run.method} {run.precision} · b{run.batch} s{run.seq} · {run.attn}"
+        setup += " · checkpointing" if run.grad_ckpt else ""
         out.append((setup, (max(ph.total for ph in res.phases.values()) - meas) / meas))
     return out
 
@@ -65,11 +61,11 @@ def _line(name: str, errs: list[tuple[str, float]]) -> str:
     if not errs:
         return f"- **{name}**: no traced points (run `validation/trace_references.py`)"
     worst = max(errs, key=lambda e: abs(e[1]))
-    within = sum(1 for _, e in errs if abs(e) < 0.005)
+    within = sum(1 for _, e in errs if abs(e) < TRACED_TRAINING_TOLERANCE)
     return (
         f"- **{name}** ({len(errs)} points): median |error| "
         f"{statistics.median(abs(e) for _, e in errs) * 100:.2f} %, "
-        f"{within} within 0.5 %, worst {worst[1] * 100:+.2f} % at {worst[0]}"
+        f"{within} within {TRACED_TRAINING_TOLERANCE * 100:g} %, worst {worst[1] * 100:+.2f} % at {worst[0]}"
     )
 
 
@@ -78,14 +74,15 @@ def _trace_check_line() -> str:
     path = TRACE / "groundtruth_check.json"
     if not path.is_file():
         return "- **gpumem trace vs the reference measurements**: not run (`make trace-check`)"
-    rows = json.loads(path.read_text())["points"]
+    doc = json.loads(path.read_text())
+    rows, tolerance = doc["points"], doc["tolerance"]  # trace_groundtruth.py's
     ok = [r for r in rows if "relative_error" in r]
     worst = max((abs(r["relative_error"]) for r in ok), default=0.0)
-    within = sum(1 for r in ok if abs(r["relative_error"]) <= 0.005)
+    within = sum(1 for r in ok if abs(r["relative_error"]) <= tolerance)
     new_types = sorted({r["model"] for r in ok if not r.get("analytic", True)})
     return (
         f"- **gpumem trace vs the reference measurements** ({len(rows)} points, `make trace-check`): "
-        f"{within} within 0.5 %, worst |error| {worst * 100:.4f} %"
+        f"{within} within {tolerance * 100:g} %, worst |error| {worst * 100:.4f} %"
         + (
             f"; including {', '.join(new_types)}, a model type the analytic core does not describe"
             if new_types
@@ -100,11 +97,13 @@ def render_traced(add: Callable[[str], None]) -> None:
     add("")
     add(
         "Each point is the real transformers 5.24 model built under `FakeTensorMode` and counted by "
-        "`torch.distributed._tools.mem_tracker.MemTracker` on the CPU (`gpumem_gui/trace/worker.py`, run by "
+        "`torch.distributed._tools.mem_tracker.MemTracker` on the CPU (the trace worker, `gpumem_gui/trace/"
+        "gpumem_trace_worker/`, run by "
         "`validation/trace_references.py`; the points are in `tests/reference/trace/`). They cover the "
         "architectures the measured grid above lacks (BLOOM, Falcon, GPT-NeoX, OPT, Phi-3, Granite, OLMo-2, "
         "Starcoder2, DeepSeek-V2-Lite, synthetic MoE configs) and LoRA with PEFT's own module resolution. "
-        "`tests/test_replay.py` holds every point to 3 % (inference) and 0.5 % (training)."
+        f"`tests/test_replay.py` holds every point to {TRACED_INFERENCE_TOLERANCE * 100:g} % (inference) and "
+        f"{TRACED_TRAINING_TOLERANCE * 100:g} % (training)."
     )
     add("")
     add(_line("inference prefill/decode peak", infer))

@@ -22,12 +22,13 @@ TRACKER_CATEGORIES = {
     "Buffer": "parameters",
     "Sharded Param": "parameters",
     "Unsharded Param": "parameters",
-    "All-Gather": "parameters",
+    "All Gather": "parameters",
     "Gradient": "gradients",
     "Sharded Grad": "gradients",
     "Unsharded Grad": "gradients",
-    "Reduce-Scatter": "gradients",
-    "Optstate": "optimizer states",
+    "Reduce Scatter": "gradients",
+    "Optstate": "optimizer states",  # MemTracker's spelling
+    "OptState": "optimizer states",  # FSDPMemTracker's
     "Activation": "activations",
     "Other": "activations",
     "Inputs": "activations",
@@ -46,12 +47,13 @@ _KIND_CATEGORIES = {
 
 
 def fold(counts: dict[str, int], table: dict[str, str]) -> dict[str, int]:
-    """``counts`` by category name, summed into :data:`CATEGORIES` (unknown names and Total left out)."""
+    """``counts`` by category name, summed into :data:`CATEGORIES` (Total left out); a name the table does
+    not know (a newer tracker's) counts as activations, as MemTracker's "Other", so the sum stays the
+    total."""
     out = dict.fromkeys(CATEGORIES, 0)
     for name, n in counts.items():
-        cat = table.get(name)
-        if cat is not None:
-            out[cat] += int(n)
+        if name != "Total":
+            out[table.get(name, "activations")] += int(n)
     return out
 
 

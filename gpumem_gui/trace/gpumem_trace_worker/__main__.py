@@ -24,7 +24,7 @@ def main() -> int:
     try:
         result = handle(request)
     except TraceError as e:
-        json.dump({"schema": SCHEMA, "error": str(e)}, sys.stdout)
+        json.dump({"schema": SCHEMA, "error": str(e), "field": e.field}, sys.stdout)
         return 2
     except ImportError as e:
         json.dump(

@@ -36,7 +36,12 @@ _KERNEL_PACKAGES = {"Mamba": "mamba_ssm", "Conv1d": "causal_conv1d", "GatedDelta
 
 
 class TraceError(Exception):
-    """A request the worker cannot run; its message is one line naming the cause."""
+    """A request the worker cannot run; its message is one line naming the cause, ``field`` the request
+    field to change (``trust_remote_code``: the config needs the model's own code)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @contextlib.contextmanager
@@ -52,7 +57,20 @@ def quiet_transformers() -> Iterator[None]:
         hf_logging.set_verbosity(level)
 
 
+def package_versions() -> dict[str, str]:
+    """Python and the installed torch / transformers / peft, from package metadata (nothing imported): the
+    environment a trace would run in, asked before any trace (and part of the cache key)."""
+    import importlib.metadata as md
+
+    out = {"python": sys.version.split()[0]}
+    for name in ("torch", "transformers", "peft"):
+        with contextlib.suppress(md.PackageNotFoundError):
+            out[name] = md.version(name)
+    return out
+
+
 def versions() -> dict[str, str]:
+    """The versions the trace ran with, from the imported modules."""
     import torch
     import transformers
 
@@ -81,24 +99,25 @@ def check_torch() -> None:
 
 
 def patch_transformers_for_fake() -> None:
+    """Two transformers helpers that read tensor values, which fake tensors do not have:
+    ``masking_utils.find_packed_sequence_indices`` (no packed sequences in a trace) and, for MoE models,
+    ``integrations.moe._can_use_grouped_mm``, whose probe is kept for bf16 weights only (the grouped_mm
+    kernel's dtype) so other dtypes take the per-expert loop as on a GPU without the kernel."""
     import torch
     import transformers.masking_utils as mu
 
     mu.find_packed_sequence_indices = lambda position_ids: None
-    try:
+    with contextlib.suppress(ImportError, AttributeError):  # a transformers without the MoE integration
         import transformers.integrations.moe as moe
 
         orig = moe._can_use_grouped_mm
-        if getattr(orig, "_gpumem", False):
-            return
+        if not getattr(orig, "_gpumem", False):
 
-        def can(input: Any, weight: Any, offs: Any) -> bool:
-            return weight.dtype == torch.bfloat16 and orig(input, weight, offs)
+            def can(input: Any, weight: Any, offs: Any) -> bool:
+                return weight.dtype == torch.bfloat16 and orig(input, weight, offs)
 
-        can._gpumem = True  # type: ignore[attr-defined]
-        moe._can_use_grouped_mm = can
-    except (ImportError, AttributeError):
-        pass
+            can._gpumem = True  # type: ignore[attr-defined]
+            moe._can_use_grouped_mm = can
 
 
 @contextlib.contextmanager
@@ -177,7 +196,8 @@ def load_config(raw: dict[str, Any], trust_remote_code: bool, notes: list[str] |
             msg = str(e).splitlines()[0][:200]
             if "trust_remote_code" in msg or "custom code" in msg:
                 raise TraceError(
-                    "the config needs the model's own code: rerun with --trust-remote-code if you trust it"
+                    "the config needs the model's own code: rerun with --trust-remote-code if you trust it",
+                    field="trust_remote_code",
                 ) from None
             raise TraceError(f"transformers rejects the config: {msg}") from None
     if custom:
@@ -204,8 +224,11 @@ def is_multimodal(cfg: Any) -> bool:
     return text_config(cfg) is not cfg and getattr(cfg, "vision_config", None) is not None
 
 
-def vocab(cfg: Any) -> int:
-    return int(text_config(cfg).vocab_size)
+def token_ids(cfg: Any, batch: int, seq: int) -> Any:
+    """A (batch, seq) batch of token ids: fake tensors hold no values; only the shape matters for memory."""
+    import torch
+
+    return torch.randint(0, int(text_config(cfg).vocab_size), (batch, seq))
 
 
 def _is_moe(cfg: Any) -> bool:

@@ -25,7 +25,7 @@ import contextlib
 import gc
 from typing import Any
 
-from .building import TraceError, add_vision, attn_used, quantization_notes, readable_failures, vocab
+from .building import TraceError, add_vision, quantization_notes, readable_failures
 from .tracking import fsdp_tracker, memory_tracker, restart_peaks
 from .training import optimizer, precision_dtypes, prepare
 
@@ -39,11 +39,6 @@ def _world(run: dict[str, Any]) -> int:
 
 def _check(run: dict[str, Any]) -> str:
     zero, fsdp = int(run.get("zero", 0) or 0), run.get("fsdp", "none")
-    for k in ("tp", "pp", "ep", "cp"):
-        if int(run.get(k, 1)) > 1:
-            raise TraceError(
-                f"{k} > 1 is not traced: tensor, pipeline, expert and context parallelism are not"
-            )
     if zero > 1:
         raise TraceError(f"ZeRO-{zero} is DeepSpeed's, which is not traced (ZeRO-1 is, as torch's)")
     if run.get("offload", "none") != "none":
@@ -163,13 +158,8 @@ def trace_data_parallel(raw: dict[str, Any], run: dict[str, Any], trust: bool) -
 def _trace_rank(
     raw: dict[str, Any], run: dict[str, Any], trust: bool, strategy: str, mesh: Any, out: dict[str, Any]
 ) -> None:
-    import torch
-
-    cfg, model = prepare(raw, run, trust, out["notes"])
-    out["attn_implementation_used"] = attn_used(model)
-    out["trainable_params"] = int(sum(p.numel() for p in model.parameters() if p.requires_grad))
-    ids = torch.randint(0, min(vocab(cfg), 1000), (int(run.get("batch", 1)), int(run.get("seq", 2048))))
-    _, autocast = precision_dtypes(run)
+    cfg, model, ids = prepare(raw, run, trust, out)
+    weights, autocast = precision_dtypes(run)
     if strategy == "fsdp":
         mt, opt = _fsdp(model, run, mesh)
         mt.track_inputs((ids,))
@@ -182,4 +172,4 @@ def _trace_rank(
             module, opt = _ddp(model, run, strategy == "zero1")
             _iterations(module, opt, mt, ids, autocast)
     out["phases"] = {k: v for k, v in mt.phase_peaks.items() if k != "warmup"}
-    add_vision(out, cfg, precision_dtypes(run)[0], _world(run) if strategy == "fsdp" else 1)
+    add_vision(out, cfg, weights, out["world_size"] if strategy == "fsdp" else 1)

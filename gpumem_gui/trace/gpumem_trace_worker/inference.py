@@ -15,7 +15,7 @@ from .building import (
     patch_transformers_for_fake,
     quantization_notes,
     readable_failures,
-    vocab,
+    token_ids,
 )
 from .tracking import flat, memory_tracker
 
@@ -33,9 +33,7 @@ def cache_bytes(cache: Any) -> int:
     return tot
 
 
-def _decode(
-    model: Any, mt: Any, cache: Any, batch: int, past: int, n_vocab: int, out: dict[str, Any]
-) -> None:
+def _decode(model: Any, mt: Any, cfg: Any, batch: int, past: int, out: dict[str, Any]) -> None:
     """A cache of ``past`` tokens built as ``generate()`` builds it (a prefill, then a one-token step), then
     one more one-token forward while the previous step's fp32 scores are alive."""
     import torch
@@ -44,20 +42,18 @@ def _decode(
     cache = None
     gc.collect()
     if past > 1:
-        ids = torch.randint(0, n_vocab, (batch, past - 1))
-        res = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        res = model(input_ids=token_ids(cfg, batch, past - 1), use_cache=True, logits_to_keep=1)
         cache = res.past_key_values
-        del res, ids
-    step = torch.randint(0, n_vocab, (batch, 1))
+        del res
     mt.reset_mod_stats()
-    res = model(input_ids=step, cache=cache, use_cache=True, logits_to_keep=1)
+    res = model(input_ids=token_ids(cfg, batch, 1), cache=cache, use_cache=True, logits_to_keep=1)
     cache = res.past_key_values
     # generate(): the previous step's fp32 next-token logits and processed scores stay alive
     scores = res.logits[:, -1].to(copy=True, dtype=torch.float32)
     processed = scores.clone()
-    del res, step
+    del res
     mt.enter("decode")
-    step = torch.randint(0, n_vocab, (batch, 1))
+    step = token_ids(cfg, batch, 1)
     res = model(input_ids=step, cache=cache, use_cache=True, logits_to_keep=1)
     out["kv_cache_bytes"] = cache_bytes(res.past_key_values)
     del res, step, scores, processed, cache
@@ -80,19 +76,18 @@ def trace_inference(
     with FakeTensorMode(), readable_failures():
         model = build(cfg, dtype, run.get("attn", "sdpa"), trust_remote_code, notes).eval()
         out["attn_implementation_used"] = attn_used(model)
-        n_vocab = min(vocab(cfg), 1000)
         mt = memory_tracker()
         mt.track_external(model)
         with mt, torch.no_grad():
             mt.enter("prefill")
-            ids = torch.randint(0, n_vocab, (batch, seq))
+            ids = token_ids(cfg, batch, seq)
             res = model(input_ids=ids, use_cache=True, logits_to_keep=keep)
             out["logits_bytes"] = int(res.logits.numel() * res.logits.element_size())
             cache = res.past_key_values
-            out["kv_cache_bytes_prefill"] = out["kv_cache_bytes"] = cache_bytes(cache)
+            out["kv_cache_bytes"] = cache_bytes(cache)
             del res, ids, cache
             if new > 0:
-                _decode(model, mt, None, batch, seq + new - 1, n_vocab, out)
+                _decode(model, mt, cfg, batch, seq + new - 1, out)
         out["phases"] = {k: v for k, v in mt.phase_peaks.items() if k != "warmup"}
         out["phases"]["load"] = flat(mt.get_tracker_snapshot("current"))
         add_vision(out, cfg, dtype)

@@ -17,7 +17,7 @@ from .building import (
     quantization_notes,
     readable_failures,
     same_device_to,
-    vocab,
+    token_ids,
 )
 from .tracking import memory_tracker
 
@@ -27,6 +27,8 @@ _OPTIM = {
     "adamw-fused": {"fused": True},
     "adamw-for-loop": {"foreach": False},
 }
+# what the worker can trace (gpumem_gui/trace/request.py refuses the rest before a process starts)
+OPTIMIZERS = (*_OPTIM, "sgd", "sgd-momentum")
 # dropout keys of the config classes, all set when the run names a dropout
 _DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "dropout")
 
@@ -87,9 +89,12 @@ def precision_dtypes(run: dict[str, Any]) -> tuple[Any, Any]:
     return weights, autocast
 
 
-def prepare(raw: dict[str, Any], run: dict[str, Any], trust: bool, notes: list[str]) -> tuple[Any, Any]:
-    """The config (with the run's dropout) and the model to train, before any wrapping."""
-
+def prepare(
+    raw: dict[str, Any], run: dict[str, Any], trust: bool, out: dict[str, Any]
+) -> tuple[Any, Any, Any]:
+    """The config (with the run's dropout), the model to train before any wrapping, and the batch of token
+    ids; the attention implementation used and the trainable parameter count go into ``out``."""
+    notes = out["notes"]
     check_torch()
     patch_transformers_for_fake()
     if run.get("method") == "qlora":
@@ -110,7 +115,9 @@ def prepare(raw: dict[str, Any], run: dict[str, Any], trust: bool, notes: list[s
     if run.get("method") == "lora":
         model = lora(model, run)
     model.train()
-    return cfg, model
+    out["attn_implementation_used"] = attn_used(model)
+    out["trainable_params"] = int(sum(p.numel() for p in model.parameters() if p.requires_grad))
+    return cfg, model, token_ids(cfg, int(run.get("batch", 1)), int(run.get("seq", 2048)))
 
 
 def step(model: Any, opt: Any, mt: Any, ids: Any, autocast: Any, accum: int) -> None:
@@ -133,40 +140,36 @@ def step(model: Any, opt: Any, mt: Any, ids: Any, autocast: Any, accum: int) -> 
 def trace_training(
     raw: dict[str, Any], run: dict[str, Any], trust_remote_code: bool = False
 ) -> dict[str, Any]:
-    if int(run.get("dp", 1)) > 1 or run.get("zero") or run.get("fsdp", "none") != "none":
-        from .distributed import trace_data_parallel
-
-        return trace_data_parallel(raw, run, trust_remote_code)
     for k in ("tp", "pp", "ep", "cp"):
         if int(run.get(k, 1)) > 1:
             raise TraceError(
                 f"{k} > 1 is not traced: tensor, pipeline, expert and context parallelism are not"
             )
+    if int(run.get("dp", 1)) > 1 or run.get("zero") or run.get("fsdp", "none") != "none":
+        from .distributed import trace_data_parallel
+
+        return trace_data_parallel(raw, run, trust_remote_code)
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     notes: list[str] = []
     out: dict[str, Any] = {"notes": notes, "quantization": quantization_notes(raw, notes)}
-    batch, seq = int(run.get("batch", 1)), int(run.get("seq", 2048))
     accum = max(1, min(2, int(run.get("grad_accum", 1))))
-    _, autocast = precision_dtypes(run)
+    weights, autocast = precision_dtypes(run)
     with FakeTensorMode(), readable_failures():
-        cfg, model = prepare(raw, run, trust_remote_code, notes)
-        out["attn_implementation_used"] = attn_used(model)
+        cfg, model, ids = prepare(raw, run, trust_remote_code, out)
         params = [p for p in model.parameters() if p.requires_grad]
-        out["trainable_params"] = int(sum(p.numel() for p in params))
         opt = optimizer(params, run.get("optimizer", "adamw"))
         if not run.get("first_step"):
             for p in params:
                 p.grad = torch.zeros_like(p)
             opt.step()
             opt.zero_grad(set_to_none=True)
-        ids = torch.randint(0, min(vocab(cfg), 1000), (batch, seq))
         mt = memory_tracker()
         mt.track_external(model, ids, opt)
         with mt:
             step(model, opt, mt, ids, autocast, accum)
         out["phases"] = dict(mt.phase_peaks)
-        add_vision(out, cfg, precision_dtypes(run)[0])
+        add_vision(out, cfg, weights)
         del model, opt, ids
     return out
