@@ -31,7 +31,6 @@ from pydantic import Field, ValidationError, model_validator
 
 from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
 from gpumem_gui.core.readers.hf_config import read_json_file
-from gpumem_gui.core.readers.traits import traits_for
 from gpumem_gui.core.spec.model import Frozen, ModelSpec, Provenance
 
 MODEL_CATALOG_FILE = "models.json"
@@ -187,11 +186,11 @@ def _model_entry(raw: Any) -> CatalogModel:
             raise GpumemInputError(
                 "is filled in from the entry; leave it out of the spec", field=f"spec.{reserved}"
             )
+    if "traits" not in spec_raw:  # written by resources/tools/build_model_catalog.py from the config
+        raise GpumemInputError("is required (regenerate the catalog)", field="spec.traits")
     try:
-        mt = spec_raw.get("model_type")
         spec = ModelSpec(
             **spec_raw,
-            **({} if "traits" in spec_raw or not isinstance(mt, str) else {"traits": traits_for(mt)}),
             name=raw.get("id") or "?",
             provenance=Provenance(kind="catalog", source=str(raw.get("source", ""))),
         )
