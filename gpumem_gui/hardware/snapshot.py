@@ -78,6 +78,18 @@ class GpuDevice(_Frozen):
     cuda_index: NonNegInt | None = Field(
         None, description="index CUDA gives it under CUDA_VISIBLE_DEVICES; None when hidden from CUDA"
     )
+    host: str | None = Field(
+        None, description="the host of a cluster GPU (dcgm-exporter's Hostname label); None on this machine"
+    )
+    sample_age_s: NonNegFloat | None = Field(
+        None, description="cluster: age of this GPU's newest sample when the poll was taken, in seconds"
+    )
+    stale: bool = Field(
+        False, description="cluster: its samples are older than the scrape interval allows (shown greyed)"
+    )
+    workloads: tuple[str, ...] = Field(
+        (), description="cluster on Kubernetes: 'namespace/pod/container' of each workload using it"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> GpuDevice:
@@ -89,10 +101,15 @@ class GpuDevice(_Frozen):
 
     @property
     def key(self) -> str:
-        """Stable name of this device within a machine: ``"0"`` for GPU 0, ``"0:1"`` for its MIG device 1."""
-        if self.is_mig_instance:
-            return f"{self.parent_index}:{self.index}"
-        return str(self.index)
+        """Stable name of this device: ``"0"`` for GPU 0, ``"0:1"`` for its MIG device 1; on a cluster the host
+        comes first (``"node-a/0"``, ``"node-a/0:1"``)."""
+        local = f"{self.parent_index}:{self.index}" if self.is_mig_instance else str(self.index)
+        return local if self.host is None else f"{self.host}/{local}"
+
+    @property
+    def local_key(self) -> str:
+        """:attr:`key` without the host: ``"0"`` or ``"0:1"``."""
+        return f"{self.parent_index}:{self.index}" if self.is_mig_instance else str(self.index)
 
     @property
     def ok(self) -> bool:
@@ -119,10 +136,13 @@ class GpuSnapshot(_Frozen):
     visible_devices: str | None = Field(
         None, description="the CUDA_VISIBLE_DEVICES value used; None when unset"
     )
-    backend: str = Field(description="'nvml', 'fake:<scenario>' or 'null'")
+    backend: str = Field(description="'nvml', 'fake:<scenario>', 'prometheus:<url>' or 'null'")
     unavailable_reason: str | None = Field(
         None,
         description="set (and devices empty) when live GPU data cannot be read; words a person understands",
+    )
+    notes: tuple[str, ...] = Field(
+        (), description="what a person should know about this poll (e.g. a cluster listing cut at its limit)"
     )
 
     @model_validator(mode="after")
@@ -149,8 +169,17 @@ class GpuSnapshot(_Frozen):
     def physical_devices(self) -> tuple[GpuDevice, ...]:
         return tuple(d for d in self.devices if not d.is_mig_instance)
 
-    def mig_instances(self, parent_index: int) -> tuple[GpuDevice, ...]:
-        return tuple(d for d in self.devices if d.is_mig_instance and d.parent_index == parent_index)
+    def mig_instances(self, parent_index: int, host: str | None = None) -> tuple[GpuDevice, ...]:
+        return tuple(
+            d
+            for d in self.devices
+            if d.is_mig_instance and d.parent_index == parent_index and d.host == host
+        )
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """The cluster hosts in this snapshot, in the order their GPUs appear (empty on this machine)."""
+        return tuple(dict.fromkeys(d.host for d in self.devices if d.host is not None))
 
     @property
     def cuda_devices(self) -> tuple[GpuDevice, ...]:
