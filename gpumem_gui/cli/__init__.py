@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from gpumem_gui import __version__
+from gpumem_gui.cli.cluster import add_prometheus_flags
 from gpumem_gui.cli.flags import add_run_flags, add_target_flags, run_from_args
 from gpumem_gui.cli.info import cmd_formats, cmd_gpus, cmd_inspect, cmd_models, inspect_json
 from gpumem_gui.cli.plan import cmd_estimate, cmd_fit, cmd_sweep, estimate_json
@@ -45,7 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="machine-readable output")
     sp.set_defaults(func=cmd_models)
 
-    sp = sub.add_parser("gpus", help="the local GPUs through NVML (or the built-in catalog with --catalog)")
+    sp = sub.add_parser(
+        "gpus",
+        help="the local GPUs through NVML, a cluster's through Prometheus (--prometheus), or the catalog",
+    )
     sp.add_argument("--catalog", action="store_true", help="the built-in accelerator catalog")
     sp.add_argument(
         "--fake-gpus",
@@ -53,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="read a fake-GPU scenario (JSON file, or a shipped name such as a100_mig) instead of NVML",
     )
     sp.add_argument("--json", action="store_true", help="machine-readable output")
+    add_prometheus_flags(sp, fit=False)
     sp.set_defaults(func=cmd_gpus)
 
     sp = sub.add_parser("inspect", help="architecture, exact parameters, weight bytes and KV cost of a model")
@@ -68,9 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_target_flags(sp)
     sp.set_defaults(func=cmd_estimate)
 
-    sp = sub.add_parser("fit", help="does the run fit on --gpu; the maxima that fit; ranked changes")
+    sp = sub.add_parser(
+        "fit", help="does the run fit on --gpu, --local or a cluster (--prometheus); maxima; ranked changes"
+    )
     add_run_flags(sp)
     add_target_flags(sp)
+    add_prometheus_flags(sp, fit=True)
     sp.set_defaults(func=cmd_fit)
 
     sp = sub.add_parser("sweep", help="estimates at evenly spaced batch sizes or sequence lengths")

@@ -9,6 +9,7 @@ from gpumem_gui.cli.output import dump, print_table
 from gpumem_gui.core import (
     GB,
     GiB,
+    GpumemInputError,
     LoadedModel,
     fmt_count,
     kv_bytes_per_token_per_layer,
@@ -71,6 +72,16 @@ def _local_gpus(args: argparse.Namespace) -> int:
 
 
 def cmd_gpus(args: argparse.Namespace) -> int:
+    from gpumem_gui.cli.cluster import cluster_given, cluster_snapshot
+
+    if cluster_given(args):
+        if args.catalog or args.fake_gpus:
+            raise GpumemInputError("--prometheus reads a cluster; leave out --catalog and --fake-gpus")
+        from gpumem_gui.hardware import format_snapshot, snapshot_to_json
+
+        snap = cluster_snapshot(args)
+        dump(snapshot_to_json(snap)) if args.json else print(format_snapshot(snap))
+        return 0 if snap.available else 1  # asked for this server: not reading it is a failure
     if not args.catalog:
         return _local_gpus(args)
     gpus = load_gpu_catalog()

@@ -7,7 +7,7 @@ from typing import Any
 
 from gpumem_gui.cli.flags import loaded_spec, run_from_args, target_from_args
 from gpumem_gui.cli.output import dump, gib, print_table
-from gpumem_gui.core import LoadedModel, estimate_document, fit_document
+from gpumem_gui.core import GpumemInputError, LoadedModel, estimate_document, fit_document
 
 
 def estimate_json(m: LoadedModel, run: Any, est: Any) -> dict[str, Any]:
@@ -123,12 +123,15 @@ def _print_fit(rep: Any) -> None:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from gpumem_gui.core import GpumemInputError
+    from gpumem_gui.cli.cluster import cluster_given
 
-    if not args.gpu and not args.local:
-        raise GpumemInputError("fit needs --gpu NAME[:COUNT] or --local", field="gpu")
+    cluster = cluster_given(args)
+    if not args.gpu and not args.local and not cluster:
+        raise GpumemInputError("fit needs --gpu NAME[:COUNT], --local or --prometheus URL", field="gpu")
     m = loaded_spec(args.model)
     run = run_from_args(args, m)
+    if cluster:
+        return _fit_cluster(m, run, args)
     rep = _fit(m, run, target_from_args(args), args)
     if args.json:
         dump(_fit_json(rep))
@@ -139,8 +142,33 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fit_cluster(m: LoadedModel, run: Any, args: argparse.Namespace) -> int:
+    """``fit --prometheus``: the usual report (on --gpu, or the cluster's most common GPU) plus ``cluster``:
+    the ranked placements of the whole plan on the GPUs' free memory now."""
+    from gpumem_gui.cli.cluster import cluster_fit_for, cluster_snapshot, cluster_target, print_cluster
+    from gpumem_gui.core import cluster_document
+    from gpumem_gui.hardware.cluster import cluster_gpus
+
+    snap = cluster_snapshot(args)
+    if not snap.available:
+        reason = snap.unavailable_reason
+        raise GpumemInputError(f"no cluster GPUs to check against: {reason}", field="prometheus")
+    target = target_from_args(args) or cluster_target(cluster_gpus(snap), run.tp * run.pp)
+    rep = _fit(m, run, target, args)
+    cf = cluster_fit_for(m, run, args, snap)
+    if args.json:
+        dump({**_fit_json(rep), "cluster": cluster_document(cf)})
+    else:
+        _print_estimate(m, run, rep.estimate)
+        print()
+        _print_fit(rep)
+        print()
+        print_cluster(cf, snap)
+    return 0
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from gpumem_gui.core import GpumemInputError, evenly_spaced, sweep
+    from gpumem_gui.core import evenly_spaced, sweep
 
     m = loaded_spec(args.model)
     base = run_from_args(args, m)

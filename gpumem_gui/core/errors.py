@@ -46,6 +46,10 @@ def describe_validation_error(exc: object, *, source: str | None = None) -> Gpum
     first = errors[0]
     field = ".".join(str(p) for p in first.get("loc", ())) or None
     msg = first.get("msg", "invalid value")
+    # pydantic prefixes a validator's own ValueError text with "Value error, " (and assertions with
+    # "Assertion failed, "): the sentence is ours and reads better without it
+    for prefix in ("Value error, ", "Assertion failed, "):
+        msg = msg.removeprefix(prefix)
     if "input" in first and not isinstance(first["input"], dict | list):
         msg = f"{msg} (got {first['input']!r})"
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""

@@ -1,4 +1,5 @@
-"""GPU backends (NVML, fake, null) behind one protocol. No Qt here; only the NVML module imports pynvml.
+"""GPU backends (NVML; Prometheus with dcgm-exporter for a cluster; fake; null) behind one protocol. No Qt
+here; only the NVML module imports pynvml.
 
 ::
 
@@ -31,6 +32,8 @@ from gpumem_gui.hardware.backend import (
 from gpumem_gui.hardware.fake import FakeBackend, load_scenario, scenarios_dir, shipped_scenarios
 from gpumem_gui.hardware.history import MemoryHistory
 from gpumem_gui.hardware.nvml import NvmlBackend
+from gpumem_gui.hardware.prometheus import PrometheusBackend
+from gpumem_gui.hardware.prometheus_config import PrometheusConfig, make_prometheus_config
 from gpumem_gui.hardware.report import format_snapshot, snapshot_to_json
 from gpumem_gui.hardware.snapshot import GpuDevice, GpuProcess, GpuSnapshot
 
@@ -47,10 +50,13 @@ __all__ = [
     "MemoryHistory",
     "NullBackend",
     "NvmlBackend",
+    "PrometheusBackend",
+    "PrometheusConfig",
     "default_backend",
     "format_snapshot",
     "init_failure_reason",
     "load_scenario",
+    "make_prometheus_config",
     "parse_cuda_visible_devices",
     "scenarios_dir",
     "shipped_scenarios",

@@ -7,7 +7,7 @@ Top level:
 
 * ``schema``: ``"gpumem.gpus/1"``
 * ``taken_at``: seconds since the epoch (``time.time()``) when the poll was taken
-* ``backend``: ``"nvml"``, ``"fake:<scenario>"`` or ``"null"``
+* ``backend``: ``"nvml"``, ``"fake:<scenario>"``, ``"prometheus:<url>"`` or ``"null"``
 * ``available``: false when live GPU data cannot be read (then ``devices`` is empty)
 * ``unavailable_reason``: why not, in words a person can act on; ``null`` when available
 * ``driver_version``: NVIDIA driver version, e.g. ``"550.54.15"``
@@ -15,10 +15,14 @@ Top level:
 * ``nvml_version``: NVML library version
 * ``cuda_visible_devices``: the ``CUDA_VISIBLE_DEVICES`` value used; ``null`` when unset
 * ``devices``: every GPU, each followed by its MIG instances
+* ``notes``: what a person should know about this poll (e.g. a cluster listing cut at its limit)
 
 Each device:
 
-* ``key``: ``"0"`` for GPU 0, ``"0:1"`` for its MIG device 1
+* ``key``: ``"0"`` for GPU 0, ``"0:1"`` for its MIG device 1; on a cluster ``"node-a/0"``, ``"node-a/0:1"``
+* ``host``: the cluster host (dcgm-exporter's ``Hostname``); ``null`` on this machine
+* ``sample_age_s``: cluster: age of the GPU's newest sample; ``stale``: older than the scrape interval allows
+  (its numbers are the last ones seen); ``workloads``: ``"namespace/pod/container"`` using it (Kubernetes)
 * ``index``: NVML index (for a MIG instance: its index within the parent)
 * ``cuda_index``: index under ``CUDA_VISIBLE_DEVICES``; ``null`` when hidden from CUDA
 * ``uuid``, ``name``, ``pci_bus_id`` (``"00000000:01:00.0"``)
@@ -45,6 +49,7 @@ SCHEMA = "gpumem.gpus/1"
 def _device_json(d: GpuDevice) -> dict[str, Any]:
     return {
         "key": d.key,
+        "host": d.host,
         "index": d.index,
         "cuda_index": d.cuda_index,
         "uuid": d.uuid,
@@ -73,6 +78,9 @@ def _device_json(d: GpuDevice) -> dict[str, Any]:
             ]
         ),
         "error": d.error,
+        "sample_age_s": d.sample_age_s,
+        "stale": d.stale,
+        "workloads": list(d.workloads),
     }
 
 
@@ -89,6 +97,7 @@ def snapshot_to_json(snapshot: GpuSnapshot) -> dict[str, Any]:
         "nvml_version": snapshot.nvml_version,
         "cuda_visible_devices": snapshot.visible_devices,
         "devices": [_device_json(d) for d in snapshot.devices],
+        "notes": list(snapshot.notes),
     }
 
 
@@ -101,6 +110,31 @@ def _gib(n: int | None) -> str:
 
 def _opt(v: object, suffix: str = "") -> str:
     return "-" if v is None else f"{v}{suffix}"
+
+
+def _row(d: GpuDevice) -> tuple[str, ...]:
+    """One table row; on a cluster the second column is the host and the last the GPU's state."""
+    key = f"  {d.local_key}" if d.is_mig_instance else d.local_key
+    second = d.host if d.host is not None else _opt(d.cuda_index)
+    if d.error is not None:
+        return (key, second, d.name, f"ERROR: {d.error}", "", "", "", "")
+    if d.host is not None:
+        age = "?" if d.sample_age_s is None else f"{d.sample_age_s:.0f}"
+        last = f"stale (last sample {age} s ago)" if d.stale else "ok"
+        if d.workloads:
+            last += f", used by {', '.join(d.workloads)}"
+    else:
+        last = "denied" if d.processes is None else str(len(d.processes))
+    return (
+        key,
+        second,
+        d.name,
+        f"{_gib(d.used_bytes)} / {_gib(d.total_bytes)}",
+        _gib(d.free_bytes),
+        _opt(d.utilization_percent, "%"),
+        _opt(d.temperature_c, "C"),
+        last,
+    )
 
 
 def format_snapshot(snapshot: GpuSnapshot) -> str:
@@ -118,28 +152,10 @@ def format_snapshot(snapshot: GpuSnapshot) -> str:
     if not snapshot.devices:
         return f"No NVIDIA GPU found ({head})."
 
-    header = ("GPU", "CUDA", "Name", "Used / Total GiB", "Free GiB", "Util", "Temp", "Procs")
-    rows: list[tuple[str, ...]] = []
-    for d in snapshot.devices:
-        key = f"  {d.key}" if d.is_mig_instance else d.key
-        cuda = _opt(d.cuda_index)
-        if d.error is not None:
-            rows.append((key, cuda, d.name, f"ERROR: {d.error}", "", "", "", ""))
-            continue
-        mem = f"{_gib(d.used_bytes)} / {_gib(d.total_bytes)}"
-        procs = "denied" if d.processes is None else str(len(d.processes))
-        rows.append(
-            (
-                key,
-                cuda,
-                d.name,
-                mem,
-                _gib(d.free_bytes),
-                _opt(d.utilization_percent, "%"),
-                _opt(d.temperature_c, "C"),
-                procs,
-            )
-        )
+    cluster = bool(snapshot.hosts)
+    header = ("GPU", "Host" if cluster else "CUDA", "Name", "Used / Total GiB", "Free GiB", "Util", "Temp")
+    header += ("State",) if cluster else ("Procs",)
+    rows = [_row(d) for d in snapshot.devices]
 
     # an error message runs past its column instead of widening it
     widths = [len(h) for h in header]
@@ -147,7 +163,7 @@ def format_snapshot(snapshot: GpuSnapshot) -> str:
         for i, cell in enumerate(row):
             if not (i == 3 and cell.startswith("ERROR:")):
                 widths[i] = max(widths[i], len(cell))
-    right = {3, 4, 5, 6, 7}
+    right = {3, 4, 5, 6} if snapshot.hosts else {3, 4, 5, 6, 7}
 
     def line(cells: tuple[str, ...]) -> str:
         out = []
@@ -158,5 +174,5 @@ def format_snapshot(snapshot: GpuSnapshot) -> str:
             out.append(cell.rjust(widths[i]) if i in right else cell.ljust(widths[i]))
         return "  ".join(out).rstrip()
 
-    lines = [head, line(header), *(line(r) for r in rows)]
+    lines = [head, line(header), *(line(r) for r in rows), *(f"note: {n}" for n in snapshot.notes)]
     return "\n".join(lines)

@@ -101,8 +101,8 @@ class GpuDevice(_Frozen):
 
     @property
     def key(self) -> str:
-        """Stable name of this device: ``"0"`` for GPU 0, ``"0:1"`` for its MIG device 1; on a cluster the host
-        comes first (``"node-a/0"``, ``"node-a/0:1"``)."""
+        """Stable name of this device: ``"0"`` for GPU 0, ``"0:1"`` for its MIG device 1; on a cluster the
+        host comes first (``"node-a/0"``, ``"node-a/0:1"``)."""
         local = f"{self.parent_index}:{self.index}" if self.is_mig_instance else str(self.index)
         return local if self.host is None else f"{self.host}/{local}"
 
@@ -171,9 +171,7 @@ class GpuSnapshot(_Frozen):
 
     def mig_instances(self, parent_index: int, host: str | None = None) -> tuple[GpuDevice, ...]:
         return tuple(
-            d
-            for d in self.devices
-            if d.is_mig_instance and d.parent_index == parent_index and d.host == host
+            d for d in self.devices if d.is_mig_instance and d.parent_index == parent_index and d.host == host
         )
 
     @property
