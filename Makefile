@@ -38,10 +38,21 @@ lint: install
 contracts: install
 	$(VENV)/bin/lint-imports
 
-pytest: install-trace
+pytest: install-trace prometheus
 	GPUMEM_REQUIRE_TRACE=1 QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
 
 test: lint contracts pytest
+
+# the cluster tests run the real Prometheus (tests/prometheus_harness.py): the Debian package, 2.42 in bookworm
+.PHONY: prometheus
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 || { \
+	  apt_install='apt-get install -y prometheus || { apt-get update && apt-get install -y prometheus; }'; \
+	  if [ "$$(id -u)" = 0 ]; then DEBIAN_FRONTEND=noninteractive sh -c "$$apt_install"; \
+	  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then \
+	    sudo -n env DEBIAN_FRONTEND=noninteractive sh -c "$$apt_install"; \
+	  else echo "make prometheus: the tests need the prometheus binary; install it with" \
+	    "'sudo apt-get install -y prometheus' (Debian/Ubuntu package prometheus)" >&2; exit 1; fi; }
 
 validate: install
 	$(PEER_ENV) $(PY) validation/validate.py --out docs/validation.md

@@ -13,6 +13,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# the real-Prometheus fixtures (prometheus_cluster, fresh_cluster, prometheus_tls, ...) for every test module
+pytest_plugins = ["tests.prom_fixtures"]
+
 
 def reference_dir() -> Path:
     env = os.environ.get("GPUMEM_REFERENCE")

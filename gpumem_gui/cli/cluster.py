@@ -103,8 +103,9 @@ def print_cluster(cf: ClusterFit, snap: Any) -> None:
     from gpumem_gui.cli.output import gib
     from gpumem_gui.core import cluster_summary
 
-    usable = sum(h.gpus for h in cf.hosts)
-    print(f"cluster ({len(snap.hosts)} hosts, {usable} usable GPUs): {cluster_summary(cf)}")
+    usable, hosts = sum(h.gpus for h in cf.hosts), len(snap.hosts)
+    counts = f"{hosts} host{'s' * (hosts != 1)}, {usable} usable GPU{'s' * (usable != 1)}"
+    print(f"cluster ({counts}): {cluster_summary(cf)}")
     for p in cf.placements[:5]:
         where = ", ".join(f"{g.host} GPU {g.key.split('/', 1)[-1]} (rank {g.rank})" for g in p.gpus)
         print(f"  + {gib(p.headroom_bytes)} GiB headroom: {where}")

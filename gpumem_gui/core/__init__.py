@@ -39,7 +39,22 @@ from gpumem_gui.core.fit import (
     fit_report,
     verdicts,
 )
-from gpumem_gui.core.fit.documents import ESTIMATE_SCHEMA, FIT_SCHEMA, estimate_document, fit_document
+from gpumem_gui.core.fit.cluster import (
+    ClusterFit,
+    ClusterGpu,
+    HostRoom,
+    PlacedRank,
+    Placement,
+    cluster_fit,
+    cluster_summary,
+)
+from gpumem_gui.core.fit.documents import (
+    ESTIMATE_SCHEMA,
+    FIT_SCHEMA,
+    cluster_document,
+    estimate_document,
+    fit_document,
+)
 from gpumem_gui.core.fit.sweep import SweepPoint, estimate_any, evenly_spaced, sweep
 from gpumem_gui.core.fit.tracked import CATEGORIES, traced_categories, tracked_breakdown
 from gpumem_gui.core.fit.training import fit_training
@@ -99,6 +114,8 @@ __all__ = [
     "UI",
     "CatalogModel",
     "Change",
+    "ClusterFit",
+    "ClusterGpu",
     "Component",
     "Estimate",
     "Explanation",
@@ -109,6 +126,7 @@ __all__ = [
     "GpuTarget",
     "GpumemError",
     "GpumemInputError",
+    "HostRoom",
     "HubClient",
     "InferenceRun",
     "KiB",
@@ -119,6 +137,8 @@ __all__ = [
     "ModelSpec",
     "ParamCounts",
     "Phase",
+    "PlacedRank",
+    "Placement",
     "RunField",
     "Runtime",
     "SizeUnit",
@@ -129,6 +149,9 @@ __all__ = [
     "WeightBytes",
     "WeightFormat",
     "WeightsInventory",
+    "cluster_document",
+    "cluster_fit",
+    "cluster_summary",
     "command_args",
     "count_params",
     "describe_validation_error",

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from gpumem_gui.core.fit import FitReport
+from gpumem_gui.core.fit.cluster import ClusterFit, cluster_summary
 from gpumem_gui.core.results.estimate import Component, Estimate
 from gpumem_gui.core.spec.params import ParamCounts
 
@@ -86,4 +87,32 @@ def fit_document(rep: FitReport) -> dict[str, Any]:
         "local_gpus": list(rep.local_gpus) if rep.local_gpus is not None else None,
         "local_tp": rep.local_tp,
         "changes": [c.model_dump(mode="json") for c in rep.changes],
+    }
+
+
+_PLACED_KEYS = ("rank", "host", "index", "key", "needed_bytes", "free_bytes", "headroom_bytes")
+
+
+def cluster_document(cf: ClusterFit) -> dict[str, Any]:
+    """The ``cluster`` part of ``gpumem fit --json`` (``--prometheus``): ranked placements of the plan."""
+    return {
+        "fits": cf.fits,
+        "summary": cluster_summary(cf),
+        "ranks": cf.ranks,
+        "tp": cf.tp,
+        "tp_across_hosts": cf.tp_across_hosts,
+        "margin_bytes": cf.margin_bytes,
+        "placement_count": cf.placement_count,
+        "placements": [
+            {
+                "hosts": list(p.hosts),
+                "headroom_bytes": p.headroom_bytes,
+                "gpus": [{k: getattr(g, k) for k in _PLACED_KEYS} for g in p.gpus],
+            }
+            for p in cf.placements
+        ],
+        "hosts": [
+            {"host": h.host, "gpus": h.gpus, "gpus_for_one_rank": h.gpus_for_one_rank} for h in cf.hosts
+        ],
+        "reason": cf.reason,
     }
