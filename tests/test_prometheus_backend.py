@@ -228,3 +228,25 @@ def test_fit_on_an_unreachable_cluster_is_one_line_exit_2(capsys) -> None:
 def test_cluster_flags_without_prometheus_are_an_error(capsys) -> None:
     rc, _, err = _cli(capsys, "gpus", "--selector", '{a="b"}')
     assert rc == 2 and "--prometheus" in err
+
+
+def test_samples_older_than_the_scrape_interval_allows_are_stale(fresh_cluster: PrometheusCluster) -> None:
+    """An exporter that serves old readings (explicit sample timestamps, as a federating or caching exporter
+    does) keeps its series alive in Prometheus; their age, not their presence, makes them stale."""
+    import time
+
+    old_ms = int((time.time() - 120) * 1000)
+    text = "".join(
+        line.replace("node-d", "node-e") + (f" {old_ms}" if line and not line.startswith("#") else "") + "\n"
+        for line in recorded("node-d").splitlines()
+    )
+    fresh_cluster.exposition.set_host("node-e", text)
+    fresh_cluster.prometheus.reload((*fresh_cluster.hosts, "node-e"))
+    backend = _backend(fresh_cluster.url, stale_after_s=30)
+
+    def seen():
+        devs = [d for d in backend.snapshot().devices if d.host == "node-e"]
+        return devs or None
+
+    devs = wait_until(seen, 30, what="node-e scraped")
+    assert all(d.stale and d.error is None and (d.sample_age_s or 0) > 100 for d in devs)
