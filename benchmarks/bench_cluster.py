@@ -61,11 +61,20 @@ def _panel_update(snaps: list[object], rounds: int) -> float | None:
     try:
         from PySide6.QtWidgets import QApplication
 
-        from gpumem_gui.ui.cluster_panel import ClusterPanel  # type: ignore[import-not-found]
+        from gpumem_gui.ui.cluster_view import ClusterView
     except ImportError:
         return None
+    from gpumem_gui.core import DEFAULT_MARGIN_BYTES, GpuTarget, SizeUnit, estimate_any, verdicts
+
+    est = estimate_any(load_model("meta-llama/Llama-3.1-8B").spec, make_run(batch=8, seq=4096), None)
+
+    def evaluator(d, available):  # the window's per-card verdict: the plan's GPU 0 against this card
+        target = GpuTarget(name=d.name, capacity_bytes=d.total_bytes or 1, free_bytes=(available,))
+        return verdicts(est, target, DEFAULT_MARGIN_BYTES)[0]
+
     app = QApplication.instance() or QApplication([])
-    panel = ClusterPanel()
+    panel = ClusterView()
+    panel.sync(evaluator, "free", SizeUnit.GIB)
     panel.resize(420, 900)
     panel.show()
     panel.show_snapshot(snaps[0])

@@ -155,7 +155,7 @@ def _run(
         if not opened:
             print(f"gpumem-gui: could not open {args.path}: {window.last_message}", file=sys.stderr)
     window.show()
-    controller.start()
+    window.gpu_glue.cluster.attach_local(controller)  # starts it unless the saved source is a cluster
     if self_test is not None:
         self_test.start()
     try:

@@ -51,11 +51,21 @@ def _help_lines(text: str) -> dict[str, str]:
     return {p[2]: p[3] for p in (ln.split(" ", 3) for ln in text.splitlines() if ln.startswith("# HELP "))}
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """A client that hangs up mid-answer (Prometheus at a scrape timeout or at shutdown) is not an error."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+
 class _LoopbackServer:
     """A ThreadingHTTPServer on 127.0.0.1 and a free port, served from a daemon thread; a context manager."""
 
     def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd = _QuietServer(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
         self._httpd.owner = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(

@@ -6,6 +6,7 @@ every ``min_interval_ms`` (a throttle, qutebrowser-style: the newest reading win
 up). A drawn reading goes to the session (which may make a local GPU the target, or recompute for new free
 memory) and to the target form's list of local GPUs. A click on a card makes that GPU the target; the panel's
 free/total switch sets the basis of the check. A failed reading is a state the panel shows, never a crash.
+The panel's cluster source has its own glue, :attr:`GpuGlue.cluster` (:mod:`~gpumem_gui.ui.cluster_glue`).
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from PySide6.QtCore import QObject, QTimer, Slot
+from PySide6.QtCore import QObject, QSettings, QTimer, Slot
 
 from gpumem_gui.hardware.snapshot import GpuSnapshot
+from gpumem_gui.ui.cluster_glue import ClusterGlue
 from gpumem_gui.ui.gpu_panel import GpuPanel
 from gpumem_gui.ui.plan import Plan
 from gpumem_gui.ui.session import Session
@@ -31,6 +33,7 @@ class GpuGlue(QObject):
     Args:
         guard: runs a slot's body, turning an error into a message.
         status: shows a one-line message for some milliseconds (the status bar's ``showMessage``).
+        settings: where the panel's source and the cluster connection are kept.
     """
 
     def __init__(
@@ -42,6 +45,7 @@ class GpuGlue(QObject):
         guard: Callable[[Callable[[], object]], None],
         status: Callable[[str, int], None],
         min_interval_ms: int = SNAPSHOT_MIN_INTERVAL_MS,
+        settings: QSettings | None = None,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
@@ -58,6 +62,14 @@ class GpuGlue(QObject):
         panel.set_evaluator(session.evaluate_device)
         panel.target_selected.connect(lambda key: guard(lambda: self._on_card_clicked(key)))
         panel.basis_changed.connect(lambda basis: guard(lambda: self._on_basis_changed(basis)))
+        self.cluster = ClusterGlue(
+            panel,
+            session,
+            target_form,
+            settings if settings is not None else QSettings(),
+            guard=guard,
+            parent=self,
+        )
 
     @Slot(object)
     def on_snapshot(self, snap: GpuSnapshot) -> None:
@@ -116,3 +128,4 @@ class GpuGlue(QObject):
 
     def shutdown(self) -> None:
         self._timer.stop()
+        self.cluster.shutdown()

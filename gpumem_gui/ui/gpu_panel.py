@@ -4,25 +4,27 @@ Each card shows the name, a memory bar (used by others / what this plan would ta
 temperature, process count, a used-memory sparkline, and the plan's verdict on that GPU against its free
 memory now (or its total, with the switch). Clicking a card makes it the chart's target. The panel never
 talks to NVML and never computes memory: the window injects an *evaluator* (a function over the core) that
-gives the verdict for one device.
+gives the verdict for one device. The source selector on top switches to the cluster page
+(:class:`~gpumem_gui.ui.cluster_view.ClusterView`; :mod:`~gpumem_gui.ui.cluster_glue` does the switching).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QMouseEvent, QPainter, QPalette
+from PySide6.QtGui import QFont, QMouseEvent, QPainter, QPalette
 from PySide6.QtWidgets import (
     QButtonGroup,
+    QComboBox,
     QFrame,
     QHBoxLayout,
     QLabel,
+    QPushButton,
     QRadioButton,
     QScrollArea,
     QSizePolicy,
+    QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -30,11 +32,13 @@ from PySide6.QtWidgets import (
 from gpumem_gui.core import SizeUnit, Verdict, fmt_bytes
 from gpumem_gui.hardware.history import MemoryHistory
 from gpumem_gui.hardware.snapshot import GpuDevice, GpuSnapshot
+from gpumem_gui.ui.cluster_delegate import paint_memory_bar
+from gpumem_gui.ui.cluster_model import Evaluator
+from gpumem_gui.ui.cluster_view import ClusterView
 from gpumem_gui.ui.report import verdict_words
 from gpumem_gui.ui.theme import ErrorLabel, status_color
 
-Evaluator = Callable[[GpuDevice, int], Verdict | None]
-"""(device, bytes available on it) -> the plan's verdict on that device, or None when there is no plan."""
+SOURCES = (("local", "This machine"), ("cluster", "Cluster (Prometheus)"))
 
 # A sparkline is ~200 px wide: more points than this only cost drawing time (a 5-minute history polled at
 # 20 Hz is 6,000 points per GPU)
@@ -74,35 +78,8 @@ class MemoryBar(QWidget):
 
     def paintEvent(self, event: object) -> None:
         p = QPainter(self)
-        pal = self.palette()
-        r = QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5)
-        p.fillRect(r, pal.color(QPalette.ColorRole.Base))
-        if self.total > 0:
-            w = r.width()
-            used_w = w * min(1.0, self.used / self.total)
-            p.fillRect(QRectF(r.left(), r.top(), used_w, r.height()), pal.color(QPalette.ColorRole.Mid))
-            free = max(0, self.total - self.used)
-            plan_w = w * min(self.plan, free) / self.total
-            p.fillRect(
-                QRectF(r.left() + used_w, r.top(), plan_w, r.height()),
-                pal.color(QPalette.ColorRole.Highlight),
-            )
-            if self.plan > free:  # the part that does not fit: hatched in red over the whole bar's end
-                bad = status_color(pal, ok=False)
-                over_w = min(w, w * (self.plan - free) / self.total)
-                p.fillRect(
-                    QRectF(r.right() - over_w, r.top(), over_w, r.height()),
-                    self._hatch(bad),
-                )
-        p.setPen(pal.color(QPalette.ColorRole.Dark))
-        p.drawRect(r)
+        paint_memory_bar(p, self.palette(), QRectF(self.rect()), self.total, self.used, self.plan)
         p.end()
-
-    @staticmethod
-    def _hatch(color: QColor) -> object:
-        from PySide6.QtGui import QBrush
-
-        return QBrush(color, Qt.BrushStyle.BDiagPattern)
 
 
 class GpuCard(QFrame):
@@ -237,10 +214,14 @@ class GpuPanel(QWidget):
     Signals:
         target_selected(str): a card was clicked (device key).
         basis_changed(str): 'free' or 'total'.
+        source_changed(str): 'local' or 'cluster' was picked in the source selector.
+        connection_requested(): "Connection…" was clicked (the cluster's Prometheus settings).
     """
 
     target_selected = Signal(str)
     basis_changed = Signal(str)
+    source_changed = Signal(str)
+    connection_requested = Signal()
 
     def __init__(self, history: MemoryHistory | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -285,13 +266,30 @@ class GpuPanel(QWidget):
         scroll.setWidget(self._cards_box)
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
 
+        self.source = QComboBox()
+        for data, text in SOURCES:
+            self.source.addItem(text, data)
+        self.source.setToolTip("Read this machine's GPUs, or a cluster's from a Prometheus server")
+        self.source.activated.connect(lambda i: self.source_changed.emit(self.source.itemData(i)))
+        self.connection_button = QPushButton("Connection…")
+        self.connection_button.clicked.connect(self.connection_requested)
+        source_row = QHBoxLayout()
+        for w, stretch in ((QLabel("Source:"), 0), (self.source, 1), (self.connection_button, 0)):
+            source_row.addWidget(w, stretch)
+        local = QWidget()
+        lv = QVBoxLayout(local)
+        lv.setContentsMargins(0, 0, 0, 0)
+        for w, stretch in ((self.header, 0), (self.reason, 0), (self.error, 0), (scroll, 1)):
+            lv.addWidget(w, stretch)
+        self.cluster = ClusterView()
+        self.pages = QStackedWidget()
+        self.pages.addWidget(local)
+        self.pages.addWidget(self.cluster)
         v = QVBoxLayout(self)
         v.setContentsMargins(6, 6, 6, 6)
-        v.addWidget(self.header)
+        v.addLayout(source_row)
         v.addLayout(switch)
-        v.addWidget(self.reason)
-        v.addWidget(self.error)
-        v.addWidget(scroll, 1)
+        v.addWidget(self.pages, 1)
 
     # ---- inputs ------------------------------------------------------------------------------------------
 
@@ -299,10 +297,18 @@ class GpuPanel(QWidget):
         self._evaluator = evaluator
         self.refresh_verdicts()
 
+    def show_source(self, source: str, detail: str | None = None) -> None:
+        """Show the page of ``source`` ('local' or 'cluster') and select it (``detail``: its tooltip)."""
+        self.source.setCurrentIndex(0 if source == "local" else 1)
+        self.source.setToolTip(detail or self.source.itemText(self.source.currentIndex()))
+        self.pages.setCurrentIndex(self.source.currentIndex())
+
     def set_unit(self, unit: SizeUnit) -> None:
         self.unit = unit
         if self.snapshot is not None:
             self.show_snapshot(self.snapshot, record=False)
+        else:
+            self.refresh_verdicts()
 
     def set_basis(self, basis: str) -> None:
         (self.free_button if basis == "free" else self.total_button).setChecked(True)
@@ -348,6 +354,7 @@ class GpuPanel(QWidget):
         self.refresh_verdicts()
 
     def refresh_verdicts(self) -> None:
+        self.cluster.sync(self._evaluator, self.basis, self.unit)
         snap = self.snapshot
         if snap is None:
             return

@@ -107,6 +107,7 @@ class MainWindow(QMainWindow):
         )
         if restore:
             self.documents.restore_session()
+            self.gpu_glue.cluster.restore()
         if self.model is None:
             self.run_form.set_value(DEFAULT_RUN)
             self.train_form.set_value(DEFAULT_TRAINING_RUN)
@@ -161,6 +162,7 @@ class MainWindow(QMainWindow):
             guard=guard,
             status=self.statusBar().showMessage,
             min_interval_ms=snapshot_interval_ms,
+            settings=self.settings,
             parent=self,
         )
         self.form_glue = FormGlue(

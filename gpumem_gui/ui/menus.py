@@ -49,6 +49,10 @@ class WindowMenus(QObject):
             units.addAction(a)
             self.unit_actions[unit] = a
         view.addAction(window.gpu_dock.toggleViewAction())
+        self.cluster_action = self._action(
+            "&Cluster GPUs (Prometheus)…", window.gpu_glue.cluster.edit_connection
+        )
+        view.addAction(self.cluster_action)
         tools = bar.addMenu("&Tools")
         self.verify_action = self._action(
             "&Verify exactly (trace with PyTorch)…", self.verify_exactly, "Ctrl+T"
