@@ -40,6 +40,8 @@ class Options:
     cli_runs: int = 5
     frozen_runs: int = 5
     trace_runs: int = 3  # 0: trace mode not measured
+    cluster_rounds: int = 5
+    cluster_hosts: int = 125  # issue 17's scale: 1,000 GPUs on 125 hosts
 
     @classmethod
     def quick(cls, **kw: object) -> Options:
@@ -57,6 +59,8 @@ class Options:
             "soak_every_s": 1.0,
             "cli_runs": 1,
             "frozen_runs": 1,
+            "cluster_rounds": 1,
+            "cluster_hosts": 4,
         }
         return cls(**{**base, **kw})  # type: ignore[arg-type]
 
@@ -185,6 +189,15 @@ def collect(opts: Options, log: bool = True) -> dict:
         say("window: cold start, form change to chart")
         data["ui"] = _script(
             "bench_ui.py", "--runs", str(opts.ui_runs), "--changes", str(opts.ui_changes), timeout=1800
+        )
+        say(f"cluster view: {opts.cluster_hosts * 8:,} GPUs behind a real Prometheus")
+        data["cluster"] = _script(
+            "bench_cluster.py",
+            "--rounds",
+            str(opts.cluster_rounds),
+            "--hosts",
+            str(opts.cluster_hosts),
+            timeout=600,
         )
         say("poll cost")
         data["poll"] = _script("bench_poll.py", "--min-time", str(opts.poll_min_time), timeout=600)

@@ -101,6 +101,7 @@ def test_json_keys_are_stable() -> None:
         "nvml_version",
         "cuda_visible_devices",
         "devices",
+        "notes",  # added by the cluster view (keys are only ever added, at the end)
     ]
     assert list(doc["devices"][1]) == [
         "key",
@@ -125,6 +126,10 @@ def test_json_keys_are_stable() -> None:
         "power_limit_w",
         "processes",
         "error",
+        "host",  # added by the cluster view
+        "sample_age_s",
+        "stale",
+        "workloads",
     ]
     assert doc["devices"][0]["processes"] is None
     assert list(doc["devices"][1]["processes"][0]) == ["pid", "name", "used_bytes", "kind"]

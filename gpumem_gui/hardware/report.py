@@ -49,7 +49,6 @@ SCHEMA = "gpumem.gpus/1"
 def _device_json(d: GpuDevice) -> dict[str, Any]:
     return {
         "key": d.key,
-        "host": d.host,
         "index": d.index,
         "cuda_index": d.cuda_index,
         "uuid": d.uuid,
@@ -78,6 +77,7 @@ def _device_json(d: GpuDevice) -> dict[str, Any]:
             ]
         ),
         "error": d.error,
+        "host": d.host,
         "sample_age_s": d.sample_age_s,
         "stale": d.stale,
         "workloads": list(d.workloads),
