@@ -311,3 +311,22 @@ def test_the_local_poller_stops_while_the_cluster_is_shown(main_window: MainWind
         qtbot.waitUntil(lambda: local.poller.polls > polls, timeout=5000)
     finally:
         local.shutdown()
+
+
+def test_the_window_reads_a_real_prometheus(main_window: MainWindow, qtbot, fresh_cluster) -> None:
+    """The whole path in the window: the dialog's connection, the real server over loopback, the recorded
+    hosts grouped with their MIG instances, and the banner for the plan on screen."""
+    w = main_window
+    glue, panel = w.gpu_glue.cluster, w.gpu_panel
+    panel.source.activated.emit(1)
+    dialog = glue.dialog
+    assert dialog is not None
+    dialog.edits["url"].setText(fresh_cluster.url)
+    dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
+    view = panel.cluster
+    qtbot.waitUntil(lambda: view.model.index_of("node-c/0:0").isValid(), timeout=15000)
+    for host in fresh_cluster.hosts:
+        assert view.model.index_of(host).isValid()
+    qtbot.waitUntil(lambda: view.banner.text().startswith(("Fits", "Does not fit")), timeout=15000)
+    assert view.reason.isHidden()
+    glue.choose("local")
