@@ -213,6 +213,22 @@ def nvml_binding(b: Bundle) -> str:
     return f"same as the source install: {reason[:90]}"
 
 
+def cluster_client(b: Bundle) -> str:
+    # The cluster view's HTTP client is bundled (requests, urllib3, ssl): an https server that is not there
+    # is "unreachable: Connection refused", not a missing module or "SSL module is not available".
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"https://127.0.0.1:{port}"
+    r = run([str(b.gpumem), "gpus", "--prometheus", url, "--json"], b.env, b.scratch, CLI_TIMEOUT_S)
+    assert r.returncode == 1, f"exit {r.returncode} (want 1: server not read): {r.stderr[-800:]}"
+    reason = json.loads(r.stdout).get("unavailable_reason") or ""
+    assert "unreachable" in reason and "refused" in reason.lower(), f"unexpected reason: {reason}"
+    return f"requests + TLS bundled: {reason[:80]}"
+
+
 def self_test(b: Bundle, platform_env: dict[str, str], wrapper: list[str]) -> str:
     cmd = [*wrapper, str(b.gpumem_gui), "--self-test", "--fake-gpus", "rtx4090_browser"]
     t0 = time.perf_counter()

@@ -51,6 +51,7 @@ from smoke_checks import (  # noqa: E402
     VOLATILE_KEYS,
     Bundle,
     MiB,
+    cluster_client,
     contents,
     deb,
     drop_volatile,
@@ -238,6 +239,7 @@ def run_bundle_checks(checks: Checks, b: Bundle, deb_path: Path) -> None:
     for command in JSON_COMMANDS:
         checks.run("gpumem " + " ".join(command) + " == source install", partial(same_json, b, command))
     checks.run("gpumem gpus --json: NVML binding bundled, driver from the system", partial(nvml_binding, b))
+    checks.run("gpumem gpus --prometheus: the cluster's HTTP client bundled", partial(cluster_client, b))
     if importlib.util.find_spec("torch") is not None:
         checks.run(
             "gpumem trace --python (the worker in another Python)",
