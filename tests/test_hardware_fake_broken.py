@@ -42,7 +42,7 @@ def test_bad_json_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(GpumemInputError) as info:
         FakeBackend(p)
     msg = str(info.value)
-    assert str(p) in msg and "not valid JSON" in msg and "line 1" in msg
+    assert str(p) in msg and "malformed JSON" in msg and "line 1" in msg
     assert "\n" not in msg
 
 

@@ -62,7 +62,7 @@ def test_save_and_load_round_trip(main_window: MainWindow, tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("text", "words"),
     [
-        ("{not json", "not valid JSON"),
+        ("{not json", "malformed JSON"),
         ("[1, 2]", "JSON object"),
         ('{"format": "something-else", "version": 1}', "not a gpumem scenario"),
         ('{"format": "gpumem-scenario", "version": 9}', "version 9"),

@@ -28,7 +28,7 @@ Python API::
 Bad input raises :class:`GpumemInputError` with one line naming the file/field and the problem.
 """
 
-from gpumem_gui.core.errors import GpumemError, GpumemInputError, describe_validation_error
+from gpumem_gui.core.errors import GpumemError, GpumemInputError, describe_validation_error, short
 from gpumem_gui.core.fields import UI, RunField, command_args, run_fields
 from gpumem_gui.core.fit import (
     DEFAULT_MARGIN_BYTES,
@@ -37,6 +37,7 @@ from gpumem_gui.core.fit import (
     GpuTarget,
     Verdict,
     fit_report,
+    maxima_phrases,
     verdicts,
 )
 from gpumem_gui.core.fit.cluster import (
@@ -55,7 +56,17 @@ from gpumem_gui.core.fit.documents import (
     estimate_document,
     fit_document,
 )
-from gpumem_gui.core.fit.sweep import SweepPoint, estimate_any, evenly_spaced, sweep
+from gpumem_gui.core.fit.sweep import (
+    MAX_SWEEP_POINTS,
+    POINT_COST_S,
+    SWEEP_BUDGET_S,
+    SweepPoint,
+    check_sweep_size,
+    estimate_any,
+    evenly_spaced,
+    sweep,
+)
+from gpumem_gui.core.fit.targets import MAX_GPUS, gpu_target_from_text, parse_capacity
 from gpumem_gui.core.fit.tracked import CATEGORIES, traced_categories, tracked_breakdown
 from gpumem_gui.core.fit.training import fit_training
 from gpumem_gui.core.formats import (
@@ -107,10 +118,14 @@ __all__ = [
     "KB",
     "KV_DTYPES",
     "KV_DTYPE_INFO",
+    "MAX_GPUS",
+    "MAX_SWEEP_POINTS",
     "MB",
+    "POINT_COST_S",
     "PRECISION_DOC",
     "RUNTIMES",
     "SUPPORTED_MODEL_TYPES",
+    "SWEEP_BUDGET_S",
     "UI",
     "CatalogModel",
     "Change",
@@ -149,6 +164,7 @@ __all__ = [
     "WeightBytes",
     "WeightFormat",
     "WeightsInventory",
+    "check_sweep_size",
     "cluster_document",
     "cluster_fit",
     "cluster_summary",
@@ -170,6 +186,7 @@ __all__ = [
     "fmt_count",
     "gallop",
     "get_weight_format",
+    "gpu_target_from_text",
     "kv_bytes_per_token_per_layer",
     "kv_cache_bytes_transformers",
     "largest",
@@ -181,11 +198,14 @@ __all__ = [
     "looks_like_hub_id",
     "make_run",
     "make_training_run",
+    "maxima_phrases",
+    "parse_capacity",
     "resources_dir",
     "run_fields",
     "runtime",
     "search_models",
     "set_default_hub_client",
+    "short",
     "spec_from_config",
     "sweep",
     "traced_categories",

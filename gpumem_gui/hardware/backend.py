@@ -168,12 +168,14 @@ def _strtoul(token: str) -> int:
         s = s[1:]
     digits = ""
     for ch in s:
-        if not ch.isdigit():
+        if ch not in "0123456789":  # ASCII only: str.isdigit() also takes '²', which int() refuses
             break
         digits += ch
     if not digits:
         raise _Invalid(token)
-    return sign * int(digits)
+    # strtoul saturates at ULONG_MAX (C11 7.22.1.4): any index that long is out of range, and converting a
+    # 5,000-digit string would hit Python's int-digit limit
+    return sign * (1 << 64 if len(digits.lstrip("0")) > 20 else int(digits))
 
 
 def _unique_prefix(prefix: str, candidates: Mapping[str, GpuDevice]) -> GpuDevice:

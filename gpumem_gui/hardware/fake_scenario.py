@@ -39,23 +39,36 @@ Scenario keys (all but ``gpus[].name`` and ``gpus[].total_mib`` optional)::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from gpumem_gui.core import GpumemInputError, describe_validation_error, resources_dir
+from gpumem_gui.core import GpumemInputError, describe_validation_error, resources_dir, short
+from gpumem_gui.files import FileReadError, path_kind, read_json
 from gpumem_gui.hardware.backend import InitFailure
 from gpumem_gui.hardware.snapshot import ProcessKind
 
 MiB = 1 << 20
+# Largest scenario file read: the shipped ones are under 5 KB; a scripted day of 8 GPUs at one step a second
+# (86,400 readings of ~6 characters each) is ~4 MB.
+MAX_FAKE_SCENARIO_BYTES = 8 << 20
 
 NonNegInt = Annotated[int, Field(ge=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
 PercentInt = Annotated[int, Field(ge=0, le=100)]
 NonNegFloat = Annotated[float, Field(ge=0)]
+
+
+def _not_empty(value: Any) -> Any:
+    if isinstance(value, list) and not value:  # a series with no step has no value for any step
+        raise ValueError("an empty list: a reading given per step needs at least one step")
+    return value
+
+
+# A value, or a list of one value per step (at least one).
+Series = BeforeValidator(_not_empty)
 
 UnsupportedField = Literal[
     "utilization_percent",
@@ -75,7 +88,7 @@ class _Spec(BaseModel):
 class ProcessSpec(_Spec):
     pid: PositiveInt
     name: str | None = None
-    used_mib: NonNegInt | list[NonNegInt | None] | None = Field(
+    used_mib: Annotated[NonNegInt | list[NonNegInt | None] | None, Series] = Field(
         None, description="MiB per step; a null step means the process is not running then"
     )
     kind: ProcessKind = "compute"
@@ -86,7 +99,7 @@ class MigSpec(_Spec):
     name: str | None = None
     uuid: str | None = None
     total_mib: PositiveInt
-    used_mib: NonNegInt | list[NonNegInt] | None = None
+    used_mib: Annotated[NonNegInt | list[NonNegInt] | None, Series] = None
     gpu_instance_id: NonNegInt
     compute_instance_id: NonNegInt = 0
     processes: list[ProcessSpec] = []
@@ -104,10 +117,10 @@ class GpuSpec(_Spec):
     pci_bus_id: str | None = None
     total_mib: PositiveInt
     reserved_mib: NonNegInt = 0
-    used_mib: NonNegInt | list[NonNegInt] | None = None
-    utilization_percent: PercentInt | list[PercentInt] = 0
-    temperature_c: int | list[int] = 40
-    power_draw_w: NonNegFloat | list[NonNegFloat] = 50.0
+    used_mib: Annotated[NonNegInt | list[NonNegInt] | None, Series] = None
+    utilization_percent: Annotated[PercentInt | list[PercentInt], Series] = 0
+    temperature_c: Annotated[int | list[int], Series] = 40
+    power_draw_w: Annotated[NonNegFloat | list[NonNegFloat], Series] = 50.0
     power_limit_w: NonNegFloat = 450.0
     processes: list[ProcessSpec] = []
     processes_denied: bool = False
@@ -119,7 +132,9 @@ class GpuSpec(_Spec):
     @model_validator(mode="after")
     def _check(self) -> GpuSpec:
         if self.reserved_mib > self.total_mib:
-            raise ValueError(f"reserved_mib ({self.reserved_mib}) is more than total_mib ({self.total_mib})")
+            raise ValueError(
+                f"reserved_mib ({short(self.reserved_mib)}) is more than total_mib ({short(self.total_mib)})"
+            )
         _check_used(self.used_mib, self.total_mib, self.reserved_mib)
         mig_total = sum(m.total_mib for m in self.mig_instances)
         if mig_total > self.total_mib:
@@ -160,7 +175,10 @@ def _check_used(used: int | list[int] | None, total: int, reserved: int) -> None
     for i, v in enumerate(values):
         if v + reserved > total:
             where = f"step {i}: " if isinstance(used, list) else ""
-            raise ValueError(f"{where}used_mib {v} + reserved_mib {reserved} is more than total_mib {total}")
+            raise ValueError(
+                f"{where}used_mib {short(v)} + reserved_mib {short(reserved)} is more than total_mib "
+                f"{short(total)}"
+            )
 
 
 # ---- loading ----------------------------------------------------------------------------------------------
@@ -177,6 +195,17 @@ def shipped_scenarios() -> list[str]:
     return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
 
 
+def _scenario_path(path: Path, source: object) -> Path:
+    """``path`` when something is there, else the shipped scenario of that name; neither is an error."""
+    if path_kind(path) != "missing":
+        return path
+    shipped = scenarios_dir() / f"{path.name.removesuffix('.json')}.json"
+    if path.parent == Path(".") and path_kind(shipped) == "file":
+        return shipped
+    names = ", ".join(shipped_scenarios()) or "none"
+    raise GpumemInputError(f"no such fake GPU scenario file (shipped scenarios: {names})", source=str(source))
+
+
 def load_scenario(source: Path | str | Mapping[str, Any]) -> tuple[Scenario, str]:
     """Read and validate a scenario; returns it with a short id (file stem, or ``"inline"`` for a dict).
 
@@ -188,25 +217,10 @@ def load_scenario(source: Path | str | Mapping[str, Any]) -> tuple[Scenario, str
         except ValidationError as e:
             raise describe_validation_error(e, source="fake GPU scenario") from e
     path = Path(source)
-    if not path.is_file():
-        shipped = scenarios_dir() / f"{path.name.removesuffix('.json')}.json"
-        if path.parent == Path(".") and shipped.is_file():
-            path = shipped
-        else:
-            names = ", ".join(shipped_scenarios()) or "none"
-            raise GpumemInputError(
-                f"no such fake GPU scenario file (shipped scenarios: {names})", source=str(source)
-            )
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise GpumemInputError(f"cannot read: {e.strerror or e}", source=str(path)) from e
-    except UnicodeDecodeError as e:
-        raise GpumemInputError("not UTF-8 text", source=str(path)) from e
-    except json.JSONDecodeError as e:
-        raise GpumemInputError(
-            f"not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})", source=str(path)
-        ) from e
+        doc = read_json(_scenario_path(path, source), MAX_FAKE_SCENARIO_BYTES, "fake GPU scenario")
+    except FileReadError as e:
+        raise GpumemInputError(e.problem, source=e.path) from None
     if not isinstance(doc, dict):
         raise GpumemInputError("a scenario must be a JSON object", source=str(path))
     try:

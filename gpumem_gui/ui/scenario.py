@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import html
 import json
+import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +51,7 @@ from gpumem_gui.core import (
     describe_validation_error,
     fmt_bytes,
 )
-from gpumem_gui.files import atomic_write
+from gpumem_gui.files import FileReadError, atomic_write, json_problem, open_regular, read_text
 from gpumem_gui.ui.report import run_summary
 from gpumem_gui.ui.target_form import GpuChoice
 
@@ -58,6 +59,7 @@ SCENARIO_FORMAT = "gpumem-scenario"
 SCENARIO_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 MAX_RECENT = 8
+# Largest scenario file read: a saved scenario is ~2 KB (every run field written out).
 MAX_SCENARIO_BYTES = 1 << 20
 
 
@@ -95,20 +97,17 @@ class Scenario(BaseModel):
 
 def scenario_from_json(text: str, source: str = "scenario") -> Scenario:
     """Parse and validate a scenario document; raises :class:`ScenarioError`."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ScenarioError(
-            f"{source}: not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})"
-        ) from None
+    doc, problem = json_problem(text)
+    if problem is not None:
+        raise ScenarioError(f"{source}: {problem}")
     if not isinstance(doc, dict):
         raise ScenarioError(f"{source}: a scenario must be a JSON object")
     if doc.get("format") != SCENARIO_FORMAT:
-        raise ScenarioError(f"{source}: not a gpumem scenario (format is {doc.get('format')!r})")
+        raise ScenarioError(f"{source}: not a gpumem scenario (format is {reprlib.repr(doc.get('format'))})")
     version = doc.get("version")
     if version not in READABLE_VERSIONS:
         raise ScenarioError(
-            f"{source}: scenario version {version!r} is not supported (this gpumem reads "
+            f"{source}: scenario version {reprlib.repr(version)} is not supported (this gpumem reads "
             f"{', '.join(map(str, READABLE_VERSIONS))})"
         )
     if version == 1:
@@ -128,27 +127,23 @@ def scenario_from_json(text: str, source: str = "scenario") -> Scenario:
 
 def read_scenario(path: Path | str) -> Scenario:
     """Read a scenario file; raises :class:`ScenarioError` (never anything else for a bad file)."""
-    path = Path(path)
     try:
-        if path.stat().st_size > MAX_SCENARIO_BYTES:
-            raise ScenarioError(f"{path}: too large for a scenario (over 1 MiB)")
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ScenarioError(f"{path}: not UTF-8 text") from None
-    except OSError as e:
-        raise ScenarioError(f"{path}: cannot read: {e.strerror or e}") from None
+        text = read_text(path, MAX_SCENARIO_BYTES, "scenario")
+    except FileReadError as e:
+        raise ScenarioError(f"{path}: {e.problem}") from None
     return scenario_from_json(text, str(path))
 
 
 def looks_like_scenario(path: Path | str) -> bool:
-    """Whether ``path`` is a JSON file that says it is a gpumem scenario (cheap sniff, never raises)."""
+    """Whether ``path`` is a JSON file that says it is a gpumem scenario (cheap sniff, never raises, never
+    blocks: a FIFO or device named ``.json`` is no scenario)."""
     path = Path(path)
-    if path.suffix.lower() != ".json" or not path.is_file():
+    if path.suffix.lower() != ".json":
         return False
     try:
-        with path.open("rb") as f:
+        with open_regular(path, None, "scenario") as f:
             head = f.read(4096)
-    except OSError:
+    except (FileReadError, OSError):
         return False
     return SCENARIO_FORMAT.encode() in head
 

@@ -2,7 +2,9 @@
 
 A verdict compares each GPU's ``total_bytes`` (what nvidia-smi would show) with its capacity minus a safety
 margin. The solvers use the estimate's monotone structure (memory never falls as batch, context or bits
-grow) and bisect, so each answer costs a few dozen estimates, not a scan.
+grow) and bisect, so each answer costs a few dozen estimates, not a scan. Every search stays inside the
+run fields' declared ranges, and a candidate the run model rejects (a value out of range, tp not dividing
+the heads) simply does not fit: a solver answers "none", it never raises.
 """
 
 from __future__ import annotations
@@ -10,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.fields import run_fields
 from gpumem_gui.core.formats import KV_DTYPES, engine_kv_dtypes, get_weight_format
 from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.readers.weights import WeightsInventory
@@ -117,17 +120,26 @@ class _Problem:
     file_weights: WeightsInventory | None
 
     def check(self, run: InferenceRun, target: GpuTarget | None = None) -> tuple[bool, Estimate | None]:
-        """(fits, estimate) for ``run``; a run the model rejects (e.g. tp not dividing heads) does not fit."""
+        """(fits, estimate) for ``run``; a run the model rejects (a value outside its field's range, tp not
+        dividing the heads) does not fit."""
         t = target or self.target
         try:
             run = InferenceRun.model_validate(run.model_dump())
             est = estimate_inference(self.spec, run, t.capacity_bytes, self.file_weights)
             return all(v.fits for v in verdicts(est, t, self.margin)), est
-        except GpumemInputError:
+        except (GpumemInputError, ValidationError):
             return False, None
 
     def fits(self, run: InferenceRun, **update: object) -> bool:
         return self.check(run.model_copy(update=update))[0]
+
+
+def field_max(model: type, name: str) -> int:
+    """The largest value the run model ``model`` accepts for the integer field ``name`` (its declared
+    range): a solver's search never goes past it."""
+    f = next(f for f in run_fields(model) if f.name == name)
+    assert f.hi is not None, name
+    return int(f.hi) - (1 if f.hi_open else 0)
 
 
 def fit_report(
@@ -148,11 +160,14 @@ def fit_report(
     pb = _Problem(spec, target, margin, file_weights)
     est = estimate_inference(spec, run, target.capacity_bytes, file_weights)
     vs = verdicts(est, target, margin)
-    max_batch = largest(lambda b: pb.fits(run, batch=b), 1, 1 << 16)
+    max_batch = largest(lambda b: pb.fits(run, batch=b), 1, min(1 << 16, field_max(InferenceRun, "batch")))
+    # contexts up to 4x the model's trained length (or the run's own), and never a prompt the run model
+    # would reject (seq is 1 to its declared maximum)
+    ctx_hi = min(
+        max(run.tokens, spec.max_position_embeddings) * 4, run.new_tokens + field_max(InferenceRun, "seq")
+    )
     max_ctx = largest(
-        lambda t: t > run.new_tokens and pb.fits(run, seq=t - run.new_tokens),
-        run.new_tokens + 1,
-        max(run.tokens, spec.max_position_embeddings) * 4,
+        lambda t: t > run.new_tokens and pb.fits(run, seq=t - run.new_tokens), run.new_tokens + 1, ctx_hi
     )
     max_concurrency = runtime(run.engine).max_concurrency(est)
     fewest = _fewest_gpus(pb, run)
@@ -221,8 +236,11 @@ def _current_bits(run: InferenceRun) -> float:
 
 
 def _best_format(pb: _Problem, run: InferenceRun) -> str | None:
-    """The most precise weight format at or below the run's precision that fits (engine's formats)."""
-    fmts = [f for f in runtime(run.engine).formats() if f.bits <= _current_bits(run)]
+    """The most precise weight format strictly smaller than the run's that fits (engine's formats); None when
+    the run fits as it is (a format of the same size is no change) or no smaller format fits."""
+    if pb.check(run)[0]:
+        return None
+    fmts = [f for f in runtime(run.engine).formats() if f.bits < _current_bits(run)]
     for f in sorted(fmts, key=lambda f: -f.bits):
         if pb.fits(run, weights=f.id):
             return f.id
@@ -230,14 +248,18 @@ def _best_format(pb: _Problem, run: InferenceRun) -> str | None:
 
 
 def _smaller_kv(run: InferenceRun) -> list[str]:
+    """The engine's KV dtypes strictly smaller than the run's, most precise first."""
     current = KV_DTYPES[run.kv_dtype_resolved]
     return sorted(
-        (k for k in engine_kv_dtypes(run.engine) if KV_DTYPES[k] <= current), key=lambda k: -KV_DTYPES[k]
+        (k for k in engine_kv_dtypes(run.engine) if KV_DTYPES[k] < current), key=lambda k: -KV_DTYPES[k]
     )
 
 
 def _best_kv(pb: _Problem, run: InferenceRun) -> str | None:
-    """The most precise KV dtype at or below the run's that fits."""
+    """The most precise KV dtype strictly smaller than the run's that fits; None when the run fits as it is
+    or none does."""
+    if pb.check(run)[0]:
+        return None
     return next((kv for kv in _smaller_kv(run) if pb.fits(run, kv_dtype=kv)), None)
 
 
@@ -254,14 +276,15 @@ def _changes(
     """Candidate changes, each re-estimated; ranked: those that fit first, then by how little they give up
     (KV quantization, weight quantization, smaller batch, more GPUs, shorter context, CPU offload)."""
     cands: list[tuple[int, str, str, dict[str, object]]] = []
-    smaller_kv = _smaller_kv(run)
-    kv_choice = best_kv or (smaller_kv[-1] if smaller_kv else None)
-    if kv_choice and KV_DTYPES[kv_choice] < KV_DTYPES[run.kv_dtype_resolved]:
-        cands.append((1, "kv_dtype", f"quantize the KV cache to {kv_choice}", {"kv_dtype": kv_choice}))
-    # when nothing fits alone, still show what the engine's common 4-bit format would need
-    w_choice = best_w or runtime(run.engine).fallback_format
-    if w_choice != run.weights and get_weight_format(w_choice).bits < _current_bits(run):
-        cands.append((2, "weights", f"use {w_choice} weights", {"weights": w_choice}))
+    if not pb.check(run)[0]:  # a smaller format is a change only for a run that does not fit as it is
+        smaller_kv = _smaller_kv(run)
+        kv_choice = best_kv or (smaller_kv[-1] if smaller_kv else None)
+        if kv_choice:
+            cands.append((1, "kv_dtype", f"quantize the KV cache to {kv_choice}", {"kv_dtype": kv_choice}))
+        # when nothing fits alone, still show what the engine's common 4-bit format would need
+        w_choice = best_w or runtime(run.engine).fallback_format
+        if w_choice != run.weights and get_weight_format(w_choice).bits < _current_bits(run):
+            cands.append((2, "weights", f"use {w_choice} weights", {"weights": w_choice}))
     if local and (local[1] != run.tp or local[0] != tuple(range(run.gpus))):
         ids = ",".join(str(i) for i in local[0])
         desc = f"run on local GPUs {ids} (CUDA_VISIBLE_DEVICES={ids}) with tp {local[1]}"
@@ -290,3 +313,27 @@ def _changes(
             out.append((not ok, rank, change))
     out.sort(key=lambda t: (t[0], t[1]))
     return tuple(c for *_, c in out)
+
+
+def maxima_phrases(rep: FitReport) -> list[str]:
+    """The maxima of ``rep`` in words, for the CLI and the window's reports: ``max batch 36``, or where
+    nothing fits a sentence that says so (``no batch size fits``); the best weight format and KV dtype only
+    where they name a change (a strictly smaller format that makes the run fit)."""
+    train = rep.estimate.mode == "train"
+    batch, ctx = ("micro-batch", "sequence") if train else ("batch", "context")
+    out = [
+        f"max {batch} {rep.max_batch}" if rep.max_batch is not None else f"no {batch} size fits",
+        (
+            f"{'longest sequence' if train else 'max context'} {rep.max_context} tokens"
+            if rep.max_context is not None
+            else f"no {ctx} length fits"
+        ),
+        f"fewest GPUs {rep.fewest_gpus}" if rep.fewest_gpus is not None else "no GPU count tried fits",
+    ]
+    if rep.smallest_weights is not None:
+        out.append(f"best weights {rep.smallest_weights}")
+    if rep.smallest_kv_dtype is not None:
+        out.append(f"best KV dtype {rep.smallest_kv_dtype}")
+    if rep.max_concurrency is not None:
+        out.append(f"max concurrency {rep.max_concurrency:g}x")
+    return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 from math import ceil
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.fit import DEFAULT_MARGIN_BYTES, Change, FitReport, GpuTarget, verdicts
+from gpumem_gui.core.fit import DEFAULT_MARGIN_BYTES, Change, FitReport, GpuTarget, field_max, verdicts
 from gpumem_gui.core.monotone import gallop
 from gpumem_gui.core.results.estimate import Estimate
 from gpumem_gui.core.spec.model import ModelSpec
@@ -47,8 +47,10 @@ def fit_training(
     def fits(**upd: object) -> bool:
         return _check(spec, run.model_copy(update=upd), target, margin)[0]
 
-    max_batch = gallop(lambda b: fits(batch=b), run.batch, 1, 1 << 14)
-    max_seq = gallop(lambda s: fits(seq=s), run.seq, 1, 4 * spec.max_position_embeddings)
+    # searches stay inside the run fields' declared ranges (a value past them is no answer, not an error)
+    max_batch = gallop(lambda b: fits(batch=b), run.batch, 1, min(1 << 14, field_max(TrainingRun, "batch")))
+    seq_hi = min(4 * spec.max_position_embeddings, field_max(TrainingRun, "seq"))
+    max_seq = gallop(lambda s: fits(seq=s), run.seq, 1, seq_hi)
     fewest = _fewest_gpus(spec, run, target, margin)
     return FitReport(
         target=target,

@@ -8,11 +8,14 @@ each tensor is decided in :mod:`.gguf_mix`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-from gguf import GGML_QUANT_SIZES, LlamaFileType
+import functools
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from gpumem_gui.core.formats.scheme import WeightFormat, _Scheme
+
+if TYPE_CHECKING:
+    from gguf import LlamaFileType
 
 _SRC_GGUF = (
     "llama.cpp src/llama-quant.cpp llama_tensor_get_type / llama_tensor_get_type_impl / "
@@ -21,8 +24,36 @@ _SRC_GGUF = (
     "biases written as F32); ggml block sizes from gguf-py GGML_QUANT_SIZES"
 )
 
-# ggml (block size, bytes per block) by type name (gguf-py GGML_QUANT_SIZES)
-_GGML_BLOCKS = {t.name: bs for t, bs in GGML_QUANT_SIZES.items()}
+# gguf-py (and numpy, which it imports) loads in ~0.1 s: imported the first time a GGUF table is needed,
+# not when the core is (the window's first paint waits for the core; issue 18)
+
+
+@functools.cache
+def _quant_sizes() -> dict:
+    """gguf-py's GGML_QUANT_SIZES: ggml type -> (block size, bytes per block)."""
+    from gguf import GGML_QUANT_SIZES
+
+    return dict(GGML_QUANT_SIZES)
+
+
+class _LazyBlocks(Mapping[str, tuple[int, int]]):
+    """ggml (block size, bytes per block) by type name (gguf-py GGML_QUANT_SIZES), read on first use."""
+
+    @functools.cached_property
+    def _table(self) -> dict[str, tuple[int, int]]:
+        return {t.name: bs for t, bs in _quant_sizes().items()}
+
+    def __getitem__(self, name: str) -> tuple[int, int]:
+        return self._table[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table)
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+
+_GGML_BLOCKS = _LazyBlocks()
 
 
 # ggml float types (not block-quantized: ggml_is_quantized is false for them).
@@ -105,6 +136,9 @@ def _ftype_name(ft: LlamaFileType) -> str:
 
 
 def _gguf_formats() -> Iterator[tuple[WeightFormat, _Scheme]]:
+    from gguf import LlamaFileType
+
+    GGML_QUANT_SIZES = _quant_sizes()
     types = {t.name for t in GGML_QUANT_SIZES}
     mixes: list[str] = []
     for ft in LlamaFileType:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from pydantic import Field
 
 from gpumem_gui.core.errors import GpumemInputError
@@ -27,8 +26,21 @@ class KvDtype(Frozen):
     source: str
 
 
+# (block size, bytes per block) of the ggml types llama.cpp caches K/V in: ggml/src/ggml-common.h block_q8_0,
+# block_q4_0, block_q4_1, block_iq4_nl, block_q5_0, block_q5_1 (= gguf-py GGML_QUANT_SIZES; written here so
+# the core does not import gguf-py, ~0.1 s, to list KV dtypes: issue 18; tests/test_rough_ui.py checks them)
+_GGML_KV_BLOCKS = {
+    "Q8_0": (32, 34),
+    "Q4_0": (32, 18),
+    "Q4_1": (32, 20),
+    "IQ4_NL": (32, 18),
+    "Q5_0": (32, 22),
+    "Q5_1": (32, 24),
+}
+
+
 def _ggml_kv(name: str) -> float:
-    block, size = GGML_QUANT_SIZES[GGMLQuantizationType[name]]
+    block, size = _GGML_KV_BLOCKS[name]
     return size / block
 
 
@@ -69,7 +81,7 @@ _KV_LIST = (
     *(
         KvDtype(
             id=name.lower(),
-            label=f"{name} (ggml block of {GGML_QUANT_SIZES[GGMLQuantizationType[name]][0]})",
+            label=f"{name} (ggml block of {_GGML_KV_BLOCKS[name][0]})",
             bytes_per_element=_ggml_kv(name),
             engines=("llama.cpp",),
             source=_SRC_LLAMACPP_KV,

@@ -10,41 +10,51 @@ import functools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from gguf import MODEL_TENSOR, TENSOR_NAMES
-
 from gpumem_gui.core.formats.gguf_mix import _allows_quantization, _category, _stays_f32
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.params import Tensor, text_tensors
 
 # ---- GGUF tensor names ----------------------------------------------------------------------------------
 
+# gguf-py's MODEL_TENSOR members by name: gguf-py (and numpy) load in ~0.1 s, so they are looked up the first
+# time a GGUF name is needed, not when the core is imported (issue 18)
+
+
+@functools.cache
+def _tensor_name(member: str) -> str:
+    """gguf-py TENSOR_NAMES[MODEL_TENSOR.<member>], e.g. 'blk.{bid}.attn_q'."""
+    from gguf import MODEL_TENSOR, TENSOR_NAMES
+
+    return TENSOR_NAMES[MODEL_TENSOR[member]]
+
+
 _LAYER_TENSORS = {
-    "self_attn.q_proj": MODEL_TENSOR.ATTN_Q,
-    "self_attn.k_proj": MODEL_TENSOR.ATTN_K,
-    "self_attn.v_proj": MODEL_TENSOR.ATTN_V,
-    "self_attn.o_proj": MODEL_TENSOR.ATTN_OUT,
-    "self_attn.q_a_proj": MODEL_TENSOR.ATTN_Q_A,
-    "self_attn.q_b_proj": MODEL_TENSOR.ATTN_Q_B,
-    "self_attn.kv_a_proj_with_mqa": MODEL_TENSOR.ATTN_KV_A_MQA,
-    "self_attn.q_a_layernorm": MODEL_TENSOR.ATTN_Q_A_NORM,
-    "self_attn.kv_a_layernorm": MODEL_TENSOR.ATTN_KV_A_NORM,
-    "self_attn.q_norm": MODEL_TENSOR.ATTN_Q_NORM,
-    "self_attn.k_norm": MODEL_TENSOR.ATTN_K_NORM,
-    "mlp.gate_proj": MODEL_TENSOR.FFN_GATE,
-    "mlp.up_proj": MODEL_TENSOR.FFN_UP,
-    "mlp.down_proj": MODEL_TENSOR.FFN_DOWN,
-    "mlp.gate": MODEL_TENSOR.FFN_GATE_INP,
-    "mlp.shared_experts.gate_proj": MODEL_TENSOR.FFN_GATE_SHEXP,
-    "mlp.shared_experts.up_proj": MODEL_TENSOR.FFN_UP_SHEXP,
-    "mlp.shared_experts.down_proj": MODEL_TENSOR.FFN_DOWN_SHEXP,
-    "mlp.shared_expert_gate": MODEL_TENSOR.FFN_GATE_INP_SHEXP,
-    "mlp.experts.down_proj": MODEL_TENSOR.FFN_DOWN_EXP,
+    "self_attn.q_proj": "ATTN_Q",
+    "self_attn.k_proj": "ATTN_K",
+    "self_attn.v_proj": "ATTN_V",
+    "self_attn.o_proj": "ATTN_OUT",
+    "self_attn.q_a_proj": "ATTN_Q_A",
+    "self_attn.q_b_proj": "ATTN_Q_B",
+    "self_attn.kv_a_proj_with_mqa": "ATTN_KV_A_MQA",
+    "self_attn.q_a_layernorm": "ATTN_Q_A_NORM",
+    "self_attn.kv_a_layernorm": "ATTN_KV_A_NORM",
+    "self_attn.q_norm": "ATTN_Q_NORM",
+    "self_attn.k_norm": "ATTN_K_NORM",
+    "mlp.gate_proj": "FFN_GATE",
+    "mlp.up_proj": "FFN_UP",
+    "mlp.down_proj": "FFN_DOWN",
+    "mlp.gate": "FFN_GATE_INP",
+    "mlp.shared_experts.gate_proj": "FFN_GATE_SHEXP",
+    "mlp.shared_experts.up_proj": "FFN_UP_SHEXP",
+    "mlp.shared_experts.down_proj": "FFN_DOWN_SHEXP",
+    "mlp.shared_expert_gate": "FFN_GATE_INP_SHEXP",
+    "mlp.experts.down_proj": "FFN_DOWN_EXP",
 }
 _LAYER_NORMS = (
-    MODEL_TENSOR.ATTN_NORM,
-    MODEL_TENSOR.FFN_NORM,
-    MODEL_TENSOR.ATTN_POST_NORM,
-    MODEL_TENSOR.FFN_POST_NORM,
+    "ATTN_NORM",
+    "FFN_NORM",
+    "ATTN_POST_NORM",
+    "FFN_POST_NORM",
 )
 _GLOBAL_TENSORS = {
     "embed_tokens": "token_embd",
@@ -88,13 +98,13 @@ def _gguf_names(spec: ModelSpec, tensors: Iterable[Tensor]) -> Iterator[_GName]:
             acc = qkv.setdefault((i, suffix), [0, *t.shape[1:]])
             acc[0] += t.shape[0]
             if rest == "self_attn.v_proj":
-                name = TENSOR_NAMES[MODEL_TENSOR.ATTN_QKV].format(bid=i)
+                name = _tensor_name("ATTN_QKV").format(bid=i)
                 yield _GName(f"{name}.{suffix}", tuple(acc), t.component, i)
             continue
         if rest.startswith("norm") and rest[4:].isdigit():
             k = int(rest[4:])
             stem = (
-                TENSOR_NAMES[_LAYER_NORMS[k]].format(bid=i) if k < len(_LAYER_NORMS) else f"{blk}norm{k}_norm"
+                _tensor_name(_LAYER_NORMS[k]).format(bid=i) if k < len(_LAYER_NORMS) else f"{blk}norm{k}_norm"
             )
             yield _GName(f"{stem}.{suffix}", t.shape, t.component, i)
             continue
@@ -104,13 +114,13 @@ def _gguf_names(spec: ModelSpec, tensors: Iterable[Tensor]) -> Iterator[_GName]:
             a, m = spec.num_attention_heads, spec.mla
             r = t.shape[1]
             yield _GName(
-                TENSOR_NAMES[MODEL_TENSOR.ATTN_K_B].format(bid=i) + ".weight",
+                _tensor_name("ATTN_K_B").format(bid=i) + ".weight",
                 (a, r, m.qk_nope_head_dim),
                 t.component,
                 i,
             )
             yield _GName(
-                TENSOR_NAMES[MODEL_TENSOR.ATTN_V_B].format(bid=i) + ".weight",
+                _tensor_name("ATTN_V_B").format(bid=i) + ".weight",
                 (a, m.v_head_dim, r),
                 t.component,
                 i,
@@ -119,21 +129,19 @@ def _gguf_names(spec: ModelSpec, tensors: Iterable[Tensor]) -> Iterator[_GName]:
         if rest == "mlp.experts.gate_up_proj":
             e, rows, cols = t.shape
             if spec.mlp_gated:
-                for key in (MODEL_TENSOR.FFN_GATE_EXP, MODEL_TENSOR.FFN_UP_EXP):
+                for key in ("FFN_GATE_EXP", "FFN_UP_EXP"):
                     yield _GName(
-                        TENSOR_NAMES[key].format(bid=i) + ".weight", (e, rows // 2, cols), t.component, i
+                        _tensor_name(key).format(bid=i) + ".weight", (e, rows // 2, cols), t.component, i
                     )
             else:
-                yield _GName(
-                    TENSOR_NAMES[MODEL_TENSOR.FFN_UP_EXP].format(bid=i) + ".weight", t.shape, t.component, i
-                )
+                yield _GName(_tensor_name("FFN_UP_EXP").format(bid=i) + ".weight", t.shape, t.component, i)
             continue
         if rest.startswith("mlp.experts.") and rest.endswith("_bias"):
             stem = "ffn_gate_up_exps" if "gate_up" in rest else "ffn_down_exps"
             yield _GName(f"{blk}{stem}.bias", t.shape, t.component, i)
             continue
         key = _LAYER_TENSORS.get(rest)
-        stem = TENSOR_NAMES[key].format(bid=i) if key is not None else f"{blk}{rest.replace('.', '_')}"
+        stem = _tensor_name(key).format(bid=i) if key is not None else f"{blk}{rest.replace('.', '_')}"
         yield _GName(f"{stem}.{suffix}" if suffix else f"{stem}.weight", t.shape, t.component, i)
 
 

@@ -20,7 +20,6 @@ Every entry is validated when the catalog is first loaded; a broken resource rai
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from functools import cache
 from importlib.resources import files
@@ -29,8 +28,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
-from gpumem_gui.core.readers.hf_config import read_json_file
+from gpumem_gui.core.errors import GpumemInputError, describe_validation_error, short
+from gpumem_gui.core.readers.reading import CATALOG_MAX_BYTES, read_json_file
 from gpumem_gui.core.spec.model import Frozen, ModelSpec, Provenance
 
 MODEL_CATALOG_FILE = "models.json"
@@ -62,8 +61,8 @@ def catalog_config(entry: CatalogModel) -> dict[str, Any] | None:
     """The ``config.json`` a catalog model was built from (``resources/configs``), or None."""
     path = resources_dir() / "configs" / f"{entry.id.replace('/', '__')}.json"
     try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        cfg = read_json_file(path, CATALOG_MAX_BYTES, "catalog config")
+    except GpumemInputError:
         return None
     return cfg if isinstance(cfg, dict) else None
 
@@ -144,16 +143,16 @@ class GpuInfo(Frozen):
 
 def _read_catalog(file_name: str, fmt: str, key: str) -> tuple[Path, list[Any]]:
     path = resources_dir() / file_name
-    doc = read_json_file(path)
+    doc = read_json_file(path, CATALOG_MAX_BYTES, "catalog")
     if not isinstance(doc, dict):
         raise GpumemInputError("a catalog must hold a JSON object", source=str(path))
     if doc.get("format") != fmt:
         raise GpumemInputError(
-            f"expected format '{fmt}', got {doc.get('format')!r}", source=str(path), field="format"
+            f"expected format '{fmt}', got {short(doc.get('format'))}", source=str(path), field="format"
         )
     if doc.get("version") != CATALOG_VERSION:
         raise GpumemInputError(
-            f"unsupported catalog version {doc.get('version')!r} (this gpumem reads {CATALOG_VERSION})",
+            f"unsupported catalog version {short(doc.get('version'))} (this gpumem reads {CATALOG_VERSION})",
             source=str(path),
             field="version",
         )
@@ -292,5 +291,5 @@ def find_gpu(name: str) -> GpuInfo:
     suggestions = list(dict.fromkeys(names[c].id for c in close))
     hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
     raise GpumemInputError(
-        f"unknown GPU '{name}'{hint} (`gpumem gpus --catalog` lists the catalog)", field="gpu"
+        f"unknown GPU {short(name)}{hint} (`gpumem gpus --catalog` lists the catalog)", field="gpu"
     )

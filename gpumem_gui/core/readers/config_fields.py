@@ -3,10 +3,11 @@ of a Llama-style config shares: the common fields and the sliding-window layouts
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.errors import GpumemInputError, short
 from gpumem_gui.core.spec.model import MAX_LAYERS, MAX_SIZE
 
 Config = Mapping[str, Any]
@@ -39,14 +40,18 @@ class ConfigReader:
             or v != v
             or v in (float("inf"), float("-inf"))
         ):
-            raise GpumemInputError(f"must be an integer, got {v!r}", source=self.source, field=names[0])
+            raise GpumemInputError(f"must be an integer, got {short(v)}", source=self.source, field=names[0])
         if int(v) != v:
-            raise GpumemInputError(f"must be an integer, got {v!r}", source=self.source, field=names[0])
+            raise GpumemInputError(f"must be an integer, got {short(v)}", source=self.source, field=names[0])
         if v < minimum:
-            raise GpumemInputError(f"must be >= {minimum}, got {v}", source=self.source, field=names[0])
+            raise GpumemInputError(
+                f"must be >= {minimum}, got {short(v)}", source=self.source, field=names[0]
+            )
         maximum = MAX_LAYERS if names[0] in _LAYER_FIELDS else MAX_SIZE
         if v > maximum:
-            raise GpumemInputError(f"must be <= {maximum}, got {v}", source=self.source, field=names[0])
+            raise GpumemInputError(
+                f"must be <= {maximum}, got {short(v)}", source=self.source, field=names[0]
+            )
         return int(v)
 
     def opt_int(self, *names: str, minimum: int = 1) -> int | None:
@@ -61,7 +66,9 @@ class ConfigReader:
     def bool(self, *names: str, default: Any = _MISSING) -> bool:
         v = self.get(*names, default=default)
         if not isinstance(v, bool):
-            raise GpumemInputError(f"must be true or false, got {v!r}", source=self.source, field=names[0])
+            raise GpumemInputError(
+                f"must be true or false, got {short(v)}", source=self.source, field=names[0]
+            )
         return v
 
     def head_dim(self, hidden: int, heads: int) -> int:
@@ -76,6 +83,18 @@ class ConfigReader:
                 field="num_attention_heads",
             )
         return hidden // heads
+
+
+def positive_number(v: Any, source: str, field: str) -> float:
+    """A config's positive finite number (a soft-capping value) as a float: an integer too large for a float
+    (10**400; float() raises OverflowError), inf, nan, zero and negatives are errors naming the field."""
+    try:
+        ok = not isinstance(v, bool) and isinstance(v, int | float) and math.isfinite(f := float(v)) and f > 0
+    except OverflowError:
+        ok = False
+    if not ok:
+        raise GpumemInputError(f"must be a positive number, got {short(v)}", source=source, field=field)
+    return f
 
 
 def layer_types_explicit(r: ConfigReader, n_layers: int) -> tuple[str, ...] | None:

@@ -3,8 +3,8 @@
 The header is parsed by :func:`~gpumem_gui.core.readers.gguf_header.parse_header`, a bounded parser
 built on the ``gguf`` package's definitions (``GGUFValueType``, ``GGMLQuantizationType``,
 ``GGML_QUANT_SIZES``, ``LlamaFileType``): every length is checked against the bytes left, every type must
-be known, and every tensor's data must lie inside the file, so a damaged file is one
-:class:`GpumemInputError` naming the file and the problem. Tensor data is never read.
+be known, and the tensors' data must lie back to back inside the file (as llama.cpp requires), so a damaged
+file is one :class:`GpumemInputError` naming the file and the problem. Tensor data is never read.
 
 :class:`gguf.GGUFReader` is not the parser of record for two reasons found while building this: it
 trusts the counts in the file (a truncated array whose length field says 10^12 makes it loop without
@@ -25,7 +25,8 @@ from pydantic import ValidationError
 
 from gpumem_gui.core.errors import describe_validation_error
 from gpumem_gui.core.readers.gguf_config import GGUF_ARCHITECTURES, GgufMeta, spec_from_gguf_meta
-from gpumem_gui.core.readers.gguf_header import Array, Header, cross_check_header, decode, parse_header
+from gpumem_gui.core.readers.gguf_cross_check import cross_check_header
+from gpumem_gui.core.readers.gguf_header import Array, Header, decode, parse_header
 from gpumem_gui.core.readers.weights import WeightsInventory, WeightTensor, build_inventory, make_tensor
 from gpumem_gui.core.spec.model import ModelSpec
 

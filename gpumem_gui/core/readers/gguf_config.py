@@ -11,11 +11,12 @@ names the GGUF key.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.errors import GpumemInputError, short
 from gpumem_gui.core.readers.hf_config import spec_from_config
 from gpumem_gui.core.spec.model import ModelSpec, Provenance
 
@@ -108,18 +109,19 @@ class GgufMeta:
             if not v or len(set(v)) != 1:
                 raise NotDescribable(f"{key} varies per layer")
             v = v[0]
-        if isinstance(v, bool) or not isinstance(v, int | float) or v != v or int(v) != v:
-            raise self.err(f"must be an integer, got {v!r}", key)
+        # a FLOAT32 key may hold inf or nan, which int() refuses (OverflowError, ValueError)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or int(v) != v:
+            raise self.err(f"must be an integer, got {short(v)}", key)
         if v < minimum:
-            raise self.err(f"must be >= {minimum}, got {v}", key)
+            raise self.err(f"must be >= {minimum}, got {short(v)}", key)
         return int(v)
 
     def number(self, key: str) -> float | None:
         v = self.raw(key)
         if v is None:
             return None
-        if isinstance(v, bool) or not isinstance(v, int | float) or v != v:
-            raise self.err(f"must be a number, got {v!r}", key)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise self.err(f"must be a finite number, got {short(v)}", key)
         return float(v)
 
     def flag(self, key: str) -> bool | None:
@@ -188,8 +190,10 @@ def gguf_config(meta: GgufMeta) -> dict[str, Any]:
 def _check_blocks(meta: GgufMeta, n_layers: int) -> None:
     """Every architecture described here stores tensors for each block as blk.<i>.*; the block count must
     name exactly those."""
+    # an index of more than 9 digits (the parser already refuses names of 64 bytes or more) is no block of
+    # the at most MAX_LAYERS the spec allows; it counts as a block, which makes the numbering have gaps
     layer_ids = {
-        int(p[1])
+        int(p[1]) if len(p[1]) <= 9 else -1
         for p in (n.split(".") for n in meta.shapes)
         if len(p) > 1 and p[0] == "blk" and p[1].isascii() and p[1].isdecimal()
     }
@@ -344,6 +348,11 @@ def _moe(meta: GgufMeta, cfg: dict[str, Any], n_layers: int) -> dict[str, Any]:
     if not experts:
         return {}
     used = meta.integer(meta.key("expert_used_count"), required=True)
+    if used is not None and used > experts:
+        raise meta.err(
+            f"is {used}, more than the {experts} experts ({meta.key('expert_count')})",
+            meta.key("expert_used_count"),
+        )
     e_ff = meta.integer(meta.key("expert_feed_forward_length")) or cfg.get("intermediate_size")
     if e_ff is None:
         raise meta.err("required key is missing", meta.key("expert_feed_forward_length"))

@@ -2,7 +2,7 @@
 
 Built on the ``gguf`` package's definitions (``GGUFValueType``, ``GGMLQuantizationType``,
 ``GGML_QUANT_SIZES``); see :mod:`gpumem_gui.core.readers.gguf` for why it is not ``gguf.GGUFReader``, which
-:func:`cross_check_header` runs as a second opinion.
+:func:`~gpumem_gui.core.readers.gguf_cross_check.cross_check_header` runs as a second opinion.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from gguf.constants import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType
-from gguf.gguf_reader import READER_SUPPORTED_VERSIONS, GGUFReader
+from gguf.gguf_reader import READER_SUPPORTED_VERSIONS
 
-from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.errors import GpumemInputError, short
+from gpumem_gui.core.readers.reading import open_checked
 
 _MAGIC = b"GGUF"
 
@@ -45,6 +46,18 @@ _MIN_KV_BYTES = 8 + 4 + 1
 _MIN_TENSOR_INFO_BYTES = 8 + 4 + 4 + 8
 # ggml/include/ggml.h: ``#define GGML_MAX_DIMS 4``; gguf.cpp rejects tensors with more dimensions.
 _GGML_MAX_DIMS = 4
+# ggml/include/ggml.h: ``#define GGML_MAX_NAME 64``; gguf.cpp rejects a tensor name of 64 bytes or more.
+_GGML_MAX_NAME = 64
+# Bounds on what the parser walks, so a crafted header cannot keep it busy for minutes or copy gigabytes. Real
+# headers are a few MB (a 150k-260k token vocabulary with its merges and scores), with 20-60 metadata keys and
+# at most a few thousand tensor infos (DeepSeek-V3 with merged expert tensors: ~1,200; the old per-expert
+# layout of Mixtral 8x7B: ~1,000). gguf.cpp itself bounds a string at 1 GiB and an array at 2^30 elements
+# (GGUF_MAX_STRING_LENGTH, GGUF_MAX_ARRAY_ELEMENTS); these caps are ours, each over 10x what real files hold
+# (at the caps a header parses in under a few seconds).
+MAX_HEADER_BYTES = 128 << 20
+MAX_METADATA_ENTRIES = 1 << 16
+MAX_TENSOR_INFOS = 1 << 16
+MAX_STRING_ARRAY_ITEMS = 1 << 22
 # ggml counts elements in int64_t (ggml.h ``int64_t ne[GGML_MAX_DIMS]``): gguf.cpp rejects negative
 # dimensions and element counts >= INT64_MAX (and divides by every dimension, so none may be zero).
 _INT64_MAX = 2**63 - 1
@@ -162,10 +175,8 @@ def _type_name(t: int) -> str:
 
 def parse_header(path: Path) -> Header:
     """Parse the whole GGUF header with every length checked against the file (module docstring)."""
-    if not path.is_file():
-        raise _err(path, "no such file")
     try:
-        with path.open("rb") as f:
+        with open_checked(path, None, "GGUF file") as f:
             size = os.fstat(f.fileno()).st_size
             head = f.read(_FIXED_HEADER_BYTES)
             if not head:
@@ -187,6 +198,7 @@ def _parse_buffer(path: Path, buf: mmap.mmap, size: int) -> Header:
     # As GGUFReader does: a version whose low 16 bits are zero means the file has the other byte order.
     endian = ">" if version_le & 0xFFFF == 0 else "<"
     cur = _Cursor(buf, endian)
+    cur.end = min(size, MAX_HEADER_BYTES)  # the header is walked within its cap, the tensor data is not read
     cur.pos = 4
     version = cur.read_u32("version")
     if version not in READER_SUPPORTED_VERSIONS:
@@ -194,35 +206,35 @@ def _parse_buffer(path: Path, buf: mmap.mmap, size: int) -> Header:
         raise _err(path, f"unsupported GGUF version {version} (supported: {supported})")
     n_tensors = cur.read_u64("tensor count")
     n_kv = cur.read_u64("metadata count")
-    room = size - _FIXED_HEADER_BYTES
+    room = cur.end - _FIXED_HEADER_BYTES
     if n_kv * _MIN_KV_BYTES > room or n_tensors * _MIN_TENSOR_INFO_BYTES > room:
         raise _err(
             path,
             f"header claims {n_kv} metadata entries and {n_tensors} tensors, "
             f"more than a {size}-byte file holds",
         )
+    if n_kv > MAX_METADATA_ENTRIES or n_tensors > MAX_TENSOR_INFOS:
+        raise _err(
+            path,
+            f"header claims {n_kv:,} metadata entries and {n_tensors:,} tensors; gpumem reads at most "
+            f"{MAX_METADATA_ENTRIES:,} and {MAX_TENSOR_INFOS:,}",
+        )
     try:
         metadata = _parse_metadata(path, cur, n_kv)
         infos = _parse_tensor_infos(path, cur, n_tensors)
     except _Truncated as t:
+        if cur.end < size:
+            raise _err(
+                path,
+                f"the header runs past {MAX_HEADER_BYTES >> 20} MiB (gpumem's cap for GGUF metadata) "
+                f"inside the {t.what}",
+            ) from None
         raise _err(
             path, f"file is truncated: it ends ({size} bytes) inside the {t.what} at byte {t.pos}"
         ) from None
     alignment = metadata.get("general.alignment", GGUF_DEFAULT_ALIGNMENT)
     data_start = -(-cur.pos // alignment) * alignment
-    for ti in infos:
-        if ti.offset % alignment:
-            raise _err(
-                path,
-                f"tensor '{ti.name}': data offset {ti.offset} is not a multiple of the alignment {alignment}",
-            )
-        end = data_start + ti.offset + ti.nbytes
-        if end > size:
-            raise _err(
-                path,
-                f"file is truncated: tensor '{ti.name}' data ends at byte {end} "
-                f"but the file has {size} bytes",
-            )
+    _check_data(path, infos, alignment, data_start, size)
     return Header(
         version=version,
         alignment=alignment,
@@ -233,32 +245,68 @@ def _parse_buffer(path: Path, buf: mmap.mmap, size: int) -> Header:
     )
 
 
+def _check_data(path: Path, infos: list[_TensorInfo], alignment: int, data_start: int, size: int) -> None:
+    """Tensor data as llama.cpp requires it: ggml/src/gguf.cpp (``gguf_init_from_reader``, formerly
+    ``gguf_init_from_file_impl``) expects each tensor's offset to be exactly where the previous tensor's data
+    ends, padded to the alignment ("tensor '%s' has offset %llu, expected %zu"), so tensors neither overlap
+    nor leave gaps, and llama-model-loader.cpp refuses data past the end of the file ("tensor data is not
+    within the file bounds")."""
+    expected = 0
+    for ti in infos:
+        if ti.offset % alignment:
+            raise _err(
+                path,
+                f"tensor {short(ti.name)}: data offset {ti.offset} is not a multiple of the alignment "
+                f"{alignment}",
+            )
+        if ti.offset != expected:
+            what = (
+                "overlaps the tensor before it"
+                if ti.offset < expected
+                else "leaves a gap after the one before"
+            )
+            raise _err(
+                path,
+                f"tensor {short(ti.name)}: data offset {ti.offset}, expected {expected} (it {what}; "
+                "llama.cpp requires tensor data back to back, each padded to the alignment)",
+            )
+        expected += -(-ti.nbytes // alignment) * alignment
+        end = data_start + ti.offset + ti.nbytes
+        if end > size:
+            raise _err(
+                path,
+                f"file is truncated: tensor {short(ti.name)} data ends at byte {end} "
+                f"but the file has {size} bytes",
+            )
+
+
 def _parse_metadata(path: Path, cur: _Cursor, n_kv: int) -> dict[str, Any]:
     metadata: dict[str, Any] = {}
     for i in range(n_kv):
         key = decode(path, cur.read_str(f"key of metadata entry {i}"), f"metadata key {i}")
+        if not key:  # gguf.cpp: "key %d is empty"
+            raise _err(path, f"metadata key {i} is empty")
         if key in metadata:
-            raise _err(path, f"metadata key '{key}' appears twice")
-        vtype = cur.read_u32(f"type of '{key}'")
-        what = f"value of '{key}'"
+            raise _err(path, f"metadata key {short(key)} appears twice")
+        label = short(key)
+        vtype = cur.read_u32(f"type of {label}")
+        what = f"value of {label}"
         if vtype == GGUFValueType.STRING:
             metadata[key] = cur.read_str(what)
         elif vtype in _SCALAR_CODES:
             (metadata[key],) = cur.read_values(_SCALAR_CODES[vtype], 1, what)
         elif vtype == GGUFValueType.ARRAY:
-            itype = cur.read_u32(f"item type of '{key}'")
-            count = cur.read_u64(f"length of '{key}'")
+            itype = cur.read_u32(f"item type of {label}")
+            count = cur.read_u64(f"length of {label}")
             values: tuple[Any, ...] | None = None
             if itype == GGUFValueType.STRING:
-                cur.need(count * 8, f"array '{key}'")
-                for _ in range(count):
-                    cur.skip_str(f"string in array '{key}'")
+                _skip_strings(path, cur, count, key)
             elif itype in _SCALAR_CODES:
                 code = _SCALAR_CODES[itype]
                 if key.endswith(_KEPT_ARRAYS):
-                    values = cur.read_values(code, count, f"array '{key}'")
+                    values = cur.read_values(code, count, f"array {label}")
                 else:
-                    cur.skip(count * struct.calcsize(cur.endian + code), f"array '{key}'")
+                    cur.skip(count * struct.calcsize(cur.endian + code), f"array {label}")
             elif itype == GGUFValueType.ARRAY:
                 # llama.cpp's gguf.cpp rejects arrays of arrays (GGUFReader would recurse without bound)
                 raise _err(path, "nested arrays are not supported", field=key)
@@ -277,11 +325,36 @@ def _parse_metadata(path: Path, cur: _Cursor, n_kv: int) -> dict[str, Any]:
     return metadata
 
 
+def _skip_strings(path: Path, cur: _Cursor, count: int, key: str) -> None:
+    """Step over an array of ``count`` strings (a vocabulary: up to a few hundred thousand), checked."""
+    if count > MAX_STRING_ARRAY_ITEMS:
+        raise _err(
+            path, f"array of {count:,} strings; gpumem reads at most {MAX_STRING_ARRAY_ITEMS:,}", field=key
+        )
+    cur.need(count * 8, f"array {short(key)}")
+    unpack, buf, pos, end = cur.u64.unpack_from, cur.buf, cur.pos, cur.end
+    for _ in range(count):
+        if pos + 8 > end:
+            cur.pos = pos
+            raise _Truncated(f"string in array {short(key)}", pos)
+        pos += 8 + unpack(buf, pos)[0]
+        if pos > end:
+            cur.pos = pos
+            raise _Truncated(f"string in array {short(key)}", pos)
+    cur.pos = pos
+
+
 def _parse_tensor_infos(path: Path, cur: _Cursor, n_tensors: int) -> list[_TensorInfo]:
     infos: list[_TensorInfo] = []
     names: set[str] = set()
     for i in range(n_tensors):
-        name = decode(path, cur.read_str(f"name of tensor {i}"), f"name of tensor {i}")
+        raw_name = cur.read_str(f"name of tensor {i}")
+        if len(raw_name) >= _GGML_MAX_NAME:  # gguf.cpp: "tensor name %d is too long: %zu >= %d"
+            raise _err(
+                path,
+                f"tensor {i} has a name of {len(raw_name):,} bytes; GGUF names are under {_GGML_MAX_NAME}",
+            )
+        name = decode(path, raw_name, f"name of tensor {i}")
         if name in names:
             raise _err(path, f"tensor '{name}' appears twice")
         names.add(name)
@@ -312,44 +385,3 @@ def _parse_tensor_infos(path: Path, cur: _Cursor, n_tensors: int) -> list[_Tenso
             )
         infos.append(_TensorInfo(name, gtype, dims, offset, n // ne0 * (ne0 // block) * type_bytes))
     return infos
-
-
-# ---- optional cross-check against gguf.GGUFReader ---------------------------------------------------------
-
-
-def cross_check_header(path: Path, header: Header) -> None:
-    """Run :class:`gguf.GGUFReader` on a file :func:`parse_header` accepted; it must agree on everything."""
-    try:
-        reader = GGUFReader(path)
-        r_tensors = [
-            (t.name, int(t.tensor_type), tuple(int(d) for d in t.shape), int(t.n_bytes))
-            for t in reader.tensors
-        ]
-        r_keys = {k for k in reader.fields if not k.startswith("GGUF.")}
-        r_scalars = {
-            k: f.parts[-1].tobytes() if f.types[0] == GGUFValueType.STRING else f.contents()
-            for k, f in reader.fields.items()
-            if f.types and f.types[0] != GGUFValueType.ARRAY and not k.startswith("GGUF.")
-        }
-        r_counts = {
-            k: len(f.data) for k, f in reader.fields.items() if f.types and f.types[0] == GGUFValueType.ARRAY
-        }
-    except Exception as e:  # the reader raises ValueError, KeyError, IndexError, numpy errors, ...
-        raise _err(path, f"gguf.GGUFReader cannot read the header: {type(e).__name__}: {e}") from None
-    mine = [(t.name, int(t.ggml_type), t.dims, t.nbytes) for t in header.tensors]
-    if r_tensors != mine:
-        bad = next((m, r) for m, r in zip([*mine, None], [*r_tensors, None], strict=False) if m != r)
-        raise _err(path, f"gguf.GGUFReader disagrees on a tensor: {bad[1]} vs {bad[0]}")
-    if r_keys != set(header.metadata):
-        raise _err(
-            path, f"gguf.GGUFReader disagrees on the metadata keys: {sorted(r_keys ^ set(header.metadata))}"
-        )
-    for k, v in header.metadata.items():
-        if isinstance(v, Array):
-            ok = r_counts[k] == v.count
-        elif isinstance(v, float):
-            ok = v == r_scalars[k] or (v != v and r_scalars[k] != r_scalars[k])
-        else:
-            ok = r_scalars[k] == v
-        if not ok:
-            raise _err(path, "gguf.GGUFReader reads a different value", field=k)

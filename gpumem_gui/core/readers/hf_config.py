@@ -9,17 +9,17 @@ the base-class defaults, e.g. ``tie_word_embeddings: true``), and which tensors 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
+from gpumem_gui.core.errors import GpumemInputError, describe_validation_error, short
 from gpumem_gui.core.readers import hf_legacy as legacy
 from gpumem_gui.core.readers import hf_modern as modern
 from gpumem_gui.core.readers.config_fields import Config, ConfigReader
+from gpumem_gui.core.readers.reading import read_json_file
 from gpumem_gui.core.readers.traits import traits_for
 from gpumem_gui.core.spec.model import ModelSpec, Provenance
 
@@ -65,7 +65,7 @@ def spec_from_config(
     reader = READERS.get(mt)
     if reader is None:
         raise GpumemInputError(
-            f"model_type '{mt}' is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}. "
+            f"model_type {short(mt)} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}. "
             "For other architectures, open the model's .safetensors files: their headers give exact "
             "weight sizes.",
             source=source,
@@ -78,24 +78,6 @@ def spec_from_config(
         return ModelSpec(**fields)
     except ValidationError as e:
         raise describe_validation_error(e, source=source) from None
-
-
-def read_json_file(path: Path) -> Any:
-    """Read a JSON file; any problem becomes one :class:`GpumemInputError` naming the file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise GpumemInputError(f"cannot read file: {e.strerror or e}", source=str(path)) from None
-    except UnicodeDecodeError:
-        raise GpumemInputError("not a UTF-8 text file", source=str(path)) from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise GpumemInputError(
-            f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}", source=str(path)
-        ) from None
-    except RecursionError:
-        raise GpumemInputError("JSON nested too deeply", source=str(path)) from None
 
 
 def load_config_file(path: Path) -> ModelSpec:

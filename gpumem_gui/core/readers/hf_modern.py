@@ -11,10 +11,25 @@ from gpumem_gui.core.readers.config_fields import (
     ConfigReader,
     common,
     pattern_sliding,
+    positive_number,
     qwen_sliding,
     uniform_sliding,
 )
-from gpumem_gui.core.spec.model import MLASpec, MoESpec, VisionSpec
+from gpumem_gui.core.spec.model import MAX_SIZE, MLASpec, MoESpec, VisionSpec
+
+
+def _moe(r: ConfigReader, experts_key: str, **rest: Any) -> MoESpec:
+    """A MoESpec from the config's expert count (``experts_key``) and ``num_experts_per_tok`` (every family
+    here spells top-k so); a top-k above the expert count is an error naming the config's own key."""
+    experts = r.int(experts_key)
+    top_k = r.int("num_experts_per_tok")
+    if top_k > experts:
+        raise GpumemInputError(
+            f"is {top_k}, more than the {experts} experts ({experts_key})",
+            source=r.source,
+            field="num_experts_per_tok",
+        )
+    return MoESpec(num_experts=experts, experts_per_token=top_k, **rest)
 
 
 def _llama(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
@@ -36,11 +51,7 @@ def _mistral(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
 
 def _mixtral(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
     f = _mistral(r, name, mt)
-    f["moe"] = MoESpec(
-        num_experts=r.int("num_local_experts"),
-        experts_per_token=r.int("num_experts_per_tok"),
-        expert_intermediate_size=f["intermediate_size"],
-    )
+    f["moe"] = _moe(r, "num_local_experts", expert_intermediate_size=f["intermediate_size"])
     return f
 
 
@@ -63,9 +74,9 @@ def _qwen2(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
     f["layer_types"], f["sliding_window"] = qwen_sliding(r, f["num_layers"])
     if mt == "qwen2_moe":
         shared = r.int("shared_expert_intermediate_size", default=0, minimum=0)
-        f["moe"] = MoESpec(
-            num_experts=r.int("num_experts"),
-            experts_per_token=r.int("num_experts_per_tok"),
+        f["moe"] = _moe(
+            r,
+            "num_experts",
             expert_intermediate_size=r.int("moe_intermediate_size"),
             shared_expert_intermediate_size=shared,
             shared_expert_gate=shared > 0,
@@ -80,9 +91,9 @@ def _qwen3(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
     f["tie_word_embeddings"] = r.bool("tie_word_embeddings", default=False)
     f["layer_types"], f["sliding_window"] = qwen_sliding(r, f["num_layers"])
     if mt == "qwen3_moe":
-        f["moe"] = MoESpec(
-            num_experts=r.int("num_experts"),
-            experts_per_token=r.int("num_experts_per_tok"),
+        f["moe"] = _moe(
+            r,
+            "num_experts",
             expert_intermediate_size=r.int("moe_intermediate_size"),
             dense_layers=_qwen_moe_layers(r, f["num_layers"]),
         )
@@ -105,11 +116,9 @@ def _gemma(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
         f["norms_per_layer"] = 4
         # Gemma2Config defaults final_logit_softcapping to 30.0, Gemma3TextConfig to None
         cap = r.get("final_logit_softcapping", default=30.0 if mt == "gemma2" else None)
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int | float) or cap <= 0):
-            raise GpumemInputError(
-                f"must be a positive number, got {cap!r}", source=r.source, field="final_logit_softcapping"
-            )
-        f["final_logit_softcapping"] = float(cap) if cap is not None else None
+        f["final_logit_softcapping"] = (
+            positive_number(cap, r.source, "final_logit_softcapping") if cap is not None else None
+        )
         f["layer_types"], f["sliding_window"] = pattern_sliding(
             r, f["num_layers"], 2 if mt == "gemma2" else 6
         )
@@ -181,6 +190,13 @@ def _gemma3(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
         # Gemma3MultiModalProjector: mm_input_projection_weight [vision_hidden, text_hidden]
         # + mm_soft_emb_norm, an RMSNorm(vision_hidden)
         projector = vh * f["hidden_size"] + vh
+        for what, n in (("SigLIP tower", tower), ("projector", projector)):
+            if n > MAX_SIZE:  # VisionSpec's bound (Gemma 3's own tower has ~0.42 B parameters)
+                raise GpumemInputError(
+                    f"the {what} would have {n:,} parameters; gpumem describes up to {MAX_SIZE:,}",
+                    source=r.source,
+                    field="vision_config",
+                )
         f["vision"] = VisionSpec(
             kind="siglip",
             tower_params=tower,
@@ -248,9 +264,9 @@ def _deepseek(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
         freq = r.int("moe_layer_freq", default=1)
         shared = r.int("n_shared_experts", default=0, minimum=0)
         moe_f = r.int("moe_intermediate_size")
-        f["moe"] = MoESpec(
-            num_experts=experts,
-            experts_per_token=r.int("num_experts_per_tok"),
+        f["moe"] = _moe(
+            r,
+            "n_routed_experts",
             expert_intermediate_size=moe_f,
             shared_expert_intermediate_size=shared * moe_f,
             dense_layers=tuple(i for i in range(n_layers) if i < first or i % freq),

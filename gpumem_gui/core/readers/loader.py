@@ -16,12 +16,16 @@ from typing import Any
 
 from pydantic import Field
 
-from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.errors import GpumemInputError, clip
 from gpumem_gui.core.readers.catalog import catalog_config, find_model
-from gpumem_gui.core.readers.gguf import load_gguf_model
-from gpumem_gui.core.readers.hf_config import load_config_file, read_json_file, spec_from_config
+from gpumem_gui.core.readers.hf_config import load_config_file, spec_from_config
 from gpumem_gui.core.readers.hub import HubClient, looks_like_hub_id
-from gpumem_gui.core.readers.safetensors import inventory_from_safetensor_headers, inventory_from_safetensors
+from gpumem_gui.core.readers.reading import kind, listing, read_json_file
+from gpumem_gui.core.readers.safetensors import (
+    INDEX_NAME,
+    inventory_from_safetensor_headers,
+    inventory_from_safetensors,
+)
 from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.spec.model import Frozen, ModelSpec, Provenance
 from gpumem_gui.core.spec.params import ParamCounts, count_params
@@ -93,26 +97,46 @@ def _spec_of(load: Callable[[], ModelSpec], unknown_ok: bool) -> ModelSpec | Non
 
 def _sibling_config(folder: Path, unknown_ok: bool) -> tuple[ModelSpec | None, Any]:
     cfg = folder / "config.json"
-    if not cfg.is_file():
+    if kind(cfg) != "file":
         return None, None
     return _spec_of(lambda: load_config_file(cfg), unknown_ok), read_json_file(cfg)
 
 
+_MODEL_FILE_SUFFIXES = (".safetensors", ".gguf", ".safetensors.index.json", "config.json")
+
+
+def _stray_notes(entries: list[tuple[str, str]]) -> tuple[str, ...]:
+    """A note for entries named like model files that are no regular files (a folder ``x.safetensors``, a
+    FIFO ``config.json``): they are ignored, and the reader says so."""
+    stray = [n for n, k in entries if k != "file" and n.endswith(_MODEL_FILE_SUFFIXES)]
+    if not stray:
+        return ()
+    shown = ", ".join(clip(n, 40) for n in stray[:3]) + (
+        f" and {len(stray) - 3} more" if len(stray) > 3 else ""
+    )
+    return (f"ignored (not a regular file): {shown}",)
+
+
 def _load_folder(path: Path, unknown_ok: bool) -> LoadedModel:
+    entries = listing(path)
+    names = {n for n, k in entries if k == "file"}
     spec, config = _sibling_config(path, unknown_ok)
-    has_st = (path / "model.safetensors.index.json").is_file() or any(path.glob("*.safetensors"))
+    has_st = any(n == INDEX_NAME for n, _ in entries) or any(n.endswith(".safetensors") for n in names)
     weights = inventory_from_safetensors(path) if has_st else None
     if weights is None:
-        ggufs = sorted(path.glob("*.gguf"))
+        ggufs = sorted(n for n in names if n.endswith(".gguf"))
         if len(ggufs) == 1:
-            return _load_gguf(ggufs[0])
+            return _load_gguf(path / ggufs[0], _stray_notes(entries))
         if len(ggufs) > 1 and spec is None:
             raise GpumemInputError(
                 f"holds {len(ggufs)} .gguf files and no config.json; open one .gguf file", source=str(path)
             )
     if spec is None and weights is None and config is None:
+        named = next((s for s in (".gguf", ".safetensors", ".json") if path.name.lower().endswith(s)), None)
+        what = f"is a folder, not a {named} file, and it holds" if named else "holds"
+        stray = "".join(f" ({n})" for n in _stray_notes(entries))
         raise GpumemInputError(
-            "nothing usable here: no config.json, no .safetensors, no .gguf", source=str(path)
+            f"{what} nothing usable: no config.json, no .safetensors, no .gguf{stray}", source=str(path)
         )
     notes: tuple[str, ...] = ()
     if spec is None:
@@ -121,34 +145,47 @@ def _load_folder(path: Path, unknown_ok: bool) -> LoadedModel:
             if config is not None
             else ("no config.json beside the weights: architecture unknown, weights only",)
         )
-    return _loaded(str(path), "folder", spec, weights, notes, config)
+    return _loaded(str(path), "folder", spec, weights, notes + _stray_notes(entries), config)
 
 
-def _load_gguf(path: Path) -> LoadedModel:
+def _load_gguf(path: Path, notes: tuple[str, ...] = ()) -> LoadedModel:
+    # imported here: the gguf package (and numpy with it) costs start-up time and only GGUF files need it
+    from gpumem_gui.core.readers.gguf import load_gguf_model
+
     weights, spec, config = load_gguf_model(path)
-    notes = () if spec else ("the GGUF architecture is not one gpumem describes: weights only",)
+    if spec is None:
+        notes = ("the GGUF architecture is not one gpumem describes: weights only", *notes)
     return _loaded(str(path), "gguf", spec, weights, notes, config)
 
 
-def _load_path(path: Path, unknown_ok: bool) -> LoadedModel:
-    if path.is_dir():
+def _load_safetensors(path: Path, unknown_ok: bool) -> LoadedModel:
+    weights = inventory_from_safetensors(path)
+    spec, config = _sibling_config(path.parent, unknown_ok)
+    notes: tuple[str, ...] = ()
+    if spec is None:
+        notes = (
+            (_UNKNOWN_NOTE,)
+            if config
+            else ("no config.json beside the file: architecture unknown, weights only",)
+        )
+    if len(weights.files) > 1:  # a shard given alone: read with the whole checkpoint
+        notes = (f"{clip(path.name)} is one of {len(weights.files)} shards: read with all of them", *notes)
+    return _loaded(str(path), "safetensors", spec, weights, notes, config)
+
+
+def _load_path(path: Path, what: str, unknown_ok: bool) -> LoadedModel:
+    if what == "folder":
         return _load_folder(path, unknown_ok)
+    if what != "file":
+        raise GpumemInputError(
+            "is not a regular file (a FIFO, a device or a socket); give a model file or folder",
+            source=str(path),
+        )
     name = path.name.lower()
     if name.endswith(".safetensors.index.json"):
         return _load_folder(path.parent, unknown_ok)
     if name.endswith(".safetensors"):
-        weights = inventory_from_safetensors(path)
-        spec, config = _sibling_config(path.parent, unknown_ok)
-        notes = (
-            ()
-            if spec
-            else (
-                (_UNKNOWN_NOTE,)
-                if config
-                else ("no config.json beside the file: architecture unknown, weights only",)
-            )
-        )
-        return _loaded(str(path), "safetensors", spec, weights, notes, config)
+        return _load_safetensors(path, unknown_ok)
     if name.endswith(".gguf"):
         return _load_gguf(path)
     if name.endswith(".json"):
@@ -195,9 +232,13 @@ def _load(source: str | Path, hub_client: HubClient | None, unknown_ok: bool) ->
     text = str(source).strip()
     if not text:
         raise GpumemInputError("empty model name", field="model")
-    path = Path(text).expanduser()
-    if path.exists():
-        return _load_path(path, unknown_ok)
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError:  # "~someone" whose home cannot be found: not a path, maybe an id
+        path = Path(text)
+    what = kind(path)
+    if what != "missing":
+        return _load_path(path, what, unknown_ok)
     entry = find_model(text)
     if entry is not None:
         return _loaded(entry.id, "catalog", entry.spec, config=catalog_config(entry))

@@ -5,12 +5,13 @@ tensors or the folder's ``config.json`` show."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.readers.hf_config import read_json_file
+from gpumem_gui.core.errors import GpumemInputError, clip, short
+from gpumem_gui.core.readers.reading import INDEX_JSON_MAX_BYTES, kind, listing, read_json_file
 from gpumem_gui.core.readers.safetensors_header import (
     DTYPE_BITS,
     MAX_HEADER_BYTES,
@@ -30,6 +31,10 @@ __all__ = [
 ]
 
 INDEX_NAME = "model.safetensors.index.json"  # transformers SAFE_WEIGHTS_INDEX_NAME (utils/constants.py)
+# A shard of a split checkpoint: huggingface_hub's split_torch_state_dict_into_shards names shards
+# "model{suffix}.safetensors" with suffix "-{index:05d}-of-{total:05d}" (serialization/_base.py), and
+# transformers' save_pretrained keeps that name; the index is "<stem>.safetensors.index.json".
+SHARD_NAME = re.compile(r"(?P<stem>.+)-(?P<part>[0-9]{5})-of-(?P<total>[0-9]{5})\.safetensors")
 
 
 def _tensors_of(header: SafetensorsHeader) -> list[WeightTensor]:
@@ -40,7 +45,7 @@ def _tensors_of(header: SafetensorsHeader) -> list[WeightTensor]:
 
 
 def _read_index(index: Path) -> dict[str, str]:
-    obj = read_json_file(index)
+    obj = read_json_file(index, INDEX_JSON_MAX_BYTES, "safetensors index")
     if not isinstance(obj, dict):
         raise header_error(index, "an index must hold a JSON object")
     wm = obj.get("weight_map")
@@ -51,41 +56,53 @@ def _read_index(index: Path) -> dict[str, str]:
     for name, shard in wm.items():
         if not isinstance(shard, str) or not shard.endswith(".safetensors"):
             raise GpumemInputError(
-                f"tensor '{name}' maps to {shard!r}, not a .safetensors file name",
+                f"tensor {short(name)} maps to {short(shard)}, not a .safetensors file name",
                 source=str(index),
                 field="weight_map",
             )
         parts = Path(shard).parts
         if Path(shard).is_absolute() or ".." in parts:
             raise GpumemInputError(
-                f"shard {shard!r} is not a file inside the model folder",
+                f"shard {short(shard)} is not a file inside the model folder",
                 source=str(index),
                 field="weight_map",
             )
     return dict(wm)
 
 
+def _missing(folder: Path, names: list[str]) -> str:
+    """The names of ``folder`` that are no regular file, as a short list ('' when all are there)."""
+    missing = [n for n in names if kind(folder / n) != "file"]
+    if not missing:
+        return ""
+    shown = ", ".join(clip(n) for n in missing[:4])
+    return shown + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+
+
 def _from_index(index: Path) -> tuple[list[Path], list[WeightTensor]]:
     folder = index.parent
     weight_map = _read_index(index)
     shards: list[str] = list(dict.fromkeys(weight_map.values()))
-    headers: dict[str, SafetensorsHeader] = {}
-    for shard in shards:
-        sp = folder / shard
-        if not sp.is_file():
-            raise header_error(index, f"shard '{shard}' listed in the weight_map does not exist in {folder}")
-        headers[shard] = read_safetensors_header(sp)
+    missing = _missing(folder, shards)
+    if missing:
+        raise header_error(
+            index, f"the weight_map names shards that do not exist (as files) in {folder}: {missing}"
+        )
+    headers = {shard: read_safetensors_header(folder / shard) for shard in shards}
     for name, shard in weight_map.items():
         if name not in headers[shard]["tensors"]:
             raise header_error(
-                folder / shard, f"tensor '{name}' is listed in {index.name} for this shard but is not in it"
+                folder / shard,
+                f"tensor {short(name)} is listed in {index.name} for this shard but is not in it",
             )
     tensors: list[WeightTensor] = []
     seen: dict[str, str] = {}
     for shard in shards:
         for name in headers[shard]["tensors"]:
             if name in seen:
-                raise header_error(folder / shard, f"tensor '{name}' is also stored in shard '{seen[name]}'")
+                raise header_error(
+                    folder / shard, f"tensor {short(name)} is also stored in shard '{seen[name]}'"
+                )
             seen[name] = shard
         tensors += _tensors_of(headers[shard])
     return [folder / s for s in shards], tensors
@@ -98,10 +115,50 @@ def _from_files(files: list[Path]) -> list[WeightTensor]:
         header = read_safetensors_header(f)
         for name in header["tensors"]:
             if name in seen:
-                raise header_error(f, f"tensor '{name}' is also stored in '{seen[name].name}'")
+                raise header_error(f, f"tensor {short(name)} is also stored in '{seen[name].name}'")
             seen[name] = f
         tensors += _tensors_of(header)
     return tensors
+
+
+def _from_folder(folder: Path) -> tuple[list[Path], list[WeightTensor]]:
+    """With an index, the shards it names; without one, every regular ``*.safetensors`` file (folders and
+    other non-files named so are no weights: the loader notes them)."""
+    entries = listing(folder)
+    if any(n == INDEX_NAME for n, _ in entries):  # the index rules; one that is no file is an error
+        return _from_index(folder / INDEX_NAME)
+    files = [folder / n for n, k in entries if k == "file" and n.endswith(".safetensors")]
+    if not files:
+        raise header_error(folder, "folder holds no .safetensors files")
+    return files, _from_files(files)
+
+
+def _from_one_file(path: Path) -> tuple[list[Path], list[WeightTensor]]:
+    """One ``.safetensors`` file; a shard of a split checkpoint (``model-00001-of-00004.safetensors``) is read
+    with the rest of the model, never alone: through the index that lists it, else with its siblings; a
+    missing sibling is an error naming it."""
+    m = SHARD_NAME.fullmatch(path.name)
+    folder = path.parent
+    stems = ([f"{m['stem']}.safetensors.index.json"] if m else []) + [INDEX_NAME]
+    for name in dict.fromkeys(stems):
+        index = folder / name
+        if kind(index) == "file" and path.name in _read_index(index).values():
+            return _from_index(index)
+    if m is None:
+        return [path], _from_files([path])
+    total = int(m["total"])
+    if not 1 <= int(m["part"]) <= total:
+        raise header_error(path, f"is named as part {int(m['part'])} of {total}, which no split writes")
+    names = [f"{m['stem']}-{i:05d}-of-{m['total']}.safetensors" for i in range(1, total + 1)]
+    missing = _missing(folder, names)
+    if missing:
+        raise header_error(
+            path,
+            f"is one of {total} shards of a split checkpoint and the others are needed for the whole "
+            f"model; missing in {folder}: {missing}",
+        )
+    files = [folder / n for n in names]
+    return files, _from_files(files)
 
 
 def inventory_from_safetensors(path_or_folder: str | os.PathLike[str]) -> WeightsInventory:
@@ -109,28 +166,25 @@ def inventory_from_safetensors(path_or_folder: str | os.PathLike[str]) -> Weight
 
     ``path_or_folder`` is one ``.safetensors`` file, a ``model.safetensors.index.json``, or a folder:
     with an index, the shards its ``weight_map`` names (each header read once; every mapped tensor must
-    be in its shard); without one, every ``*.safetensors`` file in it. Quantization is detected from the
-    tensors, and the ``quantization_config.quant_method`` of a ``config.json`` next to the files wins.
+    be in its shard); without one, every ``*.safetensors`` file in it. A file that is one shard of a split
+    checkpoint is read with the whole checkpoint (:func:`_from_one_file`). Quantization is detected from
+    the tensors, and the ``quantization_config.quant_method`` of a ``config.json`` next to the files wins.
     """
     p = Path(path_or_folder)
-    if p.is_dir():
+    what = kind(p)
+    if what == "folder":
         folder = p
-        index = p / INDEX_NAME
-        if index.is_file():
-            files, tensors = _from_index(index)
-        else:
-            files = sorted(f for f in p.glob("*.safetensors") if f.is_file())
-            if not files:
-                raise header_error(p, "folder holds no .safetensors files")
-            tensors = _from_files(files)
-    elif p.is_file():
+        files, tensors = _from_folder(p)
+    elif what == "file":
         folder = p.parent
         if p.name.endswith(".safetensors.index.json"):
             files, tensors = _from_index(p)
         elif p.suffix == ".safetensors":
-            files, tensors = [p], _from_files([p])
+            files, tensors = _from_one_file(p)
         else:
             raise header_error(p, "not a .safetensors file, a .safetensors.index.json or a folder")
+    elif what == "other":
+        raise header_error(p, "not a regular file (a FIFO, a device or a socket): no weights to read")
     else:
         raise header_error(p, "no such file or folder")
     detected = detect_quantization(tensors)
@@ -166,7 +220,9 @@ def inventory_from_safetensor_headers(
             if name == "__metadata__":
                 continue
             if name in seen:
-                raise GpumemInputError(f"tensor '{name}' is also stored in '{seen[name]}'", source=where)
+                raise GpumemInputError(
+                    f"tensor {short(name)} is also stored in {short(seen[name])}", source=where
+                )
             seen[name] = fname
             e = check_entry(Path(where), name, entry, None)
             tensors.append(
@@ -184,7 +240,7 @@ def inventory_from_safetensor_headers(
 
 def _quant_from_config(cfg_path: Path, detected: str | None) -> str | None:
     """``quantization_config.quant_method`` of a Hugging Face ``config.json`` beside the weights, if any."""
-    if not cfg_path.is_file():
+    if kind(cfg_path) != "file":
         return None
     cfg = read_json_file(cfg_path)
     if not isinstance(cfg, Mapping):

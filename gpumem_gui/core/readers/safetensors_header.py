@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypedDict
 
-from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.errors import GpumemInputError, short
+from gpumem_gui.core.readers.reading import open_checked
 
 # Bits per element of every dtype the safetensors format defines: huggingface/safetensors,
 # safetensors/src/tensor.rs, ``enum Dtype`` and ``Dtype::bitsize`` (checked at commit 24b0b28, May 2026).
@@ -51,6 +52,10 @@ MAX_HEADER_BYTES = 100_000_000
 
 # The header-length prefix: a little-endian u64 (safetensors format spec, README "Format").
 _LEN_PREFIX_BYTES = 8
+# Shapes and offsets are usize in the reference (``TensorInfo``), and its validation multiplies the shape
+# with checked arithmetic (``checked_mul``): nothing may exceed a u64. Checking as we go also keeps a header
+# of huge dimensions from making ever larger Python integers.
+_USIZE_MAX = 2**64 - 1
 
 
 class TensorEntry(TypedDict):
@@ -93,7 +98,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def _read_prefix(path: Path) -> tuple[bytes, int]:
     """(header bytes, file size): reads the 8-byte length and the header, nothing more."""
     try:
-        with path.open("rb") as f:
+        with open_checked(path, None, ".safetensors file") as f:
             size = os.fstat(f.fileno()).st_size
             head = f.read(_LEN_PREFIX_BYTES)
             if len(head) < _LEN_PREFIX_BYTES:
@@ -138,13 +143,16 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
     try:
         obj = json.loads(text, object_pairs_hook=_no_duplicates)
     except _DuplicateKey as e:
-        raise header_error(p, f"header lists '{e.key}' twice") from None
+        raise header_error(p, f"header lists {short(e.key)} twice") from None
     except json.JSONDecodeError as e:
         raise header_error(
             p, f"header is not valid JSON (line {e.lineno} column {e.colno}: {e.msg})"
         ) from None
-    except (ValueError, RecursionError) as e:
-        raise header_error(p, f"header is not valid JSON ({type(e).__name__})") from None
+    except RecursionError:
+        raise header_error(p, "header is not valid JSON (nested too deeply)") from None
+    except ValueError as e:  # Python's 4,300-digit limit on integer literals
+        problem = "an integer of more than 4,300 digits" if "digits" in str(e) else type(e).__name__
+        raise header_error(p, f"header is not valid JSON ({problem})") from None
     if not isinstance(obj, dict):
         raise header_error(p, f"header must be a JSON object, got {type(obj).__name__}")
 
@@ -166,7 +174,7 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
         begin, end = e["data_offsets"]
         if begin != pos:
             what = "overlaps the previous tensor" if begin < pos else f"leaves a gap of {begin - pos} bytes"
-            raise header_error(p, f"tensor '{name}': data_offsets {[begin, end]} {what}")
+            raise header_error(p, f"tensor {short(name)}: data_offsets {[begin, end]} {what}")
         pos = end
     if pos != data_size:
         raise header_error(
@@ -181,7 +189,7 @@ def check_entry(p: Path, name: str, e: object, data_size: int | None) -> TensorE
     """One header entry, checked (this runs once per tensor: ~10^5 times for the largest checkpoints)."""
 
     def bad(problem: str) -> GpumemInputError:
-        return header_error(p, f"tensor '{name}': {problem}")
+        return header_error(p, f"tensor {short(name)}: {problem}")
 
     if not isinstance(e, Mapping):
         raise bad("entry must be an object with dtype, shape and data_offsets")
@@ -192,27 +200,30 @@ def check_entry(p: Path, name: str, e: object, data_size: int | None) -> TensorE
         raise bad(f"entry has no {', '.join(missing)}") from None
     bits_per = DTYPE_BITS.get(dtype) if type(dtype) is str else None
     if bits_per is None:
-        raise bad(f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_BITS)}")
+        raise bad(f"unknown dtype {short(dtype)}; known: {', '.join(DTYPE_BITS)}")
     if type(shape) is not list:
-        raise bad(f"shape must be a list of integers, got {shape!r}")
+        raise bad(f"shape must be a list of integers, got {short(shape)}")
     numel = 1
     for d in shape:
         if type(d) is not int:  # JSON integers only: no bools, no floats
-            raise bad(f"shape must be a list of integers, got {shape!r}")
+            raise bad(f"shape must be a list of integers, got {short(shape)}")
         if d < 0:
-            raise bad(f"shape {shape} has a negative dimension")
+            raise bad(f"shape {short(shape)} has a negative dimension")
         numel *= d
+        if numel > _USIZE_MAX:
+            raise bad(f"shape {short(shape)} overflows the element count (at most 2^64 - 1)")
     if type(offs) is not list or len(offs) != 2 or type(offs[0]) is not int or type(offs[1]) is not int:
-        raise bad(f"data_offsets must be [begin, end] integers, got {offs!r}")
+        raise bad(f"data_offsets must be [begin, end] integers, got {short(offs)}")
     begin, end = offs
-    if begin < 0 or end < begin:
-        raise bad(f"data_offsets {offs} must satisfy 0 <= begin <= end")
+    if begin < 0 or end < begin or end > _USIZE_MAX:
+        raise bad(f"data_offsets {short(offs)} must satisfy 0 <= begin <= end < 2^64")
     bits = numel * bits_per
     if bits % 8:
         raise bad(f"{numel} elements of {dtype} do not fill whole bytes")
     if end - begin != bits // 8:
         raise bad(
-            f"data_offsets {offs} span {end - begin} bytes but shape {shape} of {dtype} needs {bits // 8}"
+            f"data_offsets {offs} span {end - begin} bytes but shape {short(shape)} of {dtype} needs "
+            f"{bits // 8}"
         )
     if data_size is not None and end > data_size:
         raise bad(f"data ends at byte {end} of the data section, beyond the file ({data_size} bytes)")

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.errors import GpumemInputError, short
+from gpumem_gui.core.readers.config_fields import positive_number
 from gpumem_gui.core.spec.model import ArchTraits
 
 _GEMMA = {"embedding_scale": True, "norm_weight_offset": True}  # GemmaTextScaledWordEmbedding, GemmaRMSNorm
@@ -136,7 +137,9 @@ def _dropouts(cfg: Mapping[str, Any], source: str) -> dict[str, float]:
             continue
         p = cfg[key]
         if isinstance(p, bool) or not isinstance(p, int | float) or not 0 <= p < 1:
-            raise GpumemInputError(f"must be a probability in [0, 1), got {p!r}", source=source, field=key)
+            raise GpumemInputError(
+                f"must be a probability in [0, 1), got {short(p)}", source=source, field=key
+            )
         out[trait] = float(p)
     return out
 
@@ -151,9 +154,7 @@ def traits_for(
     values.update(_dropouts(cfg, source))
     if model_type == "gemma2":
         cap = cfg.get("attn_logit_softcapping", 50.0)
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int | float) or cap <= 0):
-            raise GpumemInputError(
-                f"must be a positive number, got {cap!r}", source=source, field="attn_logit_softcapping"
-            )
-        values["attn_logit_softcapping"] = float(cap) if cap is not None else None
+        values["attn_logit_softcapping"] = (
+            positive_number(cap, source, "attn_logit_softcapping") if cap is not None else None
+        )
     return ArchTraits(**values)

@@ -291,10 +291,15 @@ def classify_tensor(name: str) -> tuple[str, int | None]:
     if not in_text_stack:
         return component, None
     m = _LAYER_INDEX.search(name)
-    return component, (int(m.group(1)) if m else None)
+    if m is None or len(m.group(1)) > _MAX_LAYER_DIGITS:
+        return component, None
+    return component, int(m.group(1))
 
 
 _NUMBER = "#"
+# A layer index longer than this is no decoder layer (a spec has at most MAX_LAYERS = 4096): such a tensor
+# keeps its component but no layer. int() refuses digit strings over 4,300 digits (int_max_str_digits).
+_MAX_LAYER_DIGITS = 9
 
 
 # A checkpoint has a few hundred distinct names once indices are masked; the bound keeps a long-running

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
-from gpumem_gui.core.errors import describe_validation_error
+from gpumem_gui.core.errors import describe_validation_error, short
 from gpumem_gui.core.fields import ATTN_CHOICES, UI, CudaContextMiB
 from gpumem_gui.core.spec.model import Frozen
 from gpumem_gui.core.training.precision import MEGATRON_OPTIMIZERS
@@ -329,7 +329,7 @@ class TrainingRun(Frozen):
             for name in v:
                 if not isinstance(name, str) or not name.isidentifier():
                     raise ValueError(
-                        f"{name!r} is not a module name: give the last part of a module's path (q_proj, "
+                        f"{short(name)} is not a module name: give the last part of a module's path (q_proj, "
                         "query_key_value, c_attn, lm_head), comma separated, or 'all-linear'"
                     )
             return tuple(v)
