@@ -8,29 +8,39 @@ are generated from the run models (:mod:`gpumem_gui.cli.flags`).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from pydantic import ValidationError
+
 from gpumem_gui import __version__
 from gpumem_gui.cli.cluster import add_prometheus_flags
-from gpumem_gui.cli.flags import add_run_flags, add_target_flags, run_from_args
+from gpumem_gui.cli.flags import MODES, add_run_flags, add_target_flags, bounded_int, run_from_args
 from gpumem_gui.cli.info import cmd_formats, cmd_gpus, cmd_inspect, cmd_models, inspect_json
+from gpumem_gui.cli.output import ECHO_CHARS, clip
 from gpumem_gui.cli.plan import cmd_estimate, cmd_fit, cmd_sweep, estimate_json
 from gpumem_gui.cli.trace_cmd import add_trace_flags, cmd_trace
-from gpumem_gui.core import GpumemError
+from gpumem_gui.core import MAX_SWEEP_POINTS, GpumemError, describe_validation_error, run_fields
 
 __all__ = ["build_parser", "estimate_json", "inspect_json", "main", "run_from_args"]
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a program stopped by Ctrl-C
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (the usage of ``estimate`` alone is 40 lines): the problem and where
-    the help is, exit status 2."""
+    """argparse with a one-line error (the usage of ``estimate`` alone is 40 lines), as every other input
+    error reads: ``gpumem: error: <command>: <flag>: <problem> (see gpumem <command> --help)``, exit
+    status 2; a long value argparse repeats is cut short."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        where = self.prog.removeprefix("gpumem").strip() or "command line"
+        text = re.sub(r"^argument ([^:]+): ", r"\1: ", message)
+        text = re.sub(rf"'([^']{{{ECHO_CHARS + 1},}})'", lambda m: clip(m.group(1)), text)
+        text = " ".join(text.split())
+        self.exit(EXIT_BAD_INPUT, f"gpumem: error: {where}: {text} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,9 +95,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_run_flags(sp)
     add_target_flags(sp)
     sp.add_argument("--over", choices=["seq", "batch"], required=True)
-    sp.add_argument("--from", dest="start", type=int, required=True)
-    sp.add_argument("--to", dest="stop", type=int, required=True)
-    sp.add_argument("--steps", type=int, default=16)
+    # the ranges here only bound what is read; the run model's range for --over and the mode's cap on
+    # points (core.MAX_SWEEP_POINTS) are checked once the mode is known
+    big = max(f.hi or 0 for m in MODES.values() for f in run_fields(m) if f.name in ("seq", "batch"))
+    sp.add_argument("--from", dest="start", type=bounded_int(1, int(big)), required=True, metavar="N")
+    sp.add_argument("--to", dest="stop", type=bounded_int(1, int(big)), required=True, metavar="N")
+    sp.add_argument(
+        "--steps",
+        type=bounded_int(1, max(MAX_SWEEP_POINTS.values())),
+        default=16,
+        help="points, evenly spaced (at most "
+        + ", ".join(f"{n:,} for --mode {m}" for m, n in MAX_SWEEP_POINTS.items())
+        + "; default 16)",
+    )
     sp.add_argument("--csv", action="store_true", help="CSV output")
     sp.set_defaults(func=cmd_sweep)
 
@@ -113,10 +133,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except GpumemError as e:
-        print(f"gpumem: error: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _fail(str(e))
+    except ValidationError as e:  # a model the core built without naming the field (still one line)
+        return _fail(str(describe_validation_error(e)))
     except BrokenPipeError:  # `gpumem models | head`
         return 0
+    except KeyboardInterrupt:  # Ctrl-C, e.g. during a long sweep: no traceback
+        print("\ngpumem: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _fail(message: str) -> int:
+    print("gpumem: error: " + re.sub(r"\s*\n\s*", " ", message.strip()), file=sys.stderr)
+    return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

@@ -11,16 +11,19 @@ flag table from them.
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
+from gpumem_gui.cli.output import clip
 from gpumem_gui.core import (
+    MAX_GPUS,
     GpumemInputError,
     GpuTarget,
     InferenceRun,
     LoadedModel,
     RunField,
     TrainingRun,
-    find_gpu,
+    gpu_target_from_text,
     load_model,
     make_run,
     make_training_run,
@@ -29,6 +32,24 @@ from gpumem_gui.core import (
 
 MODES: dict[str, type] = {"inference": InferenceRun, "train": TrainingRun}
 _DEST = "run__"
+# --margin-mib: memory kept free per GPU, 0 to 1 TiB (the window's safety margin takes the same range,
+# ui/target_form.GpuChoice.margin_mib): below 0 it would add memory no GPU has, and no GPU has 1 TiB
+MARGIN_MIB_RANGE = (0, 1 << 20)
+
+
+def bounded_int(lo: int, hi: int, unit: str = "") -> Any:
+    """argparse ``type=``: an integer from ``lo`` to ``hi`` (argparse's error names the flag)."""
+
+    def parse(text: str) -> int:
+        t = text.strip()
+        if not re.fullmatch(r"[-+]?\d{1,20}", t) or not lo <= int(t) <= hi:
+            raise argparse.ArgumentTypeError(
+                f"must be an integer from {lo:,} to {hi:,}{unit}, got {clip(text)}"
+            )
+        return int(t)
+
+    parse.__name__ = "integer"
+    return parse
 
 
 class _Value:
@@ -43,7 +64,7 @@ class _Value:
             return self.field.parse(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"invalid {self.field.kind} value {text!r} (allowed: {self.field.range_text()})"
+                f"invalid {self.field.kind} value {clip(text)} (allowed: {self.field.range_text()})"
             ) from None
 
 
@@ -120,6 +141,12 @@ def _local_target(fake: str | None) -> Any:
     devs = [d for d in snap.cuda_devices if d.ok and d.total_bytes]
     if not devs:
         raise GpumemInputError("no usable local GPU (none visible to CUDA, or all lost)", field="local")
+    if len(devs) > MAX_GPUS:
+        raise GpumemInputError(
+            f"{len(devs):,} local GPUs; a plan is checked on at most {MAX_GPUS:,} "
+            "(pick them with CUDA_VISIBLE_DEVICES)",
+            field="local",
+        )
     names = {d.name for d in devs}
     return GpuTarget(
         name=devs[0].name if len(names) == 1 else "local GPUs (mixed)",
@@ -130,30 +157,45 @@ def _local_target(fake: str | None) -> Any:
 
 
 def add_target_flags(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--gpu", default=None, help="catalog GPU, NAME or NAME:COUNT (e.g. H100-80GB:4)")
+    sp.add_argument(
+        "--gpu",
+        default=None,
+        metavar="GPU[:COUNT]",
+        help="a catalog GPU (H100-80GB:4; gpumem gpus --catalog lists them) or any GPU by its memory "
+        "(24GiB, 80GB:4, 23.5GiB:2; GiB = 2^30 bytes, GB = 10^9)",
+    )
     sp.add_argument(
         "--local", action="store_true", help="check against the local GPUs' free memory now (NVML)"
     )
-    sp.add_argument("--fake-gpus", metavar="FILE", help="with --local: a fake-GPU scenario instead of NVML")
-    sp.add_argument("--margin-mib", type=int, default=1024, help="safety margin per GPU (default 1024 MiB)")
+    sp.add_argument(
+        "--fake-gpus",
+        metavar="FILE",
+        help="a fake-GPU scenario as the local GPUs instead of NVML (implies --local)",
+    )
+    lo, hi = MARGIN_MIB_RANGE
+    sp.add_argument(
+        "--margin-mib",
+        type=bounded_int(lo, hi, " MiB"),
+        default=1024,
+        help=f"safety margin kept free per GPU ({lo:,} to {hi:,} MiB; default 1024)",
+    )
     sp.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def target_from_args(args: argparse.Namespace) -> Any:
-    return _local_target(args.fake_gpus) if args.local else _target(args.gpu)
-
-
-def _target(spec_gpu: str | None) -> Any:
-    if not spec_gpu:
-        return None
-    name, _, count = spec_gpu.partition(":")
-    n = 1
-    if count:
-        if not count.isdigit() or int(count) < 1:
-            raise GpumemInputError(f"GPU count must be a positive integer, got {count!r}", field="gpu")
-        n = int(count)
-    g = find_gpu(name)
-    return GpuTarget(name=g.id, capacity_bytes=g.memory_bytes, count=n)
+def target_from_args(args: argparse.Namespace) -> GpuTarget | None:
+    """The target the flags name: --gpu, or the local GPUs (--local; --fake-gpus implies it: the scenario
+    stands for this machine's GPUs, as in ``gpumem gpus --fake-gpus``); both at once is an input error."""
+    local = args.local or args.fake_gpus is not None
+    if local and args.gpu:
+        flag = "--local" if args.local else "--fake-gpus"
+        raise GpumemInputError(f"--gpu names the GPUs to check against; leave out {flag}", field="gpu")
+    if local and getattr(args, "prometheus", None) is not None:
+        raise GpumemInputError(
+            "--prometheus reads a cluster; leave out --local and --fake-gpus", field="local"
+        )
+    if local:
+        return _local_target(args.fake_gpus)
+    return gpu_target_from_text(args.gpu) if args.gpu else None
 
 
 def loaded_spec_or_config(model: str) -> Any:

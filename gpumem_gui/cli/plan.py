@@ -7,7 +7,14 @@ from typing import Any
 
 from gpumem_gui.cli.flags import loaded_spec, run_from_args, target_from_args
 from gpumem_gui.cli.output import dump, gib, print_table
-from gpumem_gui.core import GpumemInputError, LoadedModel, estimate_document, fit_document
+from gpumem_gui.core import (
+    GpumemInputError,
+    LoadedModel,
+    estimate_document,
+    fit_document,
+    maxima_phrases,
+    run_fields,
+)
 
 
 def estimate_json(m: LoadedModel, run: Any, est: Any) -> dict[str, Any]:
@@ -102,18 +109,7 @@ def _print_fit(rep: Any) -> None:
             f"  GPU {v.gpu_index} ({v.role}): needs {gib(v.needed_bytes)} of "
             f"{gib(v.available_bytes)} GiB: {state}"
         )
-    maxima = [
-        f"max batch {rep.max_batch}",
-        f"max context {rep.max_context} tokens",
-        f"fewest GPUs {rep.fewest_gpus}",
-    ]
-    if rep.smallest_weights is not None:
-        maxima.append(f"best weights {rep.smallest_weights}")
-    if rep.smallest_kv_dtype is not None:
-        maxima.append(f"best KV dtype {rep.smallest_kv_dtype}")
-    if rep.max_concurrency is not None:
-        maxima.append(f"max concurrency {rep.max_concurrency}x")
-    print("  " + ", ".join(maxima))
+    print("  " + ", ".join(maxima_phrases(rep)))
     if rep.local_gpus is not None:
         print(f"  local GPUs that hold it: {', '.join(map(str, rep.local_gpus))} (tp {rep.local_tp})")
     if rep.changes:
@@ -126,8 +122,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from gpumem_gui.cli.cluster import cluster_given
 
     cluster = cluster_given(args)
-    if not args.gpu and not args.local and not cluster:
-        raise GpumemInputError("fit needs --gpu NAME[:COUNT], --local or --prometheus URL", field="gpu")
+    if not args.gpu and not args.local and args.fake_gpus is None and not cluster:
+        raise GpumemInputError(
+            "fit needs --gpu NAME[:COUNT] or CAPACITY[:COUNT] (24GiB, 80GB:4), --local or --prometheus URL",
+            field="gpu",
+        )
     m = loaded_spec(args.model)
     run = run_from_args(args, m)
     if cluster:
@@ -167,25 +166,32 @@ def _fit_cluster(m: LoadedModel, run: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def _sweep_range(args: argparse.Namespace) -> None:
+    """--from and --to within the range the run model takes for --over (1 to its declared maximum)."""
+    from gpumem_gui.cli.flags import MODES
+
+    f = next(f for f in run_fields(MODES[args.mode]) if f.name == args.over)
+    hi = int(f.hi or 0)
+    for flag, v in (("from", args.start), ("to", args.stop)):
+        if not 1 <= v <= hi:
+            raise GpumemInputError(f"--over {args.over} takes 1 to {hi:,}, got {v:,}", field=flag)
+    if args.stop < args.start:
+        raise GpumemInputError(f"--to ({args.stop:,}) is below --from ({args.start:,})", field="to")
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from gpumem_gui.core import evenly_spaced, sweep
+    from gpumem_gui.cli.progress import sweep_progress
+    from gpumem_gui.core import check_sweep_size, evenly_spaced, sweep
 
     m = loaded_spec(args.model)
     base = run_from_args(args, m)
+    check_sweep_size(base, args.steps, m.spec.num_layers)
+    _sweep_range(args)
     target = target_from_args(args)
-    if args.steps < 1 or args.steps > 100_000:
-        raise GpumemInputError("must be between 1 and 100000", field="steps")
-    if args.start < 1 or args.stop < args.start:
-        raise GpumemInputError("need 1 <= --from <= --to", field="from")
-    points = sweep(
-        m.spec,
-        base,
-        args.over,
-        evenly_spaced(args.start, args.stop, args.steps),
-        target,
-        args.margin_mib << 20,
-        m.weights,
-    )
+    xs = evenly_spaced(args.start, args.stop, args.steps)
+    with sweep_progress(base, len(xs), quiet=args.json or args.csv) as progress:
+        margin = args.margin_mib << 20
+        points = sweep(m.spec, base, args.over, xs, target, margin, m.weights, progress=progress)
     rows = [
         {
             args.over: p.x,

@@ -28,6 +28,7 @@ from gpumem_gui.core import (
     estimate_document,
     fmt_bytes,
     fmt_count,
+    maxima_phrases,
     runtime,
 )
 
@@ -199,20 +200,9 @@ def _md_verdict(run: InferenceRun | TrainingRun, rep: FitReport, unit: SizeUnit)
             f"{fmt_bytes(v.available_bytes, unit)} (margin {fmt_bytes(v.margin_bytes, unit)}): "
             f"{verdict_words(v, unit)}"
         )
-    if isinstance(run, TrainingRun):
-        maxima = (
-            f"Maxima that fit: micro-batch {rep.max_batch}, sequence {rep.max_context} tokens, fewest "
-            f"GPUs {rep.fewest_gpus}."
-        )
-    else:
-        maxima = (
-            f"Maxima that fit: batch {rep.max_batch}, context {rep.max_context} tokens, fewest GPUs "
-            f"{rep.fewest_gpus}, most precise weights {rep.smallest_weights}, "
-            f"KV dtype {rep.smallest_kv_dtype}"
-            + (f", max concurrency {rep.max_concurrency}x" if rep.max_concurrency is not None else "")
-            + "."
-        )
-    out += ["", maxima]
+    # the core's words, as the CLI prints them: "no batch size fits" where nothing does, and a weight format
+    # or KV dtype only where a strictly smaller one makes the run fit
+    out += ["", f"Limits on this target: {', '.join(maxima_phrases(rep))}."]
     if rep.changes:
         out += ["", "### To make it fit (ranked)" if not rep.fits else "### Other options", ""]
         for c in rep.changes:

@@ -1,5 +1,8 @@
 """The GPU target: which GPUs a plan must fit on (:class:`GpuChoice`), the picker for it (:class:`TargetForm`)
-and how a choice becomes the core's :class:`GpuTarget` against a GPU reading (:func:`resolve_target`)."""
+and how a choice becomes the core's :class:`GpuTarget` against a GPU reading (:func:`resolve_target`).
+
+Besides catalog and local GPUs, a *custom GPU* is any GPU given by its memory (``24GiB``, ``80GB``), read by
+the same parser as the CLI's ``--gpu 24GiB`` (:func:`gpumem_gui.core.gpu_target_from_text`)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from PySide6.QtCore import QSignalBlocker, Qt
 from PySide6.QtGui import QFont, QStandardItem, QStandardItemModel
-from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QLineEdit, QVBoxLayout, QWidget
 
 from gpumem_gui.core import (
     DEFAULT_MARGIN_BYTES,
@@ -20,20 +23,29 @@ from gpumem_gui.core import (
     SizeUnit,
     find_gpu,
     fmt_bytes,
+    gpu_target_from_text,
     load_gpu_catalog,
+    parse_capacity,
 )
 from gpumem_gui.hardware.snapshot import GpuDevice, GpuSnapshot
 from gpumem_gui.ui.field_form import FieldForm, blocked, combo_set, spin
 
+# what the capacity field starts with: a 24 GB consumer card, as the default catalog GPU (RTX 4090)
+CUSTOM_EXAMPLE = "24GiB"
+
 
 class GpuChoice(BaseModel):
-    """Which GPUs the plan must fit on: ``count`` catalog GPUs, or local GPUs from ``device`` on."""
+    """Which GPUs the plan must fit on: ``count`` catalog GPUs, local GPUs from ``device`` on, or ``count``
+    GPUs of a custom ``capacity``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: Literal["catalog", "local"] = "catalog"
+    kind: Literal["catalog", "local", "custom"] = "catalog"
     gpu_id: str = Field("RTX-4090", min_length=1, max_length=100, description="catalog id (kind 'catalog')")
     device: str | None = Field(None, max_length=20, description="local device key, e.g. '0' or '0:1'")
+    capacity: str | None = Field(
+        None, max_length=80, description="kind 'custom': memory per GPU as typed, e.g. '24GiB' or '80GB'"
+    )
     count: int = Field(1, ge=1, le=4096)
     margin_mib: int = Field(DEFAULT_MARGIN_BYTES // MiB, ge=0, le=1 << 20)
     basis: Literal["free", "total"] = Field("free", description="local GPUs: check against free or total")
@@ -102,6 +114,8 @@ def resolve_target(choice: GpuChoice, snapshot: GpuSnapshot | None, unit: SizeUn
 
     Raises :class:`GpumemInputError` (field ``gpu``) when the choice cannot be met.
     """
+    if choice.kind == "custom":
+        return _custom_target(choice, unit)
     if choice.kind == "catalog":
         g = find_gpu(choice.gpu_id)
         target = GpuTarget(name=g.id, capacity_bytes=g.memory_bytes, count=choice.count)
@@ -120,6 +134,20 @@ def resolve_target(choice: GpuChoice, snapshot: GpuSnapshot | None, unit: SizeUn
     basis = "free memory now" if choice.basis == "free" else "total memory"
     text = f"local GPU {keys}: {chosen[0].name} ({fmt_bytes(capacity, unit)} each; checked against {basis})"
     return ResolvedTarget(target=target, text=text, free_now=free, devices=tuple(d.key for d in chosen))
+
+
+def _custom_target(choice: GpuChoice, unit: SizeUnit) -> ResolvedTarget:
+    """A custom GPU: ``count`` GPUs of the typed capacity (the CLI's ``--gpu 24GiB:COUNT``)."""
+    text = (choice.capacity or "").strip()
+    if ":" in text or parse_capacity(text) is None:
+        raise GpumemInputError(
+            "custom GPU: give its memory with a unit, e.g. 24GiB (2^30 bytes) or 80GB (10^9 bytes)",
+            field="gpu",
+        )
+    t = gpu_target_from_text(text).model_copy(update={"count": choice.count})
+    return ResolvedTarget(
+        target=t, text=f"{choice.count} x {t.name} GPU ({fmt_bytes(t.capacity_bytes, unit)} each)"
+    )
 
 
 class TargetForm(FieldForm):
@@ -149,6 +177,17 @@ class TargetForm(FieldForm):
         )
         assert isinstance(self._gpu, QComboBox)
         self._gpu.setMaxVisibleItems(24)
+        self._capacity = self._add_row(
+            f,
+            "capacity",
+            "Memory",
+            QLineEdit(CUSTOM_EXAMPLE),
+            "A custom GPU's memory: a number and a unit, GiB (2^30 bytes, what nvidia-smi's MiB add up "
+            "to) or GB (10^9 bytes, what spec sheets say): 24GiB, 80GB, 23.5GiB. From 512 MiB to 4 TiB.",
+        )
+        assert isinstance(self._capacity, QLineEdit)
+        self._capacity.setPlaceholderText("24GiB or 80GB")
+        self._capacity.setMaxLength(80)  # GpuChoice.capacity's bound
         self._add_row(
             f,
             "count",
@@ -166,8 +205,18 @@ class TargetForm(FieldForm):
         outer.addWidget(g)
         for w in self._all_widgets():
             self._connect(w)
+        self._capacity.textEdited.connect(self._capacity_typed)
+        self._gpu.currentIndexChanged.connect(self._show_capacity)
         self._fill_gpus()
         self.set_value(GpuChoice())
+
+    def _capacity_typed(self) -> None:
+        self.typing = True  # the window waits for more keys before it recomputes
+        self.changed.emit()
+
+    def _show_capacity(self) -> None:
+        row = self._rows["capacity"]
+        row.layout.setRowVisible(row.label, str(self._gpu.currentData()).startswith("custom:"))  # type: ignore[attr-defined]
 
     def _fill_gpus(self) -> None:
         combo = self._gpu
@@ -195,6 +244,10 @@ class TargetForm(FieldForm):
             for key, name, total in self._local:
                 size = f" ({fmt_bytes(total, self._unit, 1)})" if total else ""
                 entry(f"    GPU {key}: {name.removeprefix('NVIDIA ')}{size}", f"local:{key}")
+        header("Any GPU")
+        entry(
+            "    Custom GPU (give its memory)", "custom:", "A GPU that is not in the catalog, by its memory"
+        )
         by_vendor: dict[str, list] = {}
         for g in load_gpu_catalog():
             by_vendor.setdefault(g.vendor, []).append(g)
@@ -210,6 +263,7 @@ class TargetForm(FieldForm):
             combo.setModel(model)
             if current is not None:
                 self._select(current)
+        self._show_capacity()
 
     def _select(self, data: str) -> None:
         combo = self._gpu
@@ -249,6 +303,7 @@ class TargetForm(FieldForm):
             kind=kind,
             gpu_id=ident if kind == "catalog" else GpuChoice().gpu_id,
             device=ident if kind == "local" else None,
+            capacity=self._capacity.text()[:80] if kind == "custom" else None,  # type: ignore[attr-defined]
             count=self.widget("count").value(),  # type: ignore[attr-defined]
             margin_mib=self.widget("margin_mib").value(),  # type: ignore[attr-defined]
             basis=self._basis,
@@ -256,9 +311,14 @@ class TargetForm(FieldForm):
 
     def set_value(self, choice: GpuChoice) -> None:
         with blocked(self._all_widgets()):
-            data = f"local:{choice.device or '0'}" if choice.kind == "local" else f"catalog:{choice.gpu_id}"
+            data = {"local": f"local:{choice.device or '0'}", "custom": "custom:"}.get(
+                choice.kind, f"catalog:{choice.gpu_id}"
+            )
             self._select(data)
+            if choice.kind == "custom":
+                self._capacity.setText(choice.capacity or "")  # type: ignore[attr-defined]
             self.widget("count").setValue(choice.count)  # type: ignore[attr-defined]
             self.widget("margin_mib").setValue(choice.margin_mib)  # type: ignore[attr-defined]
+        self._show_capacity()
         self._basis = choice.basis
         self.clear_errors()
