@@ -9,7 +9,7 @@ PEERS_VENV ?= /tmp/peers-venv
 GT_VENV    ?= /tmp/gt-venv
 PEER_ENV   := GPUMEM_PEERS_VENV=$(PEERS_VENV) GPUMEM_GT_VENV=$(GT_VENV)
 
-.PHONY: install install-trace run test lint contracts pytest clean validate bench peers readme trace-check trace-references
+.PHONY: install install-trace run test lint contracts pytest clean validate bench peers readme trace-check trace-references fuzz
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ pytest: install-trace prometheus
 	GPUMEM_REQUIRE_TRACE=1 QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
 
 test: lint contracts pytest
+
+# the fuzz suite at length: tests/test_fuzz_*.py with 40x the examples `make test` runs, random instead of
+# derandomized, failures kept in .hypothesis/ and replayed first (tests/fuzz_strategies.py)
+fuzz: install
+	GPUMEM_FUZZ=long QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q tests/test_fuzz_*.py
 
 # the cluster tests run the real Prometheus (tests/prometheus_harness.py): the Debian package, 2.42 in bookworm
 .PHONY: prometheus

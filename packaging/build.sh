@@ -57,7 +57,11 @@ EOF
 INPUTS_HASH=$(cat pyproject.toml "$PKG/constraints.txt" "$PKG/requirements-build.txt" | sha256sum | cut -c1-16)
 if [[ ${GPUMEM_REUSE_VENV:-0} == 1 && -f $VENV/.inputs && $(cat "$VENV/.inputs") == "$INPUTS_HASH" ]]; then
     step "reusing build venv (GPUMEM_REUSE_VENV=1, inputs unchanged); reinstalling gpumem only"
-    PIP=("$VENV/bin/python" -m pip)
+    if "$VENV/bin/python" -m pip --version >/dev/null 2>&1; then
+        PIP=("$VENV/bin/python" -m pip)
+    else  # made --without-pip below: the outer pip fills it
+        PIP=("$PYTHON" -m pip --python "$VENV/bin/python")
+    fi
 else
     rm -rf "$VENV"
     if "$PYTHON" -m pip --version >/dev/null 2>&1; then

@@ -70,6 +70,7 @@ from smoke_checks import (  # noqa: E402
     unpack,
     versions,
 )
+from smoke_hub import hub_client, hub_offline  # noqa: E402
 
 __all__ = [
     "CEILING_ARCHIVE_MIB",
@@ -240,6 +241,10 @@ def run_bundle_checks(checks: Checks, b: Bundle, deb_path: Path) -> None:
         checks.run("gpumem " + " ".join(command) + " == source install", partial(same_json, b, command))
     checks.run("gpumem gpus --json: NVML binding bundled, driver from the system", partial(nvml_binding, b))
     checks.run("gpumem gpus --prometheus: the cluster's HTTP client bundled", partial(cluster_client, b))
+    checks.run("gpumem inspect <hub id> offline: one line saying so", partial(hub_offline, b))
+    checks.run(
+        "gpumem inspect <hub id>: huggingface_hub bundled (local Hub stand-in)", partial(hub_client, b)
+    )
     if importlib.util.find_spec("torch") is not None:
         checks.run(
             "gpumem trace --python (the worker in another Python)",
