@@ -14,6 +14,8 @@
 The README's speed block (between ``<!-- perf:begin -->`` and ``<!-- perf:end -->``) is rewritten from the
 same numbers with ``--readme``. ``--quick`` shrinks every measurement (a smoke run: the test suite uses it
 so this script cannot rot; its numbers mean nothing). A full run takes about 15 minutes, 10 of them the soak.
+``--soak`` adds issue 18's soak (``soak_flip.py``: 30 minutes at 20 Hz x 8 fake GPUs with a local target whose
+verdict flips) and records it in ``benchmarks/results/soak_flip.json``; runs without it show that record.
 
 The measuring is in ``report_measure.py``, the goal rows in ``report_goals.py`` and the page in
 ``report_render.py``; this script ties them together.
@@ -108,10 +110,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--soak-seconds", type=float, help="seconds of polling for the memory figure (default 600)"
     )
+    ap.add_argument(
+        "--soak",
+        action="store_true",
+        help="also run the 30-minute soak with a flipping local target (soak_flip.py; issue 18); without "
+        "it the page shows the last recorded one",
+    )
+    ap.add_argument("--soak-flip-seconds", type=float, help="seconds of that soak (default 1800)")
     args = ap.parse_args(argv)
-    kw: dict[str, object] = {"peers": not args.no_peers, "app": not args.no_app}
+    kw: dict[str, object] = {"peers": not args.no_peers, "app": not args.no_app, "flip_soak": args.soak}
     if args.soak_seconds is not None:
         kw["soak_s"] = args.soak_seconds
+    if args.soak_flip_seconds is not None:
+        kw["flip_soak_s"] = args.soak_flip_seconds
     opts = Options.quick(**kw) if args.quick else Options(**kw)  # type: ignore[arg-type]
     data = collect(opts)
     text = render(data)

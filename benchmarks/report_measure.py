@@ -42,6 +42,9 @@ class Options:
     trace_runs: int = 3  # 0: trace mode not measured
     cluster_rounds: int = 5
     cluster_hosts: int = 125  # issue 17's scale: 1,000 GPUs on 125 hosts
+    flip_soak: bool = False  # report.py --soak: the 30-minute soak with a flipping local target (issue 18)
+    flip_soak_s: float = 1800.0
+    flip_soak_every_s: float = 60.0
 
     @classmethod
     def quick(cls, **kw: object) -> Options:
@@ -61,6 +64,8 @@ class Options:
             "frozen_runs": 1,
             "cluster_rounds": 1,
             "cluster_hosts": 4,
+            "flip_soak_s": 4.0,
+            "flip_soak_every_s": 1.0,
         }
         return cls(**{**base, **kw})  # type: ignore[arg-type]
 
@@ -150,6 +155,30 @@ def frozen_start(runs: int) -> dict:
         return json.loads(out.read_text())
 
 
+FLIP_SOAK_RECORD = REPO / "benchmarks" / "results" / "soak_flip.json"
+
+
+def flip_soak(opts: Options, data: dict, say: object) -> dict | None:
+    """With ``--soak``: the app's RSS while a local target's verdict flips (``soak_flip.py``), kept in
+    ``benchmarks/results/soak_flip.json`` (not for a ``--quick`` run); without it: that last recorded run,
+    marked as such (a 30-minute soak is not part of every ``make bench``)."""
+    if opts.flip_soak:
+        say(f"soak with a flipping local target, {opts.flip_soak_s:g} s")  # type: ignore[operator]
+        r = _script(
+            "soak_flip.py",
+            *("--seconds", str(opts.flip_soak_s), "--every", str(opts.flip_soak_every_s)),
+            timeout=opts.flip_soak_s + 600,
+        )
+        r.update(date=data["date"], commit=data["commit"], dirty=data["dirty"])
+        if opts.flip_soak_s >= 600:  # a real soak, not a smoke run: keep it for the pages that do not soak
+            FLIP_SOAK_RECORD.parent.mkdir(parents=True, exist_ok=True)
+            FLIP_SOAK_RECORD.write_text(json.dumps(r, indent=2) + "\n")
+        return r
+    if FLIP_SOAK_RECORD.is_file():
+        return {**json.loads(FLIP_SOAK_RECORD.read_text()), "recorded": True}
+    return None
+
+
 def collect(opts: Options, log: bool = True) -> dict:
     def say(msg: str) -> None:
         if log:
@@ -210,6 +239,7 @@ def collect(opts: Options, log: bool = True) -> dict:
             str(opts.soak_every_s),
             timeout=opts.soak_s + 300,
         )
+        data["flip_soak"] = flip_soak(opts, data, say)
         say("frozen binary start")
         data["frozen"] = frozen_start(opts.frozen_runs)
     data["load_end"] = os.getloadavg()

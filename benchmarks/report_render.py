@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from benchmarks import bench_core
 from benchmarks.report_goals import SWEEP, TRAIN_UNCACHED, MiB, fmt_mib, fmt_ratio, fmt_time, goals
+from benchmarks.report_issue18 import issue18_section
 
 
 def table(header: list[str], rows: list[list[str]], align: str) -> list[str]:
@@ -36,6 +37,7 @@ def render(data: dict) -> str:
         "make peers   # once: scratch environments for llm-analysis and accelerate (needs PyPI)",
         "make bench   # this page and the README's speed block, ~15 minutes",
         ".venv/bin/python benchmarks/report.py --out /tmp/perf.md --soak-seconds 60 --no-peers   # shorter",
+        ".venv/bin/python benchmarks/report.py --out docs/performance.md --soak   # + issue 18's 30-min soak",
         "```",
         "",
         "`benchmarks/README.md` describes each script; each also runs on its own and prints a table.",
@@ -205,6 +207,8 @@ def _app_section(data: dict) -> list[str]:
     L += _poll_section(data["poll"])
     L += ["", "### Resident memory", ""]
     L += _memory_section(data["app_memory"])
+    L += ["", "### Issue 18: the window before and after", ""]
+    L += issue18_section(data)
     if "cluster" in data:
         L += ["", "### Cluster view (real Prometheus on loopback)", ""]
         L += _cluster_section(data["cluster"])
@@ -251,8 +255,13 @@ def _app_rows(data: dict) -> list[list[str]]:
         ],
         ["the same, to process exit (poller thread stopped)", f"{cs['process_exit_s_median']:.2f} s", "-"],
         [
-            f"form change to redrawn chart, median of {fc['changes']}, with the window's debounce "
-            "(20 ms for a step)",
+            "the same, to the charts drawn (built right after the first paint)",
+            f"{cs['charts_painted_s_median']:.2f} s" if "charts_painted_s_median" in cs else "-",
+            "-",
+        ],
+        [
+            f"form change to redrawn charts, median of {fc['changes']}, as the window runs (no debounce for "
+            f"a step; window {fc.get('window', '?')}, idle when the change starts)",
             f"{fc['redraw_ms_median_with_debounce']:.1f} ms",
             "< 16 ms",
         ],

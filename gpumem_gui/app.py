@@ -6,7 +6,9 @@ widget reaches for a global: each gets what it needs here. On quit the poller is
 joined, then the backend is closed.
 
 ``--self-test`` starts the real window, computes an estimate, waits for the fit report and the sweep, draws
-the charts, and exits 0; any failure prints one line and exits 1; a watchdog timer makes sure it never hangs.
+the charts, and exits 0; any failure prints one line and exits 1. Its watchdog
+(:class:`~gpumem_gui.ui.watchdog.Watchdog`) starts first, in its own thread, and ends the process with one
+line after ``SELF_TEST_TIMEOUT_S`` whatever the GUI thread is busy with, so it never hangs.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from gpumem_gui import __version__
 
 if TYPE_CHECKING:
     from PySide6.QtCore import QObject
-    from PySide6.QtWidgets import QApplication, QWidget
+    from PySide6.QtWidgets import QApplication
 
     from gpumem_gui.hardware import GpuBackend
+    from gpumem_gui.ui.main_window import MainWindow
+    from gpumem_gui.ui.watchdog import Watchdog
 
 EXIT_OK = 0
 EXIT_SELF_TEST_FAILED = 1
@@ -57,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="start the window, compute an estimate, draw the charts, and exit 0 (non-zero on failure)",
     )
     p.add_argument("--poll-ms", type=int, default=1000, help="GPU polling interval in ms (default 1000)")
+    # tests shorten the self-test's watchdog (tests/test_rough_ui.py)
+    p.add_argument("--self-test-timeout", type=float, default=SELF_TEST_TIMEOUT_S, help=argparse.SUPPRESS)
     # for benchmarks/bench_ui.py: print the wall-clock time of the first paint and quit
     p.add_argument("--quit-after-paint", action="store_true", help=argparse.SUPPRESS)
     return p
@@ -67,8 +73,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.version:
         print(f"gpumem-gui {__version__}")
         return EXIT_OK
+    watchdog = None
+    if args.self_test:  # first: it must cover the imports and the GPU backend's start too
+        from gpumem_gui.ui.watchdog import Watchdog
 
-    # gpumem_gui.ui imports PySide6 (and QtOpenGL, which pyqtgraph needs) before anything imports pyqtgraph
+        watchdog = Watchdog(args.self_test_timeout).start()
+    try:
+        return _main(args, qt_args, watchdog)
+    finally:
+        if watchdog is not None:
+            watchdog.disarm()
+
+
+def _main(args: argparse.Namespace, qt_args: list[str], watchdog: Watchdog | None) -> int:
+    """The GPU backend, the QApplication and the window; the exit status."""
+    # gpumem_gui.ui imports PySide6 before anything imports pyqtgraph (the charts, after the first paint)
     import gpumem_gui.ui  # noqa: F401
     from gpumem_gui.core import GpumemError
     from gpumem_gui.hardware import default_backend
@@ -86,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     old_hook = sys.excepthook
     sys.excepthook = _recording_excepthook(failures)
     try:
-        return _run(app, args, backend, temp_settings, failures)
+        return _run(app, args, backend, temp_settings, failures, watchdog)
     finally:
         sys.excepthook = old_hook
         if temp_settings is not None:
@@ -94,15 +113,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _application(qt_args: list[str]) -> QApplication:
-    """The QApplication (PySide6 is imported by now), named for QSettings, with pyqtgraph's options."""
-    import pyqtgraph as pg
+    """The QApplication (PySide6 is imported by now), named for QSettings. pyqtgraph is not imported here: the
+    charts import it after the first paint (gpumem_gui.ui.chart_slots), and set its options then."""
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication([sys.argv[0], *qt_args])
     app.setOrganizationName("gpumem")
     app.setApplicationName("gpumem")
     app.setApplicationVersion(__version__)
-    pg.setConfigOptions(antialias=True)
     return app  # type: ignore[return-value]
 
 
@@ -122,6 +140,7 @@ def _run(
     backend: GpuBackend,
     temp_settings: tempfile.TemporaryDirectory | None,
     failures: list[str],
+    watchdog: Watchdog | None = None,
 ) -> int:
     """Build the poller and the window, wire them, run the event loop; the exit status."""
     from PySide6.QtCore import QSettings
@@ -145,15 +164,14 @@ def _run(
 
     app.aboutToQuit.connect(shutdown)
     self_test = None
-    if args.self_test:
+    if args.self_test and watchdog is not None:
         from gpumem_gui.ui.self_test import SelfTest
 
-        self_test = SelfTest(app, window, failures, timeout_s=SELF_TEST_TIMEOUT_S)
+        self_test = SelfTest(app, window, failures, watchdog)
+        self_test.watch_gpus(controller.poller.snapshot_ready, controller.poller.error)
     _first_paint = _quit_after_first_paint(app, window) if args.quit_after_paint else None  # kept alive
     if args.path and not args.self_test:
-        opened = window.open_path(args.path) if Path(args.path).exists() else window.load_source(args.path)
-        if not opened:
-            print(f"gpumem-gui: could not open {args.path}: {window.last_message}", file=sys.stderr)
+        _open_at_start(window, args.path)
     window.show()
     window.gpu_glue.cluster.attach_local(controller)  # starts it unless the saved source is a cluster
     if self_test is not None:
@@ -168,25 +186,65 @@ def _run(
     return self_test.result if self_test is not None else int(rc)
 
 
-def _quit_after_first_paint(app: QApplication, window: QWidget) -> QObject:
-    """Print the wall-clock time of the window's first paint and quit (benchmarks/bench_ui.py). The window
-    is painted first, before its children; a filter on the whole application would run in Python for every
-    event before that paint. Keep the returned filter alive."""
+def _open_at_start(window: MainWindow, path: str) -> None:
+    """Open the model or scenario given on the command line with the guard the window's own Open has: a
+    file that cannot be read is one line on stderr and in the window, and the window starts anyway."""
+    from gpumem_gui.files import FileReadError, path_kind
+
+    try:
+        exists = path_kind(path) != "missing"
+    except FileReadError:
+        exists = True  # there, but unreadable: open_path says why
+    try:
+        opened = window.open_path(path) if exists else window.load_source(path)
+    except Exception as e:  # a reader's bug must not keep the window from starting
+        window.notify("Not opened", f"{path}: could not be read ({type(e).__name__}: {e})")
+        opened = False
+    if not opened:
+        print(f"gpumem-gui: could not open {path}: {window.last_message}", file=sys.stderr)
+
+
+def _quit_after_first_paint(app: QApplication, window: MainWindow) -> QObject:
+    """Print the wall-clock times of the window's first paint (``first-paint``) and of the first paint of the
+    breakdown chart with the estimate drawn in it (``charts-painted``: the charts are built after the first
+    paint), then quit (benchmarks/bench_ui.py). Filters on the window and on the chart's viewport only: one on
+    the whole application would run in Python for every event before those paints. Keep the returned object
+    alive."""
     from PySide6.QtCore import QEvent, QObject, QTimer
 
-    class _FirstPaint(QObject):
-        done = False
+    slots = window.results.slots
+
+    class _Paints(QObject):
+        window_painted = False
+        watching_chart = False
 
         def eventFilter(self, obj: QObject, event: QEvent) -> bool:
-            if event.type() == QEvent.Type.Paint and not self.done:
-                self.done = True
+            if event.type() != QEvent.Type.Paint:
+                return False
+            if obj is window and not self.window_painted:
+                self.window_painted = True
                 print(f"first-paint {time.time():.6f}", flush=True)
+                self._watch_chart()
+            elif obj is not window and slots.built:
+                print(f"charts-painted {time.time():.6f}", flush=True)
+                obj.removeEventFilter(self)
                 QTimer.singleShot(0, app.quit)
             return False
 
-    first_paint = _FirstPaint()
-    window.installEventFilter(first_paint)
-    return first_paint
+        def _watch_chart(self) -> None:
+            if self.watching_chart:
+                return
+            if not slots.built:  # built right after this paint pass: look again then
+                QTimer.singleShot(0, self._watch_chart)
+                return
+            self.watching_chart = True
+            viewport = window.results.breakdown.view.viewport()
+            viewport.installEventFilter(self)
+            viewport.update()
+
+    paints = _Paints()
+    window.installEventFilter(paints)
+    return paints
 
 
 if __name__ == "__main__":

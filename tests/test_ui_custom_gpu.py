@@ -57,3 +57,15 @@ def test_bad_custom_capacity_is_an_input_error(text: str) -> None:
     with pytest.raises(GpumemInputError) as e:
         resolve_target(GpuChoice(kind="custom", capacity=text), None, SizeUnit.GIB)
     assert e.value.field == "gpu" and "\n" not in str(e.value)
+
+
+def test_the_copied_command_keeps_a_custom_gpu() -> None:
+    """The window's "copy command" for a custom GPU gives --gpu in the grammar the CLI reads back."""
+    from gpumem_gui.core import gpu_target_from_text
+    from gpumem_gui.ui.export import cli_gpu
+    from gpumem_gui.ui.target_form import GpuChoice
+
+    gpu, count = cli_gpu(GpuChoice(kind="custom", capacity=" 23.5 GiB ", count=2), None)
+    assert (gpu, count) == ("23.5GiB", 2)
+    target = gpu_target_from_text(f"{gpu}:{count}")
+    assert target.capacity_bytes == int(23.5 * 2**30) and target.count == 2

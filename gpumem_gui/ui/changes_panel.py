@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpumem_gui.core import Change, FitReport, SizeUnit, fmt_bytes
+from gpumem_gui.core import Change, FitReport, SizeUnit, fmt_bytes, maxima_phrases
 from gpumem_gui.ui.theme import status_color
 
 
@@ -79,22 +79,9 @@ class ChangesPanel(QWidget):
         self._rows_box.setEnabled(True)
         self.heading.setText("<b>To make it fit</b>" if not rep.fits else "<b>Other options</b>")
         changes = list(rep.changes if changes is None else changes)
-        if rep.estimate.mode == "train":
-            parts = [
-                f"max micro-batch <b>{rep.max_batch if rep.max_batch is not None else 'none'}</b>",
-                f"longest sequence <b>{f'{rep.max_context:,}' if rep.max_context else 'none'}</b> tokens",
-                f"fewest GPUs <b>{rep.fewest_gpus if rep.fewest_gpus is not None else 'none'}</b>",
-            ]
-        else:
-            parts = [
-                f"max batch <b>{rep.max_batch if rep.max_batch is not None else 'none'}</b>",
-                f"max context <b>{f'{rep.max_context:,}' if rep.max_context else 'none'}</b> tokens",
-                f"fewest GPUs <b>{rep.fewest_gpus if rep.fewest_gpus is not None else 'none'}</b>",
-                f"best weights <b>{rep.smallest_weights or 'none'}</b>",
-                f"best KV dtype <b>{rep.smallest_kv_dtype or 'none'}</b>",
-            ]
-        if rep.max_concurrency is not None:
-            parts.append(f"max concurrency <b>{rep.max_concurrency:g}x</b>")
+        # the same phrases as the CLI and the Markdown report (core maxima_phrases): "no batch size fits"
+        # where nothing does, a best format only when it is a change
+        parts = [html.escape(p) for p in maxima_phrases(rep)]
         self.maxima.setText(" · ".join(parts))
         status = "" if changes else "No change is needed." if rep.fits else "No change found."
         self.status.setText(" ".join(t for t in (status, note) if t))

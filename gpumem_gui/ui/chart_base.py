@@ -4,19 +4,38 @@ calls re-lays an axis or the whole plot out)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 import pyqtgraph as pg
+import PySide6.QtOpenGL  # pyqtgraph's hidden imports (it imports them itself): named for freezers
+import PySide6.QtOpenGLWidgets  # noqa: F401
 from PySide6.QtCore import QEvent, Qt
-from PySide6.QtGui import QColor, QPalette, QPixmap
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtGui import QColor, QPainter, QPalette, QPen, QPixmap
+from PySide6.QtWidgets import QGraphicsItem, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from gpumem_gui.core import Component
+from gpumem_gui.ui.bars_item import Segment, StackedBarsItem
 from gpumem_gui.ui.theme import series_color
+
+pg.setConfigOptions(antialias=True)  # smooth lines and text in every chart (set once, before any is built)
 
 BAR_WIDTH = 0.62
 LEGEND_TEXT_WIDTH = 150  # px; longer series names are elided (full name in the tooltip)
+
+
+# "Nice" tops for an axis: 1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 times a power of ten
+_NICE_STEPS = (1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
+
+
+def nice_ceil(x: float) -> float:
+    """The smallest "nice" number at least ``x`` (for ``x`` > 0). An axis whose top moves to one only when a
+    value crosses it keeps its ticks, and its drawing, across most form changes."""
+    if not x > 0 or not math.isfinite(x):
+        return x
+    base = 10.0 ** math.floor(math.log10(x))
+    return next((m * base for m in _NICE_STEPS if m * base >= x * (1 - 1e-12)), 10 * base)
 
 
 def text_color_of(palette: QPalette) -> QColor:
@@ -97,22 +116,67 @@ def ref_line(
     return line
 
 
+class ChartAxis(pg.AxisItem):
+    """An axis whose tick and grid lines are opaque, their colour blended with the chart's background
+    (:attr:`backdrop`) as the translucent pen would have been, and which lies behind the plotted items (the
+    grid under the bars, not across them). Qt draws a 1-pixel line with a translucent pen ~30x slower than an
+    opaque one (~0.1 ms; a grid is ~40 lines): that was most of a chart's paint (issue 18)."""
+
+    def __init__(self, orientation: str) -> None:
+        super().__init__(orientation)
+        self.backdrop = QColor("white")
+
+    def generateDrawSpecs(self, p: QPainter) -> tuple | None:
+        specs = super().generateDrawSpecs(p)
+        if specs is None:
+            return None
+        axis, ticks, texts = specs
+        return (self._opaque(axis[0]), *axis[1:]), [(self._opaque(pen), a, b) for pen, a, b in ticks], texts
+
+    def _opaque(self, pen: QPen) -> QPen:
+        c = pen.color()
+        a = c.alphaF()
+        if a >= 1.0:
+            return pen
+        b = self.backdrop
+        out = QPen(pen)
+        out.setColor(
+            QColor.fromRgbF(
+                c.redF() * a + b.redF() * (1 - a),
+                c.greenF() * a + b.greenF() * (1 - a),
+                c.blueF() * a + b.blueF() * (1 - a),
+            )
+        )
+        return out
+
+
 class Chart(pg.GraphicsLayoutWidget):
     """A GraphicsLayoutWidget whose background, axes and texts follow the palette."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setMinimumSize(220, 180)
-        self.plot: pg.PlotItem = self.addPlot(row=0, col=0, enableMenu=False)  # menus never built (~15 ms)
+        axes = {name: ChartAxis(name) for name in ("left", "bottom")}  # those shown (axisItems shows them)
+        # menus never built (~15 ms)
+        self.plot: pg.PlotItem = self.addPlot(row=0, col=0, enableMenu=False, axisItems=axes)
         self.plot.setMenuEnabled(False)
         self.plot.hideButtons()
         self.plot.setMouseEnabled(x=False, y=False)
         self.plot.showGrid(x=False, y=True, alpha=0.25)
+        # an axis (its ticks, labels and grid) is drawn into a pixmap when it changes and copied after that:
+        # replaying its recorded picture was ~1 ms a paint per axis (issue 18); and it lies behind the plot
+        for axis in axes.values():
+            axis.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+            axis.setZValue(self.plot.vb.zValue() - 1)
         self._apply_palette()
 
     def _apply_palette(self) -> None:
         pal = self.palette()
         self.setBackground(pal.color(QPalette.ColorRole.Base))
+        for name in ("left", "bottom"):
+            axis = self.plot.getAxis(name)
+            if isinstance(axis, ChartAxis):
+                axis.backdrop = pal.color(QPalette.ColorRole.Base)
         style_axes(self.plot, pal)
 
     def changeEvent(self, event: QEvent) -> None:
@@ -127,62 +191,52 @@ class Chart(pg.GraphicsLayoutWidget):
 
 
 class StackedBars:
-    """One ``BarGraphItem`` per component key, stacked per category, kept in a plot (and a legend)."""
+    """Stacked bars, a segment per component key, as one :class:`StackedBarsItem` in a plot (and a legend)."""
 
     def __init__(self, plot: pg.PlotItem, legend: ChartLegend | None = None) -> None:
         self._plot = plot
         self._legend = legend
-        self.items: dict[str, pg.BarGraphItem] = {}
+        self.item = StackedBarsItem(BAR_WIDTH)
+        plot.addItem(self.item)
+        self._heights: dict[str, list[float]] = {}
         self._legend_keys: list[tuple[str, str]] = []
         self.tops: np.ndarray = np.zeros(0)
 
     def set_data(self, stacks: Sequence[Sequence[Component]], factor: float) -> None:
         n = len(stacks)
-        x = np.arange(n, dtype=float)
         order: dict[str, str] = {}
         for comps in stacks:
             for c in comps:
                 order.setdefault(c.key, c.label)
-        bottoms = np.zeros(n)
-        for key in order:
-            heights = np.array(
-                [sum(c.bytes for c in comps if c.key == key) / factor for comps in stacks], dtype=float
-            )
-            item = self.items.get(key)
-            if item is None:
-                color = series_color(key)
-                item = pg.BarGraphItem(
-                    x=x, height=heights, y0=bottoms.copy(), width=BAR_WIDTH, brush=color, pen=pg.mkPen(None)
-                )
-                item.setToolTip(order[key])
-                self.items[key] = item
-                self._plot.addItem(item)
-            elif not self._same(item, x, heights, bottoms):  # an unchanged segment is not redrawn
-                item.setOpts(x=x, height=heights, y0=bottoms.copy(), width=BAR_WIDTH)
-            bottoms = bottoms + heights
-        for key in [k for k in self.items if k not in order]:
-            self._plot.removeItem(self.items.pop(key))
-        self.tops = bottoms
+        sums: list[dict[str, int]] = []
+        for comps in stacks:
+            per: dict[str, int] = {}
+            for c in comps:
+                per[c.key] = per.get(c.key, 0) + c.bytes
+            sums.append(per)
+        bottoms = [0.0] * n
+        segments: list[Segment] = []
+        heights: dict[str, list[float]] = {}
+        for key, label in order.items():
+            color = series_color(key)
+            hs = heights[key] = [sums[i].get(key, 0) / factor for i in range(n)]
+            for i, h in enumerate(hs):
+                segments.append(Segment(key, label, color, float(i), bottoms[i], h))
+                bottoms[i] += h
+        self.item.set_segments(segments)  # unchanged segments: nothing is redrawn
+        self._heights = heights
+        self.tops = np.array(bottoms, dtype=float)
         legend_keys = list(order.items())
         if self._legend is not None and legend_keys != self._legend_keys:
             self._legend.set_entries([(series_color(k), label) for k, label in legend_keys])
         self._legend_keys = legend_keys
 
-    @staticmethod
-    def _same(item: pg.BarGraphItem, x: np.ndarray, heights: np.ndarray, bottoms: np.ndarray) -> bool:
-        opts = item.opts
-        return all(
-            isinstance(a, np.ndarray) and a.shape == b.shape and bool(np.array_equal(a, b))
-            for a, b in ((opts.get("x"), x), (opts.get("height"), heights), (opts.get("y0"), bottoms))
-        )
-
     def heights(self, key: str) -> list[float]:
         """Bar heights of one component (in the display unit), for tests."""
-        item = self.items.get(key)
-        return [] if item is None else [float(h) for h in np.atleast_1d(item.opts["height"])]
+        return list(self._heights.get(key, []))
 
     def keys(self) -> list[str]:
-        return list(self.items)
+        return list(self._heights)
 
 
 class ChartLegend(QWidget):

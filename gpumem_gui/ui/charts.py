@@ -20,6 +20,7 @@ from gpumem_gui.ui.chart_base import (
     Chart,
     ChartLegend,
     StackedBars,
+    nice_ceil,
     ref_line,
     set_axis_label,
     set_line,
@@ -99,6 +100,7 @@ class BreakdownChart(QWidget):
         n = len(stacks)
         self.plot.setXRange(-0.6, n - 0.4, padding=0)
         self.plot.setYRange(0, max(top * 1.08, 1e-3), padding=0)
+        self.view.scene().prepareForPaint()  # the new view transform now, not in the paint (see Chart)
 
 
 class PhaseChart(Chart):
@@ -140,7 +142,8 @@ class PhaseChart(Chart):
             self.peak_marker.hide()
             self.peak_text.hide()
         self.plot.setXRange(-0.6, len(names) - 0.4, padding=0)
-        self.plot.setYRange(0, max(top * 1.22, 1e-3), padding=0)
+        self.plot.setYRange(0, nice_ceil(max(top * 1.22, 1e-3)), padding=0)  # room for the peak's label
+        self.scene().prepareForPaint()
 
 
 class SweepChart(Chart):
@@ -170,6 +173,10 @@ class SweepChart(Chart):
             self.plot.addItem(line, ignoreBounds=True)
         self.data: list[SweepPoint] = []
         self.over = "seq"
+
+    def show_progress(self, done: int, total: int) -> None:
+        """A sweep that takes a while: how far it is (the next :meth:`show_sweep` sets the title back)."""
+        set_title(self.plot, f"Working out the sweep: {done:,} of {total:,} points…", self.text_color())
 
     def clear_sweep(self, message: str = "") -> None:
         self.data = []
@@ -217,4 +224,5 @@ class SweepChart(Chart):
             self.max_line.hide()
         set_line(self.current_line, current, f"now {current:,}")
         self.plot.setXRange(0, x_max, padding=0.02)
-        self.plot.setYRange(0, max(top * 1.1, 1e-3), padding=0)
+        self.plot.setYRange(0, nice_ceil(max(top * 1.1, 1e-3)), padding=0)
+        self.scene().prepareForPaint()

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QWidget
 
 from gpumem_gui.core import GpumemError, GpumemInputError, SizeUnit
 from gpumem_gui.ui import export
+from gpumem_gui.ui.messages import error_line
 from gpumem_gui.ui.scenario import (
     CompareDialog,
     RecentFiles,
@@ -80,7 +81,7 @@ class Documents(QObject):
         try:
             sc = read_scenario(path)
         except ScenarioError as e:
-            self.window.notify("Scenario not loaded", str(e))
+            self.window.notify("Scenario not loaded", error_line(e))
             return False
         if not self.apply_scenario(sc):
             return False
@@ -99,7 +100,9 @@ class Documents(QObject):
         try:
             loaded = panel.try_load(source)
         except (GpumemError, OSError) as e:
-            self.window.notify("Scenario not loaded", f"The scenario's model could not be loaded: {e}")
+            self.window.notify(
+                "Scenario not loaded", f"The scenario's model could not be loaded: {error_line(e)}"
+            )
             return False
         self._pending = sc
         panel.set_model(loaded)  # -> the window's model_loaded slot applies the run and the GPU
@@ -165,7 +168,7 @@ class Documents(QObject):
         try:
             sc = scenario_from_json(last, "last session")
         except ScenarioError as e:
-            bar.showMessage(f"Last session not restored: {e}", 8000)
+            bar.showMessage(f"Last session not restored: {error_line(e)}", 8000)
             return
         if self.window.model_panel.is_local_or_catalog(sc.model.source):
             self.apply_scenario(sc)

@@ -18,6 +18,7 @@ from gpumem_gui.core import (
     TrainingRun,
     estimate_any,
     find_gpu,
+    parse_capacity,
     training_command,
 )
 from gpumem_gui.files import atomic_write
@@ -36,6 +37,10 @@ def cli_gpu(choice: GpuChoice, resolved: ResolvedTarget | None) -> tuple[str | N
     """The ``--gpu`` catalog id and count for ``choice``: a local GPU by its catalog name when it has one."""
     if choice.kind == "catalog":
         return choice.gpu_id, choice.count
+    if (
+        choice.kind == "custom"
+    ):  # the capacity as typed: --gpu takes the same grammar (core gpu_target_from_text)
+        return ("".join((choice.capacity or "").split()) or None), choice.count
     if resolved is not None:
         name = resolved.target.name
         for candidate in (name, name.replace("NVIDIA ", ""), name.replace("NVIDIA GeForce ", "")):
@@ -116,6 +121,10 @@ def scenario_side(path: Path | str, load: Callable[[str], LoadedModel]) -> Side:
     if m.spec is None:
         raise GpumemInputError("the architecture is unknown (no config.json)", source=sc.model.source)
     run = sc.active_run
-    cap = find_gpu(sc.gpu.gpu_id).memory_bytes if sc.gpu.kind == "catalog" else None
+    cap = None
+    if sc.gpu.kind == "catalog":
+        cap = find_gpu(sc.gpu.gpu_id).memory_bytes
+    elif sc.gpu.kind == "custom" and sc.gpu.capacity:
+        cap = parse_capacity(sc.gpu.capacity)
     est = estimate_any(m.spec, run, cap, m.weights)
     return Side(Path(path).name, m.name, run, est)

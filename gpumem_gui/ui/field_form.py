@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from gpumem_gui.core import GpumemInputError, RunField, run_fields
+from gpumem_gui.ui.messages import one_line
 from gpumem_gui.ui.theme import ErrorLabel
 
 
@@ -154,7 +155,7 @@ class FieldForm(QWidget):
 
     def show_error(self, field: str | None, message: str) -> None:
         """Show ``message`` next to ``field``'s widget, or above the form when no such field is here."""
-        message = message.replace("Value error, ", "")
+        message = one_line(message.replace("Value error, ", ""))
         row = self._rows.get(field or "")
         if row is not None:
             row.error.show_message(message)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject
 
+from gpumem_gui.ui.messages import error_line
 from gpumem_gui.ui.plan import apply_update
 from gpumem_gui.ui.results import ResultsView
 from gpumem_gui.ui.run_panel import RunPanel
@@ -73,7 +74,7 @@ class FormGlue(QObject):
             run = self.session.run if self.session.run is not None else self.panel.active_form.value()
             run = apply_update(run, update)
         except Exception as e:
-            self._notify("gpumem", f"cannot apply {update}: {e}")
+            self._notify("gpumem", f"cannot apply that change: {error_line(e)}")
             return
         self.panel.apply_run(run)
         self.session.recompute_now()

@@ -19,6 +19,7 @@ from PySide6.QtCore import QObject, QSettings, QTimer, Slot
 from gpumem_gui.hardware.snapshot import GpuSnapshot
 from gpumem_gui.ui.cluster_glue import ClusterGlue
 from gpumem_gui.ui.gpu_panel import GpuPanel
+from gpumem_gui.ui.messages import error_line
 from gpumem_gui.ui.plan import Plan
 from gpumem_gui.ui.session import Session
 from gpumem_gui.ui.target_form import TargetForm
@@ -87,7 +88,7 @@ class GpuGlue(QObject):
             else:
                 self._timer.start(max(1, round(wait_ms)))
         except Exception as e:  # never raise out of a slot
-            self._status(f"GPU reading not shown: {type(e).__name__}: {e}", 10000)
+            self._status(f"GPU reading not shown: {error_line(e)}", 10000)
 
     def _show_pending(self) -> None:
         snap, self._pending = self._pending, None
@@ -97,7 +98,7 @@ class GpuGlue(QObject):
         try:
             self._draw(snap)
         except Exception as e:  # never raise out of a slot
-            self._status(f"GPU reading not shown: {type(e).__name__}: {e}", 10000)
+            self._status(f"GPU reading not shown: {error_line(e)}", 10000)
 
     def _draw(self, snap: GpuSnapshot) -> None:
         update = self.session.take_snapshot(snap, self.target_form.value())

@@ -10,10 +10,7 @@ gives the verdict for one device. The source selector on top switches to the clu
 
 from __future__ import annotations
 
-import numpy as np
-import pyqtgraph as pg
-from PySide6.QtCore import QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QFont, QMouseEvent, QPainter, QPalette
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QButtonGroup,
     QComboBox,
@@ -23,189 +20,25 @@ from PySide6.QtWidgets import (
     QPushButton,
     QRadioButton,
     QScrollArea,
-    QSizePolicy,
     QStackedWidget,
     QVBoxLayout,
     QWidget,
 )
 
-from gpumem_gui.core import SizeUnit, Verdict, fmt_bytes
+from gpumem_gui.core import SizeUnit
 from gpumem_gui.hardware.history import MemoryHistory
-from gpumem_gui.hardware.snapshot import GpuDevice, GpuSnapshot
-from gpumem_gui.ui.cluster_delegate import paint_memory_bar
+from gpumem_gui.hardware.snapshot import GpuSnapshot
 from gpumem_gui.ui.cluster_model import Evaluator
 from gpumem_gui.ui.cluster_view import ClusterView
-from gpumem_gui.ui.report import verdict_words
-from gpumem_gui.ui.theme import ErrorLabel, status_color
+from gpumem_gui.ui.gpu_card import SPARKLINE_POINTS, GpuCard, MemoryBar, Sparkline, sparkline_points
+from gpumem_gui.ui.theme import ErrorLabel
+
+__all__ = ["SPARKLINE_POINTS", "GpuCard", "GpuPanel", "MemoryBar", "Sparkline", "sparkline_points"]
 
 SOURCES = (("local", "This machine"), ("cluster", "Cluster (Prometheus)"))
-
-# A sparkline is ~200 px wide: more points than this only cost drawing time (a 5-minute history polled at
-# 20 Hz is 6,000 points per GPU)
-SPARKLINE_POINTS = 240
-
-
-def sparkline_points(
-    xs: np.ndarray, ys: np.ndarray, max_points: int = SPARKLINE_POINTS
-) -> tuple[np.ndarray, np.ndarray]:
-    """At most ``max_points`` points of a series: consecutive buckets, each drawn at its newest time with its
-    highest value (a short spike of used memory stays visible); a bucket of gaps only stays a gap."""
-    n = len(xs)
-    if n <= max_points:
-        return xs, ys
-    starts = (np.arange(max_points) * n) // max_points
-    ends = np.append(starts[1:], n)
-    return xs[ends - 1], np.fmax.reduceat(ys, starts)
-
-
-class MemoryBar(QWidget):
-    """A horizontal bar: used by others | this plan | free. A plan larger than the free memory overflows."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.total = 0
-        self.used = 0
-        self.plan = 0
-        self.setMinimumHeight(16)
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-
-    def sizeHint(self) -> QSize:
-        return QSize(200, 16)
-
-    def set_values(self, total: int, used: int, plan: int) -> None:
-        self.total, self.used, self.plan = max(0, total), max(0, used), max(0, plan)
-        self.update()
-
-    def paintEvent(self, event: object) -> None:
-        p = QPainter(self)
-        paint_memory_bar(p, self.palette(), QRectF(self.rect()), self.total, self.used, self.plan)
-        p.end()
-
-
-class GpuCard(QFrame):
-    """One GPU (or MIG instance).
-
-    Signals:
-        clicked(str): the device key (``"0"``, ``"0:1"``).
-    """
-
-    clicked = Signal(str)
-
-    def __init__(self, key: str, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.key = key
-        self.setObjectName("gpuCard")
-        self.setFrameShape(QFrame.Shape.StyledPanel)
-        self.setCursor(Qt.CursorShape.PointingHandCursor)
-        self.setToolTip("Click to make this GPU the target of the charts")
-        self.title = QLabel()
-        bold = QFont(self.title.font())
-        bold.setBold(True)
-        self.title.setFont(bold)
-        self.title.setWordWrap(True)
-        self.bar = MemoryBar()
-        self.memory = QLabel()
-        self.memory.setWordWrap(True)
-        self.stats = QLabel()
-        self.stats.setWordWrap(True)
-        self.verdict = QLabel()
-        self.verdict.setWordWrap(True)
-        self.spark = pg.PlotWidget(enableMenu=False)  # its context menus are then never built (~15 ms)
-        self.spark.setFixedHeight(30)
-        self.spark.hideAxis("left")
-        self.spark.hideAxis("bottom")
-        self.spark.setMouseEnabled(x=False, y=False)
-        self.spark.setMenuEnabled(False)
-        self.spark.hideButtons()
-        self.spark.setBackground(self.palette().color(QPalette.ColorRole.Base))
-        self.spark.setToolTip("Used memory, last 5 minutes")
-        self.curve = self.spark.plot(
-            [], [], pen=pg.mkPen(self.palette().color(QPalette.ColorRole.Highlight), width=1.5)
-        )
-        v = QVBoxLayout(self)
-        v.setContentsMargins(8, 5, 8, 5)
-        v.setSpacing(2)
-        for w in (self.title, self.bar, self.memory, self.stats, self.verdict, self.spark):
-            v.addWidget(w)
-        self.selected = False
-
-    def set_selected(self, on: bool) -> None:
-        if on == self.selected and self.lineWidth() == (2 if on else 1):
-            return  # unchanged: no relayout, no repaint (every estimate sets it)
-        self.selected = on
-        self.setFrameShadow(QFrame.Shadow.Sunken if on else QFrame.Shadow.Plain)
-        self.setLineWidth(2 if on else 1)
-        self.setBackgroundRole(QPalette.ColorRole.AlternateBase if on else QPalette.ColorRole.Window)
-        self.setAutoFillBackground(on)
-
-    def mousePressEvent(self, event: QMouseEvent) -> None:
-        if event.button() == Qt.MouseButton.LeftButton:
-            self.clicked.emit(self.key)
-        super().mousePressEvent(event)
-
-    def show_device(self, d: GpuDevice, unit: SizeUnit) -> None:
-        kind = "MIG " if d.is_mig_instance else ""
-        cuda = f" · CUDA {d.cuda_index}" if d.cuda_index is not None else " · hidden from CUDA"
-        self.title.setText(f"{kind}GPU {d.key} · {d.name}")
-        self.title.setToolTip(f"{d.uuid or ''}\nPCI {d.pci_bus_id or '?'}{cuda}")
-        if d.error:
-            self.memory.setText(d.error)
-            self.stats.setText("")
-            self.bar.set_values(0, 0, 0)
-            return
-        if d.total_bytes is None:
-            self.memory.setText("memory not reported by the driver")
-        else:
-            f = unit.factor
-            self.memory.setText(
-                f"used {(d.used_bytes or 0) / f:.1f} · free {(d.free_bytes or 0) / f:.1f} "
-                f"of {fmt_bytes(d.total_bytes, unit, 1)}"
-            )
-        parts = []
-        if d.utilization_percent is not None:
-            parts.append(f"util {d.utilization_percent} %")
-        if d.temperature_c is not None:
-            parts.append(f"{d.temperature_c} °C")
-        if d.processes is None:
-            parts.append("processes: not allowed to list")
-        else:
-            parts.append(f"{len(d.processes)} process{'es' if len(d.processes) != 1 else ''}")
-        self.stats.setText(" · ".join(parts))
-
-    def show_verdict(self, v: Verdict | None, d: GpuDevice, unit: SizeUnit, basis: str) -> None:
-        total = d.total_bytes or 0
-        used = d.used_bytes or 0
-        if v is None or d.error or d.total_bytes is None:
-            self.verdict.setText("" if d.error else "no plan to check")
-            self.bar.set_values(total, used, 0)
-            return
-        against = "free now" if basis == "free" else "total"
-        words = verdict_words(v, unit)
-        self.verdict.setText(f"{words[0].upper()}{words[1:]} ({against})")
-        pal = self.verdict.palette()
-        pal.setColor(QPalette.ColorRole.WindowText, status_color(self.palette(), v.fits))
-        self.verdict.setPalette(pal)
-        self.bar.set_values(total, used, v.needed_bytes)
-        self.bar.setToolTip(
-            f"used by others {fmt_bytes(used, unit)}\nthis plan {fmt_bytes(v.needed_bytes, unit)}\n"
-            f"free now {fmt_bytes(d.free_bytes or 0, unit)} of {fmt_bytes(total, unit)}"
-        )
-
-    def show_history(
-        self, points: tuple[tuple[float, int | None], ...], total: int | None, unit: SizeUnit
-    ) -> None:
-        if not points:
-            self.curve.setData([], [])
-            return
-        n = len(points)
-        xs = np.fromiter((t for t, _ in points), dtype=float, count=n) - points[-1][0]
-        ys = np.fromiter((np.nan if u is None else u for _, u in points), dtype=float, count=n) / unit.factor
-        xs, ys = sparkline_points(xs, ys)
-        self.curve.setData(xs, ys, connect="finite")
-        self.spark.setXRange(min(-60.0, float(xs.min())), 0, padding=0)
-        self.spark.setYRange(
-            0, (total or max(1, int(np.nanmax(ys) * unit.factor) if ys.size else 1)) / unit.factor
-        )
+# Cards drawn at most (16 GPUs x 7 MIG instances + the 16 GPUs: the largest single node we know of); a
+# scripted machine with thousands of GPUs gets a line saying how many are not drawn (issue 18)
+MAX_CARDS = 128
 
 
 class GpuPanel(QWidget):
@@ -343,11 +176,13 @@ class GpuPanel(QWidget):
             drv = f"driver {snap.driver_version}" if snap.driver_version else "driver ?"
             cuda = f", CUDA {snap.cuda_driver_version}" if snap.cuda_driver_version else ""
             n = len(snap.devices)
-            self.header.setText(f"{n} device{'s' if n != 1 else ''} · {drv}{cuda} · {snap.backend}")
-        keys = [d.key for d in snap.devices]
+            more = f" (cards for the first {MAX_CARDS})" if n > MAX_CARDS else ""
+            self.header.setText(f"{n} device{'s' if n != 1 else ''}{more} · {drv}{cuda} · {snap.backend}")
+        shown = snap.devices[:MAX_CARDS]
+        keys = [d.key for d in shown]
         if keys != list(self.cards):
             self._rebuild(keys)
-        for d in snap.devices:
+        for d in shown:
             card = self.cards[d.key]
             card.show_device(d, self.unit)
             card.show_history(self.history.series(d.key), self.history.total_bytes(d.key), self.unit)
@@ -358,7 +193,7 @@ class GpuPanel(QWidget):
         snap = self.snapshot
         if snap is None:
             return
-        for d in snap.devices:
+        for d in snap.devices[:MAX_CARDS]:
             card = self.cards.get(d.key)
             if card is None:
                 continue

@@ -25,6 +25,7 @@ from shiboken6 import Shiboken
 
 from gpumem_gui.hardware.backend import GpuBackend, HardwareError
 from gpumem_gui.hardware.snapshot import GpuSnapshot
+from gpumem_gui.ui.messages import error_line
 
 DEFAULT_INTERVAL_MS = 1000
 MIN_INTERVAL_MS = 50
@@ -140,7 +141,7 @@ class GpuPoller(QObject):
             return None
         except Exception as e:  # a backend bug must not end polling either
             self.failures += 1
-            self.error.emit(f"Reading the GPUs failed unexpectedly: {type(e).__name__}: {e}")
+            self.error.emit(f"Reading the GPUs failed unexpectedly: {error_line(e)}")
             return None
         self.snapshot_ready.emit(snapshot)
         return snapshot

@@ -33,6 +33,7 @@ from gpumem_gui.ui.form_glue import FormGlue
 from gpumem_gui.ui.gpu_glue import SNAPSHOT_MIN_INTERVAL_MS, GpuGlue
 from gpumem_gui.ui.gpu_panel import GpuPanel
 from gpumem_gui.ui.menus import WindowMenus
+from gpumem_gui.ui.messages import error_line, one_line
 from gpumem_gui.ui.model_panel import Loader, ModelPanel
 from gpumem_gui.ui.plan import AnyRun, Inputs
 from gpumem_gui.ui.presenter import Presenter
@@ -189,14 +190,12 @@ class MainWindow(QMainWindow):
         """Run a slot's body; an unexpected error becomes a message, never an exception out of the slot."""
         try:
             fn()
-        except GpumemError as e:
-            self.notify("gpumem", str(e))
-        except Exception as e:  # a bug: say so instead of leaving the window in a half state
-            self.notify("gpumem: unexpected error", f"{type(e).__name__}: {e}")
+        except Exception as e:  # ours: one line; a bug: say so instead of leaving the window in a half state
+            self.notify("gpumem" if isinstance(e, GpumemError) else "gpumem: unexpected error", error_line(e))
 
     def notify(self, title: str, text: str) -> None:
         """Tell the user (status bar, and a non-blocking message box when dialogs are on)."""
-        self.last_message = text
+        self.last_message = text = one_line(text)  # every message the window shows is one line
         self.statusBar().showMessage(text, 10000)
         if self.dialogs:
             box = QMessageBox(QMessageBox.Icon.Warning, title, text, QMessageBox.StandardButton.Ok, self)

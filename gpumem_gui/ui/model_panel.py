@@ -38,6 +38,7 @@ from gpumem_gui.core import (
     load_model,
     load_model_catalog,
 )
+from gpumem_gui.ui.messages import error_line, one_line
 from gpumem_gui.ui.model_info import CountItem, architecture_html
 from gpumem_gui.ui.theme import ErrorLabel
 from gpumem_gui.ui.workers import BackgroundRunner
@@ -272,13 +273,13 @@ class ModelPanel(QWidget):
         try:
             loaded = self._loader(source)
         except GpumemError as e:
-            self._fail(str(e))
+            self._fail(error_line(e))
             return False
         except OSError as e:
-            self._fail(f"{source}: {e.strerror or e}")
+            self._fail(one_line(f"{source}: {e.strerror or e}"))
             return False
         except Exception as e:  # a reader bug: say so, keep the current model
-            self._fail(f"{source}: could not be read ({type(e).__name__}: {e})")
+            self._fail(one_line(f"{source}: could not be read ({error_line(e)})"))
             return False
         self.set_model(loaded)
         return True
@@ -332,6 +333,7 @@ class ModelPanel(QWidget):
         self._fail(message)
 
     def _fail(self, message: str) -> None:
+        message = one_line(message)  # a hub error or a reader's text: one line in the panel
         self.error.show_message(message)
         self.load_failed.emit(message)
 

@@ -298,9 +298,11 @@ def background_job(
     margin_bytes: int,
     over: str,
     serial: int,
+    progress: Callable[[int, int], object] | None = None,
 ) -> Callable[[], BackgroundResult]:
     """The fit report and the sweep for one plan, as a job for the worker thread (it captures only immutable
-    values: the spec, the weights, the run, the target)."""
+    values: the spec, the weights, the run, the target; ``progress`` is the core sweep's callback, called in
+    that thread: see :func:`progress_gate`)."""
     spec, weights = model.spec, model.weights
     assert spec is not None
 
@@ -316,7 +318,41 @@ def background_job(
             except GpumemInputError as e:
                 err = str(e)
         xs = sweep_xs(spec, run, over)
-        points = sweep(spec, run, over, xs, target, margin_bytes, weights, skip_invalid=True)
+        points = sweep(
+            spec, run, over, xs, target, margin_bytes, weights, skip_invalid=True, progress=progress
+        )
         return BackgroundResult(rep, err, over, tuple(points), time.perf_counter() - t0, serial)
 
     return job
+
+
+SWEEP_PROGRESS_AFTER_S = 0.3  # a sweep done sooner never shows its progress (a definition: no flicker)
+SWEEP_PROGRESS_EVERY_S = 0.1  # then at most ten updates a second
+
+
+def progress_gate(
+    current: Callable[[], bool],
+    report: Callable[[int, int], object],
+    *,
+    after_s: float | None = None,
+    every_s: float | None = None,
+) -> Callable[[int, int], bool]:
+    """A ``progress(done, total)`` callback for :func:`~gpumem_gui.core.sweep`: it stops the sweep (returns
+    False) once ``current()`` says newer inputs replaced it, and passes ``(done, total)`` on to ``report``
+    only for a sweep running longer than ``after_s``, at most every ``every_s`` (and always its last
+    point)."""
+    after = SWEEP_PROGRESS_AFTER_S if after_s is None else after_s
+    every = SWEEP_PROGRESS_EVERY_S if every_s is None else every_s
+    start = time.monotonic()
+    last = [float("-inf")]
+
+    def progress(done: int, total: int) -> bool:
+        if not current():
+            return False
+        now = time.monotonic()
+        if now - start >= after and (now - last[0] >= every or done == total):
+            last[0] = now
+            report(done, total)
+        return True
+
+    return progress

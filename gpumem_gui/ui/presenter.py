@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QLabel
 from gpumem_gui.core import SizeUnit
 from gpumem_gui.ui.field_form import FieldForm
 from gpumem_gui.ui.gpu_glue import GpuGlue
+from gpumem_gui.ui.messages import error_line
 from gpumem_gui.ui.plan import BackgroundView, Plan, Problem, ReportView
 from gpumem_gui.ui.results import ResultsView
 from gpumem_gui.ui.session import Session
@@ -54,6 +55,7 @@ class Presenter(QObject):
         session.report_pending.connect(results.changes.set_busy)
         session.report_failed.connect(results.changes.clear)
         session.background_ready.connect(self._on_background)
+        session.sweep_progress.connect(results.slots.show_sweep_progress)
 
     @property
     def unit(self) -> SizeUnit:
@@ -88,13 +90,13 @@ class Presenter(QObject):
             self.draw_plan(plan)
             self.gpu_glue.show_plan(plan)
         except Exception as e:  # a bug must not take the window down; keep the last estimate
-            self.results.mark_stale(f"unexpected error: {type(e).__name__}: {e}")
+            self.results.mark_stale(f"unexpected error: {error_line(e)}")
 
     def _on_report(self, view: ReportView) -> None:
         try:
             self.results.show_report(view, self.unit)
         except Exception as e:  # never raise out of a slot
-            self.results.changes.clear(f"could not show the fit report: {type(e).__name__}: {e}")
+            self.results.changes.clear(f"could not show the fit report: {error_line(e)}")
 
     def _on_background(self, view: BackgroundView) -> None:
         try:
@@ -103,4 +105,4 @@ class Presenter(QObject):
                 f"estimate {view.estimate_ms:.1f} ms · fit report + sweep {view.background_ms:.0f} ms"
             )
         except Exception as e:  # never raise out of a slot
-            self.results.changes.clear(f"could not show the fit report: {type(e).__name__}: {e}")
+            self.results.changes.clear(f"could not show the fit report: {error_line(e)}")

@@ -9,13 +9,13 @@ verdicts and a :class:`~gpumem_gui.core.fit.FitReport` as the session hands them
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QSignalBlocker, Qt, Signal
-from PySide6.QtGui import QFont, QPalette
+from PySide6.QtCore import QEvent, QSignalBlocker, Qt, Signal
+from PySide6.QtGui import QFont, QPalette, QPixmap
 from PySide6.QtWidgets import (
     QComboBox,
     QFrame,
-    QGridLayout,
     QHBoxLayout,
     QLabel,
     QPushButton,
@@ -27,13 +27,25 @@ from PySide6.QtWidgets import (
 
 from gpumem_gui.core import Estimate, SizeUnit, Verdict, fmt_bytes
 from gpumem_gui.ui.changes_panel import ChangesPanel
-from gpumem_gui.ui.charts import BreakdownChart, PhaseChart, SweepChart
+from gpumem_gui.ui.chart_slots import ChartSlots
 from gpumem_gui.ui.components_view import ComponentTable, ExplanationView
 from gpumem_gui.ui.plan import BackgroundView, Plan, ReportView
 from gpumem_gui.ui.report import explanation_html, verdict_words, worst_verdict
 from gpumem_gui.ui.theme import ErrorLabel, status_color
 
+if TYPE_CHECKING:
+    from gpumem_gui.ui.charts import BreakdownChart, PhaseChart, SweepChart
+
 __all__ = ["ChangesPanel", "ComponentTable", "ExplanationView", "ResultsView", "VerdictBanner"]
+
+
+# the banner's icon per state ("none": no target, or anything else)
+BANNER_ICONS = {
+    "fits": QStyle.StandardPixmap.SP_DialogApplyButton,
+    "misses": QStyle.StandardPixmap.SP_MessageBoxWarning,
+    "stale": QStyle.StandardPixmap.SP_MessageBoxInformation,
+    "none": QStyle.StandardPixmap.SP_MessageBoxQuestion,
+}
 
 
 class VerdictBanner(QFrame):
@@ -44,7 +56,11 @@ class VerdictBanner(QFrame):
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.setAutoFillBackground(True)
         self.state = "none"
-        self._icon_for: QStyle.StandardPixmap | None = None
+        self._icon_state: str | None = None
+        # one pixmap per state, made once (and again only when the style or the font changes): every
+        # QStyle.standardIcon() is a new QIcon whose pixmap lands in Qt's global QPixmapCache under a new key,
+        # so making one per fit/miss flip grew the process by ~18 MiB over a day (issue 18)
+        self._pixmaps: dict[str, QPixmap] = {}
         self.icon = QLabel()
         self.title = QLabel("Pick a model")
         font = QFont(self.title.font())
@@ -77,22 +93,32 @@ class VerdictBanner(QFrame):
         self.state = state
         self.title.setText(title)
         self.detail.setText(detail)
-        style = self.style()
-        icon = {
-            "fits": QStyle.StandardPixmap.SP_DialogApplyButton,
-            "misses": QStyle.StandardPixmap.SP_MessageBoxWarning,
-            "stale": QStyle.StandardPixmap.SP_MessageBoxInformation,
-        }.get(state, QStyle.StandardPixmap.SP_MessageBoxQuestion)
-        if self._icon_for != icon:
-            size = self.title.fontMetrics().height() + 8
-            self.icon.setPixmap(style.standardIcon(icon).pixmap(size, size))
-            self._icon_for = icon
+        self._show_icon(state)
         pal = self.title.palette()
         if state in ("fits", "misses"):
             pal.setColor(QPalette.ColorRole.WindowText, status_color(self.palette(), state == "fits"))
         else:
             pal.setColor(QPalette.ColorRole.WindowText, self.palette().color(QPalette.ColorRole.WindowText))
         self.title.setPalette(pal)
+
+    def _show_icon(self, state: str) -> None:
+        key = state if state in BANNER_ICONS else "none"
+        if key == self._icon_state:
+            return
+        if not self._pixmaps:
+            size = self.title.fontMetrics().height() + 8
+            style = self.style()
+            self._pixmaps = {k: style.standardIcon(sp).pixmap(size, size) for k, sp in BANNER_ICONS.items()}
+        self.icon.setPixmap(self._pixmaps[key])
+        self._icon_state = key
+
+    def changeEvent(self, event: QEvent) -> None:
+        if event.type() in (QEvent.Type.StyleChange, QEvent.Type.FontChange) and hasattr(self, "_pixmaps"):
+            self._pixmaps = {}  # made again, once, for the new style or size
+            state, self._icon_state = self._icon_state, None
+            if state is not None:
+                self._show_icon(state)
+        super().changeEvent(event)
 
     def add_line(self, text: str) -> None:
         """Append one line to the detail (e.g. the local GPUs the fit report suggests), once."""
@@ -126,9 +152,6 @@ class ResultsView(QWidget):
         super().__init__(parent)
         self.banner = VerdictBanner()
         self.warnings = ErrorLabel()
-        self.breakdown = BreakdownChart()
-        self.phases = PhaseChart()
-        self.sweep = SweepChart()
         self.sweep_over = QComboBox()
         self.sweep_over.addItem(SWEEP_LABELS["infer"]["seq"], "seq")
         self.sweep_over.addItem(SWEEP_LABELS["infer"]["batch"], "batch")
@@ -145,25 +168,9 @@ class ResultsView(QWidget):
         self._est: Estimate | None = None
         self._unit = SizeUnit.GIB
 
-        # charts in a 2 x 2 grid: breakdown | phases / sweep | the changes that would make it fit
-        self.charts = QWidget()
-        grid = QGridLayout(self.charts)
-        grid.setContentsMargins(0, 0, 0, 0)
-        grid.setSpacing(4)
-        sweep_box = QWidget()
-        sv = QVBoxLayout(sweep_box)
-        sv.setContentsMargins(0, 0, 0, 0)
-        sv.setSpacing(2)
-        sv.addWidget(self.sweep, 1)
-        sv.addWidget(self.sweep_over, 0, Qt.AlignmentFlag.AlignRight)
-        grid.addWidget(self.breakdown, 0, 0)
-        grid.addWidget(self.phases, 0, 1)
-        grid.addWidget(sweep_box, 1, 0)
-        grid.addWidget(self.changes, 1, 1)
-        grid.setColumnStretch(0, 1)
-        grid.setColumnStretch(1, 1)
-        grid.setRowStretch(0, 1)
-        grid.setRowStretch(1, 1)
+        # charts in a 2 x 2 grid: breakdown | phases / sweep | the changes that would make it fit; the charts
+        # are built after the first paint (pyqtgraph is slow to import) and drawn only while on screen
+        self.slots = ChartSlots(self.changes, self.sweep_over)
 
         bottom = QSplitter(Qt.Orientation.Horizontal)
         bottom.addWidget(self.table)
@@ -173,7 +180,7 @@ class ResultsView(QWidget):
         bottom.setChildrenCollapsible(False)
 
         split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(self.charts)
+        split.addWidget(self.slots)
         split.addWidget(bottom)
         split.setStretchFactor(0, 5)
         split.setStretchFactor(1, 2)
@@ -186,6 +193,27 @@ class ResultsView(QWidget):
         v.addWidget(self.banner)
         v.addWidget(self.warnings)
         v.addWidget(split, 1)
+
+    # ---- the charts (built on first use: see gpumem_gui.ui.chart_slots) -----------------------------------
+
+    @property
+    def charts(self) -> QWidget:
+        """The grid of charts, built and up to date (an export or the self-test grabs it)."""
+        self.slots.build()
+        self.slots.flush(force=True)
+        return self.slots
+
+    @property
+    def breakdown(self) -> BreakdownChart:
+        return self.slots.breakdown
+
+    @property
+    def phases(self) -> PhaseChart:
+        return self.slots.phases
+
+    @property
+    def sweep(self) -> SweepChart:
+        return self.slots.sweep
 
     # ---- updates -------------------------------------------------------------------------------------------
 
@@ -209,8 +237,7 @@ class ResultsView(QWidget):
     ) -> None:
         self._est = est
         self._unit = unit
-        self.breakdown.show_estimate(est, unit, capacity_bytes, free_bytes)
-        self.phases.show_estimate(est, unit)
+        self.slots.show_estimate(est, unit, capacity_bytes, free_bytes)
         self.table.show_components(est.components, est.total_bytes, unit)
         self.warnings.show_message("\n".join(f"warning: {w}" for w in est.warnings))
         if self.table.selected_key() is None and est.components:
@@ -264,7 +291,7 @@ class ResultsView(QWidget):
         else:
             self.changes.clear(view.message)
         s = view.sweep
-        self.sweep.show_sweep(
+        self.slots.show_sweep(
             s.over,
             s.points,
             unit,

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import QComboBox, QWidget
 
 from gpumem_gui.core import (
     KV_DTYPE_INFO,
+    GpumemInputError,
     InferenceRun,
     RunField,
     engine_kv_dtypes,
@@ -112,10 +113,14 @@ class RunForm(RunFieldsForm):
         engine = self.widget("engine").currentData()  # type: ignore[attr-defined]
         compute = self.widget("compute_dtype").currentData()  # type: ignore[attr-defined]
         current = combo.currentData()
+        try:
+            kv_ids = engine_kv_dtypes(engine)
+        except GpumemInputError:  # no engine picked (a combo emptied by code; the form fuzz found it raising
+            kv_ids = ()  # out of this slot): auto only, and reading the form says the engine is missing
         with QSignalBlocker(combo):
             combo.clear()
             combo.addItem(f"auto (= compute dtype, {compute})", "auto")
-            for k in engine_kv_dtypes(engine):
+            for k in kv_ids:
                 info = KV_DTYPE_INFO[k]
                 combo.addItem(f"{info.label}  ({info.bytes_per_element:.3g} B/elem)", k)
                 combo.setItemData(combo.count() - 1, info.source, Qt.ItemDataRole.ToolTipRole)

@@ -6,15 +6,16 @@ It reads the forms through one callable (``read_inputs``, which the window provi
 its facade, runs the fit report and the sweep on a :class:`~gpumem_gui.ui.workers.BackgroundRunner`, and tells
 the window what to draw through signals that carry immutable values (:mod:`gpumem_gui.ui.plan`).
 
-Every edit restarts a single-shot timer (:class:`~gpumem_gui.ui.timing.Debounce`): 120 ms while typing
-into a text field, 20 ms for a step, a number entered with Enter, a pick from a list or a click (so a burst of
-wheel steps still makes one estimate). When it fires, one estimate runs in the GUI thread (a few ms for
-inference; 1-200 ms for training, which replays one step) and the window draws it; once that is painted, the
-fit report and the sweep (inference: 48 points, ~50-300 ms; training: 16 points and the training solvers,
-1-5 s) run in a worker thread and only the newest answer is shown (the worker holds the GIL while it runs:
-started before the paint, it would slow the paint down, the first one at start-up included). Invalid input is
-a :class:`~gpumem_gui.ui.plan.Problem` and the last good plan stays. New free-memory readings for the same
-inputs are a *refresh*: the fit report on screen stays up (not greyed) while it is redone.
+Every edit restarts a single-shot timer (:class:`~gpumem_gui.ui.timing.Debounce`): 120 ms while typing into a
+text field; for a step, a number entered with Enter, a pick from a list or a click it fires on the next pass
+of the event loop (changes made in one pass still make one estimate). When it fires, one estimate runs in the
+GUI thread (a few ms for inference; 1-200 ms for training, which replays one step) and the window draws it;
+once that is painted, the fit report and the sweep (inference: 48 points, ~50-300 ms; training: 16 points and
+the training solvers, 1-5 s) run in a worker thread and only the newest answer is shown (the worker holds the
+GIL while it runs: started before the paint, it would slow the paint down, the first one at start-up
+included). Invalid input is a :class:`~gpumem_gui.ui.plan.Problem` and the last good plan stays. New
+free-memory readings for the same inputs are a *refresh*: the fit report on screen stays up (not greyed) while
+it is redone.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from gpumem_gui.core import (
     verdicts,
 )
 from gpumem_gui.hardware.snapshot import GpuDevice, GpuSnapshot
+from gpumem_gui.ui.messages import error_line, one_line
 from gpumem_gui.ui.plan import (
     BUSY_TEXT,
     NO_TARGET_TEXT,
@@ -53,6 +55,7 @@ from gpumem_gui.ui.plan import (
     background_job,
     checked_plan,
     local_changed,
+    progress_gate,
     report_view,
     resolve_for,
     sweep_view,
@@ -81,6 +84,7 @@ class Session(QObject):
         background_ready(object): a :class:`BackgroundView` (fit report and sweep) to draw.
         report_failed(str): no fit report to show: what to say instead (the worker failed, or its answer
             could not be shown).
+        sweep_progress(int, int): points done and in all of a sweep running long (emitted by the worker).
         estimate_updated(): the new plan is drawn.
         background_done(): the fit report and the sweep for the current inputs are drawn (or failed).
     """
@@ -92,6 +96,7 @@ class Session(QObject):
     report_pending = Signal(str)
     background_ready = Signal(object)
     report_failed = Signal(str)
+    sweep_progress = Signal(int, int)
     estimate_updated = Signal()
     background_done = Signal()
 
@@ -122,6 +127,7 @@ class Session(QObject):
         self._inputs_serial = 0
         self._refresh_pending = False
         self._refreshing = False
+        self._job_token = 0  # the newest background job's: an older job's sweep stops early
 
         self.debounce = Debounce(debounce_ms, STEP_DEBOUNCE_MS, self)
         self.debounce.timeout.connect(self._on_debounce)
@@ -216,7 +222,7 @@ class Session(QObject):
         try:
             self._recompute()
         except Exception as e:  # a core bug must not take the window down; keep the last estimate
-            self.problem.emit(Problem(f"unexpected error: {type(e).__name__}: {e}"))
+            self.problem.emit(Problem(f"unexpected error: {error_line(e)}"))
 
     def _recompute(self) -> None:
         m = self._model
@@ -234,8 +240,8 @@ class Session(QObject):
         try:
             est = estimate_any(m.spec, run, resolved.target.capacity_bytes if resolved else None, m.weights)
         except GpumemInputError as e:
-            banner = f"{e.one_line()} (the numbers below are for the last valid input)"
-            self.problem.emit(Problem(banner, e.field, e.message))
+            banner = f"{error_line(e)} (the numbers below are for the last valid input)"
+            self.problem.emit(Problem(banner, e.field, one_line(e.message)))
             return
         self.last_estimate_ms = (time.perf_counter() - t0) * 1000
         refresh = self._refreshing and run == self._run
@@ -314,7 +320,9 @@ class Session(QObject):
             return None
         target = resolved.target if resolved else None
         margin = self._choice.margin_bytes
-        return background_job(m, run, target, margin, self.sweep_over, self._inputs_serial)
+        self._job_token = token = self._job_token + 1
+        progress = progress_gate(lambda: token == self._job_token, self.sweep_progress.emit)
+        return background_job(m, run, target, margin, self.sweep_over, self._inputs_serial, progress)
 
     @Slot()
     def start_background(self) -> None:
@@ -351,7 +359,7 @@ class Session(QObject):
         try:
             self._apply_background(result)
         except Exception as e:  # never raise out of a slot
-            self.report_failed.emit(f"could not show the fit report: {type(e).__name__}: {e}")
+            self.report_failed.emit(f"could not show the fit report: {error_line(e)}")
         if latest:
             self.background_done.emit()
 

@@ -8,7 +8,9 @@ from collections.abc import Callable
 from PySide6.QtCore import QObject, QTimer
 
 DEBOUNCE_MS = 120  # while typing into a field: one estimate when the keys stop
-STEP_DEBOUNCE_MS = 20  # a spin-box step, a pick from a list, a click: at once (a wheel burst still merges)
+# a spin-box step, a pick from a list, a click: on the next pass of the event loop (changes made in one pass,
+# a wheel burst delivered at once, still merge); a fixed wait here put the redraw a frame late (issue 18)
+STEP_DEBOUNCE_MS = 0
 BACKGROUND_DELAY_MS = 10  # after the paint that shows the estimate
 BACKGROUND_FALLBACK_MS = 250  # when no paint comes (a hidden window, nothing on screen changed)
 

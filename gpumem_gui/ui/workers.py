@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
 
-from gpumem_gui.core import GpumemError
+from gpumem_gui.ui.messages import error_line
 
 
 class _Relay(QObject):
@@ -34,10 +34,8 @@ class _Job(QRunnable):
     def run(self) -> None:
         try:
             result = self._fn()
-        except GpumemError as e:
-            self._emit_failed(str(e))
-        except Exception as e:  # a bug must not kill the worker thread silently
-            self._emit_failed(f"{type(e).__name__}: {e}")
+        except Exception as e:  # a bug must not kill the worker thread silently; one line, never raw pydantic
+            self._emit_failed(error_line(e))
         else:
             with contextlib.suppress(RuntimeError):  # the window went away while we worked
                 self._relay.finished.emit(self._id, result)
