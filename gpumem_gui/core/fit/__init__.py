@@ -324,7 +324,7 @@ def maxima_phrases(rep: FitReport) -> list[str]:
     out = [
         f"max {batch} {rep.max_batch}" if rep.max_batch is not None else f"no {batch} size fits",
         (
-            f"{'longest sequence' if train else 'max context'} {rep.max_context} tokens"
+            f"{'longest sequence' if train else 'max context'} {rep.max_context:,} tokens"
             if rep.max_context is not None
             else f"no {ctx} length fits"
         ),
