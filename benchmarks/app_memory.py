@@ -25,7 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 MiB = 1 << 20
 
-# Runs inside the spawned interpreter. argv: seconds, every, then the app's own flags.
+# Runs inside the spawned interpreter. argv: seconds, every, then the app's own flags. Prints an 'rss' line
+# per sample (label, seconds since the first paint, RSS bytes, banner flips so far) and the banner states.
 _WRAPPER = r"""
 import os, sys, time
 import gpumem_gui.ui  # PySide6 (and QtOpenGL) before pyqtgraph, as the app does
@@ -33,15 +34,22 @@ from PySide6.QtCore import QEvent, QObject, QTimer
 from PySide6.QtWidgets import QApplication
 
 seconds, every = float(sys.argv[1]), float(sys.argv[2])
-app_args = sys.argv[3:]
 app = QApplication([sys.argv[0]])
 page = os.sysconf("SC_PAGE_SIZE")
 t0 = None
+flips = {"n": 0, "last": None, "states": set()}
 
 def sample(label):
     with open("/proc/self/statm") as f:
         rss = int(f.read().split()[1]) * page
-    print(f"rss {label} {time.monotonic() - t0:.1f} {rss}", flush=True)
+    print(f"rss {label} {time.monotonic() - t0:.1f} {rss} {flips['n']}", flush=True)
+
+def on_update(window):
+    state = window.results.banner.state
+    flips["states"].add(state)
+    if flips["last"] is not None and state != flips["last"]:
+        flips["n"] += 1
+    flips["last"] = state
 
 class FirstPaint(QObject):
     done = False
@@ -50,6 +58,9 @@ class FirstPaint(QObject):
         if event.type() == QEvent.Type.Paint and not self.done:
             self.done = True
             t0 = time.monotonic()
+            for w in app.topLevelWidgets():
+                if hasattr(w, "results") and hasattr(w, "estimate_updated"):
+                    w.estimate_updated.connect(lambda w=w: on_update(w))
             sample("first-paint")
             ticker.start()
             QTimer.singleShot(int(seconds * 1000), finish)
@@ -57,6 +68,7 @@ class FirstPaint(QObject):
 
 def finish():
     sample("end")
+    print("states " + ",".join(sorted(flips["states"])), flush=True)
     app.quit()
 
 ticker = QTimer()
@@ -65,11 +77,15 @@ ticker.timeout.connect(lambda: sample("tick"))
 fp = FirstPaint()
 app.installEventFilter(fp)
 from gpumem_gui.app import main
-sys.exit(main(app_args))
+sys.exit(main(sys.argv[3:]))
 """
 
 
-def run(seconds: float, every: float, poll_ms: int, scenario: str) -> dict[str, object]:
+def app_samples(
+    seconds: float, every: float, app_args: list[str], repo: Path = REPO
+) -> tuple[list[dict], list[str]]:
+    """Run the app from ``repo`` offscreen in a throwaway HOME with ``app_args``; its RSS samples from the
+    first paint on (``label``, ``t_s``, ``rss_bytes``, ``flips``) and the banner states it showed."""
     with tempfile.TemporaryDirectory(prefix="gpumem-appmem-") as home:
         env = {
             **os.environ,
@@ -77,20 +93,25 @@ def run(seconds: float, every: float, poll_ms: int, scenario: str) -> dict[str, 
             "HOME": home,
             "XDG_CONFIG_HOME": str(Path(home) / ".config"),
         }
-        cmd = [sys.executable, "-c", _WRAPPER, str(seconds), str(every)]
-        cmd += ["--fake-gpus", scenario, "--poll-ms", str(poll_ms)]
+        cmd = [sys.executable, "-c", _WRAPPER, str(seconds), str(every), *app_args]
         proc = subprocess.run(
-            cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=seconds + 120, check=False
+            cmd, capture_output=True, text=True, env=env, cwd=repo, timeout=seconds + 300, check=False
         )
-    samples = []
+    samples: list[dict] = []
+    states: list[str] = []
     for line in proc.stdout.splitlines():
-        if line.startswith("rss "):
-            _, label, t, rss = line.split()
-            samples.append({"label": label, "t_s": float(t), "rss_bytes": int(rss)})
-            if label == "end":
-                break
+        if line.startswith("states "):
+            states = line.split()[1].split(",") if len(line.split()) > 1 else []
+        elif line.startswith("rss ") and not (samples and samples[-1]["label"] == "end"):
+            _, label, t, rss, flips = line.split()
+            samples.append({"label": label, "t_s": float(t), "rss_bytes": int(rss), "flips": int(flips)})
     if proc.returncode != 0 or len(samples) < 2:
-        raise SystemExit(f"app memory run failed (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        raise SystemExit(f"app run failed (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}")
+    return samples, states
+
+
+def run(seconds: float, every: float, poll_ms: int, scenario: str) -> dict[str, object]:
+    samples, _states = app_samples(seconds, every, ["--fake-gpus", scenario, "--poll-ms", str(poll_ms)])
     start = samples[0]["rss_bytes"]
     settled = next(
         (s["rss_bytes"] for s in samples if s["t_s"] >= min(10.0, seconds)), samples[-1]["rss_bytes"]

@@ -22,71 +22,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from benchmarks.app_memory import app_samples  # noqa: E402  (the one app wrapper and RSS sampler)
+
 MiB = 1 << 20
 GOAL_GROWTH_BYTES = 1 * MiB  # issue 18: "under 1 MiB growth in the second half"
 H100_TOTAL_MIB = 81559  # H100 80GB HBM3 as nvidia-smi reports it (resources/fake_gpus/8xh100_busy.json)
 LOW_MIB, HIGH_MIB = 2048, 75000  # free ~77 GiB (fits) / ~6 GiB (misses a ~16.5 GiB plan)
-
-# Runs inside the spawned interpreter. argv: seconds, every, then the app's own flags.
-_WRAPPER = r"""
-import os, sys, time
-import gpumem_gui.ui  # PySide6 (and QtOpenGL) before pyqtgraph, as the app does
-from PySide6.QtCore import QEvent, QObject, QTimer
-from PySide6.QtWidgets import QApplication
-
-seconds, every = float(sys.argv[1]), float(sys.argv[2])
-app = QApplication([sys.argv[0]])
-page = os.sysconf("SC_PAGE_SIZE")
-t0 = None
-flips = {"n": 0, "last": None, "states": set()}
-
-def sample(label):
-    with open("/proc/self/statm") as f:
-        rss = int(f.read().split()[1]) * page
-    print(f"rss {label} {time.monotonic() - t0:.1f} {rss} {flips['n']}", flush=True)
-
-def on_update(window):
-    state = window.results.banner.state
-    flips["states"].add(state)
-    if flips["last"] is not None and state != flips["last"]:
-        flips["n"] += 1
-    flips["last"] = state
-
-class FirstPaint(QObject):
-    done = False
-    def eventFilter(self, obj, event):
-        global t0
-        if event.type() == QEvent.Type.Paint and not self.done:
-            self.done = True
-            t0 = time.monotonic()
-            for w in app.topLevelWidgets():
-                if hasattr(w, "results") and hasattr(w, "estimate_updated"):
-                    w.estimate_updated.connect(lambda w=w: on_update(w))
-            sample("first-paint")
-            ticker.start()
-            QTimer.singleShot(int(seconds * 1000), finish)
-        return False
-
-def finish():
-    sample("end")
-    print("states " + ",".join(sorted(flips["states"])), flush=True)
-    app.quit()
-
-ticker = QTimer()
-ticker.setInterval(int(every * 1000))
-ticker.timeout.connect(lambda: sample("tick"))
-fp = FirstPaint()
-app.installEventFilter(fp)
-from gpumem_gui.app import main
-sys.exit(main(sys.argv[3:]))
-"""
 
 
 def flip_scenario(half_steps: int, gpus: int = 8) -> dict:
@@ -111,29 +58,11 @@ def flip_scenario(half_steps: int, gpus: int = 8) -> dict:
 
 
 def run(seconds: float, every: float, poll_ms: int, half_steps: int, repo: Path = REPO) -> dict[str, object]:
-    with tempfile.TemporaryDirectory(prefix="gpumem-soakflip-") as home:
-        scenario = Path(home) / "flip.json"
+    with tempfile.TemporaryDirectory(prefix="gpumem-soakflip-") as tmp:
+        scenario = Path(tmp) / "flip.json"
         scenario.write_text(json.dumps(flip_scenario(half_steps)))
-        env = {
-            **os.environ,
-            "QT_QPA_PLATFORM": "offscreen",
-            "HOME": home,
-            "XDG_CONFIG_HOME": str(Path(home) / ".config"),
-        }
-        cmd = [sys.executable, "-c", _WRAPPER, str(seconds), str(every)]
-        cmd += ["--fake-gpus", str(scenario), "--poll-ms", str(poll_ms)]
-        proc = subprocess.run(
-            cmd, capture_output=True, text=True, env=env, cwd=repo, timeout=seconds + 300, check=False
-        )
-    samples, states = [], []
-    for line in proc.stdout.splitlines():
-        if line.startswith("states "):
-            states = line.split()[1].split(",")
-        elif line.startswith("rss ") and not (samples and samples[-1]["label"] == "end"):
-            _, label, t, rss, flips = line.split()
-            samples.append({"label": label, "t_s": float(t), "rss_bytes": int(rss), "flips": int(flips)})
-    if proc.returncode != 0 or len(samples) < 2:
-        raise SystemExit(f"soak run failed (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-3000:]}")
+        app_args = ["--fake-gpus", str(scenario), "--poll-ms", str(poll_ms)]
+        samples, states = app_samples(seconds, every, app_args, repo)
     return summarize(samples, seconds, poll_ms, half_steps, states)
 
 

@@ -98,8 +98,8 @@ class _LoopbackServer:
 
 
 class _QuietHandler(BaseHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # the request log stays out of test output
-        pass
+    def log_message(self, format: str, *args: object) -> None:
+        """The request log stays out of test output."""
 
     def _answer(self, status: int, body: bytes = b"", content_type: str = "text/plain") -> None:
         self.send_response(status)

@@ -12,6 +12,7 @@ Prometheus process (terminate, 10 s, kill). Pytest fixtures over this are in tes
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -226,11 +227,9 @@ class PrometheusServer:
         while time.monotonic() < deadline:
             if self._proc is None or self._proc.poll() is not None:
                 return False
-            try:
+            with contextlib.suppress(OSError):  # not listening yet
                 if self.request("/-/ready", timeout=1.0)[0] == 200:
                     return True
-            except OSError:
-                pass
             time.sleep(0.1)
         self._terminate()
         return False

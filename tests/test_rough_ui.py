@@ -17,26 +17,13 @@ from PySide6.QtGui import QColor, QPixmap, QPixmapCache
 from gpumem_gui.core import GpumemInputError, InferenceRun
 from gpumem_gui.ui.main_window import MainWindow
 from gpumem_gui.ui.messages import MAX_LINE, error_line, one_line
+from tests.app_process import run_app
 from tests.conftest import REPO
 
 pytestmark = [pytest.mark.no_qt_log]
 
 MiB = 1 << 20
 H100_MIB = 81559  # resources/fake_gpus/8xh100_busy.json
-
-
-def _run_app(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
-    code = "import sys; from gpumem_gui.app import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run(
-        [sys.executable, "-c", code, *argv],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=REPO,
-        check=False,
-    )
 
 
 def _h100s(n: int, used: list[int] | int = 1024, **gpu: object) -> dict:
@@ -172,7 +159,7 @@ def test_a_disarmed_watchdog_does_nothing() -> None:
 
 
 def test_the_self_test_never_outlives_its_watchdog() -> None:
-    proc = _run_app("--self-test", "--self-test-timeout", "0.001", "--fake-gpus", "rtx4090_browser")
+    proc = run_app("--self-test", "--self-test-timeout", "0.001", "--fake-gpus", "rtx4090_browser")
     assert proc.returncode == 1
     assert "self-test: FAILED: timed out after 0.001 s while" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -184,7 +171,7 @@ def test_a_self_test_whose_every_gpu_reading_fails_reports_the_gpu_error(tmp_pat
     scenario.write_text(
         json.dumps({**_h100s(1), "at_end": "hold", "faults": {"raise_at_steps": list(range(500))}})
     )
-    proc = _run_app("--self-test", "--poll-ms", "100", "--fake-gpus", str(scenario))
+    proc = run_app("--self-test", "--poll-ms", "100", "--fake-gpus", str(scenario))
     assert proc.returncode == 1
     (line,) = [x for x in proc.stderr.splitlines() if "self-test:" in x]
     assert line.startswith("gpumem-gui self-test: FAILED: GPU readings failed 3 times in a row: ")
@@ -196,7 +183,7 @@ def test_a_self_test_with_4096_fake_gpus_finishes(tmp_path: Path) -> None:
     MAX_CARDS cards, each without a plot widget."""
     scenario = tmp_path / "many.json"
     scenario.write_text(json.dumps(_h100s(4096)))
-    proc = _run_app("--self-test", "--fake-gpus", str(scenario))
+    proc = run_app("--self-test", "--fake-gpus", str(scenario))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "4096 device(s)" in proc.stdout
 

@@ -2,30 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gpumem_gui.app import main
+from tests.app_process import run_app
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _run(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
-    code = "import sys; from gpumem_gui.app import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run(
-        [sys.executable, "-c", code, *argv],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=REPO,
-        check=False,
-    )
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -34,7 +18,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_self_test_passes_with_a_fake_gpu() -> None:
-    proc = _run("--self-test", "--fake-gpus", "rtx4090_browser")
+    proc = run_app("--self-test", "--fake-gpus", "rtx4090_browser")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "self-test: ok" in proc.stdout
     assert "fake:rtx4090_browser" in proc.stdout
@@ -42,12 +26,12 @@ def test_self_test_passes_with_a_fake_gpu() -> None:
 
 
 def test_self_test_passes_without_a_driver() -> None:
-    proc = _run("--self-test", "--fake-gpus", "no_driver")
+    proc = run_app("--self-test", "--fake-gpus", "no_driver")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_a_bad_fake_gpu_scenario_is_one_line_and_exit_2() -> None:
-    proc = _run("--fake-gpus", "no_such_scenario", timeout=60)
+    proc = run_app("--fake-gpus", "no_such_scenario", timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.startswith("gpumem-gui: error:") and "shipped scenarios" in proc.stderr
     assert "Traceback" not in proc.stderr

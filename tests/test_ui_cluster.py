@@ -101,7 +101,7 @@ class StaticBackend:
         return self.snap
 
     def close(self) -> None:
-        pass
+        """Holds nothing to release."""
 
 
 def closed_port() -> int:

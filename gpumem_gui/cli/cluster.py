@@ -30,7 +30,7 @@ def add_prometheus_flags(sp: argparse.ArgumentParser, *, fit: bool) -> None:
     g.add_argument("--prometheus-basic-auth-file", metavar="FILE", help="file holding 'user:password'")
     g.add_argument("--prometheus-ca", metavar="FILE", help="PEM file of the CA of the server's certificate")
     g.add_argument("--prometheus-timeout", type=float, default=5.0, metavar="S", help="per request (5 s)")
-    g.add_argument("--stale-after", type=float, default=30.0, metavar="S", help="samples older are stale")
+    g.add_argument("--stale-after", type=float, default=120.0, metavar="S", help="samples older are stale")
     if fit:
         g.add_argument(
             "--tp-across-hosts",

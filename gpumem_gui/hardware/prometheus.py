@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from gpumem_gui.hardware.backend import CLOSED_REASON
 from gpumem_gui.hardware.prometheus_config import PrometheusConfig
 from gpumem_gui.hardware.prometheus_http import PrometheusFault, PrometheusHttp, Series
+from gpumem_gui.hardware.report import age_words
 from gpumem_gui.hardware.snapshot import GpuDevice, GpuSnapshot
 
 FAMILIES = {
@@ -41,7 +42,11 @@ FAMILIES = {
 MIB = 1 << 20  # dcgm-exporter's FB_* fields are MiB (its counters CSV: "Framebuffer memory free (in MiB)")
 HOST_FALLBACKS = ("Hostname", "hostname", "instance")
 WORKLOAD_LABELS = ("namespace", "pod", "container")  # dcgm-exporter --kubernetes
-_AGE_QUERY_MAX = 200  # gone GPUs whose age is looked up in one query; more get no age
+# gone GPUs whose age is looked up in one query (a regex of UUIDs; 200 x 41 characters keeps the query under
+# ~8 KB, a common proxy limit for a request line or form body); more get no age
+_AGE_QUERY_MAX = 200
+# after a failure: half the window's fastest cluster poll (2 s), doubling to 30 s, half of Prometheus's
+# default 1-minute scrape interval (a server that is down is asked about twice per scrape at most)
 _BACKOFF_FIRST_S, _BACKOFF_MAX_S = 0.5, 30.0
 
 LabelSet = tuple[tuple[str, str], ...]
@@ -278,7 +283,7 @@ def _device(s: _Seen, where: _Where, mig_index: int | None, gi: int | None, *, m
         "workloads": tuple(sorted(s.workloads)),
     }
     if not live and where.host_live:
-        seen_ago = f" (last sample {age:.0f} s ago)" if age is not None else ""
+        seen_ago = f" ({age_words(age)})" if age is not None else ""
         return GpuDevice(**base, error=f"no longer reported by dcgm-exporter on {host}{seen_ago}")
     free, used, reserved = _mib(v.get("free")), _mib(v.get("used")), _mib(v.get("reserved"))
     total = None if free is None or used is None else free + used + (reserved or 0)

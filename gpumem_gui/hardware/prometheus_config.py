@@ -70,12 +70,16 @@ class PrometheusConfig(_Frozen):
     basic_auth_file: Path | None = Field(None, description="file holding 'user:password' for basic auth")
     ca_file: Path | None = Field(None, description="PEM file of the CA that signed the server's certificate")
     timeout_s: Annotated[float, Field(gt=0, le=120)] = Field(5.0, description="per request")
+    # Prometheus scrapes every 1 m unless configured otherwise (global scrape_interval's default, Prometheus
+    # docs "Configuration"): a fresh sample is up to a minute old, so stale means two intervals missed
     stale_after_s: Annotated[float, Field(ge=1, le=86_400)] = Field(
-        30.0, description="a GPU whose newest sample is older than this is stale (greyed, never placed)"
+        120.0, description="a GPU whose newest sample is older than this is stale (greyed, never placed)"
     )
+    # Prometheus's own default look-back for instant queries (--query.lookback-delta, 5m)
     lookback_s: Annotated[int, Field(ge=10, le=86_400)] = Field(
         300, description="how far back a host that stopped answering is still shown (greyed, with its age)"
     )
+    # the most GPUs a fit target holds (core GpuTarget.count, le=4096)
     max_devices: Annotated[int, Field(ge=1, le=100_000)] = Field(
         4096, description="more GPUs than this are cut (and the snapshot says so): narrow with a selector"
     )

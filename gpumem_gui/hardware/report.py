@@ -104,6 +104,17 @@ def snapshot_to_json(snapshot: GpuSnapshot) -> dict[str, Any]:
 # ---- text ---------------------------------------------------------------------------------------------
 
 
+def age_words(seconds: float | None) -> str:
+    """'last sample 42 s ago' (minutes and hours past 120 s and 120 min): a cluster GPU's sample age, as
+    the CLI table, the lost-GPU message and the window's cluster cards all say it."""
+    if seconds is None:
+        return "no recent sample"
+    s = round(seconds)
+    if s < 120:
+        return f"last sample {s} s ago"
+    return f"last sample {s // 60} min ago" if s < 7200 else f"last sample {s // 3600} h ago"
+
+
 def _gib(n: int | None) -> str:
     return "?" if n is None else f"{n / GiB:.1f}"
 
@@ -119,8 +130,7 @@ def _row(d: GpuDevice) -> tuple[str, ...]:
     if d.error is not None:
         return (key, second, d.name, f"ERROR: {d.error}", "", "", "", "")
     if d.host is not None:
-        age = "?" if d.sample_age_s is None else f"{d.sample_age_s:.0f}"
-        last = f"stale (last sample {age} s ago)" if d.stale else "ok"
+        last = f"stale ({age_words(d.sample_age_s)})" if d.stale else "ok"
         if d.workloads:
             last += f", used by {', '.join(d.workloads)}"
     else:

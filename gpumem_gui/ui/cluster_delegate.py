@@ -14,8 +14,9 @@ from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QPainter, QPalett
 from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem, QWidget
 
 from gpumem_gui.core import Verdict
+from gpumem_gui.hardware.report import age_words
 from gpumem_gui.hardware.snapshot import GpuDevice
-from gpumem_gui.ui.cluster_model import ClusterModel, HostInfo, Node, age_words, memory_text
+from gpumem_gui.ui.cluster_model import ClusterModel, HostInfo, Node, memory_text
 from gpumem_gui.ui.report import verdict_words
 from gpumem_gui.ui.theme import status_color
 

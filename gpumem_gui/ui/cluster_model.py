@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QAbstractItemModel, QModelIndex, QObject, QPersistentModelIndex, Qt
 
 from gpumem_gui.core import SizeUnit, Verdict, fmt_bytes
+from gpumem_gui.hardware.report import age_words
 from gpumem_gui.hardware.snapshot import GpuDevice, GpuSnapshot
 
 Evaluator = Callable[[GpuDevice, int], Verdict | None]
@@ -32,16 +33,6 @@ def shown_values(d: GpuDevice) -> tuple:
         d.name, d.total_bytes, d.used_bytes, d.free_bytes, d.utilization_percent, d.temperature_c,
         d.error, d.stale, age, d.workloads, d.mig_mode, d.uuid, d.pci_bus_id, procs,
     )  # fmt: skip
-
-
-def age_words(seconds: float | None) -> str:
-    """'last sample 42 s ago' (minutes and hours past 120 s and 120 min)."""
-    if seconds is None:
-        return "no recent sample"
-    s = round(seconds)
-    if s < 120:
-        return f"last sample {s} s ago"
-    return f"last sample {s // 60} min ago" if s < 7200 else f"last sample {s // 3600} h ago"
 
 
 def memory_text(d: GpuDevice, unit: SizeUnit) -> str:

@@ -155,7 +155,7 @@ class FieldForm(QWidget):
 
     def show_error(self, field: str | None, message: str) -> None:
         """Show ``message`` next to ``field``'s widget, or above the form when no such field is here."""
-        message = one_line(message.replace("Value error, ", ""))
+        message = one_line(message)  # pydantic's "Value error, " is dropped by the core already
         row = self._rows.get(field or "")
         if row is not None:
             row.error.show_message(message)
