@@ -19,10 +19,10 @@ from gpumem_gui import __version__
 from gpumem_gui.cli.cluster import add_prometheus_flags
 from gpumem_gui.cli.flags import MODES, add_run_flags, add_target_flags, bounded_int, run_from_args
 from gpumem_gui.cli.info import cmd_formats, cmd_gpus, cmd_inspect, cmd_models, inspect_json
-from gpumem_gui.cli.output import ECHO_CHARS
+from gpumem_gui.cli.output import ECHO_CHARS, clip
 from gpumem_gui.cli.plan import cmd_estimate, cmd_fit, cmd_sweep, estimate_json
 from gpumem_gui.cli.trace_cmd import add_trace_flags, cmd_trace
-from gpumem_gui.core import MAX_SWEEP_POINTS, GpumemError, describe_validation_error, run_fields, short
+from gpumem_gui.core import MAX_SWEEP_POINTS, GpumemError, describe_validation_error, run_fields
 
 __all__ = ["build_parser", "estimate_json", "inspect_json", "main", "run_from_args"]
 
@@ -38,7 +38,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         where = self.prog.removeprefix("gpumem").strip() or "command line"
         text = re.sub(r"^argument ([^:]+): ", r"\1: ", message)
-        text = re.sub(rf"'([^']{{{ECHO_CHARS + 1},}})'", lambda m: short(m.group(1), ECHO_CHARS), text)
+        text = re.sub(rf"'([^']{{{ECHO_CHARS + 1},}})'", lambda m: clip(m.group(1)), text)
         text = " ".join(text.split())
         self.exit(EXIT_BAD_INPUT, f"gpumem: error: {where}: {text} (see {self.prog} --help)\n")
 

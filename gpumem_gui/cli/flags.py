@@ -14,7 +14,7 @@ import argparse
 import re
 from typing import Any
 
-from gpumem_gui.cli.output import ECHO_CHARS
+from gpumem_gui.cli.output import clip
 from gpumem_gui.core import (
     MAX_GPUS,
     GpumemInputError,
@@ -28,7 +28,6 @@ from gpumem_gui.core import (
     make_run,
     make_training_run,
     run_fields,
-    short,
 )
 
 MODES: dict[str, type] = {"inference": InferenceRun, "train": TrainingRun}
@@ -45,7 +44,7 @@ def bounded_int(lo: int, hi: int, unit: str = "") -> Any:
         t = text.strip()
         if not re.fullmatch(r"[-+]?\d{1,20}", t) or not lo <= int(t) <= hi:
             raise argparse.ArgumentTypeError(
-                f"must be an integer from {lo:,} to {hi:,}{unit}, got {short(text, ECHO_CHARS)}"
+                f"must be an integer from {lo:,} to {hi:,}{unit}, got {clip(text)}"
             )
         return int(t)
 
@@ -65,8 +64,7 @@ class _Value:
             return self.field.parse(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"invalid {self.field.kind} value {short(text, ECHO_CHARS)} "
-                f"(allowed: {self.field.range_text()})"
+                f"invalid {self.field.kind} value {clip(text)} (allowed: {self.field.range_text()})"
             ) from None
 
 

@@ -35,5 +35,12 @@ def dump(obj: Any) -> None:
 ECHO_CHARS = 60
 
 
+def clip(text: str, n: int = ECHO_CHARS) -> str:
+    """``repr(text)`` as an error line may repeat it: at most ``n`` characters of it, then its length."""
+    if len(text) <= n:
+        return repr(text)
+    return f"{text[:n]!r}... ({len(text):,} characters)"
+
+
 def gib(n: int) -> str:
     return f"{n / GiB:,.2f}"
