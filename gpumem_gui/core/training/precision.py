@@ -15,6 +15,9 @@ PRECISION_DOC = {
     "amp-bf16": "fp32 weights, torch.autocast(bfloat16) over forward + loss, fp32 gradients and optimizer "
     "states (HF Trainer bf16=True on an fp32 model); LoRA/QLoRA: bf16 frozen base, fp32 adapters, autocast",
     "amp-fp16": "as amp-bf16 with float16 autocast (and a GradScaler, whose state is negligible)",
+    "mp-bf16": "FSDP MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): fp32 sharded parameters, "
+    "gradients and optimizer states, bf16 copies of the gathered (unsharded) parameters for forward and "
+    "backward, gradients reduced in fp32 (torch/distributed/fsdp/_fully_shard/_fsdp_api.py)",
     "bf16": "weights, gradients and optimizer states in bf16, no autocast (LoRA adapters stay fp32, PEFT's "
     "autocast_adapter_dtype default)",
     "fp32": "everything in fp32, no autocast",
@@ -47,6 +50,7 @@ class PrecisionProfile:
 PRECISIONS: dict[str, PrecisionProfile] = {
     "amp-bf16": PrecisionProfile(full=("f32", "bf16"), adapters=("bf16", "bf16")),
     "amp-fp16": PrecisionProfile(full=("f32", "f16"), adapters=("f16", "f16")),
+    "mp-bf16": PrecisionProfile(full=("f32", "bf16"), adapters=("bf16", "bf16")),
     "bf16": PrecisionProfile(full=("bf16", None), adapters=("bf16", None)),
     "fp32": PrecisionProfile(full=("f32", None), adapters=("f32", None)),
     # Megatron-LM Float16OptimizerWithFloat16Params / DistributedOptimizer (megatron/core/optimizer)

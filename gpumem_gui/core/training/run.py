@@ -15,9 +15,34 @@ from gpumem_gui.core.errors import describe_validation_error, short
 from gpumem_gui.core.fields import ATTN_CHOICES, UI, CudaContextMiB
 from gpumem_gui.core.spec.model import Frozen
 from gpumem_gui.core.training.precision import MEGATRON_OPTIMIZERS
+from gpumem_gui.core.training.run_options import (
+    ActivationOffload,
+    AllgatherBucket,
+    BucketCapMb,
+    BucketView,
+    CkptEvery,
+    CkptPolicy,
+    Compile,
+    Float8,
+    FrameworkField,
+    FsdpVersion,
+    LossChunks,
+    LossField,
+    MaxLiveParams,
+    OffloadDevice,
+    OptimizerInBackward,
+    PersistenceThreshold,
+    PpSchedule,
+    PpVirtual,
+    PrefetchBucket,
+    ReduceBucket,
+    ReshardSize,
+    SequenceParallel,
+    ZeroImpl,
+)
 
 Method = Literal["full", "lora", "qlora"]
-Precision = Literal["amp-bf16", "amp-fp16", "bf16", "fp32", "megatron-bf16"]
+Precision = Literal["amp-bf16", "amp-fp16", "mp-bf16", "bf16", "fp32", "megatron-bf16"]
 Optimizer = Literal[
     "adamw", "adamw-fused", "adamw-foreach", "adamw-for-loop", "adamw-8bit", "paged-adamw-8bit", "adafactor",
     "sgd", "sgd-momentum", "lion",
@@ -61,11 +86,13 @@ class TrainingRun(Frozen):
             _M,
             "how weights, activations, gradients and optimizer states are stored: amp-bf16/amp-fp16 fp32 "
             "weights, gradients and states under autocast (LoRA: a 16-bit frozen base); bf16/fp32 everything "
-            "in that dtype (LoRA adapters stay fp32); megatron-bf16 bf16 weights with fp32 main grads, "
+            "in that dtype (LoRA adapters stay fp32); mp-bf16 FSDP MixedPrecisionPolicy(param_dtype=bf16, "
+            "reduce_dtype=fp32): fp32 sharded weights and states, bf16 gathered weights; megatron-bf16 bf16 weights with fp32 main grads, "
             "master weights and states",
             choices=(
                 ("mixed bf16 (fp32 master, bf16 autocast)", "amp-bf16"),
                 ("mixed fp16 (fp32 master, fp16 autocast)", "amp-fp16"),
+                ("FSDP mixed bf16 (fp32 shards, bf16 compute)", "mp-bf16"),
                 ("pure bf16", "bf16"),
                 ("fp32", "fp32"),
                 ("Megatron bf16 (fp32 main grads)", "megatron-bf16"),
@@ -307,6 +334,32 @@ class TrainingRun(Frozen):
         ),
     ] = False
     cuda_context_mib: CudaContextMiB = 500
+    # the framework and its tricks (training/run_options.py declares them; training/profiles.py applies them)
+    framework: FrameworkField = "pytorch"
+    loss: LossField = "auto"
+    loss_chunks: LossChunks = 8  # torchtune modules/loss/ce_chunked_output_loss.py, num_output_chunks=8
+    optimizer_in_backward: OptimizerInBackward = False
+    activation_offload: ActivationOffload = False
+    ckpt_every: CkptEvery = 1
+    ckpt_policy: CkptPolicy = "full"
+    float8: Float8 = False
+    compile: Compile = False
+    # sharding details, each default the runtime's own
+    fsdp_version: FsdpVersion = 2
+    reshard_size: ReshardSize = None
+    bucket_cap_mb: BucketCapMb = 25.0  # torch/nn/parallel/distributed.py, DistributedDataParallel(bucket_cap_mb)
+    bucket_view: BucketView = False  # DistributedDataParallel(gradient_as_bucket_view=False)
+    zero_impl: ZeroImpl = "deepspeed"
+    # deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig field defaults)
+    reduce_bucket: ReduceBucket = 500_000_000
+    allgather_bucket: AllgatherBucket = 500_000_000
+    prefetch_bucket: PrefetchBucket = 50_000_000
+    max_live_params: MaxLiveParams = 1_000_000_000
+    persistence_threshold: PersistenceThreshold = 100_000
+    offload_device: OffloadDevice = "cpu"
+    sequence_parallel: SequenceParallel = False
+    pp_schedule: PpSchedule = "1f1b"
+    pp_virtual: PpVirtual = 1
 
     @field_validator("optimizer")
     @classmethod

@@ -1,0 +1,309 @@
+"""The training run's framework and sharding-detail fields, declared once (types, ranges, UI) and listed in
+:class:`~gpumem_gui.core.training.run.TrainingRun`; each default is the framework's own, with its source.
+
+Kept apart from :mod:`.run` so the run model stays one readable list; the semantics live in
+:mod:`gpumem_gui.core.training.frameworks` (sharding, buckets) and :mod:`gpumem_gui.core.training.profiles`
+(framework profiles and their memory tricks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from gpumem_gui.core.fields import UI
+
+_F, _D = "Framework", "Sharding details"
+
+FrameworkName = Literal[
+    "pytorch", "hf-trainer", "trl", "torchtune", "torchtitan", "deepspeed", "megatron", "unsloth", "axolotl",
+    "llama-factory",
+]  # fmt: skip
+FRAMEWORK_CHOICES: tuple[tuple[str, str], ...] = (
+    ("plain PyTorch (DDP / FSDP2)", "pytorch"),
+    ("Hugging Face Trainer", "hf-trainer"),
+    ("TRL (SFTTrainer)", "trl"),
+    ("torchtune", "torchtune"),
+    ("torchtitan", "torchtitan"),
+    ("DeepSpeed", "deepspeed"),
+    ("Megatron-LM", "megatron"),
+    ("unsloth", "unsloth"),
+    ("Axolotl", "axolotl"),
+    ("LLaMA-Factory", "llama-factory"),
+)
+
+
+def _dp_only(v: Mapping[str, Any]) -> bool:
+    return (v.get("dp") or 1) > 1 and not v.get("zero") and v.get("fsdp", "none") == "none"
+
+
+def _zero(v: Mapping[str, Any]) -> bool:
+    return bool(v.get("zero"))
+
+
+def _zero_ds(stages: tuple[int, ...]) -> Any:
+    return lambda v: v.get("zero") in stages and v.get("zero_impl", "deepspeed") == "deepspeed"
+
+
+def _fsdp_on(v: Mapping[str, Any]) -> bool:
+    return v.get("fsdp", "none") != "none"
+
+
+FrameworkField = Annotated[
+    FrameworkName,
+    UI(
+        "Framework",
+        _F,
+        "the training framework: its defaults (loss implementation, FSDP version, ...) are applied where a "
+        "field says 'framework default' and listed with the estimate; each can be overridden",
+        choices=FRAMEWORK_CHOICES,
+    ),
+]
+LossField = Annotated[
+    Literal["auto", "standard", "chunked", "fused-linear"],
+    UI(
+        "Loss",
+        _F,
+        "how the cross-entropy is computed: standard (full logits, upcast to fp32), chunked (torchtune "
+        "CEWithChunkedOutputLoss: logits per chunk of tokens), fused-linear (Liger / unsloth / Cut "
+        "Cross-Entropy: the head and the loss fused, logits never materialised for the whole sequence); "
+        "auto: the framework's default",
+        choices=(
+            ("framework default", "auto"),
+            ("standard (full logits)", "standard"),
+            ("chunked cross-entropy", "chunked"),
+            ("fused linear cross-entropy", "fused-linear"),
+        ),
+    ),
+]
+LossChunks = Annotated[
+    int,
+    Field(ge=1, le=4096),
+    UI(
+        "Loss chunks",
+        _F,
+        "chunks of the sequence the chunked loss computes at a time (torchtune num_output_chunks = 8)",
+        shown=lambda v: v.get("loss") == "chunked" or v.get("framework") == "torchtune",
+    ),
+]
+OptimizerInBackward = Annotated[
+    bool,
+    UI(
+        "Optimizer in backward",
+        _F,
+        "torchtune optimizer_in_bwd: each parameter is stepped and its gradient freed as soon as it is "
+        "ready, so gradients of the whole model never coexist (no gradient accumulation)",
+    ),
+]
+ActivationOffload = Annotated[
+    bool,
+    UI(
+        "Activation offload",
+        _F,
+        "saved activations (with checkpointing: the layer inputs) go to CPU RAM during forward and come back "
+        "for backward (torchtune enable_activation_offloading, unsloth's offloaded gradient checkpointing)",
+    ),
+]
+CkptEvery = Annotated[
+    int,
+    Field(ge=1, le=4096),
+    UI(
+        "Checkpoint every",
+        _F,
+        "checkpoint every N-th decoder layer only (torchtitan selective layer AC: "
+        "activation_checkpoint.selective_ac_option = N); the others keep their activations",
+        unit=" layers",
+        shown=lambda v: bool(v.get("grad_ckpt")),
+    ),
+]
+CkptPolicy = Annotated[
+    Literal["full", "selective-op"],
+    UI(
+        "Checkpoint policy",
+        _F,
+        "full: keep only each checkpointed layer's input; selective-op: also keep the outputs of the "
+        "expensive ops (torchtitan selective_ac_option = 'op': matmuls except every second one, attention)",
+        choices=(("full (layer input only)", "full"), ("selective by op", "selective-op")),
+        shown=lambda v: bool(v.get("grad_ckpt")),
+    ),
+]
+Float8 = Annotated[
+    bool,
+    UI(
+        "Float8 linears",
+        _F,
+        "torchtitan / torchao float8 training: the decoder's linears cast their input and weight to fp8 "
+        "(tensorwise scaling) and save the fp8 input for backward",
+    ),
+]
+Compile = Annotated[
+    bool,
+    UI(
+        "torch.compile",
+        _F,
+        "compiled decoder layers: elementwise ops (norms, activations, rotary) fused, so their "
+        "intermediates are neither materialised nor saved",
+    ),
+]
+
+FsdpVersion = Annotated[
+    Literal[1, 2],
+    UI(
+        "FSDP version",
+        _D,
+        "2: fully_shard (per-parameter DTensor shards, torchtitan, torchtune, accelerate fsdp_version 2); "
+        "1: FullyShardedDataParallel (one flat parameter per unit, HF Trainer's default)",
+        choices=(("FSDP2 (fully_shard)", 2), ("FSDP1 (FullyShardedDataParallel)", 1)),
+        shown=_fsdp_on,
+    ),
+]
+ReshardSize = Annotated[
+    int | None,
+    Field(ge=1, le=4096),
+    UI(
+        "Reshard to",
+        _D,
+        "FSDP2 reshard_after_forward = N: after forward a unit's parameters are resharded over N ranks "
+        "(e.g. the GPUs of a node) instead of freed; auto: as the strategy says",
+        unit=" ranks",
+        special="strategy",
+        none=0,
+        shown=lambda v: v.get("fsdp") == "full_shard" and v.get("fsdp_version", 2) == 2,
+    ),
+]
+BucketCapMb = Annotated[
+    float,
+    Field(gt=0, le=1 << 20),
+    UI(
+        "DDP bucket",
+        _D,
+        "DistributedDataParallel bucket_cap_mb: gradients are all-reduced in buckets of this size",
+        unit=" MB",
+        shown=_dp_only,
+    ),
+]
+BucketView = Annotated[
+    bool,
+    UI(
+        "Gradients as bucket views",
+        _D,
+        "DDP gradient_as_bucket_view: .grad points into the flat buckets (one copy) instead of a second "
+        "copy of every gradient (torch's default: off)",
+        shown=_dp_only,
+    ),
+]
+ZeroImpl = Annotated[
+    Literal["deepspeed", "torch"],
+    UI(
+        "ZeRO implementation",
+        _D,
+        "deepspeed: flat partitions split evenly over the ranks; torch: ZeroRedundancyOptimizer (stage 1 "
+        "only) assigns whole parameters to ranks, greedily by size, under DDP",
+        choices=(("DeepSpeed", "deepspeed"), ("torch ZeroRedundancyOptimizer", "torch")),
+        shown=_zero,
+    ),
+]
+ReduceBucket = Annotated[
+    int,
+    Field(ge=1, le=1 << 40),
+    UI(
+        "Reduce bucket",
+        _D,
+        "DeepSpeed zero_optimization.reduce_bucket_size (elements)",
+        unit=" elements",
+        shown=_zero_ds((1, 2, 3)),
+    ),
+]
+AllgatherBucket = Annotated[
+    int,
+    Field(ge=1, le=1 << 40),
+    UI(
+        "All-gather bucket",
+        _D,
+        "DeepSpeed zero_optimization.allgather_bucket_size (elements, stages 1 and 2)",
+        unit=" elements",
+        shown=_zero_ds((1, 2)),
+    ),
+]
+PrefetchBucket = Annotated[
+    int,
+    Field(ge=0, le=1 << 40),
+    UI(
+        "Prefetch bucket",
+        _D,
+        "DeepSpeed stage3_prefetch_bucket_size (elements gathered ahead)",
+        unit=" elements",
+        shown=_zero_ds((3,)),
+    ),
+]
+MaxLiveParams = Annotated[
+    int,
+    Field(ge=0, le=1 << 40),
+    UI(
+        "Max live parameters",
+        _D,
+        "DeepSpeed stage3_max_live_parameters: gathered parameters kept before releasing (elements)",
+        unit=" elements",
+        shown=_zero_ds((3,)),
+    ),
+]
+PersistenceThreshold = Annotated[
+    int,
+    Field(ge=0, le=1 << 40),
+    UI(
+        "Persistence threshold",
+        _D,
+        "DeepSpeed stage3_param_persistence_threshold: parameters smaller than this stay unsharded",
+        unit=" elements",
+        shown=_zero_ds((3,)),
+    ),
+]
+OffloadDevice = Annotated[
+    Literal["cpu", "nvme"],
+    UI(
+        "Offload to",
+        _D,
+        "where offloaded states (and parameters) live: CPU RAM or NVMe (DeepSpeed ZeRO-Infinity "
+        "offload_optimizer.device / offload_param.device = nvme; pinned CPU buffers remain)",
+        choices=(("CPU RAM", "cpu"), ("NVMe", "nvme")),
+        shown=lambda v: v.get("offload", "none") != "none" and bool(v.get("zero")),
+    ),
+]
+SequenceParallel = Annotated[
+    bool,
+    UI(
+        "Sequence parallel",
+        _D,
+        "Megatron / torchtitan sequence parallelism with TP: norms, dropout and residuals hold seq / tp "
+        "tokens on each TP rank (and the loss is vocab-parallel)",
+        shown=lambda v: (v.get("tp") or 1) > 1,
+    ),
+]
+PpSchedule = Annotated[
+    Literal["1f1b", "gpipe", "interleaved-1f1b", "zero-bubble"],
+    UI(
+        "Pipeline schedule",
+        _D,
+        "micro-batches in flight on a stage: GPipe all of them, 1F1B min(pp - stage, micro-batches), "
+        "interleaved 1F1B more per virtual stage, zero-bubble (ZB-H1) as 1F1B plus held weight gradients",
+        choices=(
+            ("1F1B", "1f1b"),
+            ("GPipe", "gpipe"),
+            ("interleaved 1F1B", "interleaved-1f1b"),
+            ("zero bubble (ZB-H1)", "zero-bubble"),
+        ),
+        shown=lambda v: (v.get("pp") or 1) > 1,
+    ),
+]
+PpVirtual = Annotated[
+    int,
+    Field(ge=1, le=256),
+    UI(
+        "Virtual stages",
+        _D,
+        "model chunks per pipeline rank (interleaved 1F1B: Megatron --num-layers-per-virtual-pipeline-stage)",
+        shown=lambda v: v.get("pp_schedule") == "interleaved-1f1b",
+    ),
+]
