@@ -6,7 +6,6 @@ the README's flag table are generated from these declarations (:mod:`gpumem_gui.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
@@ -15,6 +14,7 @@ from gpumem_gui.core.errors import describe_validation_error, short
 from gpumem_gui.core.fields import ATTN_CHOICES, UI, CudaContextMiB
 from gpumem_gui.core.spec.model import Frozen
 from gpumem_gui.core.training.precision import MEGATRON_OPTIMIZERS
+from gpumem_gui.core.training.run_adapters import LoraAlpha, LoraDropout, LoraRank, LoraTargets, QloraBase
 from gpumem_gui.core.training.run_options import (
     ActivationOffload,
     AllgatherBucket,
@@ -48,11 +48,7 @@ Optimizer = Literal[
     "sgd", "sgd-momentum", "lion",
 ]  # fmt: skip
 
-_M, _S, _L, _G = "Method", "Step", "LoRA", "GPUs and sharding"
-
-
-def _adapters(v: Mapping[str, Any]) -> bool:
-    return v.get("method") in ("lora", "qlora")
+_M, _S, _G = "Method", "Step", "GPUs and sharding"
 
 
 def _sharding(name: str, default: object) -> Any:
@@ -87,8 +83,8 @@ class TrainingRun(Frozen):
             "how weights, activations, gradients and optimizer states are stored: amp-bf16/amp-fp16 fp32 "
             "weights, gradients and states under autocast (LoRA: a 16-bit frozen base); bf16/fp32 everything "
             "in that dtype (LoRA adapters stay fp32); mp-bf16 FSDP MixedPrecisionPolicy(param_dtype=bf16, "
-            "reduce_dtype=fp32): fp32 sharded weights and states, bf16 gathered weights; megatron-bf16 bf16 weights with fp32 main grads, "
-            "master weights and states",
+            "reduce_dtype=fp32): fp32 sharded weights and states, bf16 gathered weights; megatron-bf16 "
+            "bf16 weights with fp32 main grads, master weights and states",
             choices=(
                 ("mixed bf16 (fp32 master, bf16 autocast)", "amp-bf16"),
                 ("mixed fp16 (fp32 master, fp16 autocast)", "amp-fp16"),
@@ -161,44 +157,10 @@ class TrainingRun(Frozen):
             choices=ATTN_CHOICES,
         ),
     ] = "sdpa"
-    lora_rank: Annotated[
-        int,
-        Field(ge=1, le=1 << 16),
-        UI("Rank", _L, "LoRA rank r: at most the smallest dimension of a targeted layer", shown=_adapters),
-    ] = 16
-    lora_alpha: Annotated[
-        float,
-        Field(gt=0, le=1 << 20),
-        UI("Alpha", _L, "lora_alpha (scaling only): no effect on memory", shown=_adapters),
-    ] = 32
-    lora_targets: Annotated[
-        Literal["all-linear"] | tuple[str, ...],
-        UI(
-            "Target modules",
-            _L,
-            "module names that get adapters, comma separated (q_proj,v_proj; fused projections by their own "
-            "name: query_key_value, qkv_proj, c_attn), or all-linear (every linear layer of the decoder but "
-            "the head, as PEFT resolves it); lm_head adapts the head too",
-            choices=(
-                ("all-linear", "all-linear"),
-                ("q_proj,v_proj", "q_proj,v_proj"),
-                ("q_proj,k_proj,v_proj,o_proj", "q_proj,k_proj,v_proj,o_proj"),
-            ),
-            values="all-linear, or module names, comma separated",
-            shown=_adapters,
-        ),
-    ] = "all-linear"
-    lora_dropout: Annotated[
-        float,
-        Field(ge=0, lt=1),
-        UI(
-            "LoRA dropout",
-            _L,
-            "above 0 each adapter keeps a dropped copy of its input for backward",
-            step=0.05,
-            shown=_adapters,
-        ),
-    ] = 0.0
+    lora_rank: LoraRank = 16
+    lora_alpha: LoraAlpha = 32
+    lora_targets: LoraTargets = "all-linear"
+    lora_dropout: LoraDropout = 0.0
     dropout: Annotated[
         float | None,
         Field(ge=0, lt=1),
@@ -213,17 +175,7 @@ class TrainingRun(Frozen):
             none=-0.01,
         ),
     ] = None
-    qlora_base: Annotated[
-        str,
-        UI(
-            "QLoRA base",
-            _L,
-            "4-bit bitsandbytes format of the frozen base: nf4, or nf4-dq with double quantization "
-            "(bnb_4bit_use_double_quant: quantized absmax, ~0.4 bit/param less)",
-            choices=(("nf4", "nf4"), ("nf4 + double quantization", "nf4-dq")),
-            shown=lambda v: v.get("method") == "qlora",
-        ),
-    ] = "nf4"
+    qlora_base: QloraBase = "nf4"
     frozen_layers: Annotated[
         int,
         Field(ge=0, le=4096),
@@ -347,7 +299,9 @@ class TrainingRun(Frozen):
     # sharding details, each default the runtime's own
     fsdp_version: FsdpVersion = 2
     reshard_size: ReshardSize = None
-    bucket_cap_mb: BucketCapMb = 25.0  # torch/nn/parallel/distributed.py, DistributedDataParallel(bucket_cap_mb)
+    bucket_cap_mb: BucketCapMb = (
+        25.0  # torch/nn/parallel/distributed.py, DistributedDataParallel(bucket_cap_mb)
+    )
     bucket_view: BucketView = False  # DistributedDataParallel(gradient_as_bucket_view=False)
     zero_impl: ZeroImpl = "deepspeed"
     # deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig field defaults)
