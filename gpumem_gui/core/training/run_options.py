@@ -207,7 +207,7 @@ ZeroImpl = Annotated[
 ]
 ReduceBucket = Annotated[
     int,
-    Field(ge=1, le=1 << 40),
+    Field(ge=1, le=(1 << 31) - 1),
     UI(
         "Reduce bucket",
         _D,
@@ -218,7 +218,7 @@ ReduceBucket = Annotated[
 ]
 AllgatherBucket = Annotated[
     int,
-    Field(ge=1, le=1 << 40),
+    Field(ge=1, le=(1 << 31) - 1),
     UI(
         "All-gather bucket",
         _D,
@@ -229,7 +229,7 @@ AllgatherBucket = Annotated[
 ]
 PrefetchBucket = Annotated[
     int,
-    Field(ge=0, le=1 << 40),
+    Field(ge=0, le=(1 << 31) - 1),
     UI(
         "Prefetch bucket",
         _D,
@@ -240,7 +240,7 @@ PrefetchBucket = Annotated[
 ]
 MaxLiveParams = Annotated[
     int,
-    Field(ge=0, le=1 << 40),
+    Field(ge=0, le=(1 << 31) - 1),
     UI(
         "Max live parameters",
         _D,
@@ -251,7 +251,7 @@ MaxLiveParams = Annotated[
 ]
 PersistenceThreshold = Annotated[
     int,
-    Field(ge=0, le=1 << 40),
+    Field(ge=0, le=(1 << 31) - 1),
     UI(
         "Persistence threshold",
         _D,
