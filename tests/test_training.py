@@ -282,23 +282,37 @@ def test_memory_never_falls_as_lora_rank_grows(rank: int, method: str, seq: int)
 
 @_FAST
 @given(
-    dp=st.sampled_from([1, 2, 4, 8]),
+    dp=st.sampled_from([2, 4, 8]),
     optimizer=st.sampled_from(["adamw", "adamw-fused", "sgd", "adafactor"]),
     seq=st.integers(1, 256),
     method=st.sampled_from(["full", "lora"]),
 )
 def test_sharding_never_raises_per_gpu_memory(dp: int, optimizer: str, seq: int, method: str) -> None:
+    """Over two or more ranks each ZeRO stage holds at most what the one below it holds, and more ranks never
+    hold more per GPU. DeepSpeed's fixed buffers are made small here (its 5e8-element reduce bucket alone
+    outweighs a tiny model: deepspeed/runtime/zero/stage_1_and_2.py, ipg buffer); FSDP2 copies every unit
+    it gathers, so it is only compared with itself and, for a full fine-tune over 4+ ranks, with DDP."""
+
     def est(**kw: object) -> int:
-        run = make_training_run(seq=seq, optimizer=optimizer, method=method, **kw)  # type: ignore[arg-type]
-        e = estimate_training(_tiny(), run)
-        return e.total_bytes
+        run = make_training_run(
+            seq=seq,
+            optimizer=optimizer,
+            method=method,
+            reduce_bucket=1000,
+            prefetch_bucket=0,
+            persistence_threshold=0,
+            **kw,  # type: ignore[arg-type]
+        )
+        return estimate_training(_tiny(), run).total_bytes
 
     stages = [est(zero=z, dp=dp) for z in (0, 1, 2, 3)]
     assert stages == sorted(stages, reverse=True), stages
     for z in (1, 2, 3):
         assert est(zero=z, dp=2 * dp) <= est(zero=z, dp=dp)
     fsdp = [est(fsdp="shard_grad_op", dp=dp), est(fsdp="full_shard", dp=dp)]
-    assert fsdp[1] <= fsdp[0] <= stages[0]
+    assert fsdp[1] <= fsdp[0]
+    if method == "full" and dp >= 4:
+        assert fsdp[1] <= stages[0]
 
 
 # ---- bad input ---------------------------------------------------------------------------------------------
@@ -351,10 +365,13 @@ def test_bad_run_for_model_names_the_field(fields: dict, field: str) -> None:
 
 
 def test_zero_with_one_gpu_is_allowed_and_explained() -> None:
-    est = estimate_training(_small(), make_training_run(seq=128, zero=3))
-    plain = estimate_training(_small(), make_training_run(seq=128))
-    assert est.peak_bytes == plain.peak_bytes
-    assert any("nothing to shard" in w for w in est.warnings)
+    """With one rank every stage shards nothing: the same states; DeepSpeed still runs its 16-bit model
+    with fp32 master weights (deepspeed/runtime/engine.py, _configure_zero_optimizer), so it is not the plain
+    fp32 + autocast step."""
+    ests = [estimate_training(_small(), make_training_run(seq=128, zero=z)) for z in (1, 2, 3)]
+    assert len({e.facts["optimizer_state_bytes"] for e in ests}) == 1
+    for e in ests:
+        assert any("nothing to shard" in w for w in e.warnings)
 
 
 def test_lora_alpha_has_no_memory_effect() -> None:
@@ -371,5 +388,7 @@ def test_a_text_step_keeps_no_optimizer_state_for_the_vision_tower() -> None:
     n = spec.vision.params
     plain = estimate_training(spec, make_training_run(seq=256)).facts["optimizer_state_bytes"]
     flat = estimate_training(spec, make_training_run(seq=256, zero=1)).facts["optimizer_state_bytes"]
-    text_only = plain // (count_params(spec).total - n)  # bytes of state per trained parameter
-    assert flat - plain == text_only * n
+    total = count_params(spec).total
+    text_only = plain // (total - n)  # bytes of state per trained parameter
+    assert text_only * (total - n) == plain  # torch: the text model's parameters only
+    assert flat % total == 0 and flat // total >= text_only  # DeepSpeed: every parameter (+ fp32 master)

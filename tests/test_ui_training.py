@@ -258,7 +258,8 @@ def test_local_target_leaves_out_changes_needing_more_gpus(main_window: MainWind
     (snap,) = fake_snapshots("rtx4090_browser")
     w.on_snapshot(snap)
     key = next(d.key for d in snap.physical_devices if d.ok)
-    _train(w, TrainingRun(), GpuChoice(kind="local", device=key))
+    # 1,024 tokens: at 2,048 even tp 8 misses a 24 GB card (each TP rank holds the full-vocabulary logits)
+    _train(w, TrainingRun(seq=1024), GpuChoice(kind="local", device=key))
     w.flush_background(30000)
     rep = w.report
     assert rep is not None and any(c.kind == "gpus" for c in rep.changes)

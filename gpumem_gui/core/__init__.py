@@ -94,7 +94,7 @@ from gpumem_gui.core.readers.hf_config import SUPPORTED_MODEL_TYPES, load_config
 from gpumem_gui.core.readers.hub import HubClient, looks_like_hub_id
 from gpumem_gui.core.readers.loader import LoadedModel, load_model, set_default_hub_client
 from gpumem_gui.core.readers.weights import WeightsInventory
-from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase
+from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase, RankClass
 from gpumem_gui.core.runtimes.base import Runtime
 from gpumem_gui.core.runtimes.inference import RUNTIMES, InferenceRun, estimate_inference, make_run, runtime
 from gpumem_gui.core.spec.kv import kv_bytes_per_token_per_layer, kv_cache_bytes_transformers
@@ -107,6 +107,7 @@ from gpumem_gui.core.training import (
     make_training_run,
     training_command,
 )
+from gpumem_gui.core.training.profiles import resolve as resolve_tricks
 from gpumem_gui.core.units import GB, KB, MB, GiB, KiB, MiB, SizeUnit, fmt_bytes, fmt_count
 
 __all__ = [
@@ -154,6 +155,7 @@ __all__ = [
     "Phase",
     "PlacedRank",
     "Placement",
+    "RankClass",
     "RunField",
     "Runtime",
     "SizeUnit",
@@ -200,6 +202,7 @@ __all__ = [
     "make_training_run",
     "maxima_phrases",
     "parse_capacity",
+    "resolve_tricks",
     "resources_dir",
     "run_fields",
     "runtime",

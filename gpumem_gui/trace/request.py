@@ -10,11 +10,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from gpumem_gui.core import GpumemInputError, InferenceRun, LoadedModel, TrainingRun
+from gpumem_gui.core import GpumemInputError, InferenceRun, LoadedModel, TrainingRun, resolve_tricks
 
 # optimizers torch itself provides (the others need bitsandbytes or a GPU); the worker's OPTIMIZERS, which
 # tests/test_trace.py checks against this (the product does not import the worker's modules)
 TRACED_OPTIMIZERS = ("adamw", "adamw-foreach", "adamw-fused", "adamw-for-loop", "sgd", "sgd-momentum")
+# losses the worker computes (gpumem_trace_worker/tricks.py LOSSES, and the model's own)
+TRACED_LOSSES = ("standard", "chunked", "chunked-linear")
 # ZeroRedundancyOptimizer is traced around AdamW foreach (gpumem_trace_worker/distributed.py, _ddp)
 ZERO1_OPTIMIZERS = ("adamw", "adamw-foreach")
 
@@ -78,6 +80,12 @@ def _check_training(run: TrainingRun) -> None:
         raise GpumemInputError(
             f"ZeRO-{run.zero} is DeepSpeed's, which is not traced (ZeRO-1 is)", field="zero"
         )
+    if run.zero == 1 and run.zero_impl != "torch":
+        raise GpumemInputError(
+            "DeepSpeed ZeRO is not traced; ZeRO-1 is traced as torch's ZeroRedundancyOptimizer "
+            "(zero_impl 'torch')",
+            field="zero_impl",
+        )
     if run.zero == 1 and run.fsdp == "none" and run.optimizer not in ZERO1_OPTIMIZERS:
         raise GpumemInputError(
             f"ZeRO-1 is traced with torch's ZeroRedundancyOptimizer around AdamW; {run.optimizer!r} is not",
@@ -85,6 +93,39 @@ def _check_training(run: TrainingRun) -> None:
         )
     if run.offload != "none":
         raise GpumemInputError("CPU offload is not traced", field="offload")
+    _check_tricks(run)
+    if run.fsdp != "none" and run.fsdp_version != 2:
+        raise GpumemInputError(
+            "FSDP1 (FullyShardedDataParallel) is not traced; FSDP2 (fully_shard, fsdp_version 2) is",
+            field="fsdp_version",
+        )
+    if run.precision == "mp-bf16" and run.fsdp == "none":
+        raise GpumemInputError("mp-bf16 is FSDP's mixed precision: trace it with fsdp", field="precision")
+
+
+def _check_tricks(run: TrainingRun) -> None:
+    """The framework tricks torch runs by itself are traced on one GPU; the others need packages or GPUs."""
+    tricks = resolve_tricks(run)
+    if tricks.loss not in TRACED_LOSSES:
+        raise GpumemInputError(
+            f"loss {tricks.loss!r} is not traced (it needs Liger/Triton or Megatron-LM); traced: "
+            "standard, chunked (torchtune)",
+            field="loss",
+        )
+    for name, on in (("float8", run.float8), ("compile", run.compile)):
+        if on:
+            raise GpumemInputError(f"{name} is not traced (it needs a GPU): it is modelled only", field=name)
+    if tricks.ckpt_offload:
+        raise GpumemInputError(
+            "unsloth's offloaded gradient checkpointing is not traced; trace with grad_ckpt off",
+            field="grad_ckpt",
+        )
+    used = run.optimizer_in_backward or run.activation_offload or tricks.loss != "standard"
+    if used and (run.dp > 1 or run.zero or run.fsdp != "none"):
+        raise GpumemInputError(
+            "framework tricks (loss, optimizer_in_backward, activation_offload) are traced on one GPU only",
+            field="dp",
+        )
 
 
 def make_request(
@@ -111,10 +152,13 @@ def make_request(
         _check_training(run)
         mode = "train"
     code_dir = _code_dir(model) if trust_remote_code and model.config.get("auto_map") else None
+    doc = run.model_dump(mode="json")
+    if isinstance(run, TrainingRun) and resolve_tricks(run).loss != "standard":
+        doc["loss"] = resolve_tricks(run).loss  # the framework's loss, as the worker names it
     return TraceRequest(
         config=model.config,
         mode=mode,
-        run=run.model_dump(mode="json"),
+        run=doc,
         trust_remote_code=trust_remote_code,
         code_dir=str(code_dir) if code_dir else None,
         code_sha256=_code_hash(code_dir) if code_dir else None,

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from gpumem_gui.core.fit import FitReport
 from gpumem_gui.core.fit.cluster import ClusterFit, cluster_summary
-from gpumem_gui.core.results.estimate import Component, Estimate
+from gpumem_gui.core.results.estimate import Component, Estimate, RankClass
 from gpumem_gui.core.spec.params import ParamCounts
 
 ESTIMATE_SCHEMA = "gpumem.estimate/1"
@@ -63,9 +63,16 @@ def estimate_document(
         # training documents also name the ranks and the host memory offload needs (issue 4's keys)
         doc["per_rank"] = doc["per_gpu"]
         doc["cpu_bytes"] = est.facts.get("cpu_bytes", 0)
+        doc["ranks"] = [_rank(r) for r in est.ranks]
     if fit is not None:
         doc["fit"] = fit_document(fit)
     return doc
+
+
+def _rank(r: RankClass) -> dict[str, Any]:
+    """One rank class of a training estimate (``ranks`` in ``gpumem estimate --json``)."""
+    d = r.model_dump(mode="json", exclude={"components"})
+    return {**d, "components": _components(r.components)}
 
 
 def fit_document(rep: FitReport) -> dict[str, Any]:

@@ -4,7 +4,11 @@ The same verdicts as inference (:func:`gpumem_gui.core.fit.verdicts`) on the mos
 micro-batch and the longest sequence that fit (memory never falls as either grows, so a galloping search
 from the current value, then bisection), the fewest GPUs for the run's sharding, and a ranked list of single
 changes: gradient checkpointing, an 8-bit optimizer, LoRA instead of full fine-tuning, QLoRA, a higher ZeRO
-stage, optimizer offload, more GPUs, a shorter sequence, a smaller micro-batch with more accumulation.
+stage, optimizer offload, more GPUs, a shorter sequence, a smaller micro-batch with more accumulation; and
+the distributed and framework levers of :mod:`gpumem_gui.core.fit.levers` (FSDP mixed precision and
+resharding, sequence and context parallelism, the pipeline schedule, a paged optimizer, a chunked or fused
+loss, activation offload, optimizer in backward, checkpointing every N-th layer) for a run that does not
+fit, each listed only where it lowers the memory of the most-loaded rank.
 """
 
 from __future__ import annotations
@@ -13,12 +17,16 @@ from math import ceil
 
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.fit import DEFAULT_MARGIN_BYTES, Change, FitReport, GpuTarget, field_max, verdicts
+from gpumem_gui.core.fit.levers import ADAMW_FAMILY, levers
 from gpumem_gui.core.monotone import gallop
 from gpumem_gui.core.results.estimate import Estimate
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.training import TrainingRun, estimate_training, make_training_run
 
-ADAMW_FAMILY = ("adamw", "adamw-fused", "adamw-foreach", "adamw-for-loop")
+# A lever that does not make the run fit is listed only if it saves at least this share of the most-loaded
+# rank's memory (a definition: context parallelism on a run whose peak is the optimizer step saves a few
+# kilobytes of activations, which is no answer to "what makes it fit").
+MIN_SAVING = 0.01
 
 
 def _check(spec: ModelSpec, run: TrainingRun, target: GpuTarget, margin: int) -> tuple[bool, Estimate | None]:
@@ -64,7 +72,7 @@ def fit_training(
         fewest_gpus=fewest[0] if fewest else None,
         smallest_weights=None,
         smallest_kv_dtype=None,
-        changes=_changes(spec, run, target, margin, max_batch, max_seq, fewest),
+        changes=_changes(spec, run, target, margin, max_batch, max_seq, fewest, est, all(v.fits for v in vs)),
     )
 
 
@@ -106,8 +114,10 @@ def _changes(
     max_batch: int | None,
     max_seq: int | None,
     fewest: tuple[int, dict[str, object]] | None,
+    current: Estimate,
+    fits_now: bool,
 ) -> tuple[Change, ...]:
-    cands: list[tuple[int, str, str, dict[str, object]]] = []
+    cands: list[tuple[float, str, str, dict[str, object]]] = []
     if not run.grad_ckpt:
         cands.append((1, "grad_ckpt", "enable gradient checkpointing", {"grad_ckpt": True}))
     if run.optimizer in ADAMW_FAMILY:
@@ -165,15 +175,33 @@ def _changes(
     for rank, kind, desc, upd in cands:
         ok, est = _check(spec, run.model_copy(update=upd), target, margin)
         if est is not None:
-            out.append(
-                (
-                    not ok,
-                    rank,
-                    Change(kind=kind, description=desc, update=upd, total_bytes=est.total_bytes, fits=ok),
-                )
-            )
+            change = Change(kind=kind, description=desc, update=upd, total_bytes=est.total_bytes, fits=ok)
+            out.append((not ok, rank, change))
+    if not fits_now:  # the distributed and framework levers answer "what makes it fit"
+        seen = {c.total_bytes for *_, c in out}
+        out += _lever_changes(spec, run, target, margin, current.total_bytes, seen)
     out.sort(key=lambda t: (t[0], t[1]))
     return tuple(c for *_, c in out)
+
+
+def _lever_changes(
+    spec: ModelSpec, run: TrainingRun, target: GpuTarget, margin: int, current_bytes: int, seen: set[int]
+) -> list[tuple[bool, float, Change]]:
+    """The levers of :mod:`gpumem_gui.core.fit.levers` that apply to ``run``, each re-estimated; one the core
+    rejects, one that neither makes the run fit nor saves :data:`MIN_SAVING` of the most-loaded rank's
+    memory, or one that needs exactly what another change needs (the same effect, e.g. a paged optimizer
+    whose states the allocator still counts) is left out."""
+    out = []
+    for rank, kind, desc, upd in levers(run):
+        ok, est = _check(spec, run.model_copy(update=upd), target, margin)
+        if est is None or est.total_bytes in seen:
+            continue
+        if not ok and est.total_bytes > current_bytes * (1 - MIN_SAVING):
+            continue
+        seen.add(est.total_bytes)
+        change = Change(kind=kind, description=desc, update=upd, total_bytes=est.total_bytes, fits=ok)
+        out.append((not ok, rank, change))
+    return out
 
 
 def _world(run: TrainingRun) -> int:

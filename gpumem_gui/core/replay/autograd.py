@@ -89,6 +89,7 @@ class Node:
         "kind",
         "n_saved",
         "out_meta",
+        "packed",
         "param",
         "saved",
         "seq",
@@ -137,6 +138,7 @@ class Node:
         self.ctx = ctx
         self.frame: CkptFrame | None = None
         self.param: Param | None = None
+        self.packed: Any = None  # saved tensors a saved_tensors_hooks pack moved off the GPU (tricks.py)
         self.where = sim.tr.where
         self.unit = sim.unit
 
@@ -162,6 +164,10 @@ class CkptFrame:
     expected: int = 0
     recomputed: bool = False
     buf: list[Storage] = field(default_factory=list)
+    # selective activation checkpointing: the policy sees every op of the region (replay/tricks.py) and
+    # keeps the outputs it must save until the recomputation
+    policy: Any = None
+    keep: list[Storage] = field(default_factory=list)
 
 
 class ReplayHooks:
@@ -179,6 +185,10 @@ class ReplayHooks:
     def release_units(self, sim: Sim) -> None:
         """The backward of a micro-batch is over: gathered units are freed."""
         sim.unit = None
+
+    def param_made(self, sim: Sim, p: Param) -> None:
+        """Parameter ``p`` was just made (FSDP2 files it under its unit and may resize what this rank
+        stores of it)."""
 
     def gradient_ready(self, sim: Sim, p: Param, g: Storage) -> None:
         """``AccumulateGrad``: the first gradient is stolen into ``.grad``, later ones are added in place
@@ -204,6 +214,10 @@ class Sim:
         self.phase_kind = "act"  # kind of storages made now: act in forward, temp in backward/optimizer
         self.region = "hidden_states"  # the forward region new tensors are tagged with
         self.unit: int | None = None  # the parameter unit the model is in (sharding hooks gather by it)
+        # torch.autograd.graph.saved_tensors_hooks in force (activation offload, replay/tricks.py), and the
+        # post-accumulate-grad hooks of every parameter (optimizer in backward): None when there are none
+        self.offload: Any = None
+        self.post_accumulate: Callable[[Sim, Param], None] | None = None
 
     # ---- allocation ------------------------------------------------------------------------------------
     def storage(self, nbytes: int, tag: str, kind: str | None = None) -> Storage:
@@ -227,6 +241,7 @@ class Sim:
         nbytes = self.hooks.param_bytes(full_bytes, layer) if sharded else full_bytes
         p = Param(self, name, numel, dt, rg, nbytes, full_bytes, layer, sharded)
         self.params.append(p)
+        self.hooks.param_made(self, p)
         return p
 
     # ---- graph -----------------------------------------------------------------------------------------
@@ -280,8 +295,15 @@ class Sim:
             meta: tuple[tuple[int, str], ...] = ((o.n, o.dt),)
         else:
             meta = tuple([(o.n, o.dt) for o in outputs])
+        off = self.offload
+        packed = None
+        if off is not None and off.active and sts and self.ckpt is None:
+            sts, packed = off.pack(sts, kind)
         nd = Node(self, kind, inputs, meta, sts, ctx)
+        nd.packed = packed
         ck = self.ckpt
+        if ck is not None and ck.policy is not None:
+            ck.policy(self, kind, inputs, outputs, ck)
         if ck is not None and sts:
             nd.saved = None  # the pack hook stores a holder, not the tensor
             nd.frame = ck
@@ -326,11 +348,12 @@ class Sim:
             self.cast_cache.clear()
 
     # ---- checkpoint --------------------------------------------------------------------------------------
-    def checkpoint(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)``."""
+    def checkpoint(self, fn: Callable[..., Any], *args: Any, policy: Any = None) -> Any:
+        """``torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)``; ``policy``: a selective
+        checkpointing policy (``context_fn=create_selective_checkpoint_contexts(policy)``)."""
         if not self.grad_enabled or self.ckpt is not None:
             return fn(*args)
-        frame = CkptFrame(fn, args, self.autocast)
+        frame = CkptFrame(fn, args, self.autocast, policy=policy)
         self.ckpt = frame
         try:
             out = fn(*args)
@@ -338,6 +361,9 @@ class Sim:
             self.ckpt = None
         if not frame.nodes:
             frame.args = ()
+        elif self.offload is not None and self.offload.active:
+            # _NoopSaveInputs saves the positional inputs through the saved-tensor hooks in force
+            frame.args = self.offload.pack_args(frame.args)
         return out
 
     def recompute(self, frame: CkptFrame) -> None:
@@ -345,18 +371,21 @@ class Sim:
         are backward temporaries) until every holder of the frame is refilled."""
         self.recomputing = frame
         frame.buf = []
+        frame.keep = []  # the recomputation hands the saved outputs back (the replay makes them again)
         prev_kind, self.phase_kind = self.phase_kind, "temp"
         prev_ac = self.enter_autocast(frame.autocast)
         saved_cache = self.cast_cache
         self.cast_cache = {}
+        args = frame.args if self.offload is None else self.offload.unpack_args(self, frame.args)
         try:
             with contextlib.suppress(StopRecompute):
-                frame.fn(*frame.args)
+                frame.fn(*args)
         finally:
             self.recomputing = None
             self.cast_cache = saved_cache
             self.autocast = prev_ac
             self.phase_kind = prev_kind
+        del args
         buf = frame.buf
         k = 0
         for nd in frame.nodes:

@@ -38,6 +38,29 @@ class ReplayConfig:
     )
     attn_dropout: float = 0.0  # attention-probability dropout (kept by eager attention only)
     cpu_dropout: bool = False  # replay the CPU dropout kernel (a full-dtype noise tensor) instead of CUDA's
+    # tensor parallelism (replay/block.py): sequence parallelism splits the residual stream, norms and
+    # dropout over this many TP ranks (1: every TP rank holds all ``q`` tokens of them)
+    sequence_shards: int = 1
+    # sequence parallelism as Megatron-LM runs it: the column-parallel linears save their local input shard
+    # and all-gather into one persistent buffer (forward and again in backward); False: DTensor (torchtitan),
+    # where the linears save the all-gathered input
+    sp_saves_shard: bool = False
+    # the logits and the loss are vocab-parallel over this many TP ranks: the rank's spec already holds
+    # vocab_size / vocab_shards rows of the embedding and the head (spec/parallel.rank_spec), the logits stay
+    # sharded (Megatron vocab_parallel_cross_entropy, torchtitan loss_parallel); 1: not vocab-parallel
+    vocab_shards: int = 1
+    # the head's local logits are all-gathered from this many TP ranks into the full vocabulary before the
+    # loss (transformers' tp_plan "colwise_gather_output", torchtitan without loss_parallel); 1: no gather
+    logits_gather: int = 1
+    # framework memory tricks (training/profiles.py resolves them from the run; replay/loss.py, tricks.py)
+    loss: str = "standard"  # standard | chunked | fused-linear | vocab-parallel (replay/loss.py LOSSES)
+    loss_chunks: int = 8  # chunked: torchtune CEWithChunkedOutputLoss num_output_chunks
+    ckpt_every: int = 1  # with grad_ckpt: layer i is checkpointed when (i + 1) % ckpt_every == 0
+    ckpt_policy: str = "full"  # full | selective-op (torchtitan op-level SAC)
+    activation_offload: bool = False  # torchtune OffloadActivations around the decoder (not the head)
+    offload_ckpt_inputs: bool = False  # unsloth: only the checkpointed layers' inputs go to CPU RAM
+    float8: bool = False  # torchao Float8Linear (tensorwise) on the decoder's linears
+    compile: bool = False  # torch.compile'd decoder layers: fused RMSNorm (replay/tricks.py, modelled)
 
     @property
     def kv_len(self) -> int:

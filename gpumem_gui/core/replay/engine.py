@@ -61,6 +61,11 @@ def backward(sim: Sim, loss: T) -> None:
             g = gout[0]
             if nd.param is not None and g is not None:
                 hooks.gradient_ready(sim, nd.param, g)
+                if sim.post_accumulate is not None:
+                    # register_post_accumulate_grad_hook: runs once .grad holds the gradient; the engine's
+                    # own references to it are gone by then
+                    g = gout = None
+                    sim.post_accumulate(sim, nd.param)
             continue
         if nd.unit is not None and nd.unit != sim.unit:
             # FSDP BACKWARD_PRE: gather this unit and prefetch the one before it
@@ -68,8 +73,12 @@ def backward(sim: Sim, loss: T) -> None:
         if nd.saved is None and nd.frame is not None and not nd.frame.recomputed:
             sim.recompute(nd.frame)
         tr.where = nd.where + " (backward)"
+        unpacked = None if nd.packed is None else sim.offload.unpack(sim, nd)
         grads = BACKWARD[nd.kind](sim, nd, gout)
         del gout
+        if unpacked is not None:
+            sim.offload.node_done(unpacked)
+            unpacked = None
         nd.saved = None
         nd.frame = None
         i = -1
@@ -106,6 +115,8 @@ def backward(sim: Sim, loss: T) -> None:
                 heappush(ready, (-tgt.seq, tie, tgt))
                 tie += 1
         del grads
+    if sim.offload is not None:
+        sim.offload.backward_done()
 
 
 def _st(sim: Sim, n: int, dt: str) -> Storage:

@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
-from gpumem_gui.core.replay import adapters, block, inputs
+from gpumem_gui.core.replay import adapters, block, inputs, tricks
+from gpumem_gui.core.replay import loss as losses
 from gpumem_gui.core.replay.autograd import Node, Param, Sim
 from gpumem_gui.core.replay.cache import KVCache
 from gpumem_gui.core.replay.config import LayerPlan, ReplayConfig, every_layer
@@ -79,6 +80,8 @@ class CausalLM:
         self._last: T | None = None
         if cfg.weights_counted:
             self._build_params()
+        if (cfg.activation_offload or cfg.offload_ckpt_inputs) and sim.grad_enabled:
+            sim.offload = tricks.Offloader(inputs_only=not cfg.activation_offload)
 
     # ---- parameters ----------------------------------------------------------------------------------------
     def _trainable(self, layer: int | None) -> bool:
@@ -157,6 +160,8 @@ class CausalLM:
         bias = self.w(f"{name}.bias")
         if w_name in self.quantized:
             result = adapters.linear4bit(self, x, bias, n_out, n_in)
+        elif self.cfg.float8 and name.startswith("layers."):  # torchao converts the decoder's linears
+            result = tricks.float8_linear(self, x, w, bias, n_out, n_in)
         else:
             result = self.o.linear(x, w, bias, n_out, n_in)
         if f"{name}.lora_A" not in self.p:
@@ -178,6 +183,8 @@ class CausalLM:
             s.node("multi", (x, w, b), (out,), (x, w, b, mean, rstd))
             return out
         input_dtype = x.dt
+        if self.cfg.compile and s.grad_enabled:  # torch.compile: one fused kernel (replay/tricks.py)
+            return tricks.compiled_rms_norm(self, x, w)
         if spec.traits.norm_weight_offset:
             xf = s.cast(x, "f32")
             hs = o.mul(xf, o.rsqrt(o.add(o.mean_last(o.pow2(xf), width), None)))
@@ -206,6 +213,27 @@ class CausalLM:
         """One decoder layer (:func:`.block.decoder_layer`); a method so checkpointing can recompute it."""
         return block.decoder_layer(self, i, hidden_states, cos, sin, mask)
 
+    def _first_hidden_states(self, ids: T) -> tuple[T, list[T]]:
+        """The first layer's input (the embedding's output, or the previous pipeline stage's) and what the
+        model's forward still holds of it."""
+        s, cfg = self.s, self.cfg
+        if cfg.embedding:
+            hidden_states, keep = block.sp_embedding(self, *inputs.embed(self, ids))
+            partial = cfg.ckpt_every > 1 or cfg.ckpt_policy != "full" or s.offload is not None
+            if cfg.grad_ckpt and partial and hidden_states.fn is None and s.grad_enabled:
+                # PEFT + gradient checkpointing: enable_input_require_grads() makes the embedding output a
+                # leaf that requires a gradient (peft tuners_utils _prepare_model_for_gradient_checkpointing);
+                # it matters where the first layer is not (fully) checkpointed or its input is offloaded
+                # (with plain checkpointing the checkpoint keeps it anyway, and the replay leaves it out). Its
+                # AccumulateGrad node holds it for as long as the graph lives
+                leaf = Node(s, "acc", (), ((hidden_states.n, hidden_states.dt),), (hidden_states.st,))
+                leaf.seq = 1 << 62
+                hidden_states.fn, hidden_states.idx = leaf, 0
+        else:  # activations received from the previous pipeline stage: a leaf that needs a gradient
+            hidden_states = received_leaf(s, block.sp_residual(self), cfg.param_dt)
+            keep = [hidden_states]
+        return hidden_states, keep
+
     # ---- whole model --------------------------------------------------------------------------------------
     def model(self, ids: T, plan: LayerPlan) -> T:
         """LlamaModel.forward over the plan's layers; returns the final norm's output (a pipeline stage
@@ -213,11 +241,9 @@ class CausalLM:
         s, spec, cfg = self.s, self.spec, self.cfg
         s.tr.where = "embedding"
         s.region = "hidden_states"
-        if cfg.embedding:
-            hidden_states, keep = inputs.embed(self, ids)
-        else:  # activations received from the previous pipeline stage: a leaf that needs a gradient
-            hidden_states = received_leaf(s, cfg.tokens * spec.hidden_size, cfg.param_dt)
-            keep = [hidden_states]
+        if s.offload is not None:  # torchtune: `with activations_handling_ctx: outputs = model(**batch)`
+            s.offload.active = True
+        hidden_states, keep = self._first_hidden_states(ids)
         s.region = "mask"
         alibi = self.alibi_bias = inputs.alibi(self, hidden_states.dt)
         masks = inputs.masks(self, hidden_states.dt)
@@ -253,10 +279,17 @@ class CausalLM:
             kind = spec.resolved_layer_types[i]
             cos, sin = rotary.get(kind if per_type else "full_attention", (None, None))
             s.hooks.enter_unit(s, i, (-1,))  # FSDP: the root unit (embeddings, head) stays gathered
-            if cfg.grad_ckpt:
+            if cfg.grad_ckpt and (i + 1) % cfg.ckpt_every == 0:  # torchtitan layer SAC: every N-th layer
                 # the checkpoint keeps every argument of the layer call (position_ids included)
                 hidden_states, weights = s.checkpoint(
-                    self.layer, i, hidden_states, cos, sin, masks.get(kind), position_ids
+                    self.layer,
+                    i,
+                    hidden_states,
+                    cos,
+                    sin,
+                    masks.get(kind),
+                    position_ids,
+                    policy=tricks.OpSelectiveAC() if cfg.ckpt_policy == "selective-op" else None,
                 )
             else:
                 hidden_states, weights = self.layer(i, hidden_states, cos, sin, masks.get(kind))
@@ -284,6 +317,7 @@ class CausalLM:
         keep = cfg.logits_to_keep or cfg.q
         rows = cfg.batch * keep
         x = last_hidden_state if keep == cfg.q else last_hidden_state.view(rows * spec.token_embedding_dim)
+        x = block.sp_gather(self, x, rows * spec.token_embedding_dim)  # sequence parallelism: all tokens
         if self.has("lm_head.weight"):
             logits = self.linear(x, "lm_head")
         else:
@@ -292,6 +326,7 @@ class CausalLM:
             if "lm_head.lora_A" in self.p:  # PEFT wraps the tied head like any nn.Linear
                 logits = adapters.lora(self, x, logits, "lm_head", spec.vocab_size, spec.token_embedding_dim)
         del x
+        logits = block.gather_logits(self, logits)  # a tensor-parallel head gathering the full vocabulary
         s.tr.retag(logits.st, logits.st.kind, "logits")  # type: ignore[arg-type]
         s.region = "logits"
         if spec.final_logit_softcapping:  # logits / cap; tanh; * cap (each replaces the previous)
@@ -312,12 +347,16 @@ class CausalLM:
         """LlamaForCausalLM.forward(input_ids, labels=input_ids) -> loss (ForCausalLMLoss, mean reduction)."""
         s, spec, cfg = self.s, self.spec, self.cfg
         last_hidden_state = self.model(ids, every_layer(layers))
+        if s.offload is not None:  # the head and the loss run outside the offloading hooks
+            s.offload.active = False
         if not cfg.lm_head:
             return last_hidden_state
+        if cfg.loss != "standard":  # the framework's own loss (replay/loss.py)
+            return losses.LOSSES[cfg.loss](self, last_hidden_state)
         logits = self.head(last_hidden_state)
         s.tr.where = "loss"
         # ForCausalLMLoss: logits.float(), labels padded and shifted, cross_entropy = log_softmax + nll_loss
-        t, v = cfg.tokens, spec.vocab_size
+        t, v = cfg.tokens, spec.vocab_size * cfg.logits_gather
         lf = s.cast(logits, "f32")
         s.region = "inputs"
         padded = s.new(cfg.batch * (cfg.q + 1), "i64")

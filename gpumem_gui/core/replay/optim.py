@@ -15,8 +15,10 @@ allocates on top (temporaries), read from the implementations:
   ``optim_bits=8``, ``block_wise=True``, ``min_8bit_size=4096``): ``state1``/``state2`` uint8 plus an fp32
   ``absmax`` per 256-element block for each; parameters under 4096 elements keep fp32 states; the update is
   one
-  fused kernel (no temporaries). Paged states live in CUDA unified memory and can be evicted to the CPU under
-  pressure; they are counted on the GPU here.
+  fused kernel (no temporaries). Paged states live in CUDA unified memory (``cudaMallocManaged``), outside
+  the torch allocator: they are not in the torch peak, and are reported apart; under memory pressure they
+  are evicted to the CPU, but when paged in they still occupy GPU memory (bitsandbytes docs, "Paged
+  optimizers").
 * ``transformers.optimization.Adafactor`` (HF Trainer ``optim="adafactor"``, ``beta1=None``): a factored
   second
   moment ``exp_avg_sq_row`` [out] + ``exp_avg_sq_col`` [in] in fp32 for matrices, a full fp32 ``exp_avg_sq``
@@ -93,9 +95,12 @@ INFO: dict[str, OptimizerInfo] = {
     ),
     "paged-adamw-8bit": OptimizerInfo(
         "paged AdamW 8-bit (bitsandbytes)",
-        "as AdamW 8-bit, in CUDA unified (paged) memory that can be evicted to the CPU",
+        "as AdamW 8-bit, in CUDA unified (paged) memory outside the torch allocator: not in the torch peak "
+        "(fact paged_optimizer_state_bytes); paged in, they still occupy GPU memory, and are evicted to the "
+        "CPU only under memory pressure",
         "none (fused blockwise kernel)",
-        "bitsandbytes/optim/optimizer.py Optimizer2State (is_paged=True, get_paged)",
+        "bitsandbytes/optim/optimizer.py Optimizer2State (is_paged=True, get_paged); bitsandbytes docs "
+        "(Paged optimizers: NVIDIA unified memory, automatic page-to-page transfers between CPU and GPU)",
     ),
     "adafactor": OptimizerInfo(
         "Adafactor (transformers)",
@@ -149,6 +154,30 @@ def step_counter_bytes(optimizer: str, n_tensors: int) -> int:
     return 4 * n_tensors if resolve(optimizer) == "adamw-fused" else 0
 
 
+def states_total(
+    optimizer: str,
+    params: list[Param],
+    shapes: dict[str, tuple[int, ...]],
+    shard: int = 1,
+    master_bytes_per_param: int = 0,
+) -> int:
+    """Bytes of the optimizer state of ``params`` on one rank (see :func:`create_states`)."""
+    total = 0
+    for p in params:
+        dt = "f32" if master_bytes_per_param else p.dt
+        total += state_bytes_of(optimizer, p.numel, shapes.get(p.name, (p.numel,)), dt)
+        total += master_bytes_per_param * p.numel
+    return -(-total // shard) + step_counter_bytes(optimizer, len(params))
+
+
+def outside_allocator(optimizer: str) -> bool:
+    """Whether the optimizer keeps its states outside the torch caching allocator: bitsandbytes' paged
+    optimizers allocate them with ``cudaMallocManaged`` (CUDA unified memory), which ``torch.cuda`` does
+    not count (bitsandbytes/optim/optimizer.py ``Optimizer8bit.get_state_buffer`` -> ``F.get_paged``;
+    bitsandbytes docs, "Paged optimizers")."""
+    return resolve(optimizer) == "paged-adamw-8bit"
+
+
 def create_states(
     sim: Sim,
     optimizer: str,
@@ -158,34 +187,36 @@ def create_states(
     master_bytes_per_param: int = 0,
 ) -> list[Storage]:
     """Allocate the optimizer state of every trainable parameter (what exists between steps); ``shard``:
-    ZeRO-1+/FSDP ranks keep 1/shard of it; ``master_bytes_per_param``: an fp32 master copy (Megatron), whose
-    states are then fp32 too."""
-    total = 0
-    for p in params:
-        dt = "f32" if master_bytes_per_param else p.dt
-        total += state_bytes_of(optimizer, p.numel, shapes.get(p.name, (p.numel,)), dt)
-        total += master_bytes_per_param * p.numel
-    total = -(-total // shard) + step_counter_bytes(optimizer, len(params))
+    ZeRO-1+/FSDP ranks keep 1/shard of it; ``master_bytes_per_param``: an fp32 master copy (Megatron,
+    DeepSpeed), whose states are then fp32 too. Paged states (:func:`outside_allocator`) are not allocated
+    here: they are not in the torch peak (:func:`states_total` gives their bytes)."""
+    if outside_allocator(optimizer):
+        return []
+    total = states_total(optimizer, params, shapes, shard, master_bytes_per_param)
     return [sim.storage(total, "optimizer states", "optstate")] if total else []
 
 
-def step(sim: Sim, optimizer: str, params: list[Param], shard: int = 1, fused: bool = False) -> None:
+def step(
+    sim: Sim, optimizer: str, params: list[Param], shard: int = 1, fused: bool = False, master: bool = False
+) -> None:
     """The temporaries of one ``optimizer.step()`` over ``params`` (gradients and states already live);
     a ZeRO/FSDP rank steps only its 1/shard of every group; ``fused``: a multi-tensor fused kernel (Megatron's
-    FusedAdam) with no temporaries."""
+    FusedAdam) with no temporaries; ``master``: the optimizer steps fp32 master copies (DeepSpeed's flat fp32
+    partitions), so its temporaries are fp32."""
     opt = resolve(optimizer)
     if not params or fused:
         return
     if opt == "adamw-foreach":
         groups: dict[str, int] = {}
         for p in params:
-            groups[p.dt] = groups.get(p.dt, 0) + round(p.numel * DT_BYTES[p.dt])
+            dt = "f32" if master else p.dt
+            groups[dt] = groups.get(dt, 0) + round(p.numel * DT_BYTES[dt])
         for nbytes in groups.values():
             tmp = sim.storage(-(-nbytes // shard), "optimizer temporaries", "optstate")
             del tmp
         return
     largest = max(params, key=lambda p: p.numel * DT_BYTES[p.dt])
-    nb = round(largest.numel * DT_BYTES[largest.dt])
+    nb = round(largest.numel * DT_BYTES["f32" if master else largest.dt])
     if opt in ("adamw-for-loop", "lion"):
         a = sim.storage(nb, "optimizer temporaries", "optstate")
         b = sim.storage(nb, "optimizer temporaries", "optstate")

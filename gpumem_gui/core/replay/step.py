@@ -9,14 +9,16 @@ created inside it), runs the micro-batches (the second one, when there is gradie
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpumem_gui.core.replay.autograd import ReplayHooks, Sim
+from gpumem_gui.core.replay.autograd import Param, ReplayHooks, Sim
 from gpumem_gui.core.replay.config import ReplayConfig
 from gpumem_gui.core.replay.engine import backward
 from gpumem_gui.core.replay.memory import Storage, T
 from gpumem_gui.core.replay.model import CausalLM, buffers_bytes
-from gpumem_gui.core.replay.optim import create_states, step
+from gpumem_gui.core.replay.optim import create_states, outside_allocator, states_total, step
+from gpumem_gui.core.replay.tricks import optimizer_in_backward
 from gpumem_gui.core.spec.model import ModelSpec
 
 PHASES = ("forward", "backward", "optimizer")
@@ -45,6 +47,11 @@ class StepResult:
     state_bytes: int
     buffer_bytes: int
     input_bytes: int
+    # whole-parameter state partition: (rank replayed, its trainable elements, all trainable elements)
+    state_owner: tuple[int, int, int] | None = None
+    # optimizer states outside the torch allocator (bitsandbytes paged: CUDA unified memory), not in any peak
+    outside_allocator_bytes: int = 0
+    host_bytes: int = 0  # CPU RAM of offloaded activations at their most (replay/tricks.py Offloader)
 
 
 @dataclass(frozen=True)
@@ -58,8 +65,14 @@ class StepOptions:
     offload_states: bool = False
     fused_step: bool = False
     master_bytes_per_param: int = 0
+    # bytes per trainable parameter of a flat gradient copy the step makes (DeepSpeed's fp32 partition)
+    flat_grad_bytes: int = 0
     # states also for trainable parameters no step gives a gradient (flat buffers: DeepSpeed, FSDP, Megatron)
     states_for_unused: bool = False
+    # (rank, the trainable parameters whose states it keeps, whole): torch ZeroRedundancyOptimizer; None: all
+    owned: Callable[[list[Param]], tuple[int, list[Param]]] | None = None
+    # torchtune optimizer_in_bwd: each parameter stepped and its gradient freed as soon as it is accumulated
+    optimizer_in_backward: bool = False
 
 
 class TrainingHooks(ReplayHooks):
@@ -72,6 +85,12 @@ class TrainingHooks(ReplayHooks):
     def grad_buffers(self, sim: Sim, trainable_params: int) -> Storage | None:
         """Gradient buffers the framework allocates up front (Megatron's fp32 main_grad), if any."""
         return None
+
+    def end_forward(self, sim: Sim) -> None:
+        """A micro-batch's forward (and loss) returned (FSDP2: the root unit's post-forward)."""
+
+    def begin_backward(self, sim: Sim) -> None:
+        """``loss.backward()`` starts (FSDP2: the root unit's pre-backward hook)."""
 
 
 def simulate_step(
@@ -109,6 +128,7 @@ def _simulate_step(
     trainable = [p for p in sim.params if p.rg]
     # torch's optimizers keep state only for parameters with a gradient (torch/optim/adam.py, _init_group)
     stepped = trainable if opts.states_for_unused else [p for p in trainable if p.name not in model.unused]
+    stepped, owner = _owned(opts, trainable, stepped)
     shapes = model.shape
 
     def make_states() -> list[Storage]:
@@ -121,35 +141,19 @@ def _simulate_step(
     ids = T(sim.storage(cfg.tokens * 8, "input ids", "input"), cfg.tokens, "i64")
     main = hooks.grad_buffers(sim, sum(p.numel for p in trainable))
     layer_ids = range(spec.num_layers)
-    after_forward = 0
-    microbatch_activations = 0
-    for _ in range(min(opts.grad_accum, 2)):
-        sim.phase_kind = "act"
-        tr.start_phase("forward")
-        before = tr.cur
-        hooks.begin_microbatch(sim)
-        prev = sim.enter_autocast(cfg.autocast)
-        loss = model.forward_loss(ids, layer_ids)
-        if not cfg.lm_head:
-            out, loss = loss, sim.new(1, "f32")
-            sim.node("copy", (out,), (loss,))  # the gradient of the stage output comes from the next stage
-            del out
-        sim.exit_autocast(prev)
-        model.drop_outputs()
-        after_forward = tr.cur
-        microbatch_activations = max(microbatch_activations, after_forward - before)
-        sim.phase_kind = "temp"
-        tr.start_phase("backward")
-        backward(sim, loss)
-        del loss
-        hooks.release_units(sim)
+    in_backward = opts.optimizer_in_backward and not opts.offload_states
+    if in_backward:
+        sim.post_accumulate = optimizer_in_backward(
+            optimizer, opts.state_shard, opts.first_step, shapes, opts.master_bytes_per_param, states
+        )
+    after_forward, microbatch_activations = _microbatches(sim, model, cfg, ids, layer_ids, opts, hooks)
     tr.start_phase("optimizer")
     tr.where = "optimizer step"
-    if opts.first_step:
+    if opts.first_step and not in_backward:
         states = make_states()
-        state_bytes = sum(st.nbytes for st in states)
-    if not opts.offload_states:
-        step(sim, optimizer, stepped, opts.state_shard, fused=opts.fused_step)
+    state_bytes = sum(st.nbytes for st in states)
+    if not opts.offload_states and not in_backward:
+        _optimizer_step(sim, optimizer, stepped, opts)
     grad_bytes = (
         main.nbytes if main is not None else sum(p.grad.nbytes for p in trainable if p.grad is not None)
     )
@@ -172,6 +176,81 @@ def _simulate_step(
         state_bytes=state_bytes,
         buffer_bytes=buffers.nbytes,
         input_bytes=ids.nbytes,
+        state_owner=owner,
+        outside_allocator_bytes=_outside_allocator(optimizer, stepped, shapes, opts),
+        host_bytes=sim.offload.host_peak if sim.offload is not None else 0,
     )
     del states, buffers, ids, model, main
     return result
+
+
+def _owned(
+    opts: StepOptions, trainable: list[Param], stepped: list[Param]
+) -> tuple[list[Param], tuple | None]:
+    """The stepped parameters this rank keeps states for (``opts.owned``: whole parameters per rank) and
+    (rank, its trainable elements, all trainable elements)."""
+    if opts.owned is None:
+        return stepped, None
+    rank, mine = opts.owned(trainable)
+    kept = {id(p) for p in mine}
+    owner = (rank, sum(p.numel for p in mine), sum(p.numel for p in trainable))
+    return [p for p in stepped if id(p) in kept], owner
+
+
+def _optimizer_step(sim: Sim, optimizer: str, stepped: list[Param], opts: StepOptions) -> None:
+    """``optimizer.step()``; DeepSpeed first flattens this rank's gradient partition and casts it to fp32 for
+    the master step (``flat_grad_bytes``)."""
+    flat = sum(p.numel for p in stepped) * opts.flat_grad_bytes
+    flat_grad = sim.storage(-(-flat // opts.state_shard), "fp32 gradient partition", "grad") if flat else None
+    master = opts.master_bytes_per_param > 0
+    step(sim, optimizer, stepped, opts.state_shard, fused=opts.fused_step, master=master)
+    del flat_grad
+
+
+def _outside_allocator(
+    optimizer: str, stepped: list[Param], shapes: dict[str, tuple[int, ...]], opts: StepOptions
+) -> int:
+    """Bytes of optimizer states outside the torch allocator (bitsandbytes' paged states) on this rank."""
+    if not outside_allocator(optimizer) or opts.offload_states:
+        return 0
+    return states_total(optimizer, stepped, shapes, opts.state_shard, opts.master_bytes_per_param)
+
+
+def _microbatches(
+    sim: Sim,
+    model: CausalLM,
+    cfg: ReplayConfig,
+    ids: T,
+    layer_ids: range,
+    opts: StepOptions,
+    hooks: TrainingHooks,
+) -> tuple[int, int]:
+    """Forward + loss and backward of the micro-batches (the second one, with gradient accumulation, with
+    every ``.grad`` already live); returns the live bytes after the last forward and the most activations
+    one micro-batch kept."""
+    tr = sim.tr
+    after_forward = 0
+    microbatch_activations = 0
+    for _ in range(min(opts.grad_accum, 2)):
+        sim.phase_kind = "act"
+        tr.start_phase("forward")
+        before = tr.cur
+        hooks.begin_microbatch(sim)
+        prev = sim.enter_autocast(cfg.autocast)
+        loss = model.forward_loss(ids, layer_ids)
+        if not cfg.lm_head:
+            out, loss = loss, sim.new(1, "f32")
+            sim.node("copy", (out,), (loss,))  # the gradient of the stage output comes from the next stage
+            del out
+        sim.exit_autocast(prev)
+        hooks.end_forward(sim)
+        model.drop_outputs()
+        after_forward = tr.cur
+        microbatch_activations = max(microbatch_activations, after_forward - before)
+        sim.phase_kind = "temp"
+        tr.start_phase("backward")
+        hooks.begin_backward(sim)
+        backward(sim, loss)
+        del loss
+        hooks.release_units(sim)
+    return after_forward, microbatch_activations

@@ -94,4 +94,15 @@ def _rank_spec(spec: ModelSpec, tp: int, pp: int, ep: int, stage: int) -> ModelS
         "layer_types": types,
         "moe": moe,
     }
-    return ModelSpec.model_validate({**spec.model_dump(), **update})
+    out = ModelSpec.model_validate({**spec.model_dump(), **update})
+    if (
+        out.moe is not None
+        and spec.moe is not None
+        and out.moe.experts_per_token < spec.moe.experts_per_token
+    ):
+        # balanced routing: the rank's experts receive tokens x top_k rows from all EP ranks (Megatron-LM
+        # MoEAlltoAllTokenDispatcher), also when it holds fewer than top_k experts; the spec's own check
+        # (top-k at most the experts) is about a whole model
+        k = spec.moe.experts_per_token
+        out = out.model_copy(update={"moe": out.moe.model_copy(update={"experts_per_token": k})})
+    return out

@@ -12,6 +12,7 @@ from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, check_degrees
 from gpumem_gui.core.training.frameworks import framework
 from gpumem_gui.core.training.precision import precision
+from gpumem_gui.core.training.profiles import check as check_profile
 from gpumem_gui.core.training.run import TrainingRun
 
 
@@ -50,6 +51,44 @@ def _check_adapters(spec: ModelSpec, run: TrainingRun) -> list[str]:
     return warnings
 
 
+def _check_model_parallel(spec: ModelSpec, run: TrainingRun) -> list[str]:
+    """Sequence parallelism and the pipeline schedules: what the runtimes refuse, and what changes nothing."""
+    warnings = []
+    if run.sequence_parallel and run.tp > 1:
+        if spec.parallel_attn_mlp or spec.traits.block != "llama":
+            raise GpumemInputError(
+                "sequence_parallel is modelled for sequential decoder blocks (attention, then MLP); this "
+                "model runs them in parallel or in its own block: set sequence_parallel off",
+                field="sequence_parallel",
+            )
+        if run.seq % (run.tp * run.cp):
+            # Megatron-LM and DTensor Shard(1) split the sequence evenly over the TP ranks
+            raise GpumemInputError(
+                f"sequence_parallel: seq {run.seq} must be a multiple of tp x cp = {run.tp * run.cp}",
+                field="sequence_parallel",
+            )
+    elif run.sequence_parallel:
+        warnings.append("sequence_parallel: with tp=1 there is nothing to split; memory is unchanged")
+    if run.pp_schedule == "interleaved-1f1b" and run.pp > 1:
+        chunks = run.pp * run.pp_virtual
+        if spec.num_layers % chunks:
+            # Megatron-LM transformer_config.py: num_layers_per_pipeline_rank % virtual_pipeline_size
+            raise GpumemInputError(
+                f"pp_virtual: {spec.num_layers} layers do not split into pp x pp_virtual = {chunks} chunks",
+                field="pp_virtual",
+            )
+        if run.grad_accum % run.pp:
+            # Megatron-LM schedules.py forward_backward_pipelining_with_interleaving
+            raise GpumemInputError(
+                f"interleaved 1F1B needs micro-batches (grad_accum {run.grad_accum}) divisible by pp "
+                f"({run.pp})",
+                field="grad_accum",
+            )
+    elif run.pp_virtual > 1:
+        warnings.append("pp_virtual: virtual stages apply to the interleaved 1F1B schedule only; ignored")
+    return warnings
+
+
 def check_training(spec: ModelSpec, run: TrainingRun) -> tuple[str, ...]:
     """Cross-checks of ``run`` against ``spec``: errors raise :class:`GpumemInputError`, soft problems come
     back as warnings."""
@@ -61,6 +100,7 @@ def check_training(spec: ModelSpec, run: TrainingRun) -> tuple[str, ...]:
             "carved out of the data- and tensor-parallel ranks)",
             field="ep",
         )
+    warnings += _check_model_parallel(spec, run)
     if run.frozen_layers > spec.num_layers:
         raise GpumemInputError(
             f"frozen_layers ({run.frozen_layers}) exceeds the {spec.num_layers} layers", field="frozen_layers"
@@ -69,7 +109,14 @@ def check_training(spec: ModelSpec, run: TrainingRun) -> tuple[str, ...]:
         warnings += _check_adapters(spec, run)
     if run.attn == "flash" and run.precision == "fp32":
         raise GpumemInputError("flash attention needs fp16 or bf16 activations", field="attn")
+    if precision(run).fsdp_only and run.fsdp == "none":
+        raise GpumemInputError(
+            f"precision {run.precision} is FSDP's MixedPrecisionPolicy: it needs fsdp (full_shard, "
+            "shard_grad_op, hybrid_shard); without FSDP use amp-bf16 or bf16",
+            field="precision",
+        )
     warnings += framework(run).check(spec, run)
+    warnings += check_profile(run)  # the framework profile's offers and the tricks' limits
     if run.cp > 1 and run.seq % run.cp:
         warnings.append(
             f"cp: seq {run.seq} is not a multiple of cp={run.cp}; ranks get {ceil(run.seq / run.cp)}"

@@ -5,9 +5,10 @@ See :mod:`gpumem_gui.core.training` for the phases and what several GPUs change.
 
 from __future__ import annotations
 
-from math import ceil
+from dataclasses import replace
 
-from gpumem_gui.core.replay.optim import resolve, state_bytes_of
+from gpumem_gui.core.replay.config import ReplayConfig
+from gpumem_gui.core.replay.optim import resolve
 from gpumem_gui.core.replay.step import PHASES, StepResult
 from gpumem_gui.core.results.estimate import Estimate, GpuShare, Phase, tp_ranks
 from gpumem_gui.core.results.overheads import stage_share
@@ -15,21 +16,52 @@ from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.params import count_params
 from gpumem_gui.core.training.checks import check_training
 from gpumem_gui.core.training.explain import components, extra_component
-from gpumem_gui.core.training.frameworks import framework
-from gpumem_gui.core.training.precision import dtypes
+from gpumem_gui.core.training.model_parallel import (
+    Extra,
+    cp_buffers,
+    ep_buffers,
+    in_flight,
+    tp_embedding_grad,
+    zb_weight_inputs,
+)
+from gpumem_gui.core.training.offload import offload_bytes, rank_facts, rank_notes
+from gpumem_gui.core.training.profiles import profile_facts
 from gpumem_gui.core.training.rank import simulate
+from gpumem_gui.core.training.ranks import stage_rank_classes
 from gpumem_gui.core.training.run import TrainingRun
 
 
-def _stage_phases(spec: ModelSpec, run: TrainingRun, stage: int) -> tuple[dict[str, Phase], StepResult, int]:
+def _stage_extras(
+    spec: ModelSpec, run: TrainingRun, stage: int, res: StepResult, cfg: ReplayConfig, rspec: ModelSpec
+) -> tuple[float, list[Extra]]:
+    """What a stage holds beside its replayed micro-batch in forward and backward: the activations of the
+    other in-flight micro-batches (:func:`in_flight`), zero bubble's held output gradients, the context- and
+    expert-parallel exchange buffers of one layer."""
+    n, pipe = in_flight(run, stage)
+    extras: list[Extra] = []
+    extra_act = round((n - 1) * res.microbatch_activations)
+    if pipe is not None and extra_act:
+        formula = (
+            f"(in-flight micro-batches - 1) x activations one micro-batch keeps for backward; {pipe.formula}"
+        )
+        inputs = {**pipe.inputs, "per_microbatch": res.microbatch_activations}
+        extras.append(replace(pipe, bytes=extra_act, formula=formula, inputs=inputs))
+    for extra in (
+        zb_weight_inputs(run, cfg, rspec),
+        cp_buffers(run, cfg, rspec),
+        ep_buffers(run, cfg, rspec),
+        tp_embedding_grad(run, cfg, spec),
+    ):
+        if extra is not None and extra.bytes:
+            extras.append(extra)
+    return n, extras
+
+
+def _stage_phases(
+    spec: ModelSpec, run: TrainingRun, stage: int
+) -> tuple[dict[str, Phase], StepResult, float]:
     res, cfg, rspec = simulate(spec, run, stage)
-    inflight = min(run.pp - stage, run.grad_accum) if run.pp > 1 else 1
-    extra_act = (inflight - 1) * res.microbatch_activations
-    cp_buf = 0
-    if run.cp > 1:
-        # ring attention: K and V chunks of one layer being sent and received (2 x 2 x b x s/cp x kv width)
-        kvw = rspec.num_kv_heads * rspec.head_dim
-        cp_buf = 2 * 2 * run.batch * cfg.q * kvw * (2 if cfg.autocast or cfg.param_dt != "f32" else 4)
+    inflight, extras = _stage_extras(spec, run, stage, res, cfg, rspec)
     phases: dict[str, Phase] = {}
     for name in PHASES:
         pk = res.phases.get(name)
@@ -37,36 +69,10 @@ def _stage_phases(spec: ModelSpec, run: TrainingRun, stage: int) -> tuple[dict[s
             continue
         comps = components(pk.by_tag, run, res, cfg, rspec, pk.where)
         total = pk.total
-        if name != "optimizer" and extra_act:
-            comps.append(
-                extra_component(
-                    "pipeline_inflight",
-                    "activations of other in-flight micro-batches",
-                    extra_act,
-                    "(in-flight micro-batches - 1) x activations one micro-batch keeps for backward; 1F1B "
-                    "keeps min(pp - stage, micro-batches) in flight on a stage",
-                    {
-                        "pp": run.pp,
-                        "stage": stage,
-                        "in_flight": inflight,
-                        "per_microbatch": res.microbatch_activations,
-                    },
-                    "Narayanan et al. 2021 (PipeDream-Flush / 1F1B schedule); Megatron-LM schedules.py",
-                )
-            )
-            total += extra_act
-        if name != "optimizer" and cp_buf:
-            comps.append(
-                extra_component(
-                    "context_parallel",
-                    "context-parallel K/V ring buffers",
-                    cp_buf,
-                    "2 (send, receive) x (K + V) x batch x seq/cp x kv heads x head_dim x dtype",
-                    {"cp": run.cp, "seq_per_rank": cfg.q},
-                    "ring attention (Liu et al. 2023); Megatron-LM context parallelism",
-                )
-            )
-            total += cp_buf
+        for e in extras:
+            if name in e.phases:
+                comps.append(extra_component(e.key, e.label, e.bytes, e.formula, e.inputs, e.source))
+                total += e.bytes
         phases[name] = Phase(name=name, peak_bytes=total, components=tuple(comps), note=f"peak at {pk.where}")
     return phases, res, inflight
 
@@ -110,6 +116,9 @@ def estimate_training(spec: ModelSpec, run: TrainingRun) -> Estimate:
         "gradient_bytes": worst_res.grad_bytes,
         "optimizer_state_bytes": worst_res.state_bytes,
         "activation_bytes_per_microbatch": worst_res.microbatch_activations,
+        **rank_facts(run, worst_res, [s[2] for s in shares]),
+        # the framework, the defaults its profile applied (with sources), offloaded activations' CPU RAM
+        **profile_facts(run, sum(s[2].host_bytes for s in shares)),
     }
     return Estimate(
         mode="train",
@@ -121,25 +130,13 @@ def estimate_training(spec: ModelSpec, run: TrainingRun) -> Estimate:
         components=worst.components,
         per_gpu=per_gpu,
         kv_cache_bytes=0,
-        warnings=warnings,
+        warnings=[*warnings, *rank_notes(worst_res)],
         facts=facts,
+        ranks=stage_rank_classes(run, shares),
     )
 
 
 def _cpu_bytes(spec: ModelSpec, run: TrainingRun, results: list[StepResult]) -> int:
-    """CPU RAM one rank needs for offloaded state: optimizer states (+ fp32 master copy and gradients that
-    DeepSpeed's CPU Adam reads) and, with parameter offload, the parameters."""
-    if run.offload == "none":
-        return 0
-    sh = framework(run).sharding(run)
-    param_dt, _ = dtypes(run)
-    total = 0
-    for res in results:
-        n = res.trainable_params
-        states = state_bytes_of(run.optimizer, n, (n,), "f32")
-        master = 4 * n if param_dt != "f32" else 0
-        grads = 4 * n
-        total += ceil((states + master + grads) / sh.state_shard)
-        if run.offload == "optimizer+params":
-            total += ceil(res.full_param_bytes / sh.param_shard)
-    return total
+    """Host RAM one rank needs for offloaded state (optimizer states, fp32 master copy and gradients the CPU
+    Adam reads, parameters); NVMe apart (:func:`gpumem_gui.core.training.offload.offload_bytes`)."""
+    return sum(offload_bytes(run, res)[0] + res.host_bytes for res in results)  # + offloaded activations

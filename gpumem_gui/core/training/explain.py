@@ -10,16 +10,24 @@ from gpumem_gui.core.replay.optim import INFO, resolve
 from gpumem_gui.core.replay.step import StepResult
 from gpumem_gui.core.results.estimate import Component, Explanation
 from gpumem_gui.core.spec.model import ModelSpec
-from gpumem_gui.core.training.frameworks import framework
+from gpumem_gui.core.training.buckets import BUCKETS_SOURCE, ZERO_TORCH_SOURCE, bucket_explanation, owner_text
+from gpumem_gui.core.training.frameworks.deepspeed import GRADS_SOURCE, MASTER_SOURCE, zero_explanation
+from gpumem_gui.core.training.fsdp_explain import FSDP_EXPLAIN, FSDP_TAGS, gathered
+from gpumem_gui.core.training.model_parallel import rank_sharding
 from gpumem_gui.core.training.precision import PRECISION_DOC, dtypes
+from gpumem_gui.core.training.profiles import trick_sources
 from gpumem_gui.core.training.run import TrainingRun
 
 # (replay tag, component key, label) in display order
 _TAGS = (
     ("parameters", "parameters", "parameters"),
     ("gathered parameters", "gathered_parameters", "gathered parameters (ZeRO-3/FSDP)"),
+    *FSDP_TAGS,  # FSDP2 all-gather / reduce-scatter buffers, 1/N post-forward shards, unsharded gradients
     ("buffers", "buffers", "buffers"),
     ("gradients", "gradients", "gradients"),
+    ("gradient buckets", "gradient_buckets", "DDP gradient buckets"),
+    ("reduce bucket", "reduce_bucket", "ZeRO reduce (IPG) bucket"),
+    ("fp32 gradient partition", "fp32_gradient_partition", "ZeRO fp32 gradient partition"),
     ("optimizer states", "optimizer_states", "optimizer states"),
     ("optimizer temporaries", "optimizer_temporaries", "optimizer step temporaries"),
     ("activations", "activations", "activations"),
@@ -27,6 +35,7 @@ _TAGS = (
     ("dequantized weights", "dequantized_weights", "dequantized 4-bit weights"),
     ("logits", "logits", "logits / loss"),
     ("temporaries", "temporaries", "backward temporaries"),
+    ("sequence-parallel buffer", "sp_gather_buffer", "sequence-parallel all-gather buffer"),
     ("input ids", "inputs", "input ids"),
 )
 
@@ -41,6 +50,9 @@ _ACTIVATION_WHAT = {
     "temporaries": "gradients of activations in flight during backward (and their sums, casts, slice/reshape "
     "copies); recomputed activations under checkpointing",
     "dequantized weights": "a bitsandbytes 4-bit weight dequantized to the compute dtype for one matmul",
+    "sequence-parallel buffer": "Megatron-LM's persistent all-gather buffer (global memory buffer 'mpu'): "
+    "batch x seq x hidden of the input of the column-parallel linears, reused by every layer (megatron/core/"
+    "tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication)",
 }
 
 
@@ -50,7 +62,7 @@ class _Ctx:
     def __init__(self, run: TrainingRun, res: StepResult, cfg: ReplayConfig, rspec: ModelSpec, where: str):
         self.run, self.res, self.cfg, self.rspec = run, res, cfg, rspec
         self.base: dict[str, object] = {"phase_where": where}
-        self.sharding = framework(run).sharding(run)
+        self.sharding = rank_sharding(run)  # over the dp x cp ranks
 
 
 def _parameters(c: _Ctx) -> Explanation:
@@ -58,10 +70,15 @@ def _parameters(c: _Ctx) -> Explanation:
     return Explanation(
         formula="every parameter tensor of this rank x bytes of its dtype"
         + (" / data-parallel shard" if c.sharding.param_shard > 1 else "")
-        + ("; 4-bit base linears at their packed size + quantization state" if qlora else ""),
+        + ("; 4-bit base linears at their packed size + quantization state" if qlora else "")
+        + (
+            f"; DeepSpeed casts the model to {c.sharding.model_dtype} (no autocast)"
+            if c.sharding.model_dtype
+            else ""
+        ),
         inputs={
             **c.base,
-            "dtype": dtypes(run)[0],
+            "dtype": c.sharding.model_dtype or dtypes(run)[0],
             "param_shard": c.sharding.param_shard,
             "bytes": c.res.param_bytes,
             "method": run.method,
@@ -69,19 +86,16 @@ def _parameters(c: _Ctx) -> Explanation:
         },
         source="transformers modeling code (parameter shapes, gpumem_gui.core.spec.params); "
         + ("bitsandbytes Linear4bit via formats.weight_bytes; " if qlora else "")
-        + PRECISION_DOC[run.precision],
+        + (
+            "deepspeed/runtime/engine.py _configure_distributed_model (module.bfloat16() / half())"
+            if c.sharding.model_dtype
+            else PRECISION_DOC[run.precision]
+        ),
     )
 
 
 def _gathered(c: _Ctx) -> Explanation:
-    return Explanation(
-        formula="full parameters of the gathered FSDP/ZeRO-3 units: the root unit (embeddings, final norm, "
-        "head) for the whole step, one decoder layer in forward, the current and the prefetched one in "
-        "backward (capped at the unsharded model)",
-        inputs={**c.base, "fsdp": c.run.fsdp, "zero": c.run.zero, "dp": c.run.dp},
-        source="torch/distributed/fsdp (FULL_SHARD, BACKWARD_PRE prefetch); DeepSpeed ZeRO-3 parameter "
-        "partitioning",
-    )
+    return gathered(c.run, c.base)  # FSDP2 / FSDP1 / ZeRO-3: training/fsdp_explain.py
 
 
 def _gradients(c: _Ctx) -> Explanation:
@@ -91,7 +105,13 @@ def _gradients(c: _Ctx) -> Explanation:
             if c.run.precision == "megatron-bf16"
             else "one gradient like each trainable parameter, created when backward reaches it"
         )
-        + (" / data-parallel shard (reduce-scattered as they appear)" if c.sharding.grads_sharded else ""),
+        + (" / data-parallel shard (reduce-scattered as they appear)" if c.sharding.grads_sharded else "")
+        + (
+            "; gradient_as_bucket_view: each .grad is a view of the DDP reducer's flat buckets (allocated "
+            "when DistributedDataParallel is built, alive for the whole run)"
+            if c.sharding.ddp_buckets and c.run.bucket_view
+            else ""
+        ),
         inputs={
             **c.base,
             "trainable_params": c.res.trainable_params,
@@ -99,7 +119,15 @@ def _gradients(c: _Ctx) -> Explanation:
             "grad_accum": c.run.grad_accum,
         },
         source="torch/csrc/autograd/functions/accumulate_grad.h (gradient stolen into .grad, added in place "
-        "when it exists: gradient accumulation)",
+        "when it exists: gradient accumulation)"
+        + (
+            "; optimizer in backward: each gradient stepped and freed as soon as it is accumulated, only "
+            "those in flight exist (torchtune register_optim_in_bwd_hooks)"
+            if c.run.optimizer_in_backward
+            else ""
+        )
+        + (f"; {BUCKETS_SOURCE}" if c.sharding.ddp_buckets and c.run.bucket_view else "")
+        + (f"; {GRADS_SOURCE}" if c.sharding.model_dtype else ""),
     )
 
 
@@ -108,7 +136,13 @@ def _states(c: _Ctx) -> Explanation:
     return Explanation(
         formula=opt.states
         + ("; + fp32 master weights 4 B/param" if c.run.precision == "megatron-bf16" else "")
-        + ("; / data-parallel shard" if c.sharding.states_sharded else ""),
+        + (
+            "; in fp32 on DeepSpeed's fp32 master partition, + the master weights 4 B/param"
+            if c.sharding.master_bytes
+            else ""
+        )
+        + ("; / data-parallel shard" if c.sharding.states_sharded and c.sharding.state_shard > 1 else "")
+        + owner_text(c.res.state_owner, c.run.dp),
         inputs={
             **c.base,
             "optimizer": c.run.optimizer,
@@ -116,7 +150,9 @@ def _states(c: _Ctx) -> Explanation:
             "trainable_params": c.res.trainable_params,
             "first_step": c.run.first_step,
         },
-        source=opt.source,
+        source=opt.source
+        + (f"; {ZERO_TORCH_SOURCE}" if c.res.state_owner else "")
+        + (f"; {MASTER_SOURCE}" if c.sharding.master_bytes else ""),
     )
 
 
@@ -145,7 +181,8 @@ def _activations(tag: str) -> Callable[[_Ctx], Explanation]:
             },
             source="transformers 5.24 modeling code replayed on symbolic tensors "
             "(gpumem_gui.core.replay.model); saving rules of torch tools/autograd/derivatives.yaml; "
-            "checked byte for byte against PyTorch MemTracker (shared/reference/groundtruth.json grid)",
+            "checked byte for byte against PyTorch MemTracker (shared/reference/groundtruth.json grid)"
+            + trick_sources(c.run),  # the framework's loss and memory tricks (training/profiles.py)
         )
 
     return explain
@@ -169,11 +206,17 @@ _EXPLAIN: dict[str, Callable[[_Ctx], Explanation]] = {
     "parameters": _parameters,
     "gathered parameters": _gathered,
     "gradients": _gradients,
+    "gradient buckets": lambda c: bucket_explanation(c.run, c.res.trainable_params, c.base),
+    "reduce bucket": lambda c: zero_explanation("reduce bucket", c.run, c.res.trainable_params, c.base),
+    "fp32 gradient partition": lambda c: zero_explanation(
+        "fp32 gradient partition", c.run, c.res.trainable_params, c.base
+    ),
     "optimizer states": _states,
     "optimizer temporaries": _temporaries,
     **{tag: _activations(tag) for tag in _ACTIVATION_WHAT},
     "input ids": _inputs,
     "buffers": _buffers,
+    **{tag: (lambda c, f=f: f(c.run, c.base)) for tag, f in FSDP_EXPLAIN.items()},
 }
 
 

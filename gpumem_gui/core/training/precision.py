@@ -15,9 +15,11 @@ PRECISION_DOC = {
     "amp-bf16": "fp32 weights, torch.autocast(bfloat16) over forward + loss, fp32 gradients and optimizer "
     "states (HF Trainer bf16=True on an fp32 model); LoRA/QLoRA: bf16 frozen base, fp32 adapters, autocast",
     "amp-fp16": "as amp-bf16 with float16 autocast (and a GradScaler, whose state is negligible)",
-    "mp-bf16": "FSDP MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): fp32 sharded parameters, "
-    "gradients and optimizer states, bf16 copies of the gathered (unsharded) parameters for forward and "
-    "backward, gradients reduced in fp32 (torch/distributed/fsdp/_fully_shard/_fsdp_api.py)",
+    "mp-bf16": "FSDP MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) (FSDP1: MixedPrecision): fp32 "
+    "sharded parameters, sharded gradients and optimizer states; the all-gather casts the shards to bf16, so "
+    "the unsharded parameters, activations and unsharded gradients are bf16 and there is no autocast copy; "
+    "gradients are reduce-scattered in fp32 (torch/distributed/fsdp/_fully_shard/_fsdp_api.py "
+    "MixedPrecisionPolicy, _fsdp_param.py init_dtype_attrs, _fsdp_collectives.py foreach_reduce); FSDP only",
     "bf16": "weights, gradients and optimizer states in bf16, no autocast (LoRA adapters stay fp32, PEFT's "
     "autocast_adapter_dtype default)",
     "fp32": "everything in fp32, no autocast",
@@ -32,13 +34,19 @@ class PrecisionProfile:
     """``full``: (parameter dtype, autocast dtype or None) of a full fine-tune; ``adapters``: the frozen
     base's (None: not allowed with LoRA/QLoRA); ``main_grad``: gradients go into a preallocated fp32 buffer
     (dropped on the GPU as they appear); ``master_bytes``: per trainable parameter, fp32 master weights the
-    optimizer keeps; ``fused_step``: the optimizer steps on flat fp32 buffers (no per-tensor temporaries)."""
+    optimizer keeps; ``fused_step``: the optimizer steps on flat fp32 buffers (no per-tensor temporaries).
+    ``store_scale``: FSDP mixed precision: the sharded parameters are stored at this many times the bytes of
+    the compute dtype (2: fp32 shards of bf16 compute), and gradients are reduced in ``reduce_bytes``-byte
+    floats; such a precision needs FSDP (``fsdp_only``)."""
 
     full: tuple[str, str | None]
     adapters: tuple[str, str | None] | None
     main_grad: bool = False
     master_bytes: int = 0
     fused_step: bool = False
+    store_scale: int = 1
+    reduce_bytes: int = 0
+    fsdp_only: bool = False
 
     @property
     def compute_bytes(self) -> int:
@@ -50,7 +58,11 @@ class PrecisionProfile:
 PRECISIONS: dict[str, PrecisionProfile] = {
     "amp-bf16": PrecisionProfile(full=("f32", "bf16"), adapters=("bf16", "bf16")),
     "amp-fp16": PrecisionProfile(full=("f32", "f16"), adapters=("f16", "f16")),
-    "mp-bf16": PrecisionProfile(full=("f32", "bf16"), adapters=("bf16", "bf16")),
+    # torch/distributed/fsdp/_fully_shard/_fsdp_api.py MixedPrecisionPolicy(param_dtype=bf16,
+    # reduce_dtype=fp32): the replay runs the bf16 compute copies; the hooks store fp32 shards
+    "mp-bf16": PrecisionProfile(
+        full=("bf16", None), adapters=("bf16", None), store_scale=2, reduce_bytes=4, fsdp_only=True
+    ),
     "bf16": PrecisionProfile(full=("bf16", None), adapters=("bf16", None)),
     "fp32": PrecisionProfile(full=("f32", None), adapters=("f32", None)),
     # Megatron-LM Float16OptimizerWithFloat16Params / DistributedOptimizer (megatron/core/optimizer)

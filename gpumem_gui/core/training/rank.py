@@ -13,9 +13,12 @@ from gpumem_gui.core.replay.config import ReplayConfig
 from gpumem_gui.core.replay.step import StepOptions, StepResult, simulate_step
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, rank_spec, stage_layers
+from gpumem_gui.core.training.buckets import BucketHooks, WholeParams, ZeroHooks
 from gpumem_gui.core.training.checks import lora_targets
-from gpumem_gui.core.training.frameworks import framework
+from gpumem_gui.core.training.frameworks.fsdp import fsdp2_hooks
+from gpumem_gui.core.training.model_parallel import rank_sharding, tp_fields
 from gpumem_gui.core.training.precision import dtypes, precision
+from gpumem_gui.core.training.profiles import trick_fields
 from gpumem_gui.core.training.run import TrainingRun
 from gpumem_gui.core.training.sharding import ShardingHooks
 
@@ -34,6 +37,9 @@ def step_config(spec: ModelSpec, run: TrainingRun, stage: int = 0) -> tuple[Repl
     rspec = rank_spec(spec, Degrees(tp=run.tp, pp=run.pp, ep=run.ep), stage)
     layers = stage_layers(spec, run.pp, stage)
     param_dt, autocast = dtypes(run)
+    mdt = rank_sharding(run).model_dtype
+    if mdt is not None:  # DeepSpeed casts the model to its bf16/fp16 dtype and runs it without autocast
+        param_dt, autocast = mdt, None
     frozen = max(0, min(run.frozen_layers, layers.stop) - layers.start)
     cfg = ReplayConfig(
         batch=run.batch,
@@ -46,13 +52,15 @@ def step_config(spec: ModelSpec, run: TrainingRun, stage: int = 0) -> tuple[Repl
         lora_rank=run.lora_rank,
         lora_targets=lora_targets(run),
         lora_dropout=run.lora_dropout,
-        adapter_dt="f32",
+        adapter_dt=mdt or ("bf16" if precision(run).store_scale != 1 else "f32"),  # FSDP mp: like the base
         quant_bytes=_quant_bytes(run, rspec) if run.method == "qlora" else 0,
         frozen_layers=frozen,
         lm_head=stage == run.pp - 1,
         embedding=stage == 0,
         dropout=run.dropout if run.dropout is not None else spec.traits.hidden_dropout,
         attn_dropout=run.dropout if run.dropout is not None else spec.traits.attention_dropout,
+        **tp_fields(run),  # type: ignore[arg-type]
+        **trick_fields(run),  # type: ignore[arg-type]
     )
     return cfg, rspec
 
@@ -60,7 +68,7 @@ def step_config(spec: ModelSpec, run: TrainingRun, stage: int = 0) -> tuple[Repl
 def step_options(run: TrainingRun) -> StepOptions:
     """The optimizer side of the step: accumulation, first step, state sharding and offload, and the
     precision's master weights and fused step."""
-    sh = framework(run).sharding(run)
+    sh = rank_sharding(run)  # over the dp x cp ranks
     prec = precision(run)
     return StepOptions(
         grad_accum=run.grad_accum,
@@ -68,23 +76,45 @@ def step_options(run: TrainingRun) -> StepOptions:
         state_shard=sh.state_shard,
         offload_states=sh.states_offloaded,
         fused_step=prec.fused_step,
-        master_bytes_per_param=prec.master_bytes,
+        optimizer_in_backward=run.optimizer_in_backward,
+        master_bytes_per_param=max(prec.master_bytes, sh.master_bytes),
+        flat_grad_bytes=sh.flat_grad_bytes,
         states_for_unused=sh.flat_states or prec.main_grad,
+        owned=WholeParams(run.dp) if sh.whole_param_states else None,
     )
 
 
 def sharding_hooks(run: TrainingRun) -> ShardingHooks:
     """The framework's sharding and the precision's gradient buffers as hooks on the replay (fresh for each
     replay: they hold its gathered units)."""
-    sh = framework(run).sharding(run)
-    return ShardingHooks(
-        param_shard=sh.param_shard,
-        grad_shard=sh.grad_shard,
-        gather=sh.gather,
-        params_offloaded=sh.params_offloaded,
-        grads_dropped=sh.states_offloaded,
-        main_grad=precision(run).main_grad,
-    )
+    sh = rank_sharding(run)  # over the dp x cp ranks
+    kw = {
+        "param_shard": sh.param_shard,
+        "grad_shard": sh.grad_shard,
+        "gather": sh.gather,
+        "params_offloaded": sh.params_offloaded,
+        "grads_dropped": sh.states_offloaded,
+        "main_grad": precision(run).main_grad,
+        "store_scale": precision(run).store_scale,  # FSDP1 MixedPrecision: fp32 flat shards
+        "qlora_sharded": run.method == "qlora" and run.fsdp != "none",  # the 4-bit base sharded (FSDP1)
+    }
+    fsdp2 = fsdp2_hooks(run, sh.param_shard)  # FSDP2: unit by unit (training/fsdp2.py)
+    if fsdp2 is not None:
+        return fsdp2  # type: ignore[return-value]
+    if sh.ddp_buckets:
+        return BucketHooks(run.bucket_cap_mb, run.bucket_view, **kw)
+    if sh.reduce_bucket or sh.grad_partition_buffer:
+        dt_bytes = 4 if sh.model_dtype == "f32" else 2
+        return ZeroHooks(
+            sh.reduce_bucket * dt_bytes,
+            sh.reduce_bucket_persistent,
+            dt_bytes if sh.grad_partition_buffer else 0,
+            sh.grads_kept_after_backward,
+            sh.stage3_gather,
+            dt_bytes,
+            **kw,
+        )
+    return ShardingHooks(**kw)  # type: ignore[arg-type]
 
 
 def simulate_rank(

@@ -32,6 +32,8 @@ class ShardingHooks(TrainingHooks):
         params_offloaded: bool = False,
         grads_dropped: bool = False,
         main_grad: bool = False,
+        store_scale: int = 1,
+        qlora_sharded: bool = False,
     ) -> None:
         self.param_shard = param_shard
         self.grad_shard = grad_shard
@@ -42,6 +44,13 @@ class ShardingHooks(TrainingHooks):
         self.unit_full: dict[int, int] = {}  # full bytes of each unit (-1: embeddings, final norm, head)
         self.gathered: dict[int, Storage] = {}
         self._cap: int | None = None
+        # FSDP1 MixedPrecision: flat parameters stored at store_scale x the compute dtype's bytes (fp32 shards
+        # of bf16 compute), gradients reduced and kept in fp32
+        self.store_scale = store_scale
+        # QLoRA under FSDP (bnb_4bit_quant_storage=bf16): the packed 4-bit weights are sharded like any
+        # parameter (Answer.AI fsdp_qlora; HF PEFT docs "FSDP + QLoRA")
+        self.qlora_sharded = qlora_sharded
+        self.packed = 0
 
     @property
     def _active(self) -> bool:
@@ -50,7 +59,20 @@ class ShardingHooks(TrainingHooks):
     def param_bytes(self, full_bytes: int, layer: int | None) -> int:
         unit = layer if layer is not None else -1
         self.unit_full[unit] = self.unit_full.get(unit, 0) + full_bytes
-        return 0 if self.params_offloaded else -(-full_bytes // self.param_shard)
+        return 0 if self.params_offloaded else -(-full_bytes * self.store_scale // self.param_shard)
+
+    def param_made(self, sim: Sim, p: Param) -> None:
+        if self.store_scale != 1:
+            p.dt = "f32"  # the optimizer steps the fp32 shards
+        if not self.qlora_sharded:
+            return
+        if p.name == "bnb 4-bit linears":  # what is left whole on every rank: the quantization state
+            p.st.grow(max(0, p.full_bytes - self.packed) - p.st.nbytes)
+        elif p.full_bytes == 0 and p.numel and p.layer is not None:  # a 4-bit linear: numel / 2 packed bytes
+            packed = p.numel // 2
+            self.packed += packed
+            self.unit_full[p.layer] = self.unit_full.get(p.layer, 0) + packed
+            p.st.grow((0 if self.params_offloaded else -(-packed // self.param_shard)) - p.st.nbytes)
 
     def _gather_cap(self) -> int:
         if self._cap is None:
@@ -99,8 +121,8 @@ class ShardingHooks(TrainingHooks):
             return  # added into the main_grad buffer, or copied to the CPU: dropped on the GPU
         if p.grad is not None:
             return  # .grad += g in place (gradient accumulation)
-        if self.grad_shard > 1:
-            p.grad = sim.storage(-(-g.nbytes // self.grad_shard), "gradients", "grad")
+        if self.grad_shard > 1 or self.store_scale != 1:
+            p.grad = sim.storage(-(-g.nbytes * self.store_scale // self.grad_shard), "gradients", "grad")
         else:
             sim.tr.retag(g, "grad", "gradients")
             p.grad = g

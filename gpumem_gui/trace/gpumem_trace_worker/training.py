@@ -20,6 +20,7 @@ from .building import (
     token_ids,
 )
 from .tracking import memory_tracker
+from .tricks import LOSSES, Offload, checkpoint_every, op_sac_context, optimizers_in_backward, standard_loss
 
 _OPTIM = {
     "adamw": {"foreach": True},
@@ -111,7 +112,12 @@ def prepare(
             "optimizers keep no state for them"
         )
     if run.get("grad_ckpt"):
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        kwargs: dict[str, Any] = {"use_reentrant": False}
+        if run.get("ckpt_policy", "full") == "selective-op":
+            kwargs["context_fn"] = op_sac_context()
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        if int(run.get("ckpt_every", 1)) > 1:
+            checkpoint_every(model, int(run["ckpt_every"]))
     if run.get("method") == "lora":
         model = lora(model, run)
     model.train()
@@ -120,21 +126,48 @@ def prepare(
     return cfg, model, token_ids(cfg, int(run.get("batch", 1)), int(run.get("seq", 2048)))
 
 
-def step(model: Any, opt: Any, mt: Any, ids: Any, autocast: Any, accum: int) -> None:
-    """One optimizer step under ``mt``: ``accum`` micro-batches of forward + loss and backward, the step."""
+def forward_loss(model: Any, ids: Any, run: dict[str, Any], offload: Any) -> Any:
+    """The loss of one micro-batch: the model's own (``labels=input_ids``), or the decoder under the
+    offloading hooks and the head + loss after them, or torchtune's chunked losses (:mod:`.tricks`)."""
+    loss_name = run.get("loss", "auto")
+    if loss_name in ("auto", "standard") and offload is None:
+        return model(input_ids=ids, labels=ids, use_cache=False).loss
+    if loss_name not in ("auto", "standard") and loss_name not in LOSSES:
+        raise TraceError(f"loss {loss_name!r} is not traced (torch runs: standard, chunked, chunked-linear)")
+    hooks = offload.hooks() if offload is not None else contextlib.nullcontext()
+    decoder = getattr(model, "get_base_model", lambda: model)().model
+    with hooks:
+        hidden = decoder(input_ids=ids, use_cache=False).last_hidden_state
+    fn = LOSSES.get(loss_name, standard_loss)
+    return fn(model, hidden, ids, int(run.get("loss_chunks", 8)))
+
+
+def step(
+    model: Any,
+    opt: Any,
+    mt: Any,
+    ids: Any,
+    autocast: Any,
+    accum: int,
+    run: dict[str, Any],
+    offload: Any = None,
+) -> None:
+    """One optimizer step under ``mt``: ``accum`` micro-batches of forward + loss and backward, the step
+    (``opt`` None: the optimizer runs in backward)."""
     import torch
 
     for _ in range(accum):
         mt.enter("forward")
         ac = torch.autocast("cpu", dtype=autocast) if autocast is not None else contextlib.nullcontext()
         with ac:
-            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+            loss = forward_loss(model, ids, run, offload)
         mt.enter("backward", forward=False)
         loss.backward()
         del loss
     mt.enter("optimizer", forward=False)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
+    if opt is not None:
+        opt.step()
+        opt.zero_grad(set_to_none=True)
 
 
 def trace_training(
@@ -159,17 +192,32 @@ def trace_training(
     with FakeTensorMode(), readable_failures():
         cfg, model, ids = prepare(raw, run, trust_remote_code, out)
         params = [p for p in model.parameters() if p.requires_grad]
-        opt = optimizer(params, run.get("optimizer", "adamw"))
+        name = run.get("optimizer", "adamw")
+        in_bwd = bool(run.get("optimizer_in_backward"))
+        opts = [optimizer(params, name)] if not in_bwd else []
+        if in_bwd:  # warm the per-parameter optimizers before their hooks exist
+            opts = [optimizer([p], name) for p in params]
         if not run.get("first_step"):
             for p in params:
                 p.grad = torch.zeros_like(p)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            for o in opts:
+                o.step()
+                o.zero_grad(set_to_none=True)
+        if in_bwd:
+            by_param = dict(zip(params, opts, strict=True))
+            optimizers_in_backward(params, lambda ps: by_param[ps[0]])
+        offload = Offload() if run.get("activation_offload") else None
         mt = memory_tracker()
-        mt.track_external(model, ids, opt)
+        mt.track_external(model, ids, *opts)
         with mt:
-            step(model, opt, mt, ids, autocast, accum)
+            step(model, None if in_bwd else opts[0], mt, ids, autocast, accum, run, offload)
         out["phases"] = dict(mt.phase_peaks)
+        if offload is not None:
+            out["host_bytes"] = offload.host_peak
+            notes.append(
+                f"activation offload: {offload.host_peak} bytes of saved activations in CPU RAM at most "
+                "(not counted; torchtune OffloadActivations rules)"
+            )
         add_vision(out, cfg, weights)
-        del model, opt, ids
+        del model, opts, ids
     return out

@@ -26,7 +26,10 @@ class Sharding:
     RAM. ``states_sharded``/``grads_sharded`` say whether the framework shards them at all (even over one
     rank), for the explanations. ``flat_states``: optimizer states exist for every trainable parameter, also
     one no step gives a gradient (a multimodal model's vision tower in a text-only step): DeepSpeed's flat
-    fp32 partitions, FSDP's FlatParameter; torch's own optimizers skip a parameter whose ``.grad`` is None."""
+    fp32 partitions, FSDP's FlatParameter; torch's own optimizers skip a parameter whose ``.grad`` is None.
+    ``ddp_buckets``: ``DistributedDataParallel``'s reducer keeps flat gradient buckets
+    (:mod:`gpumem_gui.core.training.buckets`); ``whole_param_states``: states are partitioned by whole
+    parameters (torch ``ZeroRedundancyOptimizer``), not split evenly (``state_shard`` is then 1)."""
 
     state_shard: int = 1
     grad_shard: int = 1
@@ -37,6 +40,21 @@ class Sharding:
     states_sharded: bool = False
     grads_sharded: bool = False
     flat_states: bool = False
+    ddp_buckets: bool = False
+    whole_param_states: bool = False
+    # DeepSpeed (gpumem_gui.core.training.frameworks.deepspeed): the dtype the engine casts the model to (run
+    # without autocast), fp32 master bytes per parameter, the fp32 flat gradient partition the step makes, the
+    # IPG reduce bucket (elements; kept for the whole run or only during backward) and a preallocated
+    # gradient partition buffer (ZeRO-3)
+    model_dtype: str | None = None
+    master_bytes: int = 0
+    flat_grad_bytes: int = 0
+    reduce_bucket: int = 0
+    reduce_bucket_persistent: bool = False
+    grad_partition_buffer: bool = False
+    grads_kept_after_backward: int = 1  # ZeRO-1: the backward epilogue keeps 1/n of the gradients
+    # ZeRO-3 parameter coordinator: (prefetch_bucket, max_live_params, persistence_threshold), elements
+    stage3_gather: tuple[int, int, int] | None = None
 
 
 class Framework(ABC):
@@ -66,7 +84,8 @@ def no_param_offload() -> GpumemInputError:
     return GpumemInputError("parameter offload needs ZeRO-3 or FSDP full_shard/hybrid_shard", field="offload")
 
 
-def nothing_to_shard(run: TrainingRun) -> list[str]:
+def nothing_to_shard(run: TrainingRun, engine: str = "") -> list[str]:
+    """The warning of a sharded run over one rank; ``engine``: what the framework still changes then."""
     if run.dp == 1:
-        return ["zero/fsdp: with dp=1 there is nothing to shard; per-GPU memory is unchanged"]
+        return [f"zero/fsdp: with dp=1 there is nothing to shard{engine or '; per-GPU memory is unchanged'}"]
     return []

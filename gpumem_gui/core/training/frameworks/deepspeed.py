@@ -1,14 +1,61 @@
-"""DeepSpeed ZeRO: stage 1 shards the optimizer states over the data-parallel ranks, stage 2 the gradients
-too (reduce-scattered as they appear), stage 3 the parameters too (one layer gathered at a time, the root
-unit for the whole step); ``offload_optimizer`` keeps states on the CPU (the CPU Adam reads gradients
-there), ``offload_param`` (ZeRO-3) the parameters. Sources: ``deepspeed/runtime/zero/stage_1_and_2.py``,
-``stage3.py``, ZeRO paper (Rajbhandari et al. 2020)."""
+"""DeepSpeed ZeRO (``zero_impl = deepspeed``): stage 1 shards the optimizer states over the data-parallel
+ranks, stage 2 the gradients too (reduce-scattered as they appear), stage 3 the parameters too (one layer
+gathered at a time, the root unit for the whole step); ``offload_optimizer`` keeps states on the CPU or NVMe
+(the CPU Adam reads gradients there), ``offload_param`` (ZeRO-3) the parameters. ZeRO paper (Rajbhandari et
+al. 2020).
+
+What the engine and its optimizers allocate, from DeepSpeed's source (``deepspeed/runtime``):
+
+* the model dtype: with ``bf16.enabled`` (what HF Trainer's ``bf16=True`` sets through ``"auto"``) or
+  ``fp16.enabled`` the engine casts the module to that dtype and runs it without autocast (``engine.py``
+  ``_configure_distributed_model``: ``self.module.bfloat16()`` / ``.half()``): weights, activations and
+  gradients are 16-bit;
+* fp32 master weights: stages 1/2 clone this rank's flat partition to fp32 whatever the model dtype
+  (``zero/stage_1_and_2.py`` ``DeepSpeedZeroOptimizer.__init__``: ``single_partition_of_fp32_groups``,
+  ``.detach().clone().to(master_weights_and_grads_dtype)``); stage 3 clones it unless the model is already
+  fp32 (``zero/stage3.py`` ``_create_fp32_partitions``); the optimizer's states are made on these fp32
+  partitions, so they are fp32 too;
+* the IPG reduce bucket: ``reduce_bucket_size`` elements in the model dtype, with ``contiguous_gradients``
+  (default True): stages 1/2 make it when backward's first gradient arrives and free it at the epilogue
+  (``stage_1_and_2.py`` ``setup_buckets`` / ``_release_ipg_buffers``), stage 3 keeps it from setup
+  (``stage3.py`` ``_setup_for_real_optimizer``);
+* stage 3's gradient partitions: one flat buffer of this rank's partition in the gradient accumulation dtype
+  (the model dtype by default), made at setup (``stage3.py`` ``grad_partitions_flat_buffer``);
+* stage 1: the gradients build up whole in backward; its epilogue clears every ``.grad`` and keeps only those
+  of this rank's partition for the step (``stage_1_and_2.py`` ``independent_gradient_partition_epilogue``:
+  ``averaged_gradients`` from ``get_all_grad_tensors(params_in_partition)``, then ``_clear_param_grad_only``);
+* the step: the gradient partition flattened and cast to fp32 for the fp32 master (``stage_1_and_2.py``
+  ``step``: ``single_partition_of_fp32_groups[i].grad = flat_grad_partition.to(...)``; ``stage3.py``
+  ``_prepare_fp32_grad_for_sub_group``);
+* stage 3's parameter coordinator: a submodule's parameters are gathered when it runs and released after;
+  parameters of at most ``stage3_param_persistence_threshold`` elements stay gathered for good beside their
+  partition (``zero/parameter_offload.py`` ``mark_persistent_parameters``: ``ds_numel <= param_threshold``);
+  the parameters that come next are prefetched up to ``stage3_prefetch_bucket_size`` elements, and no more
+  than ``stage3_max_live_parameters`` are gathered at once (``zero/partitioned_param_coordinator.py``
+  ``fetch_sub_module``). Here a decoder layer is one submodule step, and the embeddings, final norm and head
+  are gathered when they run;
+* after the step, stages 1/2 all-gather the updated 16-bit partitions in place into the flat buffer
+  (``runtime/utils.py`` ``all_gather_dp_groups`` -> ``all_gather_into_tensor``, or narrowed views of it in
+  ``allgather_bucket_size`` chunks): no extra memory.
+"""
 
 from __future__ import annotations
 
+from gpumem_gui.core.results.estimate import Explanation
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.training.frameworks.base import Framework, Sharding, no_param_offload, nothing_to_shard
 from gpumem_gui.core.training.run import TrainingRun
+
+# the precision a run names -> the dtype DeepSpeed's engine casts the model to (bf16 / fp16 enabled)
+_MODEL_DTYPE = {"amp-bf16": "bf16", "mp-bf16": "bf16", "bf16": "bf16", "amp-fp16": "f16", "fp32": "f32"}
+
+
+def model_dtype(run: TrainingRun) -> str | None:
+    """The dtype DeepSpeed runs the model in (None: the run's own precision profile applies: QLoRA's 4-bit
+    base, Megatron's optimizer)."""
+    if run.method == "qlora":
+        return None
+    return _MODEL_DTYPE.get(run.precision)
 
 
 class DeepSpeed(Framework):
@@ -16,35 +63,103 @@ class DeepSpeed(Framework):
     source = "deepspeed/runtime/zero (stage_1_and_2.py, stage3.py)"
 
     def selected(self, run: TrainingRun) -> bool:
-        return run.zero > 0
+        return run.zero > 0 and run.zero_impl == "deepspeed"
 
     def sharding(self, run: TrainingRun) -> Sharding:
         z, dp = run.zero, run.dp
         offload_params = run.offload == "optimizer+params"
         gather = "unit" if z >= 3 and dp > 1 else "none"
+        mdt = model_dtype(run)
+        offloaded = run.offload != "none"
+        # the fp32 master clone (stage 3 shares an fp32 model's partition instead); offloaded: on the CPU
+        master = 0 if mdt is None or offloaded or (z >= 3 and mdt == "f32") else 4
         return Sharding(
             state_shard=dp,
             grad_shard=dp if z >= 2 else 1,
             param_shard=dp if z >= 3 else 1,
             gather="unit" if offload_params else gather,
-            states_offloaded=run.offload != "none",
+            states_offloaded=offloaded,
             params_offloaded=offload_params,
             states_sharded=True,
             grads_sharded=z >= 2,
             flat_states=True,
+            model_dtype=mdt,
+            master_bytes=master,
+            flat_grad_bytes=0 if mdt is None or offloaded else 4,
+            reduce_bucket=run.reduce_bucket if mdt is not None else 0,
+            reduce_bucket_persistent=z >= 3,
+            grad_partition_buffer=z >= 3 and mdt is not None and not offloaded,
+            grads_kept_after_backward=dp if z == 1 and mdt is not None and not offloaded else 1,
+            stage3_gather=(run.prefetch_bucket, run.max_live_params, run.persistence_threshold)
+            if z >= 3 and mdt is not None
+            else None,
         )
 
     def check(self, spec: ModelSpec, run: TrainingRun) -> list[str]:
         if run.offload == "optimizer+params" and run.zero != 3:
             raise no_param_offload()
-        return nothing_to_shard(run)
+        engine = (
+            f"; DeepSpeed's engine still runs the model in {model_dtype(run)} with fp32 master weights "
+            "and its reduce bucket"
+            if model_dtype(run)
+            else ""
+        )
+        return nothing_to_shard(run, engine)
 
     def trainer_args(self, run: TrainingRun) -> list[str]:
         offload = {
-            "optimizer": ", offload_optimizer=cpu",
-            "optimizer+params": ", offload_optimizer+param=cpu",
+            "optimizer": f", offload_optimizer={run.offload_device}",
+            "optimizer+params": f", offload_optimizer+param={run.offload_device}",
         }
         return [f"deepspeed='ds_zero{run.zero}.json'  # ZeRO stage {run.zero}{offload.get(run.offload, '')}"]
 
 
 DEEPSPEED = DeepSpeed()
+
+
+GRADS_SOURCE = (
+    "deepspeed/runtime/zero/stage_1_and_2.py (ZeRO-1: independent_gradient_partition_epilogue keeps this "
+    "rank's partition; ZeRO-2: grads_in_partition), deepspeed/runtime/zero/stage3.py "
+    "(grad_partitions_flat_buffer, made at setup)"
+)
+MASTER_SOURCE = (
+    "deepspeed/runtime/zero/stage_1_and_2.py DeepSpeedZeroOptimizer.__init__ "
+    "(single_partition_of_fp32_groups: this rank's flat partition cloned to fp32); "
+    "deepspeed/runtime/zero/stage3.py _create_fp32_partitions"
+)
+_ZERO_WHAT = {
+    "reduce bucket": (
+        "reduce_bucket elements x bytes of the model dtype: the IPG bucket gradients are copied into for "
+        "their reduction (contiguous_gradients); stages 1/2: from backward's first gradient to its end, "
+        "stage 3: for the whole run",
+        "deepspeed/runtime/zero/stage_1_and_2.py DeepSpeedZeroOptimizer.setup_buckets / "
+        "_release_ipg_buffers; "
+        "deepspeed/runtime/zero/stage3.py _setup_for_real_optimizer (ipg_buckets)",
+    ),
+    "fp32 gradient partition": (
+        "4 B x this rank's trainable parameters / data-parallel ranks: the gradient partition flattened and "
+        "cast to fp32 for the fp32 master step, during optimizer.step()",
+        "deepspeed/runtime/zero/stage_1_and_2.py DeepSpeedZeroOptimizer.step (single_partition_of_fp32_groups"
+        "[i].grad = flat_grad_partition.to(...)); deepspeed/runtime/zero/stage3.py "
+        "_prepare_fp32_grad_for_sub_group",
+    ),
+}
+
+
+def zero_explanation(
+    tag: str, run: TrainingRun, trainable_params: int, base: dict[str, object]
+) -> Explanation:
+    """The explanation of a DeepSpeed ZeRO buffer (``reduce bucket``, ``fp32 gradient partition``)."""
+    formula, source = _ZERO_WHAT[tag]
+    return Explanation(
+        formula=formula,
+        inputs={
+            **base,
+            "zero": run.zero,
+            "dp": run.dp,
+            "reduce_bucket": run.reduce_bucket,
+            "model_dtype": model_dtype(run) or "",
+            "trainable_params": trainable_params,
+        },
+        source=source,
+    )

@@ -1,25 +1,72 @@
-"""PyTorch FSDP: ``FULL_SHARD`` shards parameters, gradients and optimizer states over the data-parallel
-ranks and gathers one unit (decoder layer) at a time, the root unit (embeddings, final norm, head) staying
-gathered; ``SHARD_GRAD_OP`` keeps every unit gathered for the step; ``HYBRID_SHARD`` shards within a node of
-``gpus_per_node`` GPUs and replicates across nodes; ``CPUOffload(offload_params=True)`` keeps parameters (and
-the optimizer step) on the CPU. Source: ``torch/distributed/fsdp`` (ShardingStrategy, BACKWARD_PRE)."""
+"""PyTorch FSDP: parameters, gradients and optimizer states sharded over the data-parallel ranks.
+
+* ``fsdp_version = 2`` (default): ``fully_shard`` per decoder layer and on the root, replayed unit by unit by
+  :class:`~gpumem_gui.core.training.fsdp2.Fsdp2Hooks` (per-parameter shards, flat all-gather and
+  reduce-scatter buffers, backward prefetch, the root regathered in backward). ``full_shard`` is
+  ``reshard_after_forward=True`` (``reshard_size`` N: an int, a 1/N shard kept after forward),
+  ``shard_grad_op`` ``False``, ``hybrid_shard`` shards over a node's ``gpus_per_node`` ranks (HSDP; the
+  all-reduce across nodes runs in place on the sharded gradients). ``offload = optimizer+params`` is
+  ``CPUOffloadPolicy``: parameters, gradients and the optimizer step on the CPU.
+* ``fsdp_version = 1``: ``FullyShardedDataParallel`` (one FlatParameter per unit, ``use_orig_params``),
+  replayed by :class:`~gpumem_gui.core.training.sharding.ShardingHooks`: one decoder layer gathered at a time
+  plus the root unit for the whole step (``FULL_SHARD``, ``BACKWARD_PRE``), every unit for the step
+  (``SHARD_GRAD_OP``); ``CPUOffload(offload_params=True)``.
+
+Sources: ``torch/distributed/fsdp/_fully_shard`` (FSDP2), ``torch/distributed/fsdp/
+fully_sharded_data_parallel.py`` and ``_runtime_utils.py`` (FSDP1).
+"""
 
 from __future__ import annotations
 
+from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.training.frameworks.base import Framework, Sharding, no_param_offload, nothing_to_shard
+from gpumem_gui.core.training.fsdp2 import Fsdp2Hooks, Fsdp2Policy
+from gpumem_gui.core.training.precision import precision
 from gpumem_gui.core.training.run import TrainingRun
+
+
+def shard_world(run: TrainingRun) -> int:
+    """Ranks one unit is sharded over: the data-parallel ranks, a node's GPUs under ``hybrid_shard``."""
+    return max(1, min(run.dp, run.gpus_per_node)) if run.fsdp == "hybrid_shard" else run.dp
+
+
+def fsdp2_hooks(run: TrainingRun, w: int) -> Fsdp2Hooks | None:
+    """The FSDP2 hooks of ``run``, sharding over ``w`` ranks (None: not FSDP2)."""
+    if run.fsdp == "none" or run.fsdp_version != 2:
+        return None
+    if run.fsdp == "shard_grad_op":
+        reshard = 0
+    else:
+        # fsdp/_fully_shard/_fsdp_init.py _get_post_forward_mesh_info: an int N is a 1/N post-forward shard,
+        # 1 means False and the world size means True
+        n = run.reshard_size or w
+        reshard = 0 if n == 1 else min(n, w)
+    prec = precision(run)
+    return Fsdp2Hooks(
+        Fsdp2Policy(
+            world=w,
+            reshard=reshard,
+            store_scale=prec.store_scale,
+            reduce_bytes=prec.reduce_bytes,
+            offload=run.offload == "optimizer+params",
+            qlora=run.method == "qlora",
+        )
+    )
 
 
 class Fsdp(Framework):
     name = "fsdp"
-    source = "torch/distributed/fsdp (ShardingStrategy, BackwardPrefetch.BACKWARD_PRE)"
+    source = (
+        "torch/distributed/fsdp/_fully_shard (FSDP2 fully_shard); torch/distributed/fsdp/"
+        "fully_sharded_data_parallel.py (FSDP1 ShardingStrategy, BackwardPrefetch.BACKWARD_PRE)"
+    )
 
     def selected(self, run: TrainingRun) -> bool:
         return run.fsdp != "none"
 
     def sharding(self, run: TrainingRun) -> Sharding:
-        g = max(1, min(run.dp, run.gpus_per_node)) if run.fsdp == "hybrid_shard" else run.dp
+        g = shard_world(run)
         gather = "none" if g == 1 else ("all" if run.fsdp == "shard_grad_op" else "unit")
         offload_params = run.offload == "optimizer+params"
         return Sharding(
@@ -37,6 +84,24 @@ class Fsdp(Framework):
     def check(self, spec: ModelSpec, run: TrainingRun) -> list[str]:
         if run.offload == "optimizer+params" and run.fsdp == "shard_grad_op":
             raise no_param_offload()
+        if run.reshard_size is not None:
+            w = shard_world(run)
+            if run.fsdp_version != 2 or run.fsdp != "full_shard":
+                raise GpumemInputError(
+                    "reshard_size is FSDP2's reshard_after_forward=N: it needs fsdp full_shard and "
+                    "fsdp_version 2",
+                    field="reshard_size",
+                )
+            if w % run.reshard_size:
+                raise GpumemInputError(
+                    f"reshard_size must divide the {w} sharding ranks (1 to {w})", field="reshard_size"
+                )
+        if run.fsdp_version == 2 and shard_world(run) == 1:
+            # _fsdp_param_group.py wait_for_unshard, world_size == 1: all_gather_outputs allocated and copied
+            return [
+                "fsdp: with one rank per shard group there is nothing to shard; FSDP2 still copies each unit "
+                "into unsharded parameters as it runs, so per-GPU memory grows"
+            ]
         return nothing_to_shard(run)
 
     def trainer_args(self, run: TrainingRun) -> list[str]:

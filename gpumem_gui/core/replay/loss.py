@@ -1,0 +1,261 @@
+"""The loss implementations of the training frameworks, from the final norm's output (the standard one,
+transformers' ``ForCausalLMLoss`` over the full logits, is :meth:`.model.CausalLM.forward_loss` itself).
+
+* ``chunked``: torchtune's ``CEWithChunkedOutputLoss`` (``torchtune/modules/loss/ce_chunked_output_loss.py``)
+  with the model's chunked output (``TransformerDecoder.chunked_output``: ``[self.output(chunk) for chunk in
+  h.tensor_split(num_output_chunks, dim=1)]``): every chunk's logits exist at once in the compute dtype; the
+  loss upcasts one chunk at a time (``F.cross_entropy(logits.float(), labels, reduction="sum")``: the fp32
+  log-probabilities of every chunk stay saved for backward); the recipe shifts the labels after the forward
+  (``torch.hstack``) and deletes the logits before ``backward``.
+* ``chunked-linear``: torchtune's ``LinearCrossEntropyLoss`` (the loss of 162 of the 172 recipe configs
+  that name one, torchtune bd2a0fc): hidden states projected and upcast chunk by chunk inside the loss
+  (:func:`chunked_linear`).
+* ``fused-linear``: Liger's ``LigerFusedLinearCrossEntropyFunction``
+  (``liger_kernel/ops/fused_linear_cross_entropy.py``, ``fused_linear_cross_entropy_forward``): tokens in
+  chunks of ``next_power_of_2(ceil(BT / ceil(V / H)))`` rows; per chunk the logits (compute dtype) are
+  turned into their gradient in place, ``grad_input`` and ``grad_weight`` are accumulated in the forward
+  and saved; backward hands them back (no full logits ever). Modelled from the source: Liger needs Triton
+  and a GPU, so it is not traced.
+* ``vocab-parallel``: Megatron-LM's ``VocabParallelCrossEntropy`` (``megatron/core/tensor_parallel/
+  cross_entropy.py``): an fp32 copy of the (rank's vocabulary shard of the) logits made inside the
+  function, turned into the softmax in place and saved; backward turns it into the gradient in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from gpumem_gui.core.replay import adapters, block
+from gpumem_gui.core.replay.autograd import Node, Sim
+from gpumem_gui.core.replay.memory import Storage, T
+
+if TYPE_CHECKING:
+    from gpumem_gui.core.replay.model import CausalLM
+
+
+def _head(m: CausalLM, x: T) -> T:
+    """The output projection of ``x`` (the head, or the tied embedding) with the TP gather and Gemma-2's
+    final soft-capping, as :meth:`.model.CausalLM.head` does for all positions."""
+    s, spec = m.s, m.spec
+    d, v = spec.token_embedding_dim, spec.vocab_size
+    if m.has("lm_head.weight"):
+        logits = m.linear(x, "lm_head")
+    else:
+        w = m.param("embed_tokens.weight")
+        logits = m.o.linear(x, w, m.w("lm_head.bias"), v, d)
+        if "lm_head.lora_A" in m.p:
+            logits = adapters.lora(m, x, logits, "lm_head", v, d)
+    logits = block.gather_logits(m, logits)
+    s.tr.retag(logits.st, logits.st.kind, "logits")  # type: ignore[arg-type]
+    if spec.final_logit_softcapping:
+        logits = m.o.tanh(m.o.mul(logits, None))
+        logits = m.o.mul(logits, None)
+    return logits
+
+
+def _cross_entropy_sum(s: Sim, logits: T, labels: T) -> T:
+    """``F.cross_entropy(logits.float(), labels, reduction="sum")``: the upcast dies after log_softmax, whose
+    output is saved by log_softmax and nll_loss."""
+    lf = s.cast(logits, "f32")
+    ls = s.new(lf.n, "f32")
+    s.node("copy", (lf,), (ls,), (ls,))
+    del lf
+    out = s.new(1, "f32")
+    total_weight = s.new(1, "f32")
+    s.node("copy", (ls,), (out,), (labels, total_weight))
+    return out
+
+
+def chunked(m: CausalLM, h: T) -> T:
+    """torchtune's chunked output and CEWithChunkedOutputLoss (see the module docstring)."""
+    s, cfg, spec = m.s, m.cfg, m.spec
+    b, q, d = cfg.batch, cfg.q, spec.token_embedding_dim
+    n = max(1, min(cfg.loss_chunks, q))
+    sizes = [q // n + (1 if k < q % n else 0) for k in range(n)]  # torch.tensor_split
+    s.tr.where = "lm_head"
+    s.region = "hidden_states"
+    logits = []
+    for size in sizes:
+        part = T(h.st, b * size * d, h.dt)  # a slice of the sequence: SliceBackward (a full-size gradient)
+        s.node("copy", (h,), (part,))
+        if b > 1 and n > 1 and (s.autocast is None or h.dt == s.autocast):
+            # F.linear folds a non-contiguous 3-D input with reshape: a copy (saved by the matmul)
+            part = m.o.clone(part)
+        logits.append(_head(m, part))
+        del part
+    s.tr.where = "loss"
+    s.region = "inputs"
+    labels = s.new(b * q, "i64")  # the recipe's torch.hstack((labels[..., 1:], ignore_index))
+    mask = s.new(b * q, "bool")  # (labels != ignore_index).sum()
+    total_elements = s.new(1, "i64")
+    del mask
+    chunks = [s.new(b * size, "i64") if b > 1 and n > 1 else labels for size in sizes]  # .reshape(-1)
+    s.region = "logits"
+    total: T | None = None
+    for k in range(n):
+        ce = _cross_entropy_sum(s, logits[k], chunks[k])
+        if total is None:
+            total = m.o.add(ce, None)  # 0.0 + ce: a new tensor; later += in place
+        else:
+            s.node("pass", (total, ce), (total,))
+        del ce
+    del chunks, labels
+    logits.clear()  # del logits (the recipe frees them before backward)
+    s.region = "hidden_states"
+    loss = s.new(1, "f32")
+    s.node("pass", (total,), (loss,))  # / total_elements
+    del total, total_elements
+    return loss
+
+
+def chunked_linear(m: CausalLM, h: T) -> T:
+    """torchtune's LinearCrossEntropyLoss (``torchtune/modules/loss/cross_entropy_loss.py``, the loss of
+    the current recipe configs): the model skips its output layer; the loss gathers the hidden states of the
+    non-ignored tokens (``index_select``: a copy, every token counted here), splits them into
+    ``num_output_chunks`` row chunks and projects and upcasts one chunk at a time (the 16-bit logits and
+    their fp32 copy die with the chunk, the fp32 log-probabilities stay saved)."""
+    s, cfg, spec = m.s, m.cfg, m.spec
+    t, d = cfg.tokens, spec.token_embedding_dim
+    nv = cfg.batch * (cfg.q - 1)  # the shift appends ignore_index to every sequence: b labels ignored
+    n = max(1, min(cfg.loss_chunks, nv))
+    sizes = [nv // n + (1 if k < nv % n else 0) for k in range(n)]
+    s.tr.where = "loss"
+    s.region = "inputs"
+    labels = s.new(t, "i64")  # the recipe's torch.hstack((labels[..., 1:], ignore_index))
+    mask = s.new(t, "bool")  # torch.where(targets != ignore_index)[0].numel(): nonzero of a [b, s] mask
+    where = s.new(2 * nv, "i64")
+    del mask, where
+    mask = s.new(t, "bool")  # mask_inputs: indices = torch.where(target != ignore_index)[0]
+    indices = s.new(nv, "i64")
+    del mask
+    s.region = "hidden_states"
+    kept = s.new(nv * d, h.dt)  # hidden.index_select(0, indices) (saves the indices)
+    s.node("copy", (h,), (kept,), (indices,))
+    s.region = "inputs"
+    targets = s.new(nv, "i64")  # target.index_select(0, indices)
+    del indices
+    total = s.new(1, "f32")  # torch.tensor(0.0)
+    for size in sizes:
+        s.region = "hidden_states"
+        part = T(kept.st, size * d, kept.dt)  # tensor_split(dim=0): a view (SliceBackward)
+        s.node("copy", (kept,), (part,))
+        s.tr.where = "lm_head"
+        logits = _head(m, part)
+        del part
+        s.tr.where = "loss"
+        s.region = "logits"
+        ce = _cross_entropy_sum(s, logits, targets)
+        del logits
+        s.node("pass", (total, ce), (total,))  # total_loss += loss (in place)
+        del ce
+    del kept, targets, labels
+    s.region = "hidden_states"
+    loss = s.new(1, "f32")
+    s.node("pass", (total,), (loss,))  # / total_valid_tokens
+    return loss
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def liger_chunk_rows(tokens: int, vocab: int, hidden: int) -> int:
+    """Liger's chunk size: ``next_power_of_2(cdiv(BT, cdiv(V, H)))`` rows."""
+    inc = -(-vocab // hidden)
+    return _next_pow2(-(-tokens // inc))
+
+
+def fused_linear(m: CausalLM, h: T) -> T:
+    """Liger's fused linear cross-entropy (see the module docstring). On a GPU of compute capability 8+ an
+    fp32 ``grad_weight`` with 16-bit logits is accumulated by ``addmm(out_dtype=float32)`` on a 16-bit copy of
+    the input chunk; otherwise ``grad_weight += torch.mm(grad_logits.t(), input_chunk).float()`` holds a
+    V x H product and its fp32 copy."""
+    s, cfg, spec = m.s, m.cfg, m.spec
+    t, d = cfg.tokens, spec.token_embedding_dim
+    name = "lm_head.weight" if m.has("lm_head.weight") else "embed_tokens.weight"
+    w = m.param(name)
+    v = spec.vocab_size
+    s.tr.where = "loss"
+    s.region = "inputs"
+    padded = s.new(cfg.batch * (cfg.q + 1), "i64")  # F.pad(labels, (0, 1), value=-100)[..., 1:]
+    labels = s.new(t, "i64") if cfg.batch > 1 else padded
+    s.region = "logits"
+    grad_input = s.new(h.n, h.dt)
+    grad_weight = s.new(w.n, w.dt) if w.fn is not None else None
+    loss_1d = s.new(t, "f32")
+    target_mask = s.new(t, "bool")
+    wc = s.ac_cast(w)  # the matmul's operand (autocast: the cached 16-bit copy)
+    cdt = s.autocast if s.autocast is not None and h.dt in ("f32", "bf16", "f16") else h.dt
+    rows = liger_chunk_rows(t, v, d)
+    logits: T | None = None
+    for start in range(0, t, rows):
+        r = min(rows, t - start)
+        x_c = s.new(r * d, cdt) if cdt != h.dt else None  # autocast's copy of the input chunk
+        nxt = s.new(r * v, cdt)  # _input_chunk @ weight.t() (the previous chunk's logits still named)
+        del x_c
+        logits = nxt
+        del nxt
+        gi = s.new(r * d, cdt)  # grad_logits_chunk @ weight, copied into grad_input
+        del gi
+        if grad_weight is not None:
+            if grad_weight.dt == "f32" and cdt != "f32":
+                x16 = s.new(r * d, cdt) if h.dt != cdt else None  # input_chunk.to(grad_logits_t.dtype)
+                del x16
+            else:
+                prod = s.new(v * d, cdt)
+                up = s.new(v * d, "f32") if cdt != "f32" else None
+                del prod, up
+    del logits, loss_1d, target_mask, wc, labels, padded
+    loss = s.new(1, "f32")
+    saved = (grad_input, grad_weight)
+    s.node("custom", (h, w if grad_weight is not None else None), (loss,), saved, ctx=_hand_back)
+    del grad_input, grad_weight, saved
+    return loss
+
+
+def _hand_back(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
+    """Backward of a function that computed its gradients in the forward: the saved ones, scaled in place."""
+    saved = nd.saved or ()
+    return [saved[i] if e is not None and i < len(saved) else None for i, e in enumerate(nd.edges)]
+
+
+def vocab_parallel(m: CausalLM, h: T) -> T:
+    """Megatron-LM's vocab-parallel cross-entropy over the head's (local) logits (see the module
+    docstring)."""
+    s, cfg = m.s, m.cfg
+    t = cfg.tokens
+    s.tr.where = "lm_head"
+    s.region = "hidden_states"
+    logits = _head(m, h)
+    s.tr.where = "loss"
+    s.region = "inputs"
+    labels = s.new(t, "i64")  # labels.transpose(0, 1).contiguous()
+    s.region = "logits"
+    lf = s.new(logits.n, "f32")  # vocab_parallel_logits.float(), then max-subtracted, exp'd, divided in place
+    small = [s.new(t, "f32") for _ in range(3)]  # logits_max, predicted_logits, sum_exp_logits
+    target_mask = s.new(t, "bool")
+    masked_target = s.new(t, "i64")
+    per_token = s.new(t, "f32")
+    s.node("custom", (logits,), (per_token,), (lf, target_mask, masked_target), ctx=_softmax_back)
+    del lf, small, target_mask, masked_target, logits, labels
+    s.region = "hidden_states"
+    loss = s.new(1, "f32")  # (loss * loss_mask).sum() / num_tokens
+    s.node("copy", (per_token,), (loss,))
+    del per_token
+    return loss
+
+
+def _softmax_back(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
+    """VocabParallelCrossEntropy.backward: the saved softmax becomes the gradient in place (the engine casts
+    it to the logits' dtype)."""
+    saved = nd.saved or ()
+    return [saved[0] if saved else None]
+
+
+LOSSES: dict[str, Callable[[CausalLM, T], T]] = {
+    "chunked": chunked,
+    "chunked-linear": chunked_linear,
+    "fused-linear": fused_linear,
+    "vocab-parallel": vocab_parallel,
+}

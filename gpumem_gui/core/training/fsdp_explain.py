@@ -1,0 +1,112 @@
+"""The explanations of the FSDP components of a phase (formula, inputs, the torch source line they follow).
+
+``torch/distributed/fsdp/_fully_shard`` of torch 2.13: PG = ``_fsdp_param_group.py``, COLL =
+``_fsdp_collectives.py``, PARAM = ``_fsdp_param.py``, STATE = ``_fsdp_state.py``; FSDP1 =
+``torch/distributed/fsdp/_runtime_utils.py`` / ``_flat_param.py``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gpumem_gui.core.results.estimate import Explanation
+
+if TYPE_CHECKING:
+    from gpumem_gui.core.training.run import TrainingRun
+
+# (replay tag, component key, label) of the FSDP2 buffers, in display order after the gathered parameters
+FSDP_TAGS = (
+    ("all-gather buffers", "all_gather_buffers", "FSDP all-gather buffers"),
+    ("resharded parameters", "resharded_parameters", "parameters resharded after forward (1/N)"),
+    ("unsharded gradients", "unsharded_gradients", "unsharded gradients (before reduce-scatter)"),
+    ("reduce-scatter buffers", "reduce_scatter_buffers", "FSDP reduce-scatter buffer"),
+)
+
+
+def _inputs(run: TrainingRun, base: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **base,
+        "fsdp": run.fsdp,
+        "fsdp_version": run.fsdp_version,
+        "dp": run.dp,
+        "precision": run.precision,
+        "reshard_size": run.reshard_size or 0,
+    }
+
+
+def gathered(run: TrainingRun, base: dict[str, Any]) -> Explanation:
+    if run.fsdp != "none" and run.fsdp_version == 2:
+        return Explanation(
+            formula="unsharded parameters (param_dtype: bf16 under mp-bf16) of the units gathered now: the "
+            "root (embeddings, final norm, head) through forward and, regathered at the loss, through "
+            "backward; one decoder layer in forward; every unit until its post-backward when not resharded "
+            "after forward (shard_grad_op)",
+            inputs=_inputs(run, base),
+            source="torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py FSDPParamGroup.wait_for_unshard "
+            "-> _fsdp_collectives.py foreach_all_gather_copy_out (_fsdp_param.py alloc_all_gather_outputs); "
+            "freed by FSDPParamGroup.reshard (post_forward, post_backward)",
+        )
+    return Explanation(
+        formula="full parameters of the gathered FSDP/ZeRO-3 units: the root unit (embeddings, final norm, "
+        "head) for the whole step, one decoder layer in forward, the current and the prefetched one in "
+        "backward (capped at the unsharded model)",
+        inputs={**base, "fsdp": run.fsdp, "zero": run.zero, "dp": run.dp},
+        source="torch/distributed/fsdp (FSDP1 FULL_SHARD, BACKWARD_PRE prefetch: _runtime_utils.py "
+        "_pre_forward_unshard, _pre_backward_hook); DeepSpeed ZeRO-3 parameter partitioning",
+    )
+
+
+def all_gather(run: TrainingRun, base: dict[str, Any]) -> Explanation:
+    return Explanation(
+        formula="flat all-gather output = world x the unit's padded shards in param_dtype: in forward the "
+        "previous unit's is kept until the next copy-out and the last one until the root's post-forward; in "
+        "backward the prefetched unit's waits until its pre-backward, and a regathered unit's exists next "
+        "to its unsharded parameters during the copy-out (the root's at the start of backward); under "
+        "mp-bf16 / CPU offload a flat copy-in of the shards comes first",
+        inputs=_inputs(run, base),
+        source="torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_all_gather "
+        "(all_gather_comm.allocate, _get_param_all_gather_inputs); _fsdp_param_group.py wait_for_unshard "
+        "(comm_ctx.all_gather_state), _backward_prefetch; _fsdp_state.py _post_forward",
+    )
+
+
+def resharded(run: TrainingRun, base: dict[str, Any]) -> Explanation:
+    return Explanation(
+        formula="reshard_after_forward=N: each unit keeps a clone of 1/N of its unsharded parameters "
+        "(param_dtype) from its post-forward to its pre-backward; made in forward, FSDPMemTracker counts it "
+        "as an activation",
+        inputs=_inputs(run, base),
+        source="torch/distributed/fsdp/_fully_shard/_fsdp_param.py FSDPParam.to_sharded_post_forward "
+        "(narrow(...).clone()), freed by to_unsharded; _fsdp_init.py _get_post_forward_mesh_info",
+    )
+
+
+def unsharded_grads(run: TrainingRun, base: dict[str, Any]) -> Explanation:
+    return Explanation(
+        formula="gradients of the unsharded parameters (param_dtype), one per trainable parameter of the "
+        "units in backward, until the unit's post-backward copies them into the reduce-scatter input (the "
+        "root's until the end of backward); FSDPMemTracker counts them as temporaries",
+        inputs=_inputs(run, base),
+        source="torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py FSDPParamGroup.post_backward "
+        "(unsharded_grads), _fsdp_collectives.py foreach_reduce (unsharded_grads.clear())",
+    )
+
+
+def reduce_scatter(run: TrainingRun, base: dict[str, Any]) -> Explanation:
+    return Explanation(
+        formula="flat reduce-scatter input = the unit's padded unsharded gradients in reduce_dtype (fp32 "
+        "under mp-bf16); the last one is kept until the next unit's post-backward (one buffer in flight), "
+        "the root's until the final callback",
+        inputs=_inputs(run, base),
+        source="torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce "
+        "(reduce_scatter_comm.allocate); _fsdp_param_group.py post_backward (reduce_scatter_states, "
+        "reduce_scatter_max_input_buffers=1); _fsdp_state.py _root_post_backward_final_callback",
+    )
+
+
+FSDP_EXPLAIN = {
+    "all-gather buffers": all_gather,
+    "resharded parameters": resharded,
+    "unsharded gradients": unsharded_grads,
+    "reduce-scatter buffers": reduce_scatter,
+}

@@ -1,0 +1,388 @@
+"""Framework profiles: what each training framework does by default and which of the memory tricks and
+sharding setups it offers, each default with its source; :func:`resolve` turns a run into the
+:class:`ResolvedTricks` the replay takes, so nothing else branches on a framework's name.
+
+A profile's defaults apply where the run leaves the choice to the framework (``loss = auto``) or where the
+framework does something the run has no field for (unsloth's offloaded gradient checkpointing); the
+applied ones come back as :attr:`ResolvedTricks.applied`, one line each, for the estimate to show. The
+other trick fields are the user's (their defaults are off, as in every framework's default config).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.training.run import TrainingRun
+
+ALL_LOSSES = ("standard", "chunked", "fused-linear")
+TRICKS = (
+    "optimizer_in_backward",
+    "activation_offload",
+    "ckpt_every",
+    "ckpt_policy",
+    "float8",
+    "compile",
+)
+_LIGER = (
+    "Liger LigerFusedLinearCrossEntropyFunction (liger_kernel/ops/fused_linear_cross_entropy.py), enabled "
+    "by TrainingArguments(use_liger_kernel=True) (transformers/trainer.py _apply_liger_kernel)"
+)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One framework: ``loss`` is what ``loss = auto`` means (``loss_impl`` maps a chosen loss to the
+    replay's implementation where the framework has its own), ``losses`` the ones it offers; ``tricks`` the
+    trick fields it has; ``precisions`` / ``zero`` / ``fsdp`` what sharding and precision it runs (None:
+    any); ``ckpt_offload``: checkpointed layer inputs live in CPU RAM whenever checkpointing is on."""
+
+    name: str
+    label: str
+    loss: str
+    loss_source: str
+    losses: tuple[str, ...] = ALL_LOSSES
+    loss_impl: tuple[tuple[str, str], ...] = ()
+    tricks: frozenset[str] = frozenset(TRICKS)
+    precisions: tuple[str, ...] | None = None
+    zero: tuple[int, ...] = (0, 1, 2, 3)
+    fsdp: bool = True
+    fsdp_versions: tuple[int, ...] = (1, 2)
+    ckpt_offload: bool = False
+    ckpt_offload_source: str = ""
+    notes: tuple[str, ...] = ()
+
+
+_HF_CE = (
+    "transformers loss/loss_utils.py ForCausalLMLoss: logits.float() then cross_entropy over the full "
+    "logits (HF Trainer compute_loss calls the model's loss)"
+)
+_TRAINER_TRICKS = frozenset({"compile", "float8"})  # torch_compile=True; accelerate's torchao float8 recipe
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Profile(
+            "pytorch",
+            "plain PyTorch",
+            "standard",
+            _HF_CE + "; a plain training loop calling model(input_ids, labels=...)",
+        ),
+        Profile(
+            "hf-trainer",
+            "Hugging Face Trainer",
+            "standard",
+            _HF_CE,
+            losses=("standard", "fused-linear"),
+            tricks=_TRAINER_TRICKS,
+            notes=("loss fused-linear: " + _LIGER,),
+        ),
+        Profile(
+            "trl",
+            "TRL SFTTrainer",
+            "standard",
+            _HF_CE + "; trl/trainer/sft_trainer.py compute_loss",
+            losses=("standard", "fused-linear"),
+            tricks=_TRAINER_TRICKS | {"activation_offload"},
+            notes=(
+                "loss fused-linear: SFTConfig(use_liger_kernel=True): " + _LIGER,
+                "activation_offload: SFTConfig(activation_offloading=True), "
+                "trl/models/activation_offloading.py "
+                "(torchtune's OffloadActivations)",
+            ),
+        ),
+        Profile(
+            "axolotl",
+            "Axolotl",
+            "standard",
+            _HF_CE + " (axolotl trains through the HF Trainer)",
+            losses=("standard", "fused-linear"),
+            tricks=_TRAINER_TRICKS | {"activation_offload"},
+            notes=("loss fused-linear: axolotl's Liger plugin (liger_fused_linear_cross_entropy: true)",),
+        ),
+        Profile(
+            "llama-factory",
+            "LLaMA-Factory",
+            "standard",
+            _HF_CE + " (LLaMA-Factory trains through the HF Trainer)",
+            losses=("standard", "fused-linear"),
+            tricks=_TRAINER_TRICKS,
+            notes=(
+                "loss fused-linear: enable_liger_kernel: true "
+                "(llamafactory/model/model_utils/liger_kernel.py)",
+            ),
+        ),
+        Profile(
+            "torchtune",
+            "torchtune",
+            "chunked",
+            "torchtune recipes/configs/*/*.yaml loss: torchtune.modules.loss.LinearCrossEntropyLoss "
+            "(num_output_chunks=8; 162 of the 172 configs naming a loss, torchtune bd2a0fc), "
+            "torchtune/modules/loss/cross_entropy_loss.py",
+            loss_impl=(("chunked", "chunked-linear"),),
+            tricks=frozenset(TRICKS) - {"ckpt_every", "ckpt_policy", "float8"},
+            zero=(0,),
+            fsdp_versions=(2,),
+            notes=(
+                "optimizer_in_backward: recipe optimizer_in_bwd (torchtune/training/memory.py "
+                "register_optim_in_bwd_hooks), off in the distributed configs, on in most single-device ones",
+                "activation_offload: enable_activation_offloading "
+                "(torchtune/training/_activation_offloading.py)",
+                "FSDP: fully_shard (FSDP2) in every distributed recipe",
+            ),
+        ),
+        Profile(
+            "torchtitan",
+            "torchtitan",
+            "standard",
+            "torchtitan/components/loss.py cross_entropy_loss: pred.float() then cross_entropy over the full "
+            "logits",
+            losses=("standard",),
+            tricks=frozenset({"ckpt_every", "ckpt_policy", "float8", "compile"}),
+            precisions=("mp-bf16", "amp-bf16", "fp32", "bf16"),
+            zero=(0,),
+            fsdp_versions=(2,),
+            notes=(
+                "FSDP2 fully_shard with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) "
+                "(torchtitan/distributed/utils.py, parallelize.py apply_fsdp): precision mp-bf16",
+                "ckpt_every: activation_checkpoint selective_ac_option = N (layer SAC, torchtitan before "
+                "114151ad); ckpt_policy selective-op: op SAC",
+            ),
+        ),
+        Profile(
+            "deepspeed",
+            "DeepSpeed",
+            "standard",
+            _HF_CE + " (the model's own loss under the DeepSpeed engine)",
+            losses=("standard", "fused-linear"),
+            tricks=frozenset({"compile"}),
+            fsdp=False,
+        ),
+        Profile(
+            "megatron",
+            "Megatron-LM",
+            "standard",
+            "megatron/core/tensor_parallel/cross_entropy.py VocabParallelCrossEntropy: an fp32 copy of the "
+            "(vocabulary-shard) logits, softmax in place and saved, gradient in place",
+            losses=("standard",),
+            loss_impl=(("standard", "vocab-parallel"),),
+            tricks=frozenset(),
+            precisions=("megatron-bf16", "fp32"),
+            zero=(0, 1),
+            fsdp=False,
+            notes=(
+                "ZeRO-1 = --use-distributed-optimizer (megatron/core/optimizer/distrib_optimizer.py)",
+                "sequence_parallel: --sequence-parallel (recommended with TP; set it on the run)",
+            ),
+        ),
+        Profile(
+            "unsloth",
+            "unsloth",
+            "fused-linear",
+            "unsloth's fused cross-entropy (unsloth_zoo fused_ce / fast_cross_entropy_loss), modelled as "
+            "Liger's fused linear cross-entropy (liger_kernel/ops/fused_linear_cross_entropy.py)",
+            losses=("standard", "fused-linear"),
+            tricks=frozenset({"compile"}),
+            zero=(0,),
+            fsdp=False,
+            ckpt_offload=True,
+            ckpt_offload_source="unsloth use_gradient_checkpointing='unsloth' "
+            "(FastLanguageModel.get_peft_model default; unsloth_zoo gradient_checkpointing.py "
+            "Unsloth_Offloaded_Gradient_Checkpointer: the layer "
+            "input to CPU in forward, back for the recomputation)",
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class ResolvedTricks:
+    """What the replay runs for a run: the loss implementation (replay/loss.py LOSSES, or standard), the
+    tricks, and the framework defaults that were applied (one line each, with the source)."""
+
+    framework: str
+    loss: str
+    loss_chunks: int
+    optimizer_in_backward: bool
+    activation_offload: bool
+    ckpt_offload: bool
+    ckpt_every: int
+    ckpt_policy: str
+    float8: bool
+    compile: bool
+    applied: tuple[str, ...]
+
+
+def profile(run: TrainingRun) -> Profile:
+    return PROFILES[run.framework]
+
+
+def resolve(run: TrainingRun) -> ResolvedTricks:
+    """The framework's defaults applied to ``run`` (after :func:`check` accepted it)."""
+    p = profile(run)
+    applied = []
+    chosen = run.loss
+    if chosen == "auto":
+        chosen = p.loss
+        applied.append(f"framework default ({p.name}): loss = {p.loss} ({p.loss_source})")
+    impl = dict(p.loss_impl).get(chosen, chosen)
+    ckpt_offload = p.ckpt_offload and run.grad_ckpt and not run.activation_offload
+    if ckpt_offload:
+        applied.append(
+            f"framework default ({p.name}): checkpointed layer inputs in CPU RAM ({p.ckpt_offload_source})"
+        )
+    return ResolvedTricks(
+        framework=p.name,
+        loss=impl,
+        loss_chunks=run.loss_chunks,
+        optimizer_in_backward=run.optimizer_in_backward,
+        activation_offload=run.activation_offload,
+        ckpt_offload=ckpt_offload,
+        ckpt_every=run.ckpt_every if run.grad_ckpt else 1,
+        ckpt_policy=run.ckpt_policy if run.grad_ckpt else "full",
+        float8=run.float8,
+        compile=run.compile,
+        applied=tuple(applied),
+    )
+
+
+def _off(run: TrainingRun, field: str) -> bool:
+    default = TrainingRun.model_fields[field].default
+    return getattr(run, field) == default
+
+
+def check(run: TrainingRun) -> list[str]:
+    """Refuse what the framework does not offer (one line naming the field); return soft notes."""
+    p = profile(run)
+    chosen = p.loss if run.loss == "auto" else run.loss
+    if chosen not in p.losses:
+        raise GpumemInputError(
+            f"loss {chosen!r} is not available with framework {p.name!r} (use one of: auto, "
+            f"{', '.join(p.losses)})",
+            field="loss",
+        )
+    for name in TRICKS:
+        if name not in p.tricks and not _off(run, name):
+            raise GpumemInputError(
+                f"{name} is not available with framework {p.name!r} (it offers: "
+                f"{', '.join(sorted(p.tricks)) or 'none of the tricks'})",
+                field=name,
+            )
+    if p.precisions is not None and run.precision not in p.precisions:
+        raise GpumemInputError(
+            f"framework {p.name!r} trains in {', '.join(p.precisions)}, not {run.precision!r}",
+            field="precision",
+        )
+    if run.zero not in p.zero:
+        raise GpumemInputError(
+            f"ZeRO stage {run.zero} is not available with framework {p.name!r} (allowed: "
+            f"{', '.join(map(str, p.zero))})",
+            field="zero",
+        )
+    if run.fsdp != "none" and not p.fsdp:
+        raise GpumemInputError(f"framework {p.name!r} does not run FSDP", field="fsdp")
+    if run.fsdp != "none" and run.fsdp_version not in p.fsdp_versions:
+        raise GpumemInputError(
+            f"framework {p.name!r} runs FSDP version {', '.join(map(str, p.fsdp_versions))} only",
+            field="fsdp_version",
+        )
+    _check_tricks(run)
+    return []
+
+
+def _check_tricks(run: TrainingRun) -> None:
+    """Cross-field limits of the tricks themselves, whatever the framework."""
+    if run.optimizer_in_backward:
+        if run.grad_accum > 1:
+            raise GpumemInputError(
+                "optimizer_in_backward steps each parameter as its gradient arrives, so there is nothing to "
+                "accumulate: grad_accum must be 1 (torchtune refuses gradient_accumulation_steps > 1)",
+                field="optimizer_in_backward",
+            )
+        if run.zero or run.offload != "none":
+            raise GpumemInputError(
+                "optimizer_in_backward runs torch optimizers per parameter: not with ZeRO or offloaded "
+                "states",
+                field="optimizer_in_backward",
+            )
+        if run.precision == "megatron-bf16":
+            raise GpumemInputError(
+                "optimizer_in_backward is not available with Megatron's optimizer",
+                field="optimizer_in_backward",
+            )
+    if not run.grad_ckpt and (run.ckpt_every != 1 or run.ckpt_policy != "full"):
+        field = "ckpt_every" if run.ckpt_every != 1 else "ckpt_policy"
+        raise GpumemInputError(f"{field} needs gradient checkpointing (grad_ckpt)", field=field)
+
+
+def facts(run: TrainingRun) -> dict[str, str]:
+    """The framework and the defaults it applied, for the estimate's facts."""
+    r = resolve(run)
+    return {"framework": r.framework, "framework_defaults": "; ".join(r.applied) or "none"}
+
+
+def trick_fields(run: TrainingRun) -> dict[str, object]:
+    """The replay's trick fields (:class:`~gpumem_gui.core.replay.config.ReplayConfig`) for ``run``."""
+    r = resolve(run)
+    return {
+        "loss": r.loss,
+        "loss_chunks": r.loss_chunks,
+        "ckpt_every": r.ckpt_every,
+        "ckpt_policy": r.ckpt_policy,
+        "activation_offload": r.activation_offload,
+        "offload_ckpt_inputs": r.ckpt_offload,
+        "float8": r.float8,
+        "compile": r.compile,
+    }
+
+
+def profile_facts(run: TrainingRun, host_bytes: int) -> dict[str, str | int]:
+    """:func:`facts` and the CPU RAM the offloaded activations take at their most (0 without offload). The
+    plain-PyTorch run with its standard loss (every estimate before framework profiles) adds none."""
+    plain = run.framework == "pytorch" and run.loss in ("auto", "standard")
+    out: dict[str, str | int] = {} if plain else dict(facts(run))
+    if host_bytes:
+        out["activation_offload_host_bytes"] = host_bytes
+    return out
+
+
+_TRICK_SOURCES = {
+    "chunked": "loss: torchtune CEWithChunkedOutputLoss + TransformerDecoder.chunked_output "
+    "(torchtune/modules/loss/ce_chunked_output_loss.py, modules/transformer.py); traced",
+    "chunked-linear": "loss: torchtune LinearCrossEntropyLoss "
+    "(torchtune/modules/loss/cross_entropy_loss.py); traced",
+    "fused-linear": "loss: " + _LIGER + "; modelled from the source, not traced",
+    "vocab-parallel": "loss: Megatron-LM VocabParallelCrossEntropy (megatron/core/tensor_parallel/"
+    "cross_entropy.py); modelled from the source, not traced",
+    "activation_offload": "activation offload: torchtune OffloadActivations (torchtune/training/"
+    "_activation_offloading.py: >= 1024 B, not nn.Parameter, 5-pack forward stash, copies freed after the "
+    "next node); traced (device side)",
+    "ckpt_offload": "checkpointed layer inputs in CPU RAM: unsloth_zoo "
+    "Unsloth_Offloaded_Gradient_Checkpointer; modelled",
+    "ckpt_every": "checkpointing every N-th layer: torchtitan _apply_layer_sac ((layer + 1) % N == 0); "
+    "traced",
+    "selective-op": "op-level selective checkpointing: torchtitan SelectiveAC policy (mm outputs except "
+    "every second one, addmm and SDPA outputs saved); traced",
+    "float8": "float8 linears: torchao Float8Linear, tensorwise (matmul_with_hp_or_float8_args saves the "
+    "high-precision input and weight; fp8 copies transient); modelled, not traced",
+    "compile": "torch.compile: only the RMSNorm assumed fused (input and fp32 rstd saved); modelled, not "
+    "measured",
+    "optimizer_in_backward": "optimizer in backward: torchtune register_optim_in_bwd_hooks "
+    "(torch register_post_accumulate_grad_hook); traced",
+}
+
+
+def trick_sources(run: TrainingRun) -> str:
+    """``; ``-joined sources of the tricks the run uses (empty without any), for the explanations."""
+    r = resolve(run)
+    keys = [r.loss] if r.loss != "standard" else []
+    keys += [
+        k
+        for k in ("activation_offload", "ckpt_offload", "float8", "compile", "optimizer_in_backward")
+        if getattr(r, k)
+    ]
+    if r.ckpt_every > 1:
+        keys.append("ckpt_every")
+    if r.ckpt_policy == "selective-op":
+        keys.append("selective-op")
+    return "".join(f"; {_TRICK_SOURCES[k]}" for k in keys)
