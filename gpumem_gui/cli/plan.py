@@ -27,7 +27,7 @@ def _print_estimate(m: LoadedModel, run: Any, est: Any) -> None:
         print(
             f"{m.name}: training, {run.method}, {run.precision}, {run.optimizer}, micro-batch {run.batch}, "
             f"seq {run.seq}, grad accum {run.grad_accum}, checkpointing {'on' if run.grad_ckpt else 'off'}, "
-            f"attn {run.attn}"
+            f"attn {run.attn}, framework {run.framework}"
         )
     else:
         print(
@@ -50,10 +50,35 @@ def _print_estimate(m: LoadedModel, run: Any, est: Any) -> None:
     phases = "   ".join(f"{n} {gib(ph.peak_bytes)}" for n, ph in est.phases.items())
     print(f"phases (GiB):         {phases}")
     for k, v in est.facts.items():
-        if k.startswith(("kv_tokens", "max_concurrency", "budget", "kv_pool", "cpu_bytes", "offloaded")):
+        if k.startswith(
+            (
+                "kv_tokens", "max_concurrency", "budget", "kv_pool", "cpu_bytes", "offloaded", "framework",
+                "activation_offload", "nvme", "paged", "zero_state",
+            )
+        ):  # fmt: skip
             print(f"{k}: {v:,}" if isinstance(v, int) else f"{k}: {v}")
+    _print_ranks(est)
     for w in est.warnings:
         print(f"warning: {w}")
+
+
+def _print_ranks(est: Any) -> None:
+    """A training estimate's per-rank table, when its ranks do not all hold the same."""
+    if len(est.ranks) < 2:
+        return
+    off = est.off_gpu_columns()
+    rows = []
+    for r in est.ranks:
+        top = ", ".join(f"{c.label} {gib(c.bytes)}" for c in r.top_components())
+        mark = " *" if r.decides else ""
+        sizes = [gib(r.peak_bytes), gib(r.total_bytes)]
+        rows.append(
+            [r.role + mark, str(r.gpus), *sizes, r.peak_phase, *(gib(getattr(r, f)) for f, _ in off), top]
+        )
+    heads = ["rank class", "GPUs", "peak GiB", "total GiB", "phase", *(f"{label} GiB" for _, label in off)]
+    print()
+    print_table(rows, [*heads, "largest components (GiB)"], right={1, 2, 3, *range(5, 5 + len(off))})
+    print("* decides the fit (the most-loaded rank)")
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
@@ -109,6 +134,9 @@ def _print_fit(rep: Any) -> None:
             f"  GPU {v.gpu_index} ({v.role}): needs {gib(v.needed_bytes)} of "
             f"{gib(v.available_bytes)} GiB: {state}"
         )
+    rank = rep.estimate.deciding_rank()
+    if rank is not None and len(rep.estimate.ranks) > 1:
+        print(f"  decided by: {rank.role} (needs {gib(rank.total_bytes)} GiB, peak in {rank.peak_phase})")
     print("  " + ", ".join(maxima_phrases(rep)))
     if rep.local_gpus is not None:
         print(f"  local GPUs that hold it: {', '.join(map(str, rep.local_gpus))} (tp {rep.local_tp})")

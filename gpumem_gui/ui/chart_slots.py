@@ -48,9 +48,16 @@ class _Placeholder(QWidget):
 
 
 class ChartSlots(QWidget):
-    """The grid. ``changes`` goes bottom right; ``below_sweep`` (the sweep's choice) under the sweep."""
+    """The grid. ``changes`` goes bottom right; ``below_sweep`` (the sweep's choice) under the sweep;
+    ``below_breakdown`` (the per-rank table of a training run) under the per-GPU bars."""
 
-    def __init__(self, changes: QWidget, below_sweep: QWidget, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        changes: QWidget,
+        below_sweep: QWidget,
+        below_breakdown: QWidget | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
         super().__init__(parent)
         self._charts: tuple[BreakdownChart, PhaseChart, SweepChart] | None = None
         self._estimate: _EstimateArgs | None = None  # drawn once the charts exist and are on screen
@@ -68,7 +75,16 @@ class ChartSlots(QWidget):
         self._sweep_layout.setSpacing(2)
         self._sweep_layout.addWidget(self._slots[2], 1)
         self._sweep_layout.addWidget(below_sweep, 0, Qt.AlignmentFlag.AlignRight)
-        self.grid.addWidget(self._slots[0], 0, 0)
+        if below_breakdown is None:
+            self.grid.addWidget(self._slots[0], 0, 0)
+        else:
+            breakdown_box = QWidget()
+            box = QVBoxLayout(breakdown_box)
+            box.setContentsMargins(0, 0, 0, 0)
+            box.setSpacing(2)
+            box.addWidget(self._slots[0], 1)
+            box.addWidget(below_breakdown, 0)
+            self.grid.addWidget(breakdown_box, 0, 0)
         self.grid.addWidget(self._slots[1], 0, 1)
         self.grid.addWidget(sweep_box, 1, 0)
         self.grid.addWidget(changes, 1, 1)

@@ -30,6 +30,7 @@ from gpumem_gui.ui.changes_panel import ChangesPanel
 from gpumem_gui.ui.chart_slots import ChartSlots
 from gpumem_gui.ui.components_view import ComponentTable, ExplanationView
 from gpumem_gui.ui.plan import BackgroundView, Plan, ReportView
+from gpumem_gui.ui.rank_table import RankTable
 from gpumem_gui.ui.report import explanation_html, verdict_words, worst_verdict
 from gpumem_gui.ui.theme import ErrorLabel, status_color
 
@@ -168,9 +169,11 @@ class ResultsView(QWidget):
         self._est: Estimate | None = None
         self._unit = SizeUnit.GIB
 
+        # the per-rank table of a training run (shown when its ranks differ), under the per-GPU bars
+        self.ranks = RankTable()
         # charts in a 2 x 2 grid: breakdown | phases / sweep | the changes that would make it fit; the charts
         # are built after the first paint (pyqtgraph is slow to import) and drawn only while on screen
-        self.slots = ChartSlots(self.changes, self.sweep_over)
+        self.slots = ChartSlots(self.changes, self.sweep_over, self.ranks)
 
         bottom = QSplitter(Qt.Orientation.Horizontal)
         bottom.addWidget(self.table)
@@ -238,8 +241,11 @@ class ResultsView(QWidget):
         self._est = est
         self._unit = unit
         self.slots.show_estimate(est, unit, capacity_bytes, free_bytes)
+        self.ranks.show_ranks(est, unit)
         self.table.show_components(est.components, est.total_bytes, unit)
-        self.warnings.show_message("\n".join(f"warning: {w}" for w in est.warnings))
+        applied = est.facts.get("framework_defaults")
+        notes = [str(applied)] if applied not in (None, "none") else []  # training/profiles.py facts()
+        self.warnings.show_message("\n".join([*notes, *(f"warning: {w}" for w in est.warnings)]))
         if self.table.selected_key() is None and est.components:
             self.table.select_key(est.components[0].key)
         self._on_table_selection()
@@ -260,6 +266,9 @@ class ResultsView(QWidget):
             f"needs {fmt_bytes(worst.needed_bytes, unit)} of {fmt_bytes(worst.available_bytes, unit)} "
             f"with a {fmt_bytes(worst.margin_bytes, unit)} margin"
         )
+        rank = est.deciding_rank()
+        if rank is not None and len(est.ranks) > 1:  # training ranks that differ: name the class
+            detail += f" ({rank.role})"
         if "kv_tokens" in est.facts:  # an engine that sizes a KV pool from the GPU (vLLM)
             detail += (
                 f"; KV pool {int(est.facts['kv_tokens']):,} tokens for max_model_len "
