@@ -288,3 +288,16 @@ def test_banner_names_the_local_gpus_to_use(main_window: MainWindow, fake_snapsh
     w.recompute_now()
     w.flush_background(60000)
     assert "use local" not in w.results.banner.detail.text()
+
+
+def test_a_framework_profile_says_which_defaults_it_applied(main_window: MainWindow) -> None:
+    """The window names the defaults a framework profile applied (torchtune's loss), as information (not a
+    warning), and says nothing for plain PyTorch."""
+    w = main_window
+    _train(w, TrainingRun(framework="torchtune", method="lora"), GpuChoice(gpu_id="A100-80GB", count=1))
+    notes = w.results.notes
+    assert not notes.isHidden() and "framework default (torchtune): loss" in notes.text()
+    assert "framework default" not in w.results.warnings.text()
+    _train(w, TrainingRun(method="lora"), GpuChoice(gpu_id="A100-80GB", count=1))
+    assert notes.isHidden() and notes.text() == ""
+    w.flush_background(30000)

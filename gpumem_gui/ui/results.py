@@ -153,6 +153,12 @@ class ResultsView(QWidget):
         super().__init__(parent)
         self.banner = VerdictBanner()
         self.warnings = ErrorLabel()
+        # the defaults a training framework profile applied (core/training/profiles.py): information, not a
+        # warning, so in the ordinary text colour
+        self.notes = QLabel()
+        self.notes.setWordWrap(True)
+        self.notes.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.notes.hide()
         self.sweep_over = QComboBox()
         self.sweep_over.addItem(SWEEP_LABELS["infer"]["seq"], "seq")
         self.sweep_over.addItem(SWEEP_LABELS["infer"]["batch"], "batch")
@@ -194,6 +200,7 @@ class ResultsView(QWidget):
         v = QVBoxLayout(self)
         v.setContentsMargins(0, 0, 0, 0)
         v.addWidget(self.banner)
+        v.addWidget(self.notes)
         v.addWidget(self.warnings)
         v.addWidget(split, 1)
 
@@ -244,8 +251,9 @@ class ResultsView(QWidget):
         self.ranks.show_ranks(est, unit)
         self.table.show_components(est.components, est.total_bytes, unit)
         applied = est.facts.get("framework_defaults")
-        notes = [str(applied)] if applied not in (None, "none") else []  # training/profiles.py facts()
-        self.warnings.show_message("\n".join([*notes, *(f"warning: {w}" for w in est.warnings)]))
+        self.notes.setText(str(applied) if applied not in (None, "none") else "")  # profiles.py facts()
+        self.notes.setVisible(bool(self.notes.text()))
+        self.warnings.show_message("\n".join(f"warning: {w}" for w in est.warnings))
         if self.table.selected_key() is None and est.components:
             self.table.select_key(est.components[0].key)
         self._on_table_selection()

@@ -84,6 +84,10 @@ def step_options(run: TrainingRun) -> StepOptions:
     )
 
 
+def _zero3_deepspeed(run: TrainingRun) -> bool:
+    return run.zero == 3 and run.zero_impl == "deepspeed" and run.dp > 1
+
+
 def sharding_hooks(run: TrainingRun) -> ShardingHooks:
     """The framework's sharding and the precision's gradient buffers as hooks on the replay (fresh for each
     replay: they hold its gathered units)."""
@@ -96,7 +100,10 @@ def sharding_hooks(run: TrainingRun) -> ShardingHooks:
         "grads_dropped": sh.states_offloaded,
         "main_grad": precision(run).main_grad,
         "store_scale": precision(run).store_scale,  # FSDP1 MixedPrecision: fp32 flat shards
-        "qlora_sharded": run.method == "qlora" and run.fsdp != "none",  # the 4-bit base sharded (FSDP1)
+        # the 4-bit base sharded (FSDP1; DeepSpeed ZeRO-3: with bnb_4bit_quant_storage=bf16 its partitioner
+        # takes the packed weights like any bf16 parameter: HF PEFT docs "DeepSpeed ZeRO-3 + QLoRA",
+        # deepspeed/runtime/zero/partition_parameters.py Init._convert_to_deepspeed_param)
+        "qlora_sharded": run.method == "qlora" and (run.fsdp != "none" or _zero3_deepspeed(run)),
     }
     fsdp2 = fsdp2_hooks(run, sh.param_shard)  # FSDP2: unit by unit (training/fsdp2.py)
     if fsdp2 is not None:
