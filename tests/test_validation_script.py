@@ -176,3 +176,62 @@ def test_peers_cover_every_full_finetune_training_point(validate) -> None:  # ty
         assert d["llm_analysis"] and d["llm_analysis"] > 0, d["setup"]
         assert d["accelerate_fp32"] == 2 * d["accelerate"] > 0, d["setup"]
         assert abs(d["ours"] - d["measured"]) / d["measured"] < 0.01, d["setup"]
+
+
+def test_distributed_section_has_a_row_for_every_traced_rank(report, validate) -> None:  # type: ignore[no-untyped-def]
+    """Section (g): every point of the four ground-truth files, its estimate recomputed (the 3 % bar itself is
+    tests/test_truth_{fsdp,ddp,tp,tricks}.py's)."""
+    import json
+
+    files = {f.file: f for f in report.ranks}
+    names = ("fsdp", "ddp", "tp", "tricks")
+    assert sorted(files) == sorted(f"tests/reference/distributed/{n}.json" for n in names)
+    text = validate.render(report)
+    assert "## (g) Distributed and framework training per rank vs PyTorch's trackers" in text
+    assert "- **per-rank training vs PyTorch's trackers" in text.split("## (a)")[0]  # in the summary
+    for name in names:
+        f = files[f"tests/reference/distributed/{name}.json"]
+        assert f.script == f"validation/truth_{name}.py" and (REPO / f.script).is_file()
+        stored = json.loads((REPO / f.file).read_text())["points"]
+        assert len(f.points) == len(stored) > 0
+        assert f"`{f.file}`, made by `{f.script}`" in text
+        for p in f.points:
+            assert set(p.traced) <= set(p.estimated) and p.traced_peak > 0 and p.estimated_peak > 0
+            assert math.isfinite(p.err) and p.worst_phase[0] in p.traced
+            assert f"| {p.model} | {p.run} | {p.rank} |" in text
+
+
+def test_distributed_section_maps_points_as_the_accuracy_tests_do(report) -> None:  # type: ignore[no-untyped-def]
+    """The report's estimate of each point is the one tests/test_truth_*.py holds to 3 %."""
+    from gpumem_gui.core import TrainingRun
+    from tests import test_truth_ddp, test_truth_fsdp, test_truth_tp, test_truth_tricks
+
+    files = {f.file.rsplit("/", 1)[-1]: f for f in report.ranks}
+    for p, ours in zip(test_truth_fsdp.POINTS, files["fsdp.json"].points, strict=True):
+        assert {ph: sum(v.values()) for ph, v in test_truth_fsdp._estimate(p).items()} == ours.estimated
+    for p, ours in zip(test_truth_ddp.POINTS, files["ddp.json"].points, strict=True):
+        res, _, _ = test_truth_ddp.simulate_rank(test_truth_ddp._spec(p["model"]), TrainingRun(**p["run"]))
+        assert {ph: pk.total for ph, pk in res.phases.items()} == ours.estimated
+    for p, ours in zip(test_truth_tp.TRUTH["points"], files["tp.json"].points, strict=True):
+        est = test_truth_tp.estimate_training(test_truth_tp._spec(p["model"]), test_truth_tp._run(p))
+        assert {ph: est.phases[ph].peak_bytes for ph in p["phases"]} == ours.estimated
+    for p, ours in zip(test_truth_tricks.DOC["points"], files["tricks.json"].points, strict=True):
+        assert test_truth_tricks._estimate(p)[0] == ours.estimated
+
+
+def test_published_runs_section_links_the_per_framework_comparison(report, validate) -> None:  # type: ignore[no-untyped-def]
+    """Section (h): docs/validation-training.md linked, its per-framework figures read from result.json."""
+    import json
+
+    result = json.loads(
+        (REPO / "validation" / "data" / "published_training_runs" / "result.json").read_text()
+    )
+    assert report.published_runs == result["summary"]
+    text = validate.render(report)
+    assert "[docs/validation-training.md](validation-training.md)" in text
+    assert (REPO / "docs" / "validation-training.md").is_file()
+    section = text.split("## (h) ")[1].split("\n## ")[0]
+    for name, s in result["summary"].items():
+        label = "**all**" if name == "all" else name
+        assert f"| {label} | {s['points']} | {s['estimated']} | {s['counted']} |" in section
+    assert "- **published real-GPU training runs**" in text.split("## (a)")[0]

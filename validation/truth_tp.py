@@ -71,6 +71,23 @@ MODELS: dict[str, dict[str, Any]] = {
 BATCH, SEQ = 2, 128
 
 
+def training_run(p: dict[str, Any]) -> Any:
+    """The gpumem run a stored point stands for (``validate.py`` section (g) estimates it; the accuracy test
+    ``tests/test_truth_tp.py`` maps points the same way): torchtitan keeps the head's logits vocab-parallel
+    under ``loss_parallel``, transformers' TP plan (plain PyTorch) gathers them."""
+    from gpumem_gui.core.training import make_training_run
+
+    return make_training_run(
+        batch=p["batch"],
+        seq=p["seq"],
+        tp=p["tp"],
+        sequence_parallel=p["sequence_parallel"],
+        precision=p["precision"],
+        optimizer=p["optimizer"],
+        framework="torchtitan" if p["loss_parallel"] else "pytorch",
+    )
+
+
 def _plan(sp: bool) -> dict[str, Any]:
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (

@@ -44,24 +44,33 @@ CASES: tuple[tuple[str, dict[str, Any]], ...] = (
 PHASES = ("forward", "backward", "optimizer")
 
 
+def _model(model_name: str) -> Any:
+    return load_model(str(REPO / "tests" / "reference" / "configs" / f"{model_name}.json"))
+
+
+def estimate(model_name: str, fields: dict[str, Any]) -> tuple[dict[str, int], int]:
+    """The estimate of a case: its phase peaks (the replay with the CPU's dropout kernel, as the trace ran on
+    the CPU) and the host RAM of the offloaded activations (``validate.py`` section (g) reads it too)."""
+    est, _, _ = simulate_rank(_model(model_name).spec, make_training_run(**fields), 0, cpu_dropout=True)
+    return {ph: est.phases[ph].total for ph in PHASES if ph in est.phases}, est.host_bytes
+
+
 def measure(model_name: str, label: str, fields: dict[str, Any]) -> dict[str, Any]:
     from gpumem_gui.trace.runner import run_in_process
 
-    model = load_model(str(REPO / "tests" / "reference" / "configs" / f"{model_name}.json"))
-    run = make_training_run(**fields)
-    request = make_request(model, run)
+    request = make_request(_model(model_name), make_training_run(**fields))
     t0 = time.perf_counter()
     traced = run_in_process(request)  # the product's in-process path (the model code's warnings ignored)
     seconds = round(time.perf_counter() - t0, 1)
-    est, _, _ = simulate_rank(model.spec, run, 0, cpu_dropout=True)
+    phases, host = estimate(model_name, fields)
     return {
         "model": model_name,
         "case": label,
         "run": fields,
         "traced": {ph: int(traced["phases"][ph]["Total"]) for ph in PHASES if ph in traced["phases"]},
-        "estimated": {ph: est.phases[ph].total for ph in PHASES if ph in est.phases},
+        "estimated": phases,
         "traced_host_bytes": int(traced.get("host_bytes", 0)),
-        "estimated_host_bytes": est.host_bytes,
+        "estimated_host_bytes": host,
         "seconds": seconds,
     }
 

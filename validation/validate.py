@@ -18,6 +18,13 @@ Run ``.venv/bin/python validation/validate.py [--out docs/validation.md] [--subs
   points we can reproduce, through ``validation/data/published_training.json`` (full fine-tune, LoRA,
   QLoRA; torchtune, torchtitan, fsdp_qlora, HF docs; two fits/OOM bounds and one largest-context bound).
 
+* (e) real-GPU results (``validation/gpu_results/``) and (f) the points PyTorch traced
+  (``tests/reference/trace``);
+* (g) distributed and framework training per rank against PyTorch's trackers: every point of
+  ``tests/reference/distributed/{fsdp,ddp,tp,tricks}.json`` (made by ``validation/truth_*.py``) with its
+  estimate recomputed; (h) the per-framework figures of the published real-GPU training runs
+  (``docs/validation-training.md``, read from ``validation/data/published_training_runs/result.json``).
+
 The output is deterministic: rows are sorted and nothing but the versions block depends on the machine.
 
 This file is the entry point and the orchestration; each section is a module of ``validate_report/`` and
@@ -52,6 +59,7 @@ from validate_report.common import (  # noqa: E402
     config_path,
     reference_dir,
 )
+from validate_report.distributed import distributed_files, published_runs  # noqa: E402
 from validate_report.grid import (  # noqa: E402
     grid_points,
     grid_rows,
@@ -112,6 +120,7 @@ __all__ = [
     "accelerate_training_bytes",
     "collect",
     "config_path",
+    "distributed_files",
     "grid_points",
     "grid_rows",
     "grid_setup",
@@ -119,6 +128,7 @@ __all__ = [
     "peer_rows",
     "published_leftovers",
     "published_rows",
+    "published_runs",
     "published_training_rows",
     "reference_dir",
     "refresh_peers",
@@ -176,6 +186,8 @@ def collect(subset: bool = False, peers: dict | None = None) -> Report:
     if not subset:
         rep.peers, rep.peers_note = peer_rows(rep.grid, peers)
         rep.train_peers = train_peer_rows(rep.train, peers)
+    rep.ranks = distributed_files()
+    rep.published_runs = published_runs()
     rep.versions = _versions(peers)
     return rep
 

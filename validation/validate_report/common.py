@@ -7,6 +7,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent.parent  # validation/
 REPO = HERE.parent
@@ -110,4 +111,6 @@ class Report:
     peers: list[dict] = field(default_factory=list)
     train_peers: list[dict] = field(default_factory=list)
     peers_note: str = ""
+    ranks: list[Any] = field(default_factory=list)  # section (g): distributed.TruthFile per reference file
+    published_runs: dict[str, Any] = field(default_factory=dict)  # section (h): result.json's summary
     versions: dict[str, str] = field(default_factory=dict)

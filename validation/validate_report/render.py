@@ -8,6 +8,12 @@ import sys
 from collections.abc import Callable
 
 from .common import HERE, REASON_THRESHOLD, GiB, MiB, Report, Row
+from .distributed import (
+    distributed_summary,
+    published_runs_summary,
+    render_distributed,
+    render_published_runs,
+)
 from .text import HEADER, PEERS_INTRO, REAL_GPU_INTRO, REAL_GPU_MISSING, TRAIN_INTRO, TRAIN_PEERS_INTRO
 from .traced import render_traced
 
@@ -99,6 +105,11 @@ def _render_summary(rep: Report, add: Add) -> None:
     if rep.train_bounds:
         agree = sum(1 for b in rep.train_bounds if b[-1] == "agree")
         add(f"- **published fits / OOM verdicts** ({len(rep.train_bounds)} points): {agree} agree")
+    if rep.ranks:
+        add(distributed_summary(rep.ranks))
+    runs_line = published_runs_summary(rep.published_runs)
+    if runs_line:
+        add(runs_line)
     if rep.peers:
         add(
             f"- **peers, inference grid** ({len(rep.peers)} points), median |error|: "
@@ -332,6 +343,11 @@ def render(rep: Report) -> str:
     render_real_gpu(add)
     add("")
     render_traced(add)
+    add("")
+    if rep.ranks:
+        render_distributed(rep.ranks, add)
+        add("")
+    render_published_runs(rep.published_runs, add)
     add("")
     add("## Versions")
     add("")
