@@ -51,6 +51,21 @@ def test_the_head_is_vocab_parallel_only_where_the_framework_keeps_it_sharded() 
     assert (cfg.vocab_shards, cfg.logits_gather, cfg.sequence_shards) == (1, 1, 1)
 
 
+def test_torchtitan_loss_parallel_is_torchs_dtensor_cross_entropy() -> None:
+    """torch/distributed/tensor/parallel/loss.py on the rank's vocabulary shard (L = fp32 shard logits):
+    forward ``_log_softmax`` holds the bf16 logits, their fp32 copy, ``shifted`` and ``exp(shifted)`` (3.5 L
+    + the row max); backward ``_nll_loss_and_log_softmax_backward`` holds the saved result with
+    ``zeros_like``, ``exp`` and their sum (4 L)."""
+    spec = _spec(LLAMA)
+    res, cfg, rspec = simulate_rank(spec, _run(framework="torchtitan", tp=2))
+    t = cfg.tokens
+    big = t * rspec.vocab_size * 4
+    fw, bw = res.phases["forward"], res.phases["backward"]
+    assert fw.where == "loss" and fw.by_tag["logits"] == 3 * big + big // 2 + 4 * t
+    assert bw.where == "loss (backward)" and bw.by_tag["logits"] == big
+    assert 3 * big <= bw.by_tag["temporaries"] < 3 * big + 1024
+
+
 def test_a_gathered_head_holds_full_vocabulary_logits() -> None:
     """transformers' colwise_gather_output: the loss sees tokens x vocab; vocab-parallel: tokens x vocab/tp.
     The fp32 log-softmax the loss saves is the largest logits tensor: 4 B x tokens x vocab (/ tp)."""
@@ -146,6 +161,27 @@ def test_first_stage_holds_the_schedules_micro_batches(schedule: str, virtual: i
     assert got == round(extra)
     zb = sum(c.bytes for c in phases["forward"].components if c.key == "zero_bubble_w")
     assert (zb > 0) == (schedule == "zero-bubble")
+
+
+def test_fsdp2_under_pipelining_keeps_its_stage_unsharded_and_accumulates_fp32_gradients() -> None:
+    """torchtitan (apply_fsdp: reshard_after_forward = not pp_enabled) keeps every unit of the stage gathered
+    in bf16; torch pipelining (stage.py backward_maybe_with_nosync) reduces nothing until the last
+    micro-batch, so the stage's gradients accumulate unsharded in the fp32 reduce dtype (_fsdp_param.py
+    to_accumulated_grad_if_needed); the kept parameters are no micro-batch's activations."""
+    spec = _spec(LLAMA)
+    fsdp = {"framework": "torchtitan", "precision": "mp-bf16", "pp": 4, "grad_accum": 8}
+    phases, res, _ = _stage_phases(spec, _run(fsdp="full_shard", dp=4, **fsdp), 0)
+    numel = res.trainable_params  # the stage's parameters, all trained
+    assert _component_of(phases, "forward", "gathered_parameters") == 2 * numel
+    assert _component_of(phases, "forward", "unsharded_gradients") == 4 * numel
+    assert _component_of(phases, "backward", "unsharded_gradients") == 4 * numel
+    _, plain, _ = _stage_phases(spec, _run(**{**fsdp, "precision": "bf16"}), 0)  # no FSDP: bf16 weights
+    assert res.microbatch_activations == plain.microbatch_activations
+    assert _component_of(phases, "forward", "pipeline_inflight") == 3 * res.microbatch_activations
+
+
+def _component_of(phases: Any, phase: str, key: str) -> int:
+    return sum(c.bytes for c in phases[phase].components if c.key == key)
 
 
 def test_last_stage_of_1f1b_holds_one_micro_batch() -> None:

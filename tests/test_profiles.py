@@ -166,3 +166,32 @@ def test_trace_request_names_the_framework_loss() -> None:
     model = load_model(str(reference_dir() / "configs" / "Qwen__Qwen2.5-0.5B.json"))
     assert make_request(model, make_training_run(framework="torchtune")).run["loss"] == "chunked-linear"
     assert make_request(model, make_training_run()).run["loss"] == "auto"
+
+
+def test_selective_op_checkpointing_saves_float8_matmuls_like_mm() -> None:
+    """torchtitan's op-level SAC sees a float8 linear as the ``aten.mm`` torchao dispatches on its float8
+    subclass: on a bias-free Llama every second output is saved, as without float8 (only transient fp8
+    copies on top)."""
+    llama = load_model(str(reference_dir() / "configs" / "TinyLlama__TinyLlama-1.1B-Chat-v1.0.json")).spec
+    fields = {"method": "full", "grad_ckpt": True, "ckpt_policy": "selective-op", "compile": True}
+    bf16, _, _ = simulate_rank(llama, make_training_run(batch=2, seq=512, **fields))
+    f8, _, _ = simulate_rank(llama, make_training_run(batch=2, seq=512, float8=True, **fields))
+    assert f8.phases["forward"].total >= bf16.phases["forward"].total
+    assert f8.phases["forward"].total - bf16.phases["forward"].total < 2**27  # the fp8 copies, not more
+
+
+def test_torchtune_qlora_base_is_sharded_whole_under_fsdp2() -> None:
+    """torchtune's NF4 base is torchao's NF4Tensor, whose FSDP2 all-gather inputs are its scalers, scale
+    factors and packed data (nf4tensor.py fsdp_pre_all_gather): 4 ranks store a quarter each; bitsandbytes'
+    quantization state stays whole on every rank."""
+    llama = load_model(str(reference_dir() / "configs" / "meta-llama__Llama-3.2-1B.json")).spec
+    stored = {}
+    for fw in ("torchtune", "pytorch"):
+        for dp in (1, 4):
+            run = make_training_run(
+                framework=fw, method="qlora", qlora_base="nf4-dq", precision="bf16", loss="standard",
+                fsdp="full_shard", dp=dp, batch=1, seq=256,
+            )  # fmt: skip
+            stored[fw, dp] = simulate_rank(llama, run)[0].param_bytes
+    assert stored["torchtune", 1] == stored["pytorch", 1] == 4 * stored["torchtune", 4]
+    assert stored["pytorch", 4] > stored["torchtune", 4]

@@ -19,11 +19,6 @@ from tests.conftest import REPO
 
 TRUTH = json.loads((REPO / "tests" / "reference" / "distributed" / "tp.json").read_text(encoding="utf-8"))
 TOLERANCE = 0.03
-# torchtitan's loss_parallel (torch/distributed/tensor/parallel/loss.py _log_softmax, and
-# _nll_loss_and_log_softmax_backward) holds one more fp32 tokens x vocab/tp tensor than transformers'
-# ForCausalLMLoss over the same local logits, in forward (x - max beside exp and the result) and in backward
-# (zeros + exp(x) beside their sum): the replay's loss does not model it yet (ReplayConfig.vocab_shards is
-# set for it), measured -1.5 .. -3.0 % on these points
 
 
 @cache
@@ -63,8 +58,6 @@ def test_tp_rank_matches_memtracker(point: dict[str, Any]) -> None:
         total = traced["Total"]
         got = est.phases[phase].peak_bytes
         assert abs(got - total) <= TOLERANCE * total, (phase, got, total)
-        if point["loss_parallel"]:
-            continue  # the unmodelled loss tensor moves the backward peak: its categories split differently
         theirs = traced_categories(traced)
         for cat, n in theirs.items():
             # the estimate's extra components (the DTensor embedding gradient) sit outside the replay's

@@ -53,7 +53,7 @@ class ReplayConfig:
     # loss (transformers' tp_plan "colwise_gather_output", torchtitan without loss_parallel); 1: no gather
     logits_gather: int = 1
     # framework memory tricks (training/profiles.py resolves them from the run; replay/loss.py, tricks.py)
-    loss: str = "standard"  # standard | chunked | fused-linear | vocab-parallel (replay/loss.py LOSSES)
+    loss: str = "standard"  # standard | chunked | fused-linear | vocab-parallel | loss-parallel (loss.py)
     loss_chunks: int = 8  # chunked: torchtune CEWithChunkedOutputLoss num_output_chunks
     ckpt_every: int = 1  # with grad_ckpt: layer i is checkpointed when (i + 1) % ckpt_every == 0
     ckpt_policy: str = "full"  # full | selective-op (torchtitan op-level SAC)

@@ -211,4 +211,5 @@ BACKWARD: dict[str, Callable[[Sim, Node, list[Storage | None]], list[Storage | N
     "rsqrt": bw_rsqrt,
     "multi": bw_multi,
     "custom": bw_custom,
+    "mm_float8": bw_custom,  # replay/tricks.py float8_linear
 }

@@ -19,6 +19,9 @@ transformers' ``ForCausalLMLoss`` over the full logits, is :meth:`.model.CausalL
 * ``vocab-parallel``: Megatron-LM's ``VocabParallelCrossEntropy`` (``megatron/core/tensor_parallel/
   cross_entropy.py``): an fp32 copy of the (rank's vocabulary shard of the) logits made inside the
   function, turned into the softmax in place and saved; backward turns it into the gradient in place.
+* ``loss-parallel``: torchtitan's standard loss under TP (``loss_parallel()``, on unless
+  ``--parallelism.disable_loss_parallel``) over the head's vocabulary shard: torch's DTensor cross-entropy
+  (:func:`loss_parallel`).
 """
 
 from __future__ import annotations
@@ -253,9 +256,61 @@ def _softmax_back(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storag
     return [saved[0] if saved else None]
 
 
+def loss_parallel(m: CausalLM, h: T) -> T:
+    """``F.cross_entropy(pred.flatten(0, 1).float(), labels)`` under torch's ``loss_parallel()`` on the rank's
+    vocabulary shard of the logits (torchtitan train.py ``loss_fn``; torch/distributed/tensor/parallel/
+    loss.py). ``_log_softmax`` decomposes: ``shifted = x - x_max``, ``torch.exp(shifted)`` summed (a
+    temporary), ``result = shifted - logsumexp``, saved by log_softmax and nll_loss; the fp32 copy ``x`` dies
+    with the forward (``del pred`` before backward). Backward (``_nll_loss_and_log_softmax_backward``; the
+    log_softmax backward handler passes the gradient through): ``grad_input = zeros_like(x)``, then
+    ``(grad_input + torch.exp(x)) * grad_output``: four fp32 logits-sized tensors at once with the saved
+    result. Measured: tests/test_truth_tp.py (torch's MemTracker on DTensor TP with ``loss_parallel()``)."""
+    s, cfg = m.s, m.cfg
+    t = cfg.tokens
+    logits = m.head(h)  # as the standard loss's (sequence-parallel gather included)
+    s.tr.where = "loss"
+    lf = s.cast(logits, "f32")
+    s.region = "inputs"
+    labels = s.new(t, "i64")  # the data loader's labels on the GPU
+    s.region = "logits"
+    x_max = s.new(t, "f32")
+    shifted = s.new(lf.n, "f32")
+    sum_exp = s.new(lf.n, "f32")  # torch.exp(shifted), summed over the shard then all-reduced
+    del sum_exp, x_max
+    result = s.new(lf.n, "f32")
+    del shifted
+    s.node("custom", (lf,), (result,), (), ctx=_pass_back)
+    del lf
+    s.region = "hidden_states"
+    loss = s.new(1, "f32")
+    total_weight = s.new(1, "f32")
+    s.node("custom", (result,), (loss,), (result, labels, total_weight), ctx=_nll_log_softmax_back)
+    del result, labels, total_weight, logits  # ``del pred`` once the loss is computed, before backward
+    return loss
+
+
+def _pass_back(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
+    """``_log_softmax_backward_handler``: the gradient passes through (the nll backward computed it)."""
+    return [gout[0]]
+
+
+def _nll_log_softmax_back(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
+    """``_nll_loss_and_log_softmax_backward``: zeros_like(x), exp(x), their sum, the product with
+    grad_output (exp freed after the sum, the rest when the function returns)."""
+    nbytes = nd.in_meta[0][0] * 4
+    grad_input = sim.storage(nbytes, "temporaries")
+    exp = sim.storage(nbytes, "temporaries")
+    summed = sim.storage(nbytes, "temporaries")
+    del exp
+    out = sim.storage(nbytes, "temporaries")
+    del summed, grad_input
+    return [out]
+
+
 LOSSES: dict[str, Callable[[CausalLM, T], T]] = {
     "chunked": chunked,
     "chunked-linear": chunked_linear,
     "fused-linear": fused_linear,
     "vocab-parallel": vocab_parallel,
+    "loss-parallel": loss_parallel,
 }

@@ -234,7 +234,7 @@ def _microbatches(
     for _ in range(min(opts.grad_accum, 2)):
         sim.phase_kind = "act"
         tr.start_phase("forward")
-        before = tr.cur
+        before, params_before = tr.cur, tr.by_kind["param"]
         hooks.begin_microbatch(sim)
         prev = sim.enter_autocast(cfg.autocast)
         loss = model.forward_loss(ids, layer_ids)
@@ -246,7 +246,9 @@ def _microbatches(
         hooks.end_forward(sim)
         model.drop_outputs()
         after_forward = tr.cur
-        microbatch_activations = max(microbatch_activations, after_forward - before)
+        # parameters gathered in this forward and kept (FSDP without reshard) are no micro-batch's own
+        kept = after_forward - before - (tr.by_kind["param"] - params_before)
+        microbatch_activations = max(microbatch_activations, kept)
         sim.phase_kind = "temp"
         tr.start_phase("backward")
         hooks.begin_backward(sim)

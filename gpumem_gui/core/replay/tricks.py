@@ -77,7 +77,7 @@ class Offloader:
         too (and copied back for their backward)."""
         if self.inputs_only:
             return sts, None
-        views = kind in ("linear", "custom")
+        views = kind in ("linear", "custom", "mm_float8")
         kept: list[Storage] = []
         packed: list[tuple[int, int]] = []
         for st in sts:
@@ -206,7 +206,8 @@ def float8_linear(m: CausalLM, x: T, w: T, bias: T | None, n_out: int, n_in: int
             for i, e in enumerate(nd.edges)
         ]
 
-    s.node("custom", (x, w, bias), (out,), tuple(saved), ctx=backward)
+    # "mm_float8": the selective-AC policy sees this matmul as the aten.mm it dispatches (OpSelectiveAC)
+    s.node("mm_float8", (x, w, bias), (out,), tuple(saved), ctx=backward)
     return out
 
 
@@ -232,7 +233,15 @@ class OpSelectiveAC:
     ``addmm``: saved (a compute-intensive op of ``torch/_functorch/partitioners.py`` ``get_default_op_list``)
     and not counted among the mm's. The SDPA kernel's outputs (output and log-sum-exp) are saved; eager
     attention's ``bmm``s are treated as linears. A fresh policy (a fresh mm count) per layer call, as
-    ``context_fn`` builds one per checkpoint."""
+    ``context_fn`` builds one per checkpoint.
+
+    A float8 linear (``mm_float8``) is counted as an ``mm`` too, whatever its bias: torchao's
+    ``matmul_with_hp_or_float8_args.forward`` calls ``torch.mm`` on the float8 tensor subclass (the bias is
+    added after, ``output + self.bias``), and the checkpoint's dispatch mode, above the subclass, sees that
+    ``aten.mm.default`` (``torch/utils/checkpoint.py`` ``_CachingTorchDispatchMode.__torch_dispatch__``;
+    compiled, the same policy tags every graph node the op emits, the subclass's ``_scaled_mm`` included). Its
+    high-precision output is what is saved; the casts (``abs``, ``max``, the scaled copy) are recomputed, the
+    ``max`` scalar's save being negligible."""
 
     def __init__(self) -> None:
         self.mm = 0
@@ -240,8 +249,8 @@ class OpSelectiveAC:
     def __call__(
         self, sim: Sim, kind: str, inputs: tuple[T | None, ...], outputs: tuple[T, ...], frame: Any
     ) -> None:
-        if kind == "linear":
-            if len(inputs) < 3 or inputs[2] is None:  # mm: counted, every second one recomputed
+        if kind == "linear" or kind == "mm_float8":
+            if kind == "mm_float8" or len(inputs) < 3 or inputs[2] is None:  # mm: every second recomputed
                 self.mm += 1
                 if self.mm % 2 == 0:
                     return

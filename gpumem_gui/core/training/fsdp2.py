@@ -33,6 +33,16 @@ unit's post-backward starts ("Unsharded Grad" then), the reduce-scatter input an
 collective runs and post-backward returns ("Reduce Scatter", "Sharded Grad"); the 1/N clone of
 ``reshard_after_forward=N`` is made in forward and stays an "Activation".
 
+Pipelining (``torch/distributed/pipelining/stage.py``, ``pipeline``: the micro-batches replayed): every
+micro-batch's backward runs with ``set_requires_gradient_sync(False)`` and
+``set_reshard_after_backward(False)`` (``backward_maybe_with_nosync``), so PG ``post_backward`` neither
+reshards nor reduces: the unsharded parameters stay, and the gradients accumulate unsharded, upcast to the
+reduce dtype on the first micro-batch (PARAM ``to_accumulated_grad_if_needed``:
+``unsharded_grad.to(reduce_dtype)``, the ``param_dtype`` gradient freed) and added in on the later ones
+(``accumulate_unsharded_grad_if_needed``; without an upcast the ``.grad`` itself accumulates in place).
+After the last micro-batch ``perform_reduce_grad`` runs every unit's ``post_backward`` with gradient sync:
+reduce-scatter from the accumulated gradients, then reshard.
+
 Approximations: a shard is ``ceil(numel / world)`` elements (exact when ``dim0`` divides by world, as for
 the models here); the reduce dtype never differs from the stored dtype in the precisions offered (no
 upcast copy of the reduce output).
@@ -75,6 +85,8 @@ class Fsdp2Policy:
     reduce_bytes: int = 0
     offload: bool = False
     qlora: bool = False
+    nf4_sharded: bool = False  # QLoRA with torchao's NF4Tensor: its scalers are sharded with its data
+    pipeline: int = 0  # pipelining: how many micro-batches the replay runs (0: no pipeline)
 
 
 class Fsdp2Hooks(TrainingHooks):
@@ -97,6 +109,8 @@ class Fsdp2Hooks(TrainingHooks):
         self.done: set[int] = set()
         self.layer: int | None = None
         self._zero: Storage | None = None
+        self.acc: dict[int, list[Storage]] = {}  # pipelining: unit -> its accumulated unsharded gradients
+        self.microbatch = 0
 
     # ---- parameters --------------------------------------------------------------------------------
     def param_bytes(self, full_bytes: int, layer: int | None) -> int:
@@ -108,9 +122,12 @@ class Fsdp2Hooks(TrainingHooks):
     def param_made(self, sim: Sim, p: Param) -> None:
         pol = self.pol
         if p.name == BNB_AGGREGATE:
-            # the packed weights are sharded with their layers; the quantization state (absmax, code) is
-            # no parameter and stays whole on every rank
-            p.st.grow(max(0, p.full_bytes - self.packed) - p.st.nbytes)
+            # the packed weights are sharded with their layers; bitsandbytes' quantization state (absmax,
+            # code) is no parameter and stays whole on every rank; torchao's NF4Tensor shards it too
+            # (torchao/dtypes/nf4tensor.py fsdp_pre_all_gather: quantized_scalers, quantization_factor,
+            # quantized_data)
+            state = max(0, p.full_bytes - self.packed)
+            p.st.grow((self._shard_elems(state) if pol.nf4_sharded else state) - p.st.nbytes)
             return
         u = p.layer if p.layer is not None else ROOT
         unit = self.units.setdefault(u, _Unit())
@@ -168,6 +185,7 @@ class Fsdp2Hooks(TrainingHooks):
 
     # ---- forward ---------------------------------------------------------------------------------------
     def begin_microbatch(self, sim: Sim) -> None:
+        self.microbatch += 1
         self.order, self.in_backward, self.layer = [], False, None
         self.pre_bw, self.done = set(), set()
         sim.unit = ROOT
@@ -232,12 +250,40 @@ class Fsdp2Hooks(TrainingHooks):
         grads = self.ugrads.setdefault(self.unit_of.get(id(p), ROOT), {})
         if id(p) in grads:
             return  # .grad += g in place (a tied weight's second gradient)
+        if self.unit_of.get(id(p), ROOT) in self.acc and not self.pol.reduce_bytes:
+            return  # pipelining without an upcast: added in place into the accumulated .grad
         sim.tr.retag(g, g.kind, "unsharded gradients")
         grads[id(p)] = g
 
-    def _post_backward(self, sim: Sim, u: int) -> None:
+    def _accumulate(self, sim: Sim, u: int) -> None:
+        """PG ``post_backward`` without gradient sync or reshard (pipelining): the unit's gradients kept
+        unsharded, upcast to the reduce dtype into a new buffer on the first micro-batch, added in later."""
+        self.done.add(u)
+        grads = self.ugrads.pop(u, {})
+        unit = self.units.get(u)
+        if not grads or unit is None or not unit.trainable or u in self.acc:
+            return  # later micro-batches: accumulate_unsharded_grad_if_needed adds in place, frees the grad
+        if self.pol.reduce_bytes:
+            self.acc[u] = [sim.storage(unit.rs, "unsharded gradients", "grad")]
+        else:
+            self.acc[u] = list(grads.values())
+        grads.clear()
+
+    def _reduce_accumulated(self, sim: Sim) -> None:
+        """``perform_reduce_grad``: every unit's ``post_backward`` with gradient sync and reshard, reducing
+        the accumulated gradients."""
+        for u in (ROOT, *sorted(k for k in self.units if k != ROOT)):
+            acc = self.acc.pop(u, [])
+            self.ugrads[u] = {i: g for i, g in enumerate(acc)}
+            del acc
+            self._post_backward(sim, u, sync=True)
+
+    def _post_backward(self, sim: Sim, u: int, sync: bool = False) -> None:
         """PG ``post_backward``: reshard, free the previous reduce-scatter input, reduce this unit's
         gradients (COLL ``foreach_reduce``) into its sharded gradients."""
+        if self.pol.pipeline and not sync:
+            self._accumulate(sim, u)
+            return
         self.done.add(u)
         grads = self.ugrads.pop(u, {})
         self.unsharded.pop(u, None)
@@ -274,6 +320,8 @@ class Fsdp2Hooks(TrainingHooks):
             for u in (ROOT, *sorted(k for k in self.units if k != ROOT)):
                 if u not in self.done and (u in self.unsharded or u in self.ugrads or u in self.post_shard):
                     self._post_backward(sim, u)
+            if self.pol.pipeline and self.microbatch == self.pol.pipeline:
+                self._reduce_accumulated(sim)
             self.rs_in = None
             self.pending.clear()
         self.in_backward = False

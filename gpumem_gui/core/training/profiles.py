@@ -43,6 +43,7 @@ class Profile:
     loss_source: str
     losses: tuple[str, ...] = ALL_LOSSES
     loss_impl: tuple[tuple[str, str], ...] = ()
+    tp_loss_impl: tuple[tuple[str, str], ...] = ()  # as loss_impl, with tensor parallelism (tp > 1)
     tricks: frozenset[str] = frozenset(TRICKS)
     precisions: tuple[str, ...] | None = None
     zero: tuple[int, ...] = (0, 1, 2, 3)
@@ -138,6 +139,9 @@ PROFILES: dict[str, Profile] = {
             "torchtitan/components/loss.py cross_entropy_loss: pred.float() then cross_entropy over the full "
             "logits",
             losses=("standard",),
+            # under TP the loss runs in torch's loss_parallel() (train.py loss_parallel_enabled, on unless
+            # --parallelism.disable_loss_parallel; the head keeps its vocabulary shard, model_parallel.py)
+            tp_loss_impl=(("standard", "loss-parallel"),),
             tricks=frozenset({"ckpt_every", "ckpt_policy", "float8", "compile"}),
             precisions=("mp-bf16", "amp-bf16", "fp32", "bf16"),
             zero=(0,),
@@ -226,6 +230,8 @@ def resolve(run: TrainingRun) -> ResolvedTricks:
         chosen = p.loss
         applied.append(f"framework default ({p.name}): loss = {p.loss} ({p.loss_source})")
     impl = dict(p.loss_impl).get(chosen, chosen)
+    if run.tp > 1:
+        impl = dict(p.tp_loss_impl).get(impl, impl)
     ckpt_offload = p.ckpt_offload and run.grad_ckpt and not run.activation_offload
     if ckpt_offload:
         applied.append(
@@ -354,6 +360,8 @@ _TRICK_SOURCES = {
     "fused-linear": "loss: " + _LIGER + "; modelled from the source, not traced",
     "vocab-parallel": "loss: Megatron-LM VocabParallelCrossEntropy (megatron/core/tensor_parallel/"
     "cross_entropy.py); modelled from the source, not traced",
+    "loss-parallel": "loss: torch loss_parallel() (torch/distributed/tensor/parallel/loss.py _log_softmax, "
+    "_nll_loss_and_log_softmax_backward); traced",
     "activation_offload": "activation offload: torchtune OffloadActivations (torchtune/training/"
     "_activation_offloading.py: >= 1024 B, not nn.Parameter, 5-pack forward stash, copies freed after the "
     "next node); traced (device side)",

@@ -35,7 +35,10 @@ def fsdp2_hooks(run: TrainingRun, w: int) -> Fsdp2Hooks | None:
     """The FSDP2 hooks of ``run``, sharding over ``w`` ranks (None: not FSDP2)."""
     if run.fsdp == "none" or run.fsdp_version != 2:
         return None
-    if run.fsdp == "shard_grad_op":
+    if run.fsdp == "shard_grad_op" or (run.pp > 1 and run.framework == "torchtitan"):
+        # torchtitan under pipelining: reshard_after_forward False "to avoid per-microbatch all-gathers"
+        # (torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy "default": not pp_enabled;
+        # parallelisms/parallelize_llama.py apply_fsdp at 9dec370)
         reshard = 0
     else:
         # fsdp/_fully_shard/_fsdp_init.py _get_post_forward_mesh_info: an int N is a 1/N post-forward shard,
@@ -51,6 +54,12 @@ def fsdp2_hooks(run: TrainingRun, w: int) -> Fsdp2Hooks | None:
             reduce_bytes=prec.reduce_bytes,
             offload=run.offload == "optimizer+params",
             qlora=run.method == "qlora",
+            # torchtune's QLoRA base is torchao's NF4Tensor (torchtune/modules/low_precision/nf4_linear.py,
+            # modules/peft/lora.py: to_nf4), which FSDP2 shards whole
+            nf4_sharded=run.method == "qlora" and run.framework == "torchtune",
+            # torch.distributed.pipelining drives the units: no gradient sync until the last micro-batch
+            # (torch/distributed/pipelining/stage.py backward_maybe_with_nosync, perform_reduce_grad)
+            pipeline=min(run.grad_accum, 2) if run.pp > 1 else 0,
         )
     )
 
