@@ -239,3 +239,19 @@ def test_interleaved_with_as_many_micro_batches_as_stages_warms_up_everything() 
     assert [in_flight(run, s)[0] for s in range(4)] == [4.0, 4.0, 4.0, 4.0]
     run8 = run.model_copy(update={"grad_accum": 8})
     assert [in_flight(run8, s)[0] for s in range(4)] == [5.5, 4.5, 3.5, 2.5]  # (11, 9, 7, 5) chunks / 2
+
+
+def test_qlora_base_is_sharded_under_deepspeed_zero3_as_under_fsdp() -> None:
+    """bnb_4bit_quant_storage=bf16 lets ZeRO-3 partition the packed 4-bit weights (HF PEFT docs, "DeepSpeed
+    ZeRO-3 + QLoRA"); ZeRO-2 leaves every rank the whole base."""
+    spec = _spec("Qwen__Qwen2.5-0.5B")
+
+    def params(**kw: object) -> int:
+        run = make_training_run(method="qlora", precision="bf16", seq=128, **kw)  # type: ignore[arg-type]
+        est = estimate_training(spec, run)
+        return next(c.bytes for c in est.components if c.key == "parameters")
+
+    z2, z3_2, z3_8 = params(zero=2, dp=8), params(zero=3, dp=2), params(zero=3, dp=8)
+    assert z3_8 < z3_2 < z2
+    fsdp = params(fsdp="full_shard", dp=8, fsdp_version=1)
+    assert abs(z3_8 - fsdp) < 0.1 * fsdp
