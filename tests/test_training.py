@@ -392,4 +392,3 @@ def test_a_text_step_keeps_no_optimizer_state_for_the_vision_tower() -> None:
     text_only = plain // (total - n)  # bytes of state per trained parameter
     assert text_only * (total - n) == plain  # torch: the text model's parameters only
     assert flat % total == 0 and flat // total >= text_only  # DeepSpeed: every parameter (+ fp32 master)
-
