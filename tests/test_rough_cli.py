@@ -209,7 +209,8 @@ def test_margin_bounds_are_accepted(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(
     ("argv", "where"),
     [
-        (["estimate"], "gpumem: error: estimate: the following arguments are required: model"),
+        # the model is optional on the command line since --from / --from-file can name it
+        (["estimate"], "gpumem: error: field 'model': name a model (or give --from / --from-file)"),
         (["bogus"], "gpumem: error: command line: COMMAND: invalid choice"),
         (["fit", "Llama-3.1-8B", "--batch", "x"], "gpumem: error: fit: --batch: invalid int value"),
         (["fit", "Llama-3.1-8B", "--attn", "nope"], "gpumem: error: fit: --attn: invalid choice"),

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from gpumem_gui import __version__
 from gpumem_gui.cli.cluster import add_prometheus_flags
 from gpumem_gui.cli.flags import MODES, add_run_flags, add_target_flags, bounded_int, run_from_args
+from gpumem_gui.cli.imports import add_import_flags
 from gpumem_gui.cli.info import cmd_formats, cmd_gpus, cmd_inspect, cmd_models, inspect_json
 from gpumem_gui.cli.output import ECHO_CHARS, clip
 from gpumem_gui.cli.plan import cmd_estimate, cmd_fit, cmd_sweep, estimate_json
@@ -121,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("formats", help="weight formats gpumem knows")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_formats)
+    add_import_flags(sub.choices["estimate"], sub.choices["fit"])
     return p
 
 

@@ -110,12 +110,16 @@ def run_fields_given(args: argparse.Namespace) -> dict[str, Any]:
     return {k[len(_DEST) :]: v for k, v in vars(args).items() if k.startswith(_DEST)}
 
 
-def run_from_args(args: argparse.Namespace, m: LoadedModel) -> InferenceRun | TrainingRun:
-    """The run the flags describe; a flag of the other mode is an input error naming it."""
-    given = run_fields_given(args)
+def run_from_args(
+    args: argparse.Namespace, m: LoadedModel, base: dict[str, Any] | None = None
+) -> InferenceRun | TrainingRun:
+    """The run the flags describe (on top of ``base``: an imported command's or config's fields); a flag of
+    the other mode is an input error naming it."""
+    flags = run_fields_given(args)
+    given = {**(base or {}), **flags}
     model = MODES[args.mode]
     names = {f.name for f in run_fields(model)}
-    for name in given:
+    for name in flags:
         if name not in names:
             f, modes = _owners()[name]
             raise GpumemInputError(

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from gpumem_gui.cli.flags import loaded_spec, run_from_args, target_from_args
+from gpumem_gui.cli.imports import model_and_run, print_imported
 from gpumem_gui.cli.output import dump, gib, print_table
 from gpumem_gui.core import (
     GpumemInputError,
@@ -53,7 +54,8 @@ def _print_estimate(m: LoadedModel, run: Any, est: Any) -> None:
         if k.startswith(
             (
                 "kv_tokens", "max_concurrency", "budget", "kv_pool", "cpu_bytes", "offloaded", "framework",
-                "activation_offload", "nvme", "paged", "zero_state",
+                "activation_offload", "nvme", "paged", "zero_state", "max_total_num_tokens",
+                "max_running_requests", "mem_fraction_static",
             )
         ):  # fmt: skip
             print(f"{k}: {v:,}" if isinstance(v, int) else f"{k}: {v}")
@@ -82,16 +84,18 @@ def _print_ranks(est: Any) -> None:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    m = loaded_spec(args.model)
-    run = run_from_args(args, m)
+    m, run, imported = model_and_run(args)
     target = target_from_args(args)
     est = _estimate(m, run, target.capacity_bytes if target else None)
     if args.json:
         doc = estimate_json(m, run, est)
+        if imported is not None:
+            doc["imported"] = imported
         if target:
             doc["fit"] = _fit_json(_fit(m, run, target, args))
         dump(doc)
     else:
+        print_imported(imported)
         _print_estimate(m, run, est)
         if target:
             print()
@@ -155,14 +159,17 @@ def cmd_fit(args: argparse.Namespace) -> int:
             "fit needs --gpu NAME[:COUNT] or CAPACITY[:COUNT] (24GiB, 80GB:4), --local or --prometheus URL",
             field="gpu",
         )
-    m = loaded_spec(args.model)
-    run = run_from_args(args, m)
+    m, run, imported = model_and_run(args)
     if cluster:
         return _fit_cluster(m, run, args)
     rep = _fit(m, run, target_from_args(args), args)
     if args.json:
-        dump(_fit_json(rep))
+        doc = _fit_json(rep)
+        if imported is not None:
+            doc["imported"] = imported
+        dump(doc)
     else:
+        print_imported(imported)
         _print_estimate(m, run, rep.estimate)
         print()
         _print_fit(rep)

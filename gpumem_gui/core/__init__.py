@@ -79,6 +79,14 @@ from gpumem_gui.core.formats import (
     list_weight_formats,
     weight_bytes,
 )
+from gpumem_gui.core.imports import (
+    ImportedRun,
+    command_parsers,
+    file_parsers,
+    import_command,
+    import_file,
+    read_config,
+)
 from gpumem_gui.core.monotone import gallop, largest
 from gpumem_gui.core.readers.catalog import (
     CatalogModel,
@@ -144,6 +152,7 @@ __all__ = [
     "GpumemInputError",
     "HostRoom",
     "HubClient",
+    "ImportedRun",
     "InferenceRun",
     "KiB",
     "LoadedModel",
@@ -171,6 +180,7 @@ __all__ = [
     "cluster_fit",
     "cluster_summary",
     "command_args",
+    "command_parsers",
     "count_params",
     "describe_validation_error",
     "engine_kv_dtypes",
@@ -179,6 +189,7 @@ __all__ = [
     "estimate_inference",
     "estimate_training",
     "evenly_spaced",
+    "file_parsers",
     "find_gpu",
     "find_model",
     "fit_document",
@@ -189,6 +200,8 @@ __all__ = [
     "gallop",
     "get_weight_format",
     "gpu_target_from_text",
+    "import_command",
+    "import_file",
     "kv_bytes_per_token_per_layer",
     "kv_cache_bytes_transformers",
     "largest",
@@ -202,6 +215,7 @@ __all__ = [
     "make_training_run",
     "maxima_phrases",
     "parse_capacity",
+    "read_config",
     "resolve_tricks",
     "resources_dir",
     "run_fields",

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QWidget
 
 from gpumem_gui.core import GpumemError, GpumemInputError, SizeUnit
 from gpumem_gui.ui import export
+from gpumem_gui.ui.import_glue import is_training_config
 from gpumem_gui.ui.messages import error_line
 from gpumem_gui.ui.scenario import (
     CompareDialog,
@@ -123,9 +124,12 @@ class Documents(QObject):
         w.statusBar().showMessage(message, 10000)
 
     def open_path(self, path: Path | str) -> bool:
-        """Open a model file/folder, or a scenario JSON (recognised by its ``format``)."""
+        """Open a model file/folder, a scenario JSON (recognised by its ``format``), or a training config
+        (YAML/JSON/TOML a config reader takes: :mod:`gpumem_gui.ui.import_glue`)."""
         if looks_like_scenario(path):
             return self.open_scenario(path)
+        if is_training_config(path):
+            return self.window.imports.apply_file(path)
         return self.window.model_panel.load_source(str(path))
 
     def compare_files(self, a: Path | str | None, b: Path | str) -> CompareDialog:

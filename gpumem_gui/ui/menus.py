@@ -16,12 +16,14 @@ from PySide6.QtWidgets import QApplication, QFileDialog, QMenu, QMessageBox
 
 from gpumem_gui import __version__
 from gpumem_gui.core import SizeUnit, TrainingRun
+from gpumem_gui.ui.import_glue import ImportGlue
 
 if TYPE_CHECKING:
     from gpumem_gui.ui.main_window import MainWindow
 
 OPEN_FILTER = (
     "Models and scenarios (*.json *.safetensors *.gguf);;config.json (*.json);;"
+    "Training configs (*.yaml *.yml *.toml *.json);;"
     "safetensors (*.safetensors *.safetensors.index.json);;GGUF (*.gguf);;All files (*)"
 )
 
@@ -32,12 +34,17 @@ class WindowMenus(QObject):
     def __init__(self, window: MainWindow) -> None:
         super().__init__(window)
         self.window = window
+        window.imports = ImportGlue(window)  # paste a command, drop a config, Copy as (ui/import_glue.py)
         self.unit_actions: dict[SizeUnit, QAction] = {}
         bar = window.menuBar()
         self._file_menu(bar.addMenu("&File"))
         edit = bar.addMenu("&Edit")
         edit.addAction(self._action("Copy &gpumem command", self.copy_command, "Ctrl+Shift+C"))
         edit.addAction(self._action("Copy &runtime flags", self.copy_runtime_flags))
+        self.copy_as_menu = edit.addMenu("Copy &as")
+        self.copy_as_menu.aboutToShow.connect(lambda: window.imports.fill_copy_menu(self.copy_as_menu))
+        edit.addSeparator()
+        edit.addAction(self._action("&Paste command…", window.imports.paste_dialog, "Ctrl+Shift+V"))
         view = bar.addMenu("&View")
         units = view.addMenu("&Units")
         group = QActionGroup(window)

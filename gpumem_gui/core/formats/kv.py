@@ -13,7 +13,7 @@ from gpumem_gui.core.formats.scheme import _SRC_FLOAT
 from gpumem_gui.core.spec.model import Frozen
 
 # the engines gpumem models (InferenceRun.engine)
-ENGINES: tuple[str, ...] = ("transformers", "vllm", "llama.cpp")
+ENGINES: tuple[str, ...] = ("transformers", "vllm", "llama.cpp", "sglang", "ollama")
 
 
 class KvDtype(Frozen):
@@ -48,8 +48,15 @@ _SRC_LLAMACPP_KV = (
     "llama.cpp common/arg.cpp kv_cache_types (-ctk/-ctv: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, "
     "q5_1); bytes from ggml block sizes (gguf-py GGML_QUANT_SIZES)"
 )
+# OLLAMA_KV_CACHE_TYPE: f16 (default), q8_0, q4_0 (ollama fs/ggml/ggml.go SupportsKVCacheType)
+_OLLAMA_KV = ("Q8_0", "Q4_0")
 _SRC_VLLM_KV = (
     "vLLM vllm/config/cache.py CacheDType (auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2); auto = the model dtype"
+)
+_FP8_KV_ENGINES = ("vllm", "sglang")
+_SRC_FP8_KV = (
+    _SRC_VLLM_KV
+    + "; SGLang python/sglang/srt/server_args.py --kv-cache-dtype (auto, fp8_e5m2, fp8_e4m3, bf16)"
 )
 _SRC_HF_KV = (
     "transformers cache_utils.py: DynamicCache stores K/V in the model dtype; QuantizedCache (quanto: 2/4 "
@@ -62,8 +69,12 @@ _KV_LIST = (
     KvDtype(id="fp16", label="fp16", bytes_per_element=2, engines=ENGINES, source=_SRC_FLOAT),
     KvDtype(id="bf16", label="bf16", bytes_per_element=2, engines=ENGINES, source=_SRC_FLOAT),
     KvDtype(id="fp8", label="fp8 (e4m3)", bytes_per_element=1, engines=("vllm",), source=_SRC_VLLM_KV),
-    KvDtype(id="fp8_e4m3", label="fp8 e4m3", bytes_per_element=1, engines=("vllm",), source=_SRC_VLLM_KV),
-    KvDtype(id="fp8_e5m2", label="fp8 e5m2", bytes_per_element=1, engines=("vllm",), source=_SRC_VLLM_KV),
+    KvDtype(
+        id="fp8_e4m3", label="fp8 e4m3", bytes_per_element=1, engines=_FP8_KV_ENGINES, source=_SRC_FP8_KV
+    ),
+    KvDtype(
+        id="fp8_e5m2", label="fp8 e5m2", bytes_per_element=1, engines=_FP8_KV_ENGINES, source=_SRC_FP8_KV
+    ),
     KvDtype(
         id="int8",
         label="int8 (quantized cache)",
@@ -83,7 +94,7 @@ _KV_LIST = (
             id=name.lower(),
             label=f"{name} (ggml block of {_GGML_KV_BLOCKS[name][0]})",
             bytes_per_element=_ggml_kv(name),
-            engines=("llama.cpp",),
+            engines=("llama.cpp", "ollama") if name in _OLLAMA_KV else ("llama.cpp",),
             source=_SRC_LLAMACPP_KV,
         )
         for name in ("Q8_0", "Q4_0", "Q4_1", "IQ4_NL", "Q5_0", "Q5_1")

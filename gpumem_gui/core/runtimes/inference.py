@@ -15,7 +15,9 @@ from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.results.estimate import Estimate
 from gpumem_gui.core.runtimes.base import Runtime, run_weight_bytes
 from gpumem_gui.core.runtimes.llamacpp import LLAMA_CPP
+from gpumem_gui.core.runtimes.ollama import OLLAMA
 from gpumem_gui.core.runtimes.run import ENGINES, InferenceRun, make_run
+from gpumem_gui.core.runtimes.sglang import SGLANG
 from gpumem_gui.core.runtimes.transformers import TRANSFORMERS
 from gpumem_gui.core.runtimes.vllm import VLLM
 from gpumem_gui.core.spec.model import ModelSpec
@@ -23,8 +25,8 @@ from gpumem_gui.core.spec.parallel import Degrees, check_degrees
 
 __all__ = ["RUNTIMES", "InferenceRun", "check_run", "estimate_inference", "make_run", "runtime"]
 
-RUNTIMES: dict[str, Runtime] = {r.name: r for r in (TRANSFORMERS, VLLM, LLAMA_CPP)}
-assert tuple(RUNTIMES) == ENGINES, "every engine a run may name has one runtime module"
+RUNTIMES: dict[str, Runtime] = {r.name: r for r in (TRANSFORMERS, VLLM, LLAMA_CPP, OLLAMA, SGLANG)}
+assert sorted(RUNTIMES) == sorted(ENGINES), "every engine a run may name has one runtime module"
 
 
 def runtime(engine: str) -> Runtime:

@@ -12,7 +12,8 @@ import shlex
 from collections.abc import Callable
 from math import ceil
 
-from gpumem_gui.core.formats import WeightBytes, kv_bytes_per_element
+from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.formats import WeightBytes, check_kv_dtype, kv_bytes_per_element
 from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase
 from gpumem_gui.core.runtimes.base import Lever, Runtime, component
@@ -23,6 +24,7 @@ from gpumem_gui.core.units import MiB
 
 # llama-server's -ctk/-ctv spell the float types f16/f32 (common/arg.cpp kv_cache_types)
 _KV_FLAGS = {"fp16": "f16", "fp32": "f32", "bf16": "bf16"}
+_FLOAT_KV = ("fp16", "f16", "fp32", "f32", "bf16")
 
 
 def _offload(spec: ModelSpec, run: InferenceRun, wb: WeightBytes) -> tuple[int, int, int]:
@@ -40,26 +42,58 @@ def _offload(spec: ModelSpec, run: InferenceRun, wb: WeightBytes) -> tuple[int, 
     if spec.tie_word_embeddings:
         head += wb.by_component.get("embedding", 0)  # the output layer reuses token_embd, copied to the GPU
     model_gpu = layers_gpu + (head if output_on_gpu else 0)
-    return offloaded, model_gpu, wb.total_bytes - model_gpu
+    # a tied output layer on the GPU is a copy: token_embd itself stays in host memory (published Ollama log
+    # of llama3.2:3b: CPU model buffer 308.23 MiB = token_embd, docs/changes-issue-16.md)
+    copy = wb.by_component.get("embedding", 0) if spec.tie_word_embeddings and output_on_gpu else 0
+    return offloaded, model_gpu, wb.total_bytes - model_gpu + copy
+
+
+def kv_types(run: InferenceRun) -> tuple[str, str]:
+    """(K type, V type): ``-ctk``/``-ctv`` when given, else the run's KV cache type for both."""
+    kv = run.kv_dtype_resolved
+    return run.cache_type_k or kv, run.cache_type_v or kv
+
+
+def kv_row_widths(spec: ModelSpec, run: InferenceRun) -> tuple[int, int]:
+    """(K, V) elements one token stores per layer: GQA heads x head size; MLA models store the latent
+    (K = kv_lora_rank + rope, V = kv_lora_rank, published log) or, with an older GGUF conversion, full
+    per-head K (nope + rope) and V (``n_embd_k_gqa = 24576, n_embd_v_gqa = 16384`` for DeepSeek-R1)."""
+    if spec.mla is None:
+        w = spec.num_kv_heads * spec.head_dim
+        return w, w
+    if run.mla_cache == "full":
+        heads = spec.num_attention_heads
+        return heads * spec.mla.qk_head_dim, heads * spec.mla.v_head_dim
+    return spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim, spec.mla.kv_lora_rank
+
+
+def kv_buffers(spec: ModelSpec, run: InferenceRun, offloaded: int) -> tuple[int, int]:
+    """(GPU bytes, host bytes) of the KV cache: ``n_ctx`` cells for full attention, fewer for sliding-window
+    layers; each layer's KV lives where the layer runs (the last ``offloaded`` layers on the GPU), or all of
+    it in host memory with ``--no-kv-offload`` (``kv_offload`` off) (src/llama-kv-cache.cpp, offload_kqv)."""
+    k_type, v_type = kv_types(run)
+    k_w, v_w = kv_row_widths(spec, run)
+    row = k_w * kv_bytes_per_element(k_type) + v_w * kv_bytes_per_element(v_type)
+    n_ctx = run.batch * run.tokens
+    swa_cells = n_ctx
+    if spec.sliding_window:
+        # llama_kv_cache_iswa: SWA layers keep min(n_ctx, pad(n_swa * n_seq + n_ubatch, 256)) cells
+        swa_cells = min(n_ctx, ceil((spec.sliding_window * run.batch + run.n_ubatch) / 256) * 256)
+    first_gpu = spec.num_layers - offloaded
+    gpu = host = 0
+    for i, kind in enumerate(spec.resolved_layer_types):
+        cells = swa_cells if kind == "sliding_attention" and spec.sliding_window else n_ctx
+        size = round(cells * row)
+        if i >= first_gpu and run.kv_offload:
+            gpu += size
+        else:
+            host += size
+    return gpu, host
 
 
 def _kv_buffer(spec: ModelSpec, run: InferenceRun, offloaded: int) -> int:
-    """KV cells of every offloaded layer: ``n_ctx`` for full attention, fewer for sliding-window layers."""
-    kv_elem = kv_bytes_per_element(run.kv_dtype_resolved)
-    n_ctx = run.batch * run.tokens
-    if spec.mla is not None:
-        # llama.cpp caches the MLA latent: K = kv_lora_rank + rope, V = kv_lora_rank (published log)
-        width = 2 * spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim
-    else:
-        width = 2 * spec.num_kv_heads * spec.head_dim
-    swa_layers = spec.resolved_layer_types[spec.num_layers - offloaded :].count("sliding_attention")
-    swa_cells = n_ctx
-    if swa_layers and spec.sliding_window:
-        # llama_kv_cache_iswa: SWA layers keep min(n_ctx, pad(n_swa * n_seq + n_ubatch, 256)) cells
-        swa_cells = min(n_ctx, ceil((spec.sliding_window * run.batch + run.n_ubatch) / 256) * 256)
-    return (offloaded - swa_layers) * round(n_ctx * width * kv_elem) + swa_layers * round(
-        swa_cells * width * kv_elem
-    )
+    """The KV bytes on the GPU (see :func:`kv_buffers`)."""
+    return kv_buffers(spec, run, offloaded)[0]
 
 
 def _compute_buffer(spec: ModelSpec, run: InferenceRun) -> Component:
@@ -101,6 +135,29 @@ class LlamaCpp(Runtime):
     gguf = True
     fallback_format = "gguf-Q4_K_M"
 
+    def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
+        """-ctk/-ctv must be types llama.cpp takes (an error); a quantized V cache without flash attention is
+        refused by llama.cpp at start (src/llama-context.cpp, "V cache quantization requires flash_attn"): a
+        warning, the buffers are still estimated."""
+        v_type = kv_types(run)[1]
+        for field, value in (("cache_type_k", run.cache_type_k), ("cache_type_v", run.cache_type_v)):
+            if value is not None:
+                try:
+                    check_kv_dtype(self.name, value)
+                except GpumemInputError as e:
+                    raise GpumemInputError(
+                        str(e).replace("the KV cache", f"the {field[-1].upper()} cache"), field=field
+                    ) from None
+        warnings = []
+        if v_type not in _FLOAT_KV and not run.flash_attn:
+            warnings.append(
+                f"cache_type_v: llama.cpp refuses a quantized V cache ({v_type}) without flash attention "
+                "(V cache quantization requires flash_attn); turn -fa on"
+            )
+        if run.mla_cache == "full" and spec.mla is None:
+            warnings.append("mla_cache: the model has no MLA layers; 'full' changes nothing")
+        return warnings
+
     def estimate(
         self,
         spec: ModelSpec,
@@ -110,7 +167,8 @@ class LlamaCpp(Runtime):
         wb: WeightBytes,
     ) -> Estimate:
         offloaded, model_gpu, model_cpu = _offload(spec, run, wb)
-        kv_gpu = _kv_buffer(spec, run, offloaded)
+        kv_gpu, kv_host = kv_buffers(spec, run, offloaded)
+        k_type, v_type = kv_types(run)
         weights_c = component(
             "weights",
             f"model buffer ({run.weights}, {offloaded}/{spec.num_layers} layers on GPU)",
@@ -124,10 +182,13 @@ class LlamaCpp(Runtime):
             "kv_cache",
             "KV buffer",
             kv_gpu,
-            "n_ctx cells x (K + V width) x type size per offloaded layer",
+            "n_ctx cells x (K width x K type size + V width x V type size) per layer on the GPU "
+            "(offloaded layers, none with --no-kv-offload)",
             "llama.cpp src/llama-kv-cache.cpp",
             n_ctx=run.batch * run.tokens,
-            kv_type=run.kv_dtype_resolved,
+            type_k=k_type,
+            type_v=v_type,
+            host_bytes=kv_host,
         )
         compute_c = _compute_buffer(spec, run)
         ctx = component(
@@ -159,6 +220,8 @@ class LlamaCpp(Runtime):
                 "cpu_bytes": model_cpu,
                 "offloaded_layers": offloaded,
                 "params_total": count_params(spec).total,
+                # the KV of layers left on the CPU (or all of it with --no-kv-offload), when there is any
+                **({"kv_host_bytes": kv_host} if kv_host else {}),
             },
         )
 
@@ -171,7 +234,7 @@ class LlamaCpp(Runtime):
         return [(6, "offload", f"offload {n - best} layers to the CPU (-ngl {best})", {"n_gpu_layers": best})]
 
     def command(self, model: str, run: InferenceRun, est: Estimate) -> str:
-        kv = _KV_FLAGS.get(run.kv_dtype_resolved, run.kv_dtype_resolved)
+        k_type, v_type = (_KV_FLAGS.get(t, t) for t in kv_types(run))
         args = [
             "llama-server",
             "-m",
@@ -181,9 +244,9 @@ class LlamaCpp(Runtime):
             "-ngl",
             str(999 if run.n_gpu_layers < 0 else run.n_gpu_layers),
             "-ctk",
-            kv,
+            k_type,
             "-ctv",
-            kv,
+            v_type,
             "-b",
             str(run.n_batch),
             "-ub",
@@ -193,6 +256,8 @@ class LlamaCpp(Runtime):
         ]
         if run.batch > 1:
             args += ["-np", str(run.batch)]
+        if not run.kv_offload:
+            args.append("-nkvo")
         return shlex.join(args)
 
 

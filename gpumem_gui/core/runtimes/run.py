@@ -12,10 +12,41 @@ from pydantic import Field, ValidationError, model_validator
 
 from gpumem_gui.core.errors import describe_validation_error
 from gpumem_gui.core.fields import ATTN_CHOICES, UI, CudaContextMiB
+from gpumem_gui.core.runtimes.llamacpp_options import (
+    LlamaCacheTypeK,
+    LlamaCacheTypeV,
+    LlamaKvOffload,
+    LlamaMlaCache,
+)
+from gpumem_gui.core.runtimes.ollama_options import (
+    OllamaFlashAttention,
+    OllamaGpuOverheadMiB,
+    OllamaNumBatch,
+    OllamaNumCtx,
+    OllamaNumGpu,
+    OllamaNumParallel,
+)
+from gpumem_gui.core.runtimes.sglang_options import (
+    ChunkedPrefillSize,
+    CudaGraphMaxBs,
+    DataParallel,
+    DisableCudaGraph,
+    DisableRadixCache,
+    EnableDpAttention,
+    MaxRunningRequests,
+    MemFractionStatic,
+)
+from gpumem_gui.core.runtimes.vllm_options import (
+    VllmBlockSize,
+    VllmMaxCaptureSize,
+    VllmMaxNumSeqs,
+    VllmProfileCudagraphs,
+    VllmTpLink,
+)
 from gpumem_gui.core.spec.model import Frozen
 
-Engine = Literal["transformers", "vllm", "llama.cpp"]
-ENGINES: tuple[str, ...] = ("transformers", "vllm", "llama.cpp")
+Engine = Literal["transformers", "vllm", "llama.cpp", "sglang", "ollama"]
+ENGINES: tuple[str, ...] = ("transformers", "vllm", "llama.cpp", "sglang", "ollama")
 COMPUTE_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 _W = "Workload"
@@ -63,11 +94,15 @@ class InferenceRun(Frozen):
             "Engine",
             _W,
             "the runtime: each allocates memory its own way (transformers: op by op; vLLM: a paged KV pool "
-            "sized from gpu_memory_utilization; llama.cpp: model, KV and compute buffers)",
+            "sized from gpu_memory_utilization; llama.cpp: model, KV and compute buffers; SGLang: weights "
+            "and a token pool within mem_fraction_static; Ollama: llama.cpp's buffers with the layers Ollama "
+            "fits)",
             choices=(
                 ("transformers (PyTorch)", "transformers"),
                 ("vLLM", "vllm"),
                 ("llama.cpp", "llama.cpp"),
+                ("SGLang", "sglang"),
+                ("Ollama", "ollama"),
             ),
         ),
     ] = "transformers"
@@ -95,7 +130,8 @@ class InferenceRun(Frozen):
             "KV cache",
             _P,
             "KV-cache element type; what the engine accepts (auto = the compute dtype)",
-            values="auto, or a KV dtype the engine takes (fp16, bf16, fp32; vLLM fp8*; llama.cpp q8_0, "
+            values="auto, or a KV dtype the engine takes (fp16, bf16, fp32; vLLM fp8*; SGLang fp8_e4m3, "
+            "fp8_e5m2; llama.cpp q8_0, "
             "q4_0, ...; transformers int8, int4)",
             widget="kv_dtype",
         ),
@@ -147,23 +183,21 @@ class InferenceRun(Frozen):
             engines=("vllm",),
         ),
     ] = 0.9
-    max_num_seqs: Annotated[
-        int,
-        Field(ge=1, le=1 << 16),
-        UI("Max sequences", "vLLM", "concurrent sequences; sizes the sampler's buffers", engines=("vllm",)),
-    ] = 256
+    max_num_seqs: VllmMaxNumSeqs = None
     max_model_len: Annotated[
         int | None,
         Field(ge=1, le=1 << 24),
         UI(
             "Max model length",
-            "vLLM",
-            "the longest request; one such request must fit in the KV pool (default: prompt + new tokens)",
+            _W,
+            "the longest request (vLLM --max-model-len, SGLang --context-length); vLLM: one such request "
+            "must fit in the KV pool (default: prompt + new tokens); SGLang: sizes the request-to-token pool "
+            "(default: the model's context length)",
             unit=" tokens",
             step=1024,
-            special="auto (prompt + new)",
+            special="auto",
             none=0,
-            engines=("vllm",),
+            engines=("vllm", "sglang"),
         ),
     ] = None
     max_num_batched_tokens: Annotated[
@@ -189,6 +223,18 @@ class InferenceRun(Frozen):
             engines=("vllm",),
         ),
     ] = False
+    max_cudagraph_capture_size: VllmMaxCaptureSize = None
+    profile_cudagraphs: VllmProfileCudagraphs = True
+    tp_link: VllmTpLink = "auto"
+    block_size: VllmBlockSize = 16
+    mem_fraction_static: MemFractionStatic = None
+    chunked_prefill_size: ChunkedPrefillSize = None
+    max_running_requests: MaxRunningRequests = None
+    cuda_graph_max_bs: CudaGraphMaxBs = None
+    disable_cuda_graph: DisableCudaGraph = False
+    disable_radix_cache: DisableRadixCache = False
+    dp_size: DataParallel = 1
+    enable_dp_attention: EnableDpAttention = False
     n_gpu_layers: Annotated[
         int,
         Field(ge=-1, le=4096),
@@ -236,6 +282,16 @@ class InferenceRun(Frozen):
             engines=("llama.cpp",),
         ),
     ] = True
+    cache_type_k: LlamaCacheTypeK = None
+    cache_type_v: LlamaCacheTypeV = None
+    kv_offload: LlamaKvOffload = True
+    mla_cache: LlamaMlaCache = "latent"
+    num_ctx: OllamaNumCtx = None
+    num_parallel: OllamaNumParallel = None
+    flash_attention: OllamaFlashAttention = "auto"
+    num_gpu: OllamaNumGpu = None
+    num_batch: OllamaNumBatch = 512
+    gpu_overhead_mib: OllamaGpuOverheadMiB = 0
     cuda_context_mib: CudaContextMiB = 500
 
     @model_validator(mode="before")

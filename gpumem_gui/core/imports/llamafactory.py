@@ -1,0 +1,107 @@
+"""LLaMA-Factory training YAML files (``examples/train_lora/*.yaml``, ``llamafactory-cli train x.yaml``), read
+as a :class:`TrainingRun` with framework ``llama-factory``. Keys as ``src/llamafactory/hparams``
+(``ModelArguments``: ``quantization_bit``, ``double_quantization`` = True, ``flash_attn``,
+``enable_liger_kernel``;
+``FinetuningArguments``: ``finetuning_type``, ``lora_rank`` = 8, ``lora_alpha`` = 2 x rank, ``lora_target``,
+``pure_bf16``, ``disable_gradient_checkpointing`` = False, so checkpointing is on by default;
+``DataArguments``:
+``cutoff_len`` = 2048) plus the ``TrainingArguments`` fields declare them. Full fine-tuning upcasts the
+trainable
+weights to fp32 unless ``pure_bf16`` (``llamafactory/model/adapter.py``, ``cast_trainable_params_to_fp32``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpumem_gui.core.imports.base import ImportedRun, Reading, words
+from gpumem_gui.core.imports.hf_args import TRAINER_NO_MEMORY, trainer_keys
+from gpumem_gui.core.imports.keys import Keys
+from gpumem_gui.core.imports.train_common import lora_targets
+
+_NO_MEMORY = words(
+    "stage do_train dataset eval_dataset template max_samples overwrite_cache preprocessing_num_workers "
+    "plot_loss ddp_timeout val_size per_device_eval_batch_size quantization_method quantization_type "
+    "trust_remote_code dataset_dir media_dir tokenized_path mix_strategy interleave_probs streaming "
+    "buffer_size "
+    "packing neat_packing tool_format image_max_pixels video_max_pixels enable_thinking default_system "
+    "infer_backend export_dir adapter_name_or_path create_new_adapter"
+)
+_ATTN = {"fa2": "flash", "fa3": "flash", "sdpa": "sdpa", "disabled": "eager", "eager": "eager"}
+
+
+class LlamaFactoryConfig:
+    name = "LLaMA-Factory config"
+
+    def matches(self, data: Mapping[str, Any], path: str) -> bool:
+        return "model_name_or_path" in data and any(
+            k in data for k in ("finetuning_type", "stage", "cutoff_len", "template", "lora_target")
+        )
+
+    def parse(self, data: Mapping[str, Any], path: str) -> ImportedRun:
+        r = Reading("LLaMA-Factory config", file=path)
+        r.fields["framework"] = "llama-factory"
+        top = Keys(data, r)
+        model = top.str("model_name_or_path")
+        top.note("model_name_or_path", "model")
+        _method(top)
+        trainer_keys(top, r, path)
+        r.fields["framework"] = "llama-factory"  # a deepspeed file does not change who runs the training
+        if top.bool("pure_bf16"):
+            top.set("precision", "pure_bf16", "bf16", "precision = bf16 (pure_bf16: no fp32 copy)")
+        seq = top.int("cutoff_len", lo=1, hi=1 << 24)
+        top.set(
+            "seq",
+            "cutoff_len",
+            seq if seq is not None else 2048,
+            None if seq else "seq = 2048 (cutoff_len default)",
+        )
+        if top.bool("disable_gradient_checkpointing"):
+            top.set("grad_ckpt", "disable_gradient_checkpointing", False)
+        else:
+            r.fields["grad_ckpt"] = True
+            r.note("disable_gradient_checkpointing (not set)", "grad_ckpt = True (LLaMA-Factory's default)")
+        if top.bool("enable_liger_kernel"):
+            top.set("loss", "enable_liger_kernel", "fused-linear", "loss = fused-linear (Liger)")
+        attn = top.str("flash_attn")
+        if attn is not None and attn.lower() in _ATTN:
+            top.set("attn", "flash_attn", _ATTN[attn.lower()])
+        top.warn("use_unsloth", "unsloth's kernels are not applied (give --framework unsloth)")
+        top.warn("use_unsloth_gc", "unsloth's offloaded checkpointing is not applied")
+        top.no_memory(_NO_MEMORY + TRAINER_NO_MEMORY)
+        top.rest()
+        return r.training(model)
+
+
+def _method(top: Keys) -> None:
+    kind = (top.str("finetuning_type") or "lora").lower()
+    bits = top.int("quantization_bit", lo=1, hi=16)
+    if kind == "lora":
+        method = "qlora" if bits == 4 else "lora"
+        top.set("method", "quantization_bit" if method == "qlora" else "finetuning_type", method)
+        rank = top.int("lora_rank", lo=1, hi=1 << 16) or 8
+        top.set("lora_rank", "lora_rank", rank, None if top.has("lora_rank") else "lora_rank = 8 (default)")
+        alpha = top.float("lora_alpha", lo=1e-9, hi=1 << 20)
+        top.set("lora_alpha", "lora_alpha", alpha if alpha is not None else 2 * rank)
+        top.set("lora_dropout", "lora_dropout", top.float("lora_dropout", lo=0, hi=0.999))
+        lora_targets(top, "lora_target")
+        if method == "qlora" and top.bool("double_quantization") is not False:
+            top.set(
+                "qlora_base",
+                "quantization_bit",
+                "nf4-dq",
+                "qlora_base = nf4-dq (double_quantization default)",
+            )
+        top.used.add("double_quantization")
+    elif kind == "full":
+        top.set("method", "finetuning_type", "full")
+    else:
+        top.warn(
+            "finetuning_type", "a fine-tuning type gpumem does not model (lora, full): full is estimated"
+        )
+    if bits is not None and not (bits == 4 and kind == "lora"):
+        top.warn("quantization_bit", "a quantized base other than 4-bit LoRA (QLoRA) is not modelled")
+
+
+PARSERS = (LlamaFactoryConfig(),)

@@ -1,0 +1,265 @@
+"""The Ollama runtime: llama.cpp's buffers under Ollama's defaults, knobs and layer placement.
+
+Ollama runs llama.cpp with ``n_ctx = num_ctx x OLLAMA_NUM_PARALLEL`` (``llm/server.go`` ``KvSize``),
+``n_batch = min(num_batch, num_ctx)``, flash attention when ``OLLAMA_FLASH_ATTENTION`` (or the model's
+default) asks and the model allows it, the KV type of ``OLLAMA_KV_CACHE_TYPE`` only with flash attention, and
+``-ngl`` = the layers its own prediction (:mod:`.ollama_predict`) fits into the GPU's free memory. The bytes
+are then llama.cpp's (:mod:`.llamacpp`: model, KV and compute buffers); the facts carry Ollama's own figures
+(``offloaded N/M``, ``memory.required.full``, ``memory.graph.*``) so a published server log compares to both.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.formats import WeightBytes
+from gpumem_gui.core.monotone import largest
+from gpumem_gui.core.results.estimate import Estimate
+from gpumem_gui.core.runtimes.base import Lever, Runtime
+from gpumem_gui.core.runtimes.llamacpp import LLAMA_CPP
+from gpumem_gui.core.runtimes.ollama_models import OLLAMA_FAMILIES
+from gpumem_gui.core.runtimes.ollama_options import OLLAMA_DEFAULT_NUM_BATCH, OLLAMA_DEFAULT_NUM_CTX
+from gpumem_gui.core.runtimes.ollama_predict import FLASH_BY_DEFAULT, Placement, Prediction, place, predict
+from gpumem_gui.core.runtimes.run import InferenceRun
+from gpumem_gui.core.spec.model import ModelSpec
+from gpumem_gui.core.units import MiB
+
+# llama.cpp's default n_ubatch (common/common.h), which Ollama's runner leaves as is (llama/llama.go
+# NewContextParams sets n_batch only)
+LLAMA_DEFAULT_UBATCH = 512
+# the KV types Ollama passes on (fs/ggml/ggml.go SupportsKVCacheType) as the run's kv_dtype ids
+_KV_OLLAMA = {"auto": "f16", "fp16": "f16", "f16": "f16", "q8_0": "q8_0", "q4_0": "q4_0"}
+_KV_LLAMA = {"f16": "fp16", "q8_0": "q8_0", "q4_0": "q4_0"}
+_SRC = (
+    "ollama v0.12.10 llm/server.go NewLlamaServer, llm/memory.go estimateGPULayers, fs/ggml/ggml.go GraphSize"
+)
+
+
+@dataclass(frozen=True)
+class OllamaSettings:
+    """What Ollama hands llama.cpp for a run, and the warnings of how it got there."""
+
+    num_ctx: int  # per request slot, after the clamp to the model's training context
+    parallel: int
+    batch: int  # min(num_batch, num_ctx)
+    flash: bool
+    kv_type: str  # Ollama's spelling: f16, q8_0, q4_0
+    warnings: tuple[str, ...]
+
+
+def _flash_supported(spec: ModelSpec) -> bool:
+    """fs/ggml/ggml.go SupportsFlashAttention: K and V head sizes equal, not gemma2."""
+    if spec.traits.gguf_arch == "gemma2":
+        return False
+    if spec.mla is not None:
+        return spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim == spec.mla.v_head_dim
+    return True
+
+
+def ollama_settings(spec: ModelSpec, run: InferenceRun) -> OllamaSettings:
+    """Ollama's context, batch, flash attention and KV type for ``run`` (llm/server.go NewLlamaServer)."""
+    warns: list[str] = []
+    num_ctx = run.num_ctx or max(OLLAMA_DEFAULT_NUM_CTX, run.tokens)
+    if run.num_ctx is None and run.tokens > OLLAMA_DEFAULT_NUM_CTX:
+        warns.append(
+            f"num_ctx: Ollama's default is {OLLAMA_DEFAULT_NUM_CTX}; the run's {run.tokens} tokens need "
+            f"num_ctx {run.tokens} (OLLAMA_CONTEXT_LENGTH), which the estimate assumes"
+        )
+    parallel = run.num_parallel or run.batch
+    if run.num_parallel is None and run.batch > 1:
+        warns.append(
+            f"num_parallel: Ollama's default is 1; {run.batch} requests at once need OLLAMA_NUM_PARALLEL="
+            f"{run.batch}, which the estimate assumes"
+        )
+    train = spec.max_position_embeddings
+    if num_ctx > train:
+        warns.append(f"num_ctx: {num_ctx} exceeds the model's training context {train}; Ollama uses {train}")
+        num_ctx = train
+    want = {"auto": (spec.traits.gguf_arch or "") in FLASH_BY_DEFAULT, "on": True, "off": False}
+    flash = want[run.flash_attention]
+    if flash and not _flash_supported(spec):
+        warns.append(
+            "flash_attention: the model's K and V head sizes differ (or gemma2); Ollama turns it off"
+        )
+        flash = False
+    asked = _KV_OLLAMA.get(run.kv_dtype.lower())
+    if asked is None:
+        warns.append(
+            f"kv_dtype: Ollama's OLLAMA_KV_CACHE_TYPE takes f16, q8_0, q4_0, not {run.kv_dtype!r}: f16"
+        )
+        asked = "f16"
+    if asked != "f16" and not flash:
+        warns.append(
+            f"kv_dtype: {asked} needs flash attention, which is off; Ollama keeps the KV cache in f16"
+        )
+        asked = "f16"
+    if run.tokens > num_ctx:
+        warns.append(
+            f"seq: prompt + new tokens ({run.tokens}) exceed num_ctx ({num_ctx}); Ollama keeps num_ctx "
+            "tokens per request (set num_ctx to hold them)"
+        )
+    if run.batch > parallel:
+        warns.append(
+            f"batch: {run.batch} sequences but OLLAMA_NUM_PARALLEL={parallel}; Ollama queues the rest"
+        )
+    if spec.vision is not None:
+        warns.append("Ollama's vision projector (weights and image graph) is not counted")
+    batch = min(run.num_batch, num_ctx)
+    return OllamaSettings(num_ctx, parallel, batch, flash, asked, tuple(warns))
+
+
+def ollama_plan(
+    spec: ModelSpec, run: InferenceRun, wb: WeightBytes, free: int | None
+) -> tuple[OllamaSettings, Prediction, Placement]:
+    """Ollama's settings, prediction and layer placement on one GPU with ``free`` bytes (None: unlimited)."""
+    s = ollama_settings(spec, run)
+    pred = predict(spec, wb, s.num_ctx * s.parallel, s.batch, s.parallel, s.kv_type, s.flash)
+    return s, pred, place(pred, free, run.gpu_overhead_mib * MiB, run.num_gpu)
+
+
+def ollama_tag(model: str, weights: str) -> str:
+    """The Ollama name of a model and GGUF type: a library tag where the table has one, else Ollama's
+    ``hf.co/<repo>:<type>`` form."""
+    quant = weights.removeprefix("gguf-")
+    for family, fam in OLLAMA_FAMILIES.items():
+        for size, hf in fam.sizes.items():
+            if hf == model and not size.isalpha():
+                default_q = dict(fam.quant_by_size).get(size, fam.quant)
+                return f"{family}:{size}" if quant == default_q else f"{family}:{size}-{quant.lower()}"
+    return f"hf.co/{model}:{quant}"
+
+
+class Ollama(Runtime):
+    name = "ollama"
+    label = "Ollama"
+    gguf = True
+    fallback_format = "gguf-Q4_K_M"
+    sizes_from_capacity = True  # the layers Ollama offloads depend on the GPU's memory
+
+    def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
+        if run.tp * run.pp * run.ep > 1:
+            raise GpumemInputError(
+                "Ollama has no tensor, pipeline or expert parallelism (it spreads layers over GPUs by free "
+                "memory, which gpumem does not model): use tp=1, pp=1, ep=1",
+                field="tp",
+            )
+        return list(ollama_settings(spec, run).warnings)
+
+    def estimate(
+        self,
+        spec: ModelSpec,
+        run: InferenceRun,
+        warnings: tuple[str, ...],
+        capacity: int | None,
+        wb: WeightBytes,
+    ) -> Estimate:
+        s, pred, plc = ollama_plan(spec, run, wb, capacity)
+        n = spec.num_layers + 1  # Ollama counts the output layer
+        notes = list(warnings)
+        # a num_gpu the user sets goes to llama.cpp as is (llm/server.go: the estimate's count only replaces
+        # num_gpu = -1), so it may exceed what Ollama predicts fits
+        layers = plc.layers if run.num_gpu is None else min(run.num_gpu, n)
+        if capacity is None and run.num_gpu is None:
+            notes.append("no GPU memory given: Ollama's placement is taken as every layer on the GPU")
+        elif run.num_gpu is None and layers < n:
+            notes.append(
+                f"Ollama offloads {layers}/{n} layers (it predicts {plc.total / 2**30:.1f} GiB for "
+                "all of them); the rest run on the CPU"
+            )
+        elif run.num_gpu is not None and layers > plc.layers and capacity is not None:
+            notes.append(
+                f"num_gpu {layers}: more layers than Ollama predicts fit ({plc.layers}); it loads them "
+                "anyway and may run out of memory"
+            )
+        lrun = run.model_copy(
+            update={
+                "engine": "llama.cpp",
+                "batch": s.parallel,
+                "seq": s.num_ctx,
+                "new_tokens": 0,
+                "n_gpu_layers": layers,
+                "n_batch": s.batch,
+                "n_ubatch": min(s.batch, LLAMA_DEFAULT_UBATCH),
+                "flash_attn": s.flash,
+                "kv_dtype": _KV_LLAMA[s.kv_type],
+                "cache_type_k": None,  # Ollama sets one type for K and V
+                "cache_type_v": None,
+                "kv_offload": True,
+                "mla_cache": "full",  # Ollama's library DeepSeek GGUFs predate key_length_mla
+            }
+        )
+        est = LLAMA_CPP.estimate(spec, lrun, tuple(notes), capacity, wb)
+        facts = {
+            **est.facts,
+            "offloaded": f"{layers}/{n}",
+            "ollama_layers": plc.layers,  # Ollama's own layers.offload
+            "layers_requested": -1 if run.num_gpu is None else run.num_gpu,  # Ollama's layers.requested
+            "num_ctx": s.num_ctx,
+            "num_parallel": s.parallel,
+            "kv_cells": s.num_ctx * s.parallel,
+            "num_batch": s.batch,
+            "flash_attention": s.flash,
+            "kv_cache_type": s.kv_type,
+            "ollama_required_full": plc.total,
+            "ollama_required_partial": plc.vram,
+            "ollama_kv": sum(pred.kv),
+            "ollama_graph_full": pred.graph_full,
+            "ollama_graph_partial": pred.graph_partial,
+            "ollama_weights_repeating": sum(pred.layer_bytes),
+            "ollama_weights_nonrepeating": pred.output_bytes,
+            "ollama_source": _SRC,
+        }
+        return est.model_copy(update={"engine": self.name, "facts": facts})
+
+    def fit_levers(self, spec: ModelSpec, run: InferenceRun, fits: Callable[..., bool]) -> list[Lever]:
+        """Flash attention with a q8_0 KV cache (Ollama's own advice for a model that does not fit), and
+        num_gpu: the most layers on the GPU that fit, the rest on the CPU."""
+        out: list[Lever] = []
+        if (
+            _flash_supported(spec)
+            and not ollama_settings(spec, run).flash
+            and fits(flash_attention="on", kv_dtype="q8_0")
+        ):
+            upd: dict[str, object] = {"flash_attention": "on", "kv_dtype": "q8_0"}
+            out.append((5, "flash", "OLLAMA_FLASH_ATTENTION=1 OLLAMA_KV_CACHE_TYPE=q8_0", upd))
+        n = spec.num_layers + 1
+        best = largest(lambda k: fits(num_gpu=k), 0, n)
+        if best is not None and best < n:
+            out.append((6, "offload", f"{n - best} layers on the CPU (num_gpu {best})", {"num_gpu": best}))
+        return out
+
+    def admits(self, est: Estimate) -> bool:
+        """A fit means every layer on the GPU (Ollama would run the others on the CPU), unless num_gpu asked
+        for fewer."""
+        done, _, total = str(est.facts.get("offloaded", "0/1")).partition("/")
+        return done == total or est.facts.get("layers_requested", -1) != -1
+
+    def command(self, model: str, run: InferenceRun, est: Estimate) -> str:
+        env = []
+        num_ctx, parallel = est.facts.get("num_ctx"), est.facts.get("num_parallel")
+        if run.num_ctx is not None or num_ctx != OLLAMA_DEFAULT_NUM_CTX:
+            env.append(f"OLLAMA_CONTEXT_LENGTH={run.num_ctx or num_ctx}")
+        if (run.num_parallel or parallel) != 1:
+            env.append(f"OLLAMA_NUM_PARALLEL={run.num_parallel or parallel}")
+        if run.flash_attention != "auto":
+            env.append(f"OLLAMA_FLASH_ATTENTION={int(run.flash_attention == 'on')}")
+        kv = _KV_OLLAMA.get(run.kv_dtype.lower(), "f16")
+        if kv != "f16":
+            env.append(f"OLLAMA_KV_CACHE_TYPE={kv}")
+        if run.gpu_overhead_mib:
+            env.append(f"OLLAMA_GPU_OVERHEAD={run.gpu_overhead_mib * MiB}")
+        lines = [
+            shlex.join([*env, "ollama", "serve"]),
+            shlex.join(["ollama", "run", ollama_tag(model, run.weights)]),
+        ]
+        if run.num_gpu is not None:
+            lines.append(f"/set parameter num_gpu {run.num_gpu}")
+        if run.num_batch != OLLAMA_DEFAULT_NUM_BATCH:
+            lines.append(f"/set parameter num_batch {run.num_batch}")
+        return "\n".join(lines)
+
+
+OLLAMA = Ollama()

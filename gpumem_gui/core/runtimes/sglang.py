@@ -1,0 +1,301 @@
+"""The SGLang runtime: weights and a token-to-KV pool inside ``mem_fraction_static`` of the free memory.
+
+What one SGLang GPU (a TP rank of one pipeline stage) holds, in the order the server allocates it
+(``python/sglang/srt/model_executor/model_runner.py`` and ``mem_cache/``):
+
+1. before loading: the CUDA context and NCCL (what ``Load weight begin. avail mem=P`` leaves free);
+2. the weights of its shard (``Load weight end ... mem usage``);
+3. the KV pool: ``max_total_num_tokens = (P x mem_fraction_static - weights) / cell`` whole tokens
+   (``profile_max_num_token`` / ``_profile_available_bytes``: rest = free after load - P x (1 - fraction)),
+   ``cell`` = KV heads per attention-TP rank x (head_dim + v_head_dim) x layers x dtype bytes (MLA: the
+   latent kv_lora_rank + qk_rope_head_dim); the buffers hold one page more (``MHATokenToKVPool``);
+4. the request pool ``ReqToTokenPool``: max_running_requests x (context_len + 4) int32 slots, and the
+   allocator's free list (one int64 per token);
+5. the attention backend's workspace, then the CUDA graphs of the decode batch sizes;
+6. at serve time the activations of one chunked-prefill forward.
+
+Steps 4-6 live in the reserve ``P x (1 - mem_fraction_static)``; when they exceed it SGLang runs out of
+memory after start. The radix (prefix) cache has no memory of its own: cached prefixes are pool tokens.
+Without a GPU capacity the pool is sized for the batch (``batch x (seq + new_tokens)`` tokens).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from math import ceil
+
+from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.formats import WeightBytes, kv_bytes_per_element
+from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase, tp_ranks
+from gpumem_gui.core.runtimes.base import Lever, Runtime, load_phase
+from gpumem_gui.core.runtimes.run import InferenceRun
+from gpumem_gui.core.runtimes.sglang_defaults import ServerDefaults, server_defaults
+from gpumem_gui.core.runtimes.sglang_pool import (
+    Pool,
+    StageMemory,
+    activation,
+    cell_bytes,
+    dynamic_components,
+    size_pool,
+)
+from gpumem_gui.core.spec.model import ModelSpec
+from gpumem_gui.core.spec.parallel import Degrees, stage_layers
+
+# SGLang's --quantization spelling of our weight formats
+# (python/sglang/srt/server_args.py QUANTIZATION_CHOICES)
+QUANTIZATION_FLAGS = {
+    "fp8": "fp8",
+    "fp8-block": "fp8",
+    "awq-4": "awq",
+    "gptq-4": "gptq",
+    "gptq-8": "gptq",
+    "nf4": "bitsandbytes",
+    "bnb4": "bitsandbytes",
+    "int8": "bitsandbytes",
+    "mxfp4": "mxfp4",
+    "nvfp4": "modelopt_fp4",
+}
+_DTYPE_FLAGS = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def _stage(
+    spec: ModelSpec, run: InferenceRun, wb: WeightBytes, stage: int, quantize_experts: bool
+) -> tuple[Component, int, int]:
+    """(weights component, layers, KV cell bytes) of one pipeline stage's TP rank."""
+    layers = len(stage_layers(spec, run.pp, stage))
+    weights, _ = load_phase(spec, run, quantize_experts, Degrees(tp=run.tp, pp=run.pp, ep=run.ep), stage, wb)
+    attn_tp = run.tp // run.dp_size if run.enable_dp_attention else run.tp
+    cell = cell_bytes(spec, kv_bytes_per_element(run.kv_dtype_resolved), attn_tp, layers)
+    return weights, layers, cell
+
+
+def _warnings(spec: ModelSpec, run: InferenceRun, pool: Pool, dyn: int, context_len: int) -> list[str]:
+    out: list[str] = []
+    if pool.capacity and pool.tokens <= 0:
+        out.append(
+            f'mem_fraction_static: SGLang would refuse to start ("Not enough memory"): the weights take more '
+            f"than {pool.fraction:g} of the free memory, leaving no KV pool; raise mem_fraction_static"
+        )
+    elif pool.capacity and dyn > pool.reserve:
+        out.append(
+            f"mem_fraction_static: the reserve, (1 - {pool.fraction:g}) x free memory = "
+            f"{pool.reserve / 2**30:.2f} GiB, is smaller than what SGLang allocates outside it (request "
+            "pool, "
+            f"attention workspace, CUDA graphs, prefill activations: {dyn / 2**30:.2f} GiB): expect an "
+            "out-of-memory error at graph capture or the first long prefill; lower mem_fraction_static or "
+            "chunked_prefill_size"
+        )
+    if pool.capacity and 0 < pool.tokens < run.tokens:
+        out.append(
+            f"seq: a request of {run.tokens} tokens exceeds the KV pool's {pool.tokens} tokens; SGLang "
+            "rejects it"
+        )
+    if context_len > spec.max_position_embeddings:
+        out.append(
+            f"max_model_len: SGLang refuses a context length ({context_len}) above the model's "
+            f"max_position_embeddings ({spec.max_position_embeddings}) unless "
+            "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"
+        )
+    if run.dp_size > 1 and not run.enable_dp_attention:
+        out.append(
+            f"dp_size: {run.dp_size} replicas of tp x pp = {run.gpus} GPUs ({run.dp_size * run.gpus} GPUs in "
+            "all); the estimate is one replica's GPUs, the batch spread over the replicas"
+        )
+    if "sliding_attention" in spec.layer_types:
+        out.append(
+            "sliding-window layers: SGLang's hybrid SWA pool (swa_full_tokens_ratio) is not modelled; every "
+            "layer is sized as full attention (an overestimate of the KV per token)"
+        )
+    return out
+
+
+class Sglang(Runtime):
+    name = "sglang"
+    label = "SGLang"
+    sizes_from_capacity = True
+
+    def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
+        if run.enable_dp_attention and (run.dp_size < 2 or run.tp % run.dp_size):
+            raise GpumemInputError(
+                f"DP attention needs dp_size (now {run.dp_size}) of at least 2 dividing tp ({run.tp})",
+                field="dp_size",
+            )
+        kv = run.kv_dtype_resolved
+        if kv not in ("bf16", "fp8_e4m3", "fp8_e5m2", run.compute_dtype):
+            raise GpumemInputError(
+                "SGLang stores the KV cache as auto (the compute dtype), bf16, fp8_e4m3 or fp8_e5m2, not "
+                f"{kv!r} with compute dtype {run.compute_dtype}",
+                field="kv_dtype",
+            )
+        return []
+
+    def estimate(
+        self,
+        spec: ModelSpec,
+        run: InferenceRun,
+        warnings: tuple[str, ...],
+        capacity: int | None,
+        wb: WeightBytes,
+    ) -> Estimate:
+        sd = server_defaults(run, capacity)
+        context_len = run.max_model_len or spec.max_position_embeddings
+        stages = [_stage(spec, run, wb, s, self.quantizes_experts(run)) for s in range(run.pp)]
+        pool = size_pool(run, capacity, sd, [(w.bytes, cell) for w, _, cell in stages], context_len)
+        act = activation(spec, run, sd.chunked_prefill_size, pool.max_running_requests)
+        shares, per_stage = [], []
+        for s, (weights, layers, cell) in enumerate(stages):
+            mem = dynamic_components(run, pool, sd, cell, layers, context_len)
+            per_stage.append(mem)
+            shares.append(self._share(s, weights, mem, act))
+        worst = max(range(run.pp), key=lambda s: shares[s].total_bytes)
+        dyn = per_stage[worst].dynamic_bytes + act.bytes
+        warnings = (*warnings, *_warnings(spec, run, pool, dyn, context_len))
+        return self._result(run, sd, pool, shares, worst, stages[worst], per_stage[worst], act, warnings)
+
+    def _share(self, s: int, weights: Component, mem: StageMemory, act: Component) -> GpuShare:
+        comps = (mem.preload, weights, mem.kv, mem.req_pool, mem.workspace, mem.graphs, act)
+        peak = weights.bytes + mem.kv.bytes + mem.req_pool.bytes + act.bytes
+        total = peak + mem.preload.bytes + mem.workspace.bytes + mem.graphs.bytes
+        return GpuShare(
+            index=s, role=f"TP rank 0, PP stage {s}", peak_bytes=peak, total_bytes=total, components=comps
+        )
+
+    def _result(
+        self,
+        run: InferenceRun,
+        sd: ServerDefaults,
+        pool: Pool,
+        shares: list[GpuShare],
+        worst: int,
+        stage: tuple[Component, int, int],
+        mem: StageMemory,
+        act: Component,
+        warnings: tuple[str, ...],
+    ) -> Estimate:
+        weights, _, cell = stage
+        share = shares[worst]
+        static = (weights, mem.kv, mem.req_pool)
+        phases = {
+            "load": Phase(name="load", peak_bytes=weights.bytes, components=(weights,)),
+            "pool": Phase(name="pool", peak_bytes=sum(c.bytes for c in static), components=static),
+            "serve": Phase(
+                name="serve",
+                peak_bytes=share.peak_bytes,
+                components=(*static, act),
+                note="the KV and request pools are allocated at start; a chunked-prefill forward adds its "
+                "activations",
+            ),
+        }
+        seqs = ceil(run.batch / run.dp_size)
+        need_tokens = seqs * run.tokens
+        facts = {
+            **pool.facts(),
+            "chunked_prefill_size": sd.chunked_prefill_size,
+            "cuda_graph_max_bs": sd.cuda_graph_max_bs,
+            "cuda_graph_batch_sizes": len(sd.capture_sizes),
+            "kv_bytes_per_token": cell,
+            "kv_tokens_needed": need_tokens,
+            "sequences_per_pool": seqs,
+            "radix_cache": "off"
+            if run.disable_radix_cache
+            else "on (shares the KV pool; no memory of its own)",
+        }
+        if pool.capacity:  # whole requests of this run the server holds at once, over its dp pools
+            facts["kv_pool_bytes"] = mem.kv.bytes
+            facts["max_concurrency"] = min(pool.max_running_requests, pool.tokens // run.tokens) * run.dp_size
+        return Estimate(
+            mode="inference",
+            engine=self.name,
+            phases=phases,
+            peak_phase="serve",
+            peak_bytes=share.peak_bytes,
+            total_bytes=share.total_bytes,
+            components=share.components,
+            per_gpu=tp_ranks(shares, run.tp),
+            kv_cache_bytes=need_tokens * cell,
+            warnings=warnings,
+            facts=facts,
+        )
+
+    def admits(self, est: Estimate) -> bool:
+        """SGLang starts with a positive pool; the batch runs at once if its tokens fit in the pool and its
+        sequences within max_running_requests."""
+        f = est.facts
+        tokens = int(f.get("max_total_num_tokens", 0))  # type: ignore[call-overload]
+        if "pre_load_free_bytes" not in f:
+            return True
+        seqs = int(f.get("sequences_per_pool", 1))  # type: ignore[call-overload]
+        running = int(f.get("max_running_requests", 0))  # type: ignore[call-overload]
+        return tokens > 0 and int(f.get("kv_tokens_needed", 0)) <= tokens and seqs <= running  # type: ignore[call-overload]
+
+    def max_concurrency(self, est: Estimate) -> float | None:
+        value = est.facts.get("max_concurrency")
+        return None if value is None else float(value)  # type: ignore[arg-type]
+
+    def fit_levers(self, spec: ModelSpec, run: InferenceRun, fits: Callable[..., bool]) -> list[Lever]:
+        """For a run that does not fit: the highest mem_fraction_static that fits, a smaller prefill chunk,
+        no CUDA graphs."""
+        out: list[Lever] = []
+        if fits():
+            return out
+        for f in (x / 100 for x in range(95, 29, -1)):
+            if f != run.mem_fraction_static and fits(mem_fraction_static=f):
+                out.append(
+                    (1, "mem_fraction_static", f"mem_fraction_static {f:.2f}", {"mem_fraction_static": f})
+                )
+                break
+        chunk = run.chunked_prefill_size or 8192
+        while chunk > 256:
+            chunk //= 2
+            if fits(chunked_prefill_size=chunk):
+                desc = f"chunked prefill of {chunk} tokens"
+                out.append((2, "chunked_prefill_size", desc, {"chunked_prefill_size": chunk}))
+                break
+        if not run.disable_cuda_graph and fits(disable_cuda_graph=True):
+            out.append(
+                (
+                    3,
+                    "disable_cuda_graph",
+                    "no CUDA graphs (--disable-cuda-graph)",
+                    {"disable_cuda_graph": True},
+                )
+            )
+        return out
+
+    def command(self, model: str, run: InferenceRun, est: Estimate) -> str:
+        args = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp", str(run.tp)]
+        if run.pp > 1:
+            args += ["--pp-size", str(run.pp)]
+        if run.dp_size > 1:
+            args += ["--dp-size", str(run.dp_size)] + (
+                ["--enable-dp-attention"] if run.enable_dp_attention else []
+            )
+        if run.ep > 1:
+            args += ["--ep-size", str(run.ep)]
+        fraction = run.mem_fraction_static or est.facts.get("mem_fraction_static")
+        if fraction:
+            args += ["--mem-fraction-static", f"{float(fraction):g}"]  # type: ignore[arg-type]
+        if run.max_model_len:
+            args += ["--context-length", str(run.max_model_len)]
+        if run.compute_dtype != "bf16":
+            args += ["--dtype", _DTYPE_FLAGS[run.compute_dtype]]
+        if run.weights in QUANTIZATION_FLAGS:
+            args += ["--quantization", QUANTIZATION_FLAGS[run.weights]]
+        kv = run.kv_dtype_resolved
+        if kv != run.compute_dtype:
+            args += ["--kv-cache-dtype", "bf16" if kv == "bf16" else kv]
+        for flag, value in (
+            ("--chunked-prefill-size", run.chunked_prefill_size),
+            ("--max-running-requests", run.max_running_requests),
+            ("--cuda-graph-max-bs", run.cuda_graph_max_bs),
+        ):
+            if value is not None:
+                args += [flag, str(value)]
+        args += ["--disable-cuda-graph"] * run.disable_cuda_graph + [
+            "--disable-radix-cache"
+        ] * run.disable_radix_cache
+        return shlex.join(args)
+
+
+SGLANG = Sglang()

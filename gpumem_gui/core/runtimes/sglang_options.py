@@ -1,0 +1,115 @@
+"""SGLang's run fields, declared once (types, ranges, UI) and listed in
+:class:`~gpumem_gui.core.runtimes.run.InferenceRun`; their semantics live in :mod:`.sglang`.
+
+Each optional field's None is SGLang's own default, which depends on the GPU's memory and the TP degree
+(``python/sglang/srt/server_args.py`` ``_handle_gpu_memory_settings``): the estimate resolves it and lists
+the value it used. The context length reuses ``max_model_len`` (SGLang's ``--context-length``), the KV
+dtype ``kv_dtype`` (``--kv-cache-dtype``), the weight format ``weights`` (``--quantization``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from gpumem_gui.core.fields import UI
+
+_S = "SGLang"
+_ONLY = ("sglang",)
+
+MemFractionStatic = Annotated[
+    float | None,
+    Field(ge=0.01, le=1),
+    UI(
+        "Static memory fraction",
+        _S,
+        "mem_fraction_static: the share of the GPU's free memory at start that weights and the KV pool may "
+        "take; the rest is the reserve for activations, CUDA graphs and the request pool (auto: SGLang's "
+        "default for the GPU's memory and tp)",
+        step=0.01,
+        decimals=3,
+        special="auto (by GPU memory)",
+        none=0,
+        engines=_ONLY,
+    ),
+]
+ChunkedPrefillSize = Annotated[
+    int | None,
+    Field(ge=1, le=1 << 24),
+    UI(
+        "Chunked prefill size",
+        _S,
+        "tokens of one prefill chunk: sizes the activations of a prefill forward (auto: 2048 below 35 GiB "
+        "GPUs, 4096 below 60, 8192 below 160, 16384 above)",
+        unit=" tokens",
+        step=1024,
+        special="auto (by GPU memory)",
+        none=0,
+        engines=_ONLY,
+    ),
+]
+MaxRunningRequests = Annotated[
+    int | None,
+    Field(ge=1, le=1 << 20),
+    UI(
+        "Max running requests",
+        _S,
+        "requests decoded at once; sizes the request-to-token pool (auto: from the KV pool and the context "
+        "length, 2048 to 4096, at most half the pool's tokens)",
+        special="auto",
+        none=0,
+        engines=_ONLY,
+    ),
+]
+CudaGraphMaxBs = Annotated[
+    int | None,
+    Field(ge=1, le=4096),
+    UI(
+        "CUDA graph max batch",
+        _S,
+        "cuda_graph_max_bs: the largest decode batch captured as a CUDA graph; more captured sizes, more "
+        "graph memory (auto: by GPU memory and tp, 8 to 512)",
+        unit=" seq",
+        special="auto (by GPU memory)",
+        none=0,
+        engines=_ONLY,
+    ),
+]
+DisableCudaGraph = Annotated[
+    bool,
+    UI("Disable CUDA graph", _S, "no CUDA-graph capture (saves its memory, decodes slower)", engines=_ONLY),
+]
+DisableRadixCache = Annotated[
+    bool,
+    UI(
+        "Disable radix cache",
+        _S,
+        "no prefix reuse across requests; memory-neutral: cached prefixes live in the same KV pool and are "
+        "evicted on demand, the radix tree itself is host memory",
+        engines=_ONLY,
+    ),
+]
+DataParallel = Annotated[
+    int,
+    Field(ge=1, le=4096),
+    UI(
+        "Data parallel (dp_size)",
+        _S,
+        "SGLang's --dp-size: replicas of the tp x pp group behind one router, each with the same memory per "
+        "GPU; with DP attention, the attention of one tp group split into dp_size parts instead (dp_size "
+        "divides tp)",
+        engines=_ONLY,
+    ),
+]
+EnableDpAttention = Annotated[
+    bool,
+    UI(
+        "DP attention",
+        _S,
+        "enable_dp_attention: attention runs data-parallel over dp_size groups of tp / dp_size GPUs (each "
+        "keeps its own KV pool, with the KV heads split tp / dp_size ways), the rest of the model "
+        "tensor-parallel over tp",
+        engines=_ONLY,
+    ),
+]

@@ -1,0 +1,86 @@
+"""vLLM's own knobs beyond the shared inference fields, declared once (types, ranges, UI) and listed in
+:class:`~gpumem_gui.core.runtimes.run.InferenceRun` with ``engines=("vllm",)``.
+
+Each default is vLLM's own (V1 engine), with its source; the semantics live in :mod:`.vllm` and
+:mod:`.vllm_profile`. Prefix caching (``--enable-prefix-caching``) has no field: it reuses pages of the same
+pool and allocates nothing of its own, so it changes no byte of the estimate.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from gpumem_gui.core.fields import UI
+
+_G = "vLLM"
+_E = ("vllm",)
+
+VllmMaxNumSeqs = Annotated[
+    int | None,
+    Field(ge=1, le=1 << 16),
+    UI(
+        "Max sequences",
+        _G,
+        "concurrent sequences (--max-num-seqs); sizes the sampler's buffers in the profiling run. Auto: "
+        "vLLM's default for the GPU, 1024 on GPUs of 70 GiB or more, else 256 (vllm/engine/arg_utils.py)",
+        special="auto (by GPU)",
+        none=0,
+        engines=_E,
+    ),
+]
+
+VllmMaxCaptureSize = Annotated[
+    int | None,
+    Field(ge=1, le=1 << 16),
+    UI(
+        "Max CUDA-graph size",
+        _G,
+        "--max-cudagraph-capture-size: the largest batch captured as a CUDA graph; the capture sizes are "
+        "1, 2, 4, then every 8 up to 256 and every 16 above (vllm/config/compilation.py). Auto: "
+        "min(2 x max_num_seqs, 512)",
+        unit=" seqs",
+        step=16,
+        special="auto",
+        none=0,
+        engines=_E,
+    ),
+]
+
+VllmProfileCudagraphs = Annotated[
+    bool,
+    UI(
+        "CUDA graphs in the budget",
+        _G,
+        "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS: the CUDA-graph pool is taken out of the "
+        "gpu_memory_utilization budget before the KV cache (default since vLLM v0.21); off: the pool "
+        "comes on top of the budget (vLLM v0.10 to v0.20)",
+        engines=_E,
+    ),
+]
+
+VllmTpLink = Annotated[
+    Literal["auto", "nvlink", "pcie"],
+    UI(
+        "TP interconnect",
+        _G,
+        "how the tensor-parallel GPUs are linked: NVLink/NVSwitch (NCCL P2P and NVLS buffers, custom "
+        "all-reduce) or PCIe (no custom all-reduce, NCCL through host memory); auto: NVLink when each GPU "
+        "has 70 GiB or more (the SXM/NVSwitch parts), else PCIe",
+        choices=(("auto (by GPU size)", "auto"), ("NVLink / NVSwitch", "nvlink"), ("PCIe", "pcie")),
+        engines=_E,
+    ),
+]
+
+VllmBlockSize = Annotated[
+    int,
+    Field(ge=1, le=4096),
+    UI(
+        "KV block size",
+        _G,
+        "--block-size: tokens per KV page (16 for most attention backends; MLA backends use 64)",
+        unit=" tokens",
+        engines=_E,
+    ),
+]
