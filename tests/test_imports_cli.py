@@ -98,7 +98,7 @@ def test_the_mode_follows_the_import(capsys: pytest.CaptureFixture[str]) -> None
             "gpumem: error: argument 5 '--max-model-len': ",
         ),
         (["--from", "nonsense here"], "gpumem: error: argument 0 'nonsense': not a launch command"),
-        (["--from-file", "/no/such/recipe.yaml"], "gpumem: error: /no/such/recipe.yaml: cannot read"),
+        (["--from-file", "/no/such/recipe.yaml"], "gpumem: error: /no/such/recipe.yaml: no such file"),
         (["--from", "vllm serve m", "--from-file", "x.yaml"], "gpumem: error: field 'from': give --from or"),
         ([], "gpumem: error: field 'model': name a model"),
     ],
@@ -118,3 +118,24 @@ def test_a_bad_config_names_the_key(capsys: pytest.CaptureFixture[str], tmp_path
     rc, _, err = _run(capsys, "estimate", "--from-file", str(p))
     assert rc == 2
     assert f"{p}: key 'model.lora_rank': -3 is out of range" in err
+
+
+def test_an_ollama_modelfile_is_read_from_a_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "Modelfile"
+    path.write_text("# a comment\nFROM llama3.1:8b\nPARAMETER num_ctx 8192\n")
+    rc, out, err = _run(capsys, "estimate", "--from-file", str(path), "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["imported"]["model"] == "meta-llama/Llama-3.1-8B"
+    assert doc["run"]["engine"] == "ollama" and doc["run"]["num_ctx"] == 8192
+
+
+def test_a_fifo_is_refused_in_one_line_without_waiting(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import os
+
+    fifo = tmp_path / "recipe.yaml"
+    os.mkfifo(fifo)  # nothing ever writes to it: reading it would block forever
+    rc, _, err = _run(capsys, "estimate", "--from-file", str(fifo))
+    assert rc == 2 and "FIFO" in err and len(err.strip().splitlines()) == 1

@@ -235,3 +235,84 @@ def test_published_runs_section_links_the_per_framework_comparison(report, valid
         label = "**all**" if name == "all" else name
         assert f"| {label} | {s['points']} | {s['estimated']} | {s['counted']} |" in section
     assert "- **published real-GPU training runs**" in text.split("## (a)")[0]
+
+
+def test_engine_section_has_a_row_for_every_published_engine_figure(report, validate) -> None:  # type: ignore[no-untyped-def]
+    """Section (i): every metric of every point of validation/data/engine_logs/*.json has its row, with the
+    engine, TP degree and error the tests/test_*_logs.py comparison gives; section (b)'s rows of the same
+    engines follow, each once (a line both files quote shows as the engine-log row, with the same error)."""
+    import json
+
+    from validation.validate_report.engine_logs import engine_rows
+
+    rows = report.engines.rows
+    text = validate.render(report)
+    section = text.split("## (i) ")[1].split("\n## ")[0]
+    for engine, name in (
+        ("vLLM", "vllm"),
+        ("SGLang", "sglang"),
+        ("llama.cpp", "llamacpp"),
+        ("Ollama", "ollama"),
+    ):
+        file = f"validation/data/engine_logs/{name}.json"
+        points = json.loads((REPO / file).read_text())["points"]
+        want = {
+            (p["id"], k, p["run"].get("tp", 1))
+            for p in points
+            for k in ([m["kind"] for m in p["metrics"]] if "metrics" in p else list(p["measured"]))
+        }
+        got = [(r.point, r.metric, r.tp) for r in rows if r.file == file]
+        assert sorted(got) == sorted(want) and len(got) == len(set(got)), engine
+        tested = [
+            (r.point, r.metric, r.tp, r.published, r.ours) for r in engine_rows(engine)
+        ]  # the tests' rows
+        assert sorted(
+            (r.point, r.metric, r.tp, r.published, r.ours) for r in rows if r.file == file
+        ) == sorted(tested)
+        assert all(r.engine == engine and math.isfinite(r.err) for r in rows if r.file == file)
+        for r in rows:
+            if r.file == file:
+                assert f"| {r.tp} | {r.metric} |" in section and f"`{r.point}`" in section
+                if abs(r.err) > 0.05:  # a reason, the data's notes, or the report says none is recorded
+                    assert r.reason or r.note or f"no reason recorded in `{file}`" in section
+    b_rows = [r for r in report.published if r.table in ("vllm", "llama.cpp")]
+    shared = {(s.b_id, s.quote) for s in report.engines.shared}
+    in_i = {(r.point, r.metric) for r in rows if r.file == "validation/data/published_inference.json"}
+    for r in b_rows:
+        assert ((r.source, r.metric) in shared) != ((r.source, validate._label(r.metric)) in in_i), r.metric
+    for s in report.engines.shared:
+        b = next(r for r in b_rows if (r.source, r.metric) == (s.b_id, s.quote))
+        assert (
+            abs(b.err - s.err) < 1e-6 and f"- {s.b_id} `{' '.join(s.quote.split())}` = `{s.point}`" in section
+        )
+
+
+def test_engine_summary_matches_the_rows(report, validate) -> None:  # type: ignore[no-untyped-def]
+    """The per-engine x TP table of section (i) and the summary lines are the rows' own statistics."""
+    import statistics
+
+    text = validate.render(report)
+    section = text.split("## (i) ")[1].split("\n## ")[0]
+    summary = text.split("## (a)")[0]
+    rows = report.engines.rows
+    alias = {s.b_id: s.point for s in report.engines.shared}
+    for engine in ("vLLM", "SGLang", "llama.cpp", "Ollama"):
+        mine = [r for r in rows if r.engine == engine]
+        assert mine, engine
+        groups = {str(tp): [r for r in mine if r.tp == tp] for tp in sorted({r.tp for r in mine})}
+        for tp, rs in [*groups.items(), ("all", mine)]:
+            errs = [abs(r.err) for r in rs]
+            logs = len({alias.get(r.point, r.point) for r in rs})
+            named = sum(1 for r in rs if abs(r.err) > 0.15 and r.reason)
+            line = f"| {engine} | {tp} | {logs} | {len(rs)} | {statistics.median(errs) * 100:.2f} % | "
+            assert line in section, line
+            row = next(x for x in section.splitlines() if x.startswith(line))
+            cells = row.split(" | ")
+            assert cells[6] == str(named)
+            assert cells[-2:] == [str(sum(e <= 0.05 for e in errs)), f"{sum(e <= 0.15 for e in errs)} |"]
+        worst = max(mine, key=lambda r: abs(r.err))
+        head = f"- **{engine} vs published logs** ({len(mine)} figures of "
+        assert head in summary
+        line = next(x for x in summary.splitlines() if x.startswith(head))
+        assert f"median |error| {statistics.median(abs(r.err) for r in mine) * 100:.2f} %" in line
+        assert f"at {worst.point} {worst.metric};" in line

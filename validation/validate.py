@@ -24,6 +24,9 @@ Run ``.venv/bin/python validation/validate.py [--out docs/validation.md] [--subs
   ``tests/reference/distributed/{fsdp,ddp,tp,tricks}.json`` (made by ``validation/truth_*.py``) with its
   estimate recomputed; (h) the per-framework figures of the published real-GPU training runs
   (``docs/validation-training.md``, read from ``validation/data/published_training_runs/result.json``).
+* (i) the inference engines (vLLM, SGLang, llama.cpp, Ollama) against the published logs of
+  ``validation/data/engine_logs/`` and section (b)'s lines of the same engines, per engine and TP degree
+  (``validate_report/engine_logs.py`` is the comparison ``tests/test_*_logs.py`` also use).
 
 The output is deterministic: rows are sorted and nothing but the versions block depends on the machine.
 
@@ -60,6 +63,7 @@ from validate_report.common import (  # noqa: E402
     reference_dir,
 )
 from validate_report.distributed import distributed_files, published_runs  # noqa: E402
+from validate_report.engines import engine_section  # noqa: E402
 from validate_report.grid import (  # noqa: E402
     grid_points,
     grid_rows,
@@ -188,6 +192,7 @@ def collect(subset: bool = False, peers: dict | None = None) -> Report:
         rep.train_peers = train_peer_rows(rep.train, peers)
     rep.ranks = distributed_files()
     rep.published_runs = published_runs()
+    rep.engines = engine_section(rep.published, entries)
     rep.versions = _versions(peers)
     return rep
 

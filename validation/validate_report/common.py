@@ -113,4 +113,5 @@ class Report:
     peers_note: str = ""
     ranks: list[Any] = field(default_factory=list)  # section (g): distributed.TruthFile per reference file
     published_runs: dict[str, Any] = field(default_factory=dict)  # section (h): result.json's summary
+    engines: Any = None  # section (i): engines.EngineSection
     versions: dict[str, str] = field(default_factory=dict)

@@ -126,10 +126,14 @@ def _quant_mix(c: Ctx) -> str:
 
 
 def _vllm_activations(c: Ctx) -> str:
-    ex = c.est.component("activations").explain  # type: ignore[union-attr]
+    """vLLM's profiled peak as we model it (runtimes/vllm_profile.py activation): the larger of the dummy
+    forward and the sampler's dummy run, each with its size."""
+    x = c.est.component("activations").explain.inputs  # type: ignore[union-attr]
+    reqs = min(int(x["max_num_seqs"]), int(x["T"]))
     return (
-        f"ours = {ex.inputs['T']} tokens x (2h + max(3F, qkv + q)) x 2 B + sampler "
-        f"{ex.inputs['max_num_seqs']} x vocab x 10 B (a formula, not the profiled forward)"
+        f"ours = max(dummy forward of {x['T']} tokens x (2h + max(3F, qkv + q) / tp) x dt = "
+        f"{int(x['forward_bytes']) / GiB:.2f} GiB, sampler run {reqs} x vocab {x['vocab']} x (dt + 37 B) = "
+        f"{int(x['sampler_bytes']) / GiB:.2f} GiB) (a formula, not the profiled forward)"
     )
 
 

@@ -14,6 +14,7 @@ from .distributed import (
     render_distributed,
     render_published_runs,
 )
+from .engines import engine_summary, render_engines
 from .text import HEADER, PEERS_INTRO, REAL_GPU_INTRO, REAL_GPU_MISSING, TRAIN_INTRO, TRAIN_PEERS_INTRO
 from .traced import render_traced
 
@@ -107,6 +108,9 @@ def _render_summary(rep: Report, add: Add) -> None:
         add(f"- **published fits / OOM verdicts** ({len(rep.train_bounds)} points): {agree} agree")
     if rep.ranks:
         add(distributed_summary(rep.ranks))
+    if rep.engines is not None:
+        for line in engine_summary(rep.engines):
+            add(line)
     runs_line = published_runs_summary(rep.published_runs)
     if runs_line:
         add(runs_line)
@@ -349,6 +353,9 @@ def render(rep: Report) -> str:
         add("")
     render_published_runs(rep.published_runs, add)
     add("")
+    if rep.engines is not None:
+        render_engines(rep.engines, add)
+        add("")
     add("## Versions")
     add("")
     for k, v in rep.versions.items():

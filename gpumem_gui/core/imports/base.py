@@ -343,3 +343,14 @@ def _show(value: Any) -> str:
     if isinstance(value, tuple):
         return ",".join(str(v) for v in value)
     return str(value)
+
+
+@runtime_checkable
+class TextFileParser(Protocol):
+    """Reads a runtime's own text file format (not a mapping of settings: an Ollama Modelfile)."""
+
+    name: str
+
+    def matches_text(self, text: str, path: str) -> bool: ...
+
+    def parse_text(self, text: str, path: str) -> ImportedRun: ...

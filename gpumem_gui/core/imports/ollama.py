@@ -267,4 +267,22 @@ class OllamaCommand:
         return _modelfile(items, "Ollama Modelfile", env)
 
 
+class OllamaModelfile:
+    """An Ollama Modelfile given as a file (``--from-file Modelfile``, a dropped file): its first instruction
+    is FROM (ollama docs/modelfile.md: "The FROM instruction is required")."""
+
+    name = "Ollama Modelfile"
+
+    def matches_text(self, text: str, path: str) -> bool:
+        for line in text.splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                return line.split(None, 1)[0].upper() == "FROM"
+        return False
+
+    def parse_text(self, text: str, path: str) -> ImportedRun:
+        return import_modelfile(text, path)
+
+
 PARSERS = (OllamaCommand(),)
+TEXT_PARSERS = (OllamaModelfile(),)

@@ -21,10 +21,13 @@ from functools import cache
 from typing import Any
 
 from gpumem_gui.core.errors import GpumemInputError, clip, short
-from gpumem_gui.core.imports.base import CommandParser, FileParser, ImportedRun, program
+from gpumem_gui.core.imports.base import CommandParser, FileParser, ImportedRun, TextFileParser, program
+from gpumem_gui.core.readers.reading import read_text_file
 
 COMMAND_MODULES = ("vllm", "llamacpp", "sglang", "ollama")
 FILE_MODULES = ("torchtune", "torchtitan", "axolotl", "llamafactory", "accelerate", "deepspeed", "hf_args")
+# modules defining TEXT_PARSERS: a runtime's own text format, tried before the settings formats
+TEXT_MODULES = ("ollama",)
 
 # Longest command or config gpumem reads: a launch command is a few hundred characters; the largest published
 # recipe YAMLs are ~10 KB. Beyond this the input is not a command or config.
@@ -32,7 +35,7 @@ MAX_COMMAND_CHARS = 20_000
 MAX_FILE_BYTES = 2_000_000
 
 
-def _load(modules: tuple[str, ...]) -> tuple[Any, ...]:
+def _load(modules: tuple[str, ...], attr: str = "PARSERS") -> tuple[Any, ...]:
     out: list[Any] = []
     for name in modules:
         full = f"{__package__}.{name}"
@@ -42,7 +45,7 @@ def _load(modules: tuple[str, ...]) -> tuple[Any, ...]:
             if e.name != full:
                 raise
             continue
-        out.extend(mod.PARSERS)
+        out.extend(getattr(mod, attr))
     return tuple(out)
 
 
@@ -54,6 +57,11 @@ def command_parsers() -> tuple[CommandParser, ...]:
 @cache
 def file_parsers() -> tuple[FileParser, ...]:
     return _load(FILE_MODULES)
+
+
+@cache
+def text_parsers() -> tuple[TextFileParser, ...]:
+    return _load(TEXT_MODULES, "TEXT_PARSERS")
 
 
 # ------------------------------------------------------------------------------------------------ commands
@@ -121,18 +129,16 @@ def import_command(text: str, env: Mapping[str, str] | None = None) -> ImportedR
 # ------------------------------------------------------------------------------------------------ files
 
 
+def read_config_text(path: str) -> str:
+    """A config file's text: a regular file only (never a FIFO or a device), at most MAX_FILE_BYTES, UTF-8
+    (gpumem_gui/files.py through core/readers/reading.py)."""
+    return read_text_file(path, MAX_FILE_BYTES, "config")
+
+
 def read_config(path: str, text: str | None = None) -> Mapping[str, Any]:
     """A config file's content as a mapping: JSON / TOML / YAML by extension, else by content."""
     if text is None:
-        try:
-            if os.path.getsize(path) > MAX_FILE_BYTES:
-                raise GpumemInputError(f"larger than {MAX_FILE_BYTES:,} bytes: not a config", source=path)
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except UnicodeDecodeError:
-            raise GpumemInputError("not a text file (UTF-8)", source=path) from None
-        except OSError as e:
-            raise GpumemInputError(f"cannot read: {e.strerror or e}", source=path) from None
+        text = read_config_text(path)
     if len(text) > MAX_FILE_BYTES:
         raise GpumemInputError(f"larger than {MAX_FILE_BYTES:,} characters: not a config", source=path)
     ext = os.path.splitext(path)[1].lower()
@@ -190,6 +196,11 @@ def _yaml(text: str, path: str) -> Any:
 def import_file(path: str, text: str | None = None) -> ImportedRun:
     """Read a training config (torchtune recipe, Axolotl, LLaMA-Factory, DeepSpeed JSON, accelerate config,
     Trainer/TRL arguments JSON, torchtitan TOML); ``text``: its content when already read."""
+    if text is None:
+        text = read_config_text(path)
+    for tparser in text_parsers():
+        if tparser.matches_text(text, path):
+            return tparser.parse_text(text, path)
     data = read_config(path, text)
     for parser in file_parsers():
         if parser.matches(data, path):

@@ -58,6 +58,14 @@ def read_json_file(
         raise _error(e) from None
 
 
+def read_text_file(path: str | os.PathLike[str], max_bytes: int, what: str = "file") -> str:
+    """A regular file's UTF-8 text, at most ``max_bytes`` (:func:`gpumem_gui.files.read_text`)."""
+    try:
+        return files.read_text(path, max_bytes, what)
+    except files.FileReadError as e:
+        raise _error(e) from None
+
+
 @contextmanager
 def open_checked(path: str | os.PathLike[str], max_bytes: int | None, what: str) -> Iterator[IO[bytes]]:
     """A regular file opened for reading (:func:`gpumem_gui.files.open_regular`), closed on exit."""
