@@ -172,7 +172,8 @@ def _gguf_bytes(spec: ModelSpec, scheme: _Scheme) -> tuple[_Acc, tuple[str, ...]
 
 def _explain(fmt: WeightFormat, scheme: _Scheme, cdt: int, vision_bytes: int, quantize_experts: bool) -> str:
     if scheme.kind == "float":
-        return f"weights = P x {scheme.float_bytes} B ({fmt.id}), every parameter including the vision tower"
+        tower = " including the vision tower" if vision_bytes else ""
+        return f"weights = P x {scheme.float_bytes} B ({fmt.id}), every parameter{tower}"
     kept = f"{cdt} B ({'fp32' if cdt == 4 else 'bf16/fp16'})"
     b, g = scheme.bits, scheme.group
     skip = f"modules with out or in not a multiple of 32, or in not a multiple of {g}, stay unquantized"
