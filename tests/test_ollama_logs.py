@@ -29,6 +29,16 @@ def test_layer_counts_exact(point: dict) -> None:
             assert ollama_ours(est, "ollama_layers") == m["value"], est.facts["offloaded"]
 
 
+def test_multi_gpu_split_exact() -> None:
+    """Several GPUs: the layers Ollama puts on each (``layers.split``, its --tensor-split) exactly."""
+    split = [p for p in _points() if "split" in p]
+    assert split, "a published multi-GPU log"
+    for p in split:
+        est = ollama_estimate(p["id"])
+        assert est.facts["ollama_split"] == p["split"], p["id"]
+        assert len(est.per_gpu) == len(p["split"].split(",")), p["id"]
+
+
 def test_published_logs_median_3_worst_15_percent() -> None:
     """The error counts 0 where ours rounds to the figure the log printed (``LogRow.err``)."""
     rows = [r for r in ROWS if r.metric != "ollama_layers"]

@@ -270,12 +270,12 @@ def test_published_commands_are_in_the_logs_data() -> None:
 
 def test_options_gpumem_does_not_model_are_named() -> None:
     imported = import_command(
-        "python -m sglang.launch_server --model-path m --max-total-tokens 4096 --speculative-algorithm EAGLE "
-        "--enable-piecewise-cuda-graph --frobnicate 3"
+        "python -m sglang.launch_server --model-path m --disable-hybrid-swa-memory --speculative-algorithm "
+        "EAGLE --enable-piecewise-cuda-graph --frobnicate 3"
     )
     joined = " | ".join(imported.warnings)
     for option in (
-        "--max-total-tokens",
+        "--disable-hybrid-swa-memory",
         "--speculative-algorithm",
         "--enable-piecewise-cuda-graph",
         "--frobnicate",
@@ -293,6 +293,10 @@ def test_options_gpumem_does_not_model_are_named() -> None:
         ("python -m sglang.launch_server --model-path m --dtype int3", "argument 5"),
         ("python -m sglang.launch_server --model-path", "argument 3 '--model-path'"),
         ("python -m sglang.launch_server --model-path m --dp 3 --tp 8 --enable-dp-attention", "dp_size"),
+        ("python -m sglang.launch_server --model-path m --page-size 0", "argument 5 '--page-size'"),
+        ("python -m sglang.launch_server --model-path m --swa-full-tokens-ratio 0", "argument 5"),
+        ("python -m sglang.launch_server --model-path m --swa-full-tokens-ratio 1.5", "argument 5"),
+        ("python -m sglang.launch_server --model-path m --max-total-tokens -4", "argument 5"),
     ],
 )
 def test_bad_commands_are_one_error_naming_the_position(command, where) -> None:
@@ -322,6 +326,7 @@ def test_bad_commands_are_one_error_naming_the_position(command, where) -> None:
         },
         {"tp": 2, "pp": 2, "cuda_graph_max_bs": 64, "disable_radix_cache": True, "compute_dtype": "fp16"},
         {"disable_cuda_graph": True, "weights": "nf4", "max_model_len": 4096},
+        {"page_size": 32, "max_total_tokens": 100_000, "swa_full_tokens_ratio": 0.5},
     ],
 )
 def test_command_round_trip_gives_the_same_estimate(fields) -> None:
@@ -361,7 +366,7 @@ _OPTIONS = [
     "--chunked-prefill-size", "--max-running-requests", "--cuda-graph-max-bs", "--cuda-graph-bs",
     "--kv-cache-dtype", "--quantization", "--dtype", "--max-prefill-tokens", "--disable-cuda-graph",
     "--disable-radix-cache", "--enable-dp-attention", "--host", "--page-size", "--speculative-algorithm",
-    "--unknown-option",
+    "--unknown-option", "--max-total-tokens", "--swa-full-tokens-ratio", "--disable-hybrid-swa-memory",
 ]  # fmt: skip
 _VALUES = st.one_of(
     st.integers(min_value=-(1 << 40), max_value=1 << 40).map(str),

@@ -189,6 +189,10 @@ class ImportGlue(QObject):
                 run = make_run(**{**_set_fields(w.run), "engine": name})
                 if run.kv_dtype != "auto" and run.kv_dtype not in engine_kv_dtypes(name):
                     raise GpumemInputError(f"{rt.label or name} has no {run.kv_dtype} KV cache")
+                why = rt.expresses(w.model.spec, run, w.model.source) if w.model.spec is not None else None
+                if why is not None:  # the engine cannot load this model in this format
+                    out.append((label, None, why))
+                    continue
                 out.append((label, rt.command(w.model.source, run, w.estimate), ""))
             except (GpumemError, ValueError) as e:
                 out.append((label, None, error_line(e)))

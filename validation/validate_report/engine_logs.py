@@ -116,7 +116,11 @@ def vllm_ours(point: dict[str, Any]) -> dict[str, float]:
             "concurrency": f["max_concurrency"],
             "gpu_blocks": f["gpu_blocks"],
         }  # type: ignore[dict-item]
-    if "pool_gib" in point:  # the token count vLLM derives from the pool it logged: the per-rank page alone
+    if "pool_gib" in point and "kv_block_bytes" in f:  # sliding-window layers: vLLM's KV groups
+        blocks = int(point["pool_gib"] * GiB // f["kv_block_bytes"])  # type: ignore[operator]
+        out["kv_tokens_for_pool"] = blocks // f["kv_groups"] * run.block_size  # type: ignore[operator]
+        out["concurrency_for_pool"] = blocks / f["kv_blocks_per_request"]  # type: ignore[operator]
+    elif "pool_gib" in point:  # the token count vLLM derives from the pool it logged: the per-rank page alone
         page = run.block_size * f["kv_bytes_per_token"]  # type: ignore[operator]
         tokens = int(point["pool_gib"] * GiB // page) * run.block_size
         out["kv_tokens_for_pool"] = tokens
@@ -209,6 +213,8 @@ def ollama_ours(est: Estimate, kind: str) -> float:
         return next(c.bytes for c in est.components if c.key == _OLLAMA_COMPONENT[kind])
     if kind == "llamacpp_host":
         return float(est.facts["cpu_bytes"])  # type: ignore[arg-type]
+    if kind.startswith("ollama_allocation_"):  # GPU i's entry of memory.required.allocations
+        return float(str(est.facts["ollama_allocations"]).split(",")[int(kind.rpartition("_")[2])])
     return float(est.facts[kind])  # type: ignore[arg-type]
 
 

@@ -57,15 +57,12 @@ _NO_MEMORY_PARAMS = frozenset(
     ]
 )
 _ENV_UNMODELLED = {
-    "OLLAMA_SCHED_SPREAD": "spreading a model over every GPU is not modelled (one GPU)",
     "OLLAMA_MAX_LOADED_MODELS": "other models loaded at the same time are not counted",
     "OLLAMA_NEW_ENGINE": "Ollama's own engine is sized as its llama.cpp runner",
     "OLLAMA_MULTIUSER_CACHE": "the multi-user prompt cache is not modelled",
     "OLLAMA_LLM_LIBRARY": "the backend library choice is not modelled",
-    "CUDA_VISIBLE_DEVICES": "which GPUs Ollama sees is not modelled (one GPU)",
-    "HIP_VISIBLE_DEVICES": "which GPUs Ollama sees is not modelled (one GPU)",
-    "ROCR_VISIBLE_DEVICES": "which GPUs Ollama sees is not modelled (one GPU)",
 }
+_VISIBLE = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 _ENV_PREFIXES = ("OLLAMA_", "CUDA_", "HIP_", "ROCR_", "GGML_")
 _RUN_FLAGS = frozenset("--verbose --nowordwrap --insecure --hidethinking --think --help -h".split())  # noqa: SIM905
 _RUN_VALUED = frozenset("--format --keepalive --dimensions".split())  # noqa: SIM905
@@ -109,10 +106,27 @@ class _Ollama:
                 self.r.set(
                     "gpu_overhead_mib", ceil(n / MiB), where, written, f"gpu_overhead_mib = {ceil(n / MiB)}"
                 )
+            elif name == "OLLAMA_SCHED_SPREAD":
+                on = to_bool(value, where) if value.strip() else False
+                self.r.set("sched_spread", on, where, written)
+            elif name in _VISIBLE:
+                self.visible(value, where, written)
             elif name in _ENV_UNMODELLED:
                 self.r.warn(written, _ENV_UNMODELLED[name])
             else:
                 self.r.warn(written, "does not change the model's GPU memory; ignored")
+
+    def visible(self, value: str, where: str, written: str) -> None:
+        """The GPUs Ollama may use: their count is the run's pp (Ollama splits the layers over them)."""
+        ids = [d.strip() for d in value.split(",") if d.strip()]
+        if not ids or "-1" in ids:
+            self.r.warn(written, "no GPU visible: Ollama runs on the CPU, which gpumem does not size")
+        elif len(ids) > 4096:
+            raise GpumemInputError(f"{where}: at most 4096 GPUs, got {len(ids)}", field="pp")
+        else:
+            self.r.set(
+                "pp", len(ids), where, written, f"pp = {len(ids)} (the GPUs Ollama may split layers over)"
+            )
 
     def parameter(self, key: str, value: str, where: str) -> None:
         written = f"{key} {value}"

@@ -44,7 +44,7 @@ _FLAGS = frozenset(
         "--allow-auto-truncate --enable-cache-report --log-requests --show-time-cost --enable-lora "
         "--enable-deterministic-inference --enable-two-batch-overlap --enable-eplb --enable-symm-mem "
         "--disable-chunked-prefix-cache --enable-multimodal --disable-shared-experts-fusion "
-        "--enable-dp-lm-head "
+        "--enable-dp-lm-head --disable-piecewise-cuda-graph --disable-hybrid-swa-memory "
         "--enable-double-sparsity --enable-flashinfer-allreduce-fusion --disable-fast-image-processor"
     )
 )
@@ -55,6 +55,8 @@ _INT_FIELDS = {
     **dict.fromkeys(("--ep-size", "--ep", "--expert-parallel-size"), ("ep", 1, 4096)),
     "--max-running-requests": ("max_running_requests", 1, 1 << 20),
     "--cuda-graph-max-bs": ("cuda_graph_max_bs", 1, 4096),
+    "--page-size": ("page_size", 1, 4096),
+    "--max-total-tokens": ("max_total_tokens", 1, (1 << 31) - 1),
 }
 _VALUED = frozenset(
     [
@@ -69,6 +71,7 @@ _VALUED = frozenset(
         "--kv-cache-dtype",
         "--quantization",
         "--cuda-graph-bs",
+        "--swa-full-tokens-ratio",
     ]
 )
 _BOOL_FIELDS = {
@@ -103,13 +106,15 @@ _NO_MEMORY = (
     }
 )
 _UNMODELLED = {
-    "--max-total-tokens": "a capped KV pool is not modelled (the pool is sized from mem_fraction_static)",
-    "--page-size": "gpumem sizes the pool in 1-token pages (SGLang's default for FlashInfer / Triton / FA3)",
+    "--disable-hybrid-swa-memory": "a hybrid-SWA model's single full-attention pool is not modelled "
+    "(gpumem keeps SGLang's default split by swa_full_tokens_ratio)",
     "--cuda-graph-bs": "the exact captured batch sizes are not modelled (SGLang's default list up to the "
     "largest is)",
     "--enable-torch-compile": "torch.compile's graphs are not modelled",
     "--torch-compile-max-bs": "torch.compile's graphs are not modelled",
     "--enable-piecewise-cuda-graph": "piecewise CUDA graphs of prefill are not modelled",
+    "--disable-piecewise-cuda-graph": "piecewise CUDA graphs of prefill are not modelled (their memory, "
+    "outside the KV pool, is not counted either way)",
     "--cpu-offload-gb": "weights offloaded to CPU are not modelled (all weights stay on the GPU)",
     "--enable-hierarchical-cache": "the host-memory KV tier (HiCache) is not modelled",
     "--hicache-ratio": "the host-memory KV tier (HiCache) is not modelled",
@@ -182,6 +187,11 @@ def _option(r: Reading, arg: Arg) -> None:
         r.set(_BOOL_FIELDS[key], value is None or to_bool(value, where), where, arg.text)
     elif key == "--mem-fraction-static":
         r.set("mem_fraction_static", to_float(value, where, lo=0.01, hi=1.0), where, arg.text)
+    elif key == "--swa-full-tokens-ratio":
+        ratio = to_float(value, where, lo=0.0, hi=1.0)
+        if ratio <= 0:
+            raise r.error(where, "swa_full_tokens_ratio must be above 0 and at most 1")
+        r.set("swa_full_tokens_ratio", ratio, where, arg.text)
     elif key == "--context-length":
         r.set("max_model_len", to_int(value, where, lo=1, hi=1 << 24), where, arg.text)
     elif key == "--chunked-prefill-size":

@@ -23,6 +23,7 @@ from gpumem_gui.core.imports.base import (
     to_int,
     words,
 )
+from gpumem_gui.core.imports.vllm_mm import mm_limit
 from gpumem_gui.core.runtimes.run import InferenceRun
 
 _MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
@@ -74,7 +75,8 @@ _FLAGS = frozenset(
         "--enable-reasoning --disable-sliding-window --enable-eplb --enable-dbo --no-enable-log-requests "
         "--skip-tokenizer-init --enable-server-load-tracking --disable-cascade-attn "
         "--enable-request-id-headers "
-        "--enable-log-outputs --enable-prompt-embeds --use-v2-block-manager --enable-ssl-refresh"
+        "--enable-log-outputs --enable-prompt-embeds --use-v2-block-manager --enable-ssl-refresh "
+        "--disable-hybrid-kv-cache-manager"
     )
 )
 _INT_FIELDS = {
@@ -141,7 +143,7 @@ _UNMODELLED = {
     "--enable-lora": "LoRA adapter slots are not modelled",
     "--max-loras": "LoRA adapter slots are not modelled",
     "--max-lora-rank": "LoRA adapter slots are not modelled",
-    "--limit-mm-per-prompt": "the multimodal encoder cache is not modelled",
+    "--limit-mm-per-prompt": "the images per prompt are not a field of this run",
     "--mm-processor-kwargs": "the multimodal encoder cache is not modelled",
     "--rope-scaling": "rope scaling is not read from the command (use the model's config)",
     "--hf-overrides": "config overrides are not applied to the model",
@@ -158,7 +160,9 @@ _UNMODELLED = {
     "--num-redundant-experts": "redundant experts are not modelled",
     "--calculate-kv-scales": "KV-scale calibration buffers are not modelled",
     "--max-cudagraph-capture-size": _GRAPHS,
-    "--disable-sliding-window": "the KV pool is sized for every layer's full length already",
+    "--disable-sliding-window": "not modelled: vLLM then runs every layer as full attention and caps "
+    "max_model_len at the window (gpumem sizes sliding layers by their window unless --no-hybrid-kv-cache)",
+    "--disable-hybrid-kv-cache-manager": "every layer sized for the whole context is not a field of this run",
     "--long-prefill-token-threshold": "prefill scheduling is not modelled",
     "--max-num-partial-prefills": "prefill scheduling is not modelled",
     "--async-scheduling": "scheduling is not modelled",
@@ -276,6 +280,10 @@ def _other(r: Reading, arg: Arg) -> None:
     elif key == "--block-size":
         n = to_int(value, where, lo=1, hi=4096)
         r.maybe(InferenceRun, ("block_size", "kv_block_size"), n, where, arg.text, _UNMODELLED[key])
+    elif key == "--disable-hybrid-kv-cache-manager":
+        r.maybe(InferenceRun, ("hybrid_kv_cache",), False, where, arg.text, _UNMODELLED[key])
+    elif key == "--limit-mm-per-prompt":
+        mm_limit(r, arg, _UNMODELLED[key])
     elif key in _NO_MEMORY:
         r.note(arg.text, _NO_MEMORY[key])
     elif key in _UNMODELLED:

@@ -152,6 +152,8 @@ def traits_for(
     values = dict(TRAITS.get(model_type, {}))
     cfg = config or {}
     values.update(_dropouts(cfg, source))
+    if cfg.get("is_hybrid_swa") is True:  # SGLang's opt-in for hybrid-SWA pools (model_config.py)
+        values["sglang_hybrid_swa"] = True
     if model_type == "gemma2":
         cap = cfg.get("attn_logit_softcapping", 50.0)
         values["attn_logit_softcapping"] = (

@@ -36,10 +36,27 @@ class Runtime(ABC):
     gguf: bool = False  # loads GGUF files (llama.cpp) rather than safetensors formats
     fallback_format: str = "nf4"  # the common 4-bit format a fit names when no format fits
     sizes_from_capacity: bool = False  # the estimate depends on the GPU's memory (vLLM's KV pool)
+    even_stages: bool = True  # pp stages take equal layer counts (Ollama splits them by free memory)
 
     def formats(self) -> list[WeightFormat]:
         """The weight formats this engine loads."""
         return [f for f in list_weight_formats() if f.id.startswith("gguf-") == self.gguf]
+
+    def expresses(self, spec: ModelSpec, run: InferenceRun, source: str) -> str | None:
+        """Whether this engine's own command can express ``run`` on the model opened from ``source`` (a
+        Hugging Face id, a path): None when it can, else the reason in one line. By default an engine loads
+        the weight formats :meth:`formats` lists (and the model's own files)."""
+        name = self.label or self.name
+        gguf_file = source.lower().endswith(".gguf")
+        if run.weights == "file":
+            if gguf_file == self.gguf:
+                return None
+            return f"{name} loads {'a GGUF file' if self.gguf else 'Hugging Face weights'}, not {source}"
+        if any(f.id == run.weights for f in self.formats()):
+            return None
+        return (
+            f"{name} loads {'GGUF' if self.gguf else 'Hugging Face (safetensors)'} weights, not {run.weights}"
+        )
 
     def quantizes_experts(self, run: InferenceRun) -> bool:
         """Whether the run's weight format quantizes routed experts on this engine."""

@@ -48,7 +48,7 @@ def check_run(spec: ModelSpec, run: InferenceRun) -> tuple[str, ...]:
         raise GpumemInputError(
             f"expert parallel degree {run.ep} exceeds the {run.gpus} GPUs (tp x pp)", field="ep"
         )
-    if spec.num_layers % run.pp:
+    if spec.num_layers % run.pp and runtime(run.engine).even_stages:
         warnings.append(
             f"pp: {run.pp} stages do not divide {spec.num_layers} layers; the first stages get "
             f"{ceil(spec.num_layers / run.pp)} layers (the estimate uses the fullest stage)"

@@ -96,9 +96,10 @@ def _kv_buffer(spec: ModelSpec, run: InferenceRun, offloaded: int) -> int:
     return kv_buffers(spec, run, offloaded)[0]
 
 
-def _compute_buffer(spec: ModelSpec, run: InferenceRun) -> Component:
+def _compute_buffer(spec: ModelSpec, run: InferenceRun, output: bool = True) -> Component:
     """ggml's graph allocator reuses memory between the stages of one micro-batch, so the buffer is the
-    largest stage, not the sum (``ggml/src/ggml-alloc.c``): f32 tensors of ``n_ubatch`` rows each."""
+    largest stage, not the sum (``ggml/src/ggml-alloc.c``): f32 tensors of ``n_ubatch`` rows each.
+    ``output`` False: a GPU of a layer split that does not hold the output layer (no logits stage)."""
     n_ctx = run.batch * run.tokens
     ub = min(run.n_ubatch, n_ctx)
     h = spec.hidden_size
@@ -113,6 +114,8 @@ def _compute_buffer(spec: ModelSpec, run: InferenceRun) -> Component:
         # only per-head tiles; plus q/k/v/out rows
         "attention": (0 if run.flash_attn else ub * n_ctx * spec.num_attention_heads * 4) + 4 * row,
     }
+    if not output:
+        del stages["output"]
     stage = max(stages, key=lambda k: stages[k])
     return component(
         "compute_buffer",

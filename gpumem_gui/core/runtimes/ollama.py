@@ -22,7 +22,8 @@ from gpumem_gui.core.runtimes.base import Lever, Runtime
 from gpumem_gui.core.runtimes.llamacpp import LLAMA_CPP
 from gpumem_gui.core.runtimes.ollama_models import OLLAMA_FAMILIES
 from gpumem_gui.core.runtimes.ollama_options import OLLAMA_DEFAULT_NUM_BATCH, OLLAMA_DEFAULT_NUM_CTX
-from gpumem_gui.core.runtimes.ollama_predict import FLASH_BY_DEFAULT, Placement, Prediction, place, predict
+from gpumem_gui.core.runtimes.ollama_predict import FLASH_BY_DEFAULT, Placement, Prediction, predict
+from gpumem_gui.core.runtimes.ollama_split import choose_gpus, split_estimate
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.units import MiB
@@ -114,10 +115,12 @@ def ollama_settings(spec: ModelSpec, run: InferenceRun) -> OllamaSettings:
 def ollama_plan(
     spec: ModelSpec, run: InferenceRun, wb: WeightBytes, free: int | None
 ) -> tuple[OllamaSettings, Prediction, Placement]:
-    """Ollama's settings, prediction and layer placement on one GPU with ``free`` bytes (None: unlimited)."""
+    """Ollama's settings, prediction and layer placement on the ``pp`` GPUs (CUDA_VISIBLE_DEVICES) with
+    ``free`` bytes each (None: unlimited): on the fewest that hold every layer, or all with sched_spread."""
     s = ollama_settings(spec, run)
     pred = predict(spec, wb, s.num_ctx * s.parallel, s.batch, s.parallel, s.kv_type, s.flash)
-    return s, pred, place(pred, free, run.gpu_overhead_mib * MiB, run.num_gpu)
+    plc = choose_gpus(pred, free, run.pp, run.gpu_overhead_mib * MiB, run.num_gpu, run.sched_spread)
+    return s, pred, plc
 
 
 def ollama_tag(model: str, weights: str) -> str:
@@ -138,15 +141,19 @@ class Ollama(Runtime):
     gguf = True
     fallback_format = "gguf-Q4_K_M"
     sizes_from_capacity = True  # the layers Ollama offloads depend on the GPU's memory
+    even_stages = False  # pp GPUs take layers by their free memory (ollama_split)
 
     def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
-        if run.tp * run.pp * run.ep > 1:
+        if run.tp * run.ep > 1:
             raise GpumemInputError(
-                "Ollama has no tensor, pipeline or expert parallelism (it spreads layers over GPUs by free "
-                "memory, which gpumem does not model): use tp=1, pp=1, ep=1",
-                field="tp",
+                "Ollama has no tensor or expert parallelism (it splits the layers over GPUs by free memory: "
+                "give the GPUs as pp): use tp=1, ep=1",
+                field="tp" if run.tp > 1 else "ep",
             )
-        return list(ollama_settings(spec, run).warnings)
+        warns = list(ollama_settings(spec, run).warnings)
+        if run.sched_spread and run.pp == 1:
+            warns.append("sched_spread: one GPU (pp 1); OLLAMA_SCHED_SPREAD changes nothing")
+        return warns
 
     def estimate(
         self,
@@ -173,6 +180,11 @@ class Ollama(Runtime):
             notes.append(
                 f"num_gpu {layers}: more layers than Ollama predicts fit ({plc.layers}); it loads them "
                 "anyway and may run out of memory"
+            )
+        if run.pp > 1 and capacity is not None:
+            notes.append(
+                f"Ollama loads the model on {len(plc.split)} of the {run.pp} GPUs, layers split "
+                f"{','.join(str(k) for k in plc.split)} (--tensor-split)"
             )
         lrun = run.model_copy(
             update={
@@ -206,12 +218,19 @@ class Ollama(Runtime):
             "ollama_required_full": plc.total,
             "ollama_required_partial": plc.vram,
             "ollama_kv": sum(pred.kv),
-            "ollama_graph_full": pred.graph_full,
+            "ollama_graph_full": pred.graph_full if len(plc.split) < 2 else pred.graph_partial,
             "ollama_graph_partial": pred.graph_partial,
             "ollama_weights_repeating": sum(pred.layer_bytes),
             "ollama_weights_nonrepeating": pred.output_bytes,
             "ollama_source": _SRC,
         }
+        if run.pp > 1:  # the GPUs Ollama loads on, its layers.split and memory.required.allocations
+            facts |= {
+                "ollama_gpus": sum(1 for k in plc.split if k) or len(plc.split),
+                "ollama_split": ",".join(str(k) for k in plc.split),
+                "ollama_allocations": ",".join(str(a) for a in plc.allocations),
+            }
+            est = split_estimate(spec, lrun, wb, est, plc, layers)
         return est.model_copy(update={"engine": self.name, "facts": facts})
 
     def fit_levers(self, spec: ModelSpec, run: InferenceRun, fits: Callable[..., bool]) -> list[Lever]:
@@ -237,6 +256,21 @@ class Ollama(Runtime):
         done, _, total = str(est.facts.get("offloaded", "0/1")).partition("/")
         return done == total or est.facts.get("layers_requested", -1) != -1
 
+    def expresses(self, spec: ModelSpec, run: InferenceRun, source: str) -> str | None:
+        """A GGUF weight format of a model with an Ollama library tag (or a Hugging Face GGUF repository,
+        ``hf.co/<repo>:<type>``), or a GGUF file (``FROM`` in a Modelfile)."""
+        why = super().expresses(spec, run, source)
+        if why is not None or run.weights == "file":
+            return why
+        if source.startswith(("/", "./", "../", "~")) or "\\" in source:
+            return f"Ollama pulls a model by name; {source} is a local model that is not a GGUF file"
+        if ollama_tag(source, run.weights).startswith("hf.co/") and "gguf" not in source.lower():
+            return (
+                f"{source} has no Ollama library tag gpumem knows, and Ollama pulls hf.co/<repo>:<type> only "
+                "from a GGUF repository"
+            )
+        return None
+
     def command(self, model: str, run: InferenceRun, est: Estimate) -> str:
         env = []
         num_ctx, parallel = est.facts.get("num_ctx"), est.facts.get("num_parallel")
@@ -251,10 +285,22 @@ class Ollama(Runtime):
             env.append(f"OLLAMA_KV_CACHE_TYPE={kv}")
         if run.gpu_overhead_mib:
             env.append(f"OLLAMA_GPU_OVERHEAD={run.gpu_overhead_mib * MiB}")
-        lines = [
-            shlex.join([*env, "ollama", "serve"]),
-            shlex.join(["ollama", "run", ollama_tag(model, run.weights)]),
-        ]
+        if run.pp > 1:  # the GPUs Ollama may split the layers over
+            env.append("CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(run.pp)))
+        if run.sched_spread:
+            env.append("OLLAMA_SCHED_SPREAD=1")
+        lines = [shlex.join([*env, "ollama", "serve"])]
+        if run.weights == "file":  # a GGUF file: a Modelfile names it (docs/modelfile.md FROM)
+            base = model.replace("\\", "/").rsplit("/", 1)[-1]
+            base = base[:-5] if base.lower().endswith(".gguf") else base
+            name = "".join(c if c.isalnum() or c in "._-" else "-" for c in base.lower()) or "model"
+            lines += [
+                f"printf 'FROM %s\\n' {shlex.quote(model)} > Modelfile",
+                shlex.join(["ollama", "create", name, "-f", "Modelfile"]),
+                shlex.join(["ollama", "run", name]),
+            ]
+        else:
+            lines.append(shlex.join(["ollama", "run", ollama_tag(model, run.weights)]))
         if run.num_gpu is not None:
             lines.append(f"/set parameter num_gpu {run.num_gpu}")
         if run.num_batch != OLLAMA_DEFAULT_NUM_BATCH:

@@ -104,3 +104,13 @@ OllamaGpuOverheadMiB = Annotated[
         engines=_E,
     ),
 ]
+OllamaSchedSpread = Annotated[
+    bool,
+    UI(
+        "Spread over all GPUs",
+        _O,
+        "OLLAMA_SCHED_SPREAD: load the model on every GPU (pp of them) rather than the fewest that hold "
+        "every layer (Ollama's default, llm/server.go pickBestFullFitByLibrary)",
+        engines=_E,
+    ),
+]

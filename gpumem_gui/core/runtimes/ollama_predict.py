@@ -4,9 +4,9 @@ Ollama up to v0.12.10 decides how many layers go to the GPU from a prediction, n
 ``fs/ggml/ggml.go`` ``GraphSize`` (KV bytes per layer and a compute-graph size per architecture, for a full
 and a partial offload) and ``llm/memory.go`` ``estimateGPULayers`` (a GPU holds a 457 MiB minimum, one spare
 layer, the larger graph and as many layers, last first, as leave it above ``OLLAMA_GPU_OVERHEAD``; then the
-output layer). This module writes those rules for one GPU from the model's shapes and the GGUF weight bytes;
-the bytes llama.cpp then allocates come from :mod:`.llamacpp`. v0.12.11 (ollama commit f560bd0) replaced the
-layout with the Ollama engine's, which measures the graph; v0.30 hands placement to llama-server.
+output layer). This module writes those rules for one or more GPUs from the model's shapes and the GGUF weight
+bytes; the bytes llama.cpp then allocates come from :mod:`.llamacpp`. v0.12.11 (ollama commit f560bd0)
+replaced the layout with the Ollama engine's, which measures the graph; v0.30 hands placement to llama-server.
 """
 
 from __future__ import annotations
@@ -40,13 +40,15 @@ class Prediction:
 
 @dataclass(frozen=True)
 class Placement:
-    """``estimateGPULayers`` for one GPU: layers offloaded (output counted), predicted bytes."""
+    """``estimateGPULayers`` for one or more GPUs: layers offloaded (output counted), predicted bytes."""
 
     layers: int  # of blocks + 1
-    vram: int  # memory.required.partial: what Ollama expects on the GPU
+    vram: int  # memory.required.partial: what Ollama expects on the GPUs together
     total: int  # memory.required.full: vram + what did not fit
-    graph: int  # the graph Ollama added (full or partial)
+    graph: int  # the graph Ollama added to each GPU that holds layers (full or partial)
     fully_loaded: bool
+    split: tuple[int, ...] = ()  # layers.split: layers (output counted) per GPU, Ollama's --tensor-split
+    allocations: tuple[int, ...] = ()  # memory.required.allocations: predicted bytes per GPU
 
 
 def _kv(spec: ModelSpec, ctx: int, batch: int, parallel: int, elem: float) -> list[int]:
@@ -138,31 +140,63 @@ def predict(
 
 
 def place(p: Prediction, free: int | None, overhead: int, num_gpu: int | None) -> Placement:
-    """``estimateGPULayers`` on one GPU with ``free`` bytes (None: unlimited); ``num_gpu`` None is Ollama's
-    -1 (as many as fit). Blocks go last first while ``free > overhead + used + graph + layer``; the first
-    block that does not fit ends the placement; the output layer follows when every block fit."""
+    """``estimateGPULayers`` on one GPU with ``free`` bytes (None: unlimited): :func:`place_gpus`."""
+    return place_gpus(p, (free,), overhead, num_gpu)
+
+
+def place_gpus(p: Prediction, frees: tuple[int | None, ...], overhead: int, num_gpu: int | None) -> Placement:
+    """``estimateGPULayers`` on GPUs with ``frees`` bytes each (None: unlimited); ``num_gpu`` None is
+    Ollama's -1 (as many as fit). A GPU takes part when it holds the 457 MiB minimum, two spare layers and
+    the graph above ``overhead``; blocks go last first, block ``i`` to the ``i mod j``-th of the ``j`` GPUs
+    still taking part, and a GPU it does not fit on stops taking part; the output layer follows on the
+    ``count mod j``-th. Each GPU that holds layers adds the graph: the full one only when every layer is
+    placed on a single GPU (several GPUs always add the partial graph, "multigpu should always use the
+    partial graph size")."""
     n = len(p.layer_bytes)
-    graph = max(p.graph_full, p.graph_partial)
+    g_full = p.graph_partial if len(frees) > 1 else p.graph_full
+    graph = max(g_full, p.graph_partial)
     spare = p.layer_bytes[0] + p.kv[0]  # "one layer worth of memory as a buffer"
-    room = free is None or free >= overhead + graph + MINIMUM_MEMORY + 2 * spare
-    used, count, overflow = (MINIMUM_MEMORY + spare if room else 0), 0, 0
-    for i in range(n - 1, -1, -1):
-        size = p.layer_bytes[i] + p.kv[i]
+    alloc, split = [0] * len(frees), [0] * len(frees)
+    space = []  # gpusWithSpace
+    for i, free in enumerate(frees):
+        if free is None or free >= overhead + graph + MINIMUM_MEMORY + 2 * spare:
+            space.append(i)
+            alloc[i] += MINIMUM_MEMORY + spare
+
+    def fits(g: int, size: int) -> bool:
+        free = frees[g]
+        return free is None or free > overhead + alloc[g] + graph + size
+
+    count = overflow = 0
+    for layer in range(n - 1, -1, -1):
+        size = p.layer_bytes[layer] + p.kv[layer]
         if num_gpu is not None and count >= num_gpu:
             overflow += size
-        elif room and (free is None or free > overhead + used + graph + size):
-            used += size
-            count += 1
-        else:
-            room = False
+            continue
+        for j in range(len(space), 0, -1):
+            g = space[layer % j]
+            if fits(g, size):
+                alloc[g] += size
+                split[g] += 1
+                count += 1
+                break
+            del space[layer % j]
+        if not space:
             overflow += size
-    wants_output = p.output_bytes and (num_gpu is None or count < num_gpu)
-    if wants_output and room and (free is None or free > overhead + used + graph + p.output_bytes):
-        used += p.output_bytes
-        count += 1
-    if count < n + 1:
-        overflow += p.output_bytes
-    full = count >= n + 1
-    g = p.graph_full if full else p.graph_partial
-    vram = used + g if count else used  # the graph goes only to a GPU that holds layers
-    return Placement(count, vram, vram + overflow, g, full)
+    full = count >= n
+    if p.output_bytes:
+        if num_gpu is None or count < num_gpu:
+            for j in range(len(space), 0, -1):
+                g = space[count % j]
+                if fits(g, p.output_bytes):
+                    alloc[g] += p.output_bytes
+                    split[g] += 1
+                    count += 1
+                    break
+        if count < n + 1:
+            full = False
+            overflow += p.output_bytes
+    g = g_full if full else p.graph_partial
+    alloc = [a + g if k else a for a, k in zip(alloc, split, strict=True)]  # the graph only where layers are
+    vram = sum(alloc)
+    return Placement(count, vram, vram + overflow, g, full, tuple(split), tuple(alloc))

@@ -25,6 +25,7 @@ from gpumem_gui.core.runtimes.ollama_options import (
     OllamaNumCtx,
     OllamaNumGpu,
     OllamaNumParallel,
+    OllamaSchedSpread,
 )
 from gpumem_gui.core.runtimes.sglang_options import (
     ChunkedPrefillSize,
@@ -34,10 +35,15 @@ from gpumem_gui.core.runtimes.sglang_options import (
     DisableRadixCache,
     EnableDpAttention,
     MaxRunningRequests,
+    MaxTotalTokens,
     MemFractionStatic,
+    PageSize,
+    SwaFullTokensRatio,
 )
 from gpumem_gui.core.runtimes.vllm_options import (
     VllmBlockSize,
+    VllmHybridKvCache,
+    VllmImagesPerPrompt,
     VllmMaxCaptureSize,
     VllmMaxNumSeqs,
     VllmProfileCudagraphs,
@@ -164,7 +170,12 @@ class InferenceRun(Frozen):
     pp: Annotated[
         int,
         Field(ge=1, le=4096),
-        _degree("Pipeline parallel", "pipeline stages: at most the layers", " stages"),
+        _degree(
+            "Pipeline parallel",
+            "pipeline stages: at most the layers (Ollama: the GPUs it may split the layers over, "
+            "CUDA_VISIBLE_DEVICES)",
+            " stages",
+        ),
     ] = 1
     ep: Annotated[
         int,
@@ -227,12 +238,17 @@ class InferenceRun(Frozen):
     profile_cudagraphs: VllmProfileCudagraphs = True
     tp_link: VllmTpLink = "auto"
     block_size: VllmBlockSize = 16
+    hybrid_kv_cache: VllmHybridKvCache = True
+    images_per_prompt: VllmImagesPerPrompt = None
     mem_fraction_static: MemFractionStatic = None
     chunked_prefill_size: ChunkedPrefillSize = None
     max_running_requests: MaxRunningRequests = None
     cuda_graph_max_bs: CudaGraphMaxBs = None
     disable_cuda_graph: DisableCudaGraph = False
     disable_radix_cache: DisableRadixCache = False
+    page_size: PageSize = None
+    max_total_tokens: MaxTotalTokens = None
+    swa_full_tokens_ratio: SwaFullTokensRatio = 0.8
     dp_size: DataParallel = 1
     enable_dp_attention: EnableDpAttention = False
     n_gpu_layers: Annotated[
@@ -292,6 +308,7 @@ class InferenceRun(Frozen):
     num_gpu: OllamaNumGpu = None
     num_batch: OllamaNumBatch = 512
     gpu_overhead_mib: OllamaGpuOverheadMiB = 0
+    sched_spread: OllamaSchedSpread = False
     cuda_context_mib: CudaContextMiB = 500
 
     @model_validator(mode="before")

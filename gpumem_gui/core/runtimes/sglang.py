@@ -8,7 +8,9 @@ What one SGLang GPU (a TP rank of one pipeline stage) holds, in the order the se
 3. the KV pool: ``max_total_num_tokens = (P x mem_fraction_static - weights) / cell`` whole tokens
    (``profile_max_num_token`` / ``_profile_available_bytes``: rest = free after load - P x (1 - fraction)),
    ``cell`` = KV heads per attention-TP rank x (head_dim + v_head_dim) x layers x dtype bytes (MLA: the
-   latent kv_lora_rank + qk_rope_head_dim); the buffers hold one page more (``MHATokenToKVPool``);
+   latent kv_lora_rank + qk_rope_head_dim), at most ``--max-total-tokens``, in whole ``--page-size`` pages;
+   the buffers hold one page more (``MHATokenToKVPool``); a hybrid sliding-window model splits the budget
+   between a full and an SWA pool by ``swa_full_tokens_ratio`` (:mod:`.sglang_swa`);
 4. the request pool ``ReqToTokenPool``: max_running_requests x (context_len + 4) int32 slots, and the
    allocator's free list (one int64 per token);
 5. the attention backend's workspace, then the CUDA graphs of the decode batch sizes;
@@ -35,10 +37,10 @@ from gpumem_gui.core.runtimes.sglang_pool import (
     Pool,
     StageMemory,
     activation,
-    cell_bytes,
     dynamic_components,
     size_pool,
 )
+from gpumem_gui.core.runtimes.sglang_swa import Cells, stage_cells
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, stage_layers
 
@@ -56,18 +58,19 @@ QUANTIZATION_FLAGS = {
     "mxfp4": "mxfp4",
     "nvfp4": "modelopt_fp4",
 }
+SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio default (python/sglang/srt/server_args.py)
 _DTYPE_FLAGS = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
 def _stage(
     spec: ModelSpec, run: InferenceRun, wb: WeightBytes, stage: int, quantize_experts: bool
-) -> tuple[Component, int, int]:
-    """(weights component, layers, KV cell bytes) of one pipeline stage's TP rank."""
-    layers = len(stage_layers(spec, run.pp, stage))
+) -> tuple[Component, int, Cells]:
+    """(weights component, layers, KV cells) of one pipeline stage's TP rank."""
+    layers = stage_layers(spec, run.pp, stage)
     weights, _ = load_phase(spec, run, quantize_experts, Degrees(tp=run.tp, pp=run.pp, ep=run.ep), stage, wb)
     attn_tp = run.tp // run.dp_size if run.enable_dp_attention else run.tp
-    cell = cell_bytes(spec, kv_bytes_per_element(run.kv_dtype_resolved), attn_tp, layers)
-    return weights, layers, cell
+    cells = stage_cells(spec, kv_bytes_per_element(run.kv_dtype_resolved), attn_tp, layers)
+    return weights, len(layers), cells
 
 
 def _warnings(spec: ModelSpec, run: InferenceRun, pool: Pool, dyn: int, context_len: int) -> list[str]:
@@ -102,12 +105,36 @@ def _warnings(spec: ModelSpec, run: InferenceRun, pool: Pool, dyn: int, context_
             f"dp_size: {run.dp_size} replicas of tp x pp = {run.gpus} GPUs ({run.dp_size * run.gpus} GPUs in "
             "all); the estimate is one replica's GPUs, the batch spread over the replicas"
         )
-    if "sliding_attention" in spec.layer_types:
+    window = spec.sliding_window or 0
+    if pool.swa_tokens is not None and pool.tokens > 0 and pool.swa_tokens <= window + pool.page:
         out.append(
-            "sliding-window layers: SGLang's hybrid SWA pool (swa_full_tokens_ratio) is not modelled; every "
-            "layer is sized as full attention (an overestimate of the KV per token)"
+            f"swa_full_tokens_ratio: SGLang refuses to start: its SWA pool ({pool.swa_tokens} tokens) cannot "
+            f"hold one request's window (sliding_window {window} + page {pool.page}); raise "
+            "swa_full_tokens_ratio or the memory"
+        )
+    cap = run.max_total_tokens
+    if pool.capacity and cap is not None and pool.profiled is None and cap > pool.tokens > 0:
+        out.append(
+            f"max_total_tokens: {cap} is more than the {pool.tokens} tokens the memory "
+            "gives; SGLang warns and keeps its own value"
         )
     return out
+
+
+def _swa_facts(spec: ModelSpec, run: InferenceRun, pool: Pool) -> dict[str, object]:
+    """How SGLang keeps the sliding-window layers' KV (absent for a model without sliding layers)."""
+    if "sliding_attention" not in spec.layer_types:
+        return {}
+    if pool.swa_tokens is None:
+        return {
+            "swa_pool": "none: SGLang keeps every token's KV in the sliding layers too (the model is not on "
+            "its hybrid-SWA list, model_config.py is_hybrid_swa_model)"
+        }
+    return {
+        "swa_pool": f"separate: {pool.swa_tokens} tokens = int(max_total_num_tokens x "
+        f"{run.swa_full_tokens_ratio:g}) in whole pages (HybridSWAPoolConfigurator)",
+        "swa_full_tokens_ratio": run.swa_full_tokens_ratio,
+    }
 
 
 class Sglang(Runtime):
@@ -141,17 +168,25 @@ class Sglang(Runtime):
         sd = server_defaults(run, capacity)
         context_len = run.max_model_len or spec.max_position_embeddings
         stages = [_stage(spec, run, wb, s, self.quantizes_experts(run)) for s in range(run.pp)]
-        pool = size_pool(run, capacity, sd, [(w.bytes, cell) for w, _, cell in stages], context_len)
+        pool = size_pool(run, capacity, sd, [(w.bytes, cells) for w, _, cells in stages], context_len)
         act = activation(spec, run, sd.chunked_prefill_size, pool.max_running_requests)
         shares, per_stage = [], []
-        for s, (weights, layers, cell) in enumerate(stages):
-            mem = dynamic_components(run, pool, sd, cell, layers, context_len)
+        for s, (weights, layers, cells) in enumerate(stages):
+            mem = dynamic_components(run, pool, sd, cells, layers, context_len)
             per_stage.append(mem)
             shares.append(self._share(s, weights, mem, act))
         worst = max(range(run.pp), key=lambda s: shares[s].total_bytes)
         dyn = per_stage[worst].dynamic_bytes + act.bytes
         warnings = (*warnings, *_warnings(spec, run, pool, dyn, context_len))
-        return self._result(run, sd, pool, shares, worst, stages[worst], per_stage[worst], act, warnings)
+        result = self._result(run, sd, pool, shares, worst, stages[worst], per_stage[worst], act, warnings)
+        # a sliding layer keeps at most the window of each sequence once SGLang evicts the older tokens
+        swa_need = ceil(run.batch / run.dp_size) * min(run.tokens, spec.sliding_window or 0)
+        return result.model_copy(
+            update={
+                "facts": {**result.facts, **_swa_facts(spec, run, pool)},
+                "kv_cache_bytes": result.kv_cache_bytes + swa_need * stages[worst][2].swa,
+            }
+        )
 
     def _share(self, s: int, weights: Component, mem: StageMemory, act: Component) -> GpuShare:
         comps = (mem.preload, weights, mem.kv, mem.req_pool, mem.workspace, mem.graphs, act)
@@ -168,12 +203,12 @@ class Sglang(Runtime):
         pool: Pool,
         shares: list[GpuShare],
         worst: int,
-        stage: tuple[Component, int, int],
+        stage: tuple[Component, int, Cells],
         mem: StageMemory,
         act: Component,
         warnings: tuple[str, ...],
     ) -> Estimate:
-        weights, _, cell = stage
+        weights, _, cells = stage
         share = shares[worst]
         static = (weights, mem.kv, mem.req_pool)
         phases = {
@@ -194,7 +229,7 @@ class Sglang(Runtime):
             "chunked_prefill_size": sd.chunked_prefill_size,
             "cuda_graph_max_bs": sd.cuda_graph_max_bs,
             "cuda_graph_batch_sizes": len(sd.capture_sizes),
-            "kv_bytes_per_token": cell,
+            "kv_bytes_per_token": cells.total,
             "kv_tokens_needed": need_tokens,
             "sequences_per_pool": seqs,
             "radix_cache": "off"
@@ -213,7 +248,7 @@ class Sglang(Runtime):
             total_bytes=share.total_bytes,
             components=share.components,
             per_gpu=tp_ranks(shares, run.tp),
-            kv_cache_bytes=need_tokens * cell,
+            kv_cache_bytes=need_tokens * cells.full,
             warnings=warnings,
             facts=facts,
         )
@@ -289,9 +324,13 @@ class Sglang(Runtime):
             ("--chunked-prefill-size", run.chunked_prefill_size),
             ("--max-running-requests", run.max_running_requests),
             ("--cuda-graph-max-bs", run.cuda_graph_max_bs),
+            ("--page-size", run.page_size),
+            ("--max-total-tokens", run.max_total_tokens),
         ):
             if value is not None:
                 args += [flag, str(value)]
+        if run.swa_full_tokens_ratio != SWA_FULL_TOKENS_RATIO:
+            args += ["--swa-full-tokens-ratio", f"{run.swa_full_tokens_ratio:g}"]
         args += ["--disable-cuda-graph"] * run.disable_cuda_graph + [
             "--disable-radix-cache"
         ] * run.disable_radix_cache

@@ -113,3 +113,47 @@ EnableDpAttention = Annotated[
         engines=_ONLY,
     ),
 ]
+PageSize = Annotated[
+    int | None,
+    Field(ge=1, le=4096),
+    UI(
+        "KV page size",
+        _S,
+        "--page-size: tokens per KV page; the pool holds whole pages (max_total_num_tokens rounded down to "
+        "a multiple) plus one page. Auto: 1, SGLang's default for the FlashInfer, Triton and FA3 backends "
+        "(server_args.py _handle_page_size; FlashMLA forces 64, Cutlass MLA and FA4 128)",
+        unit=" tokens",
+        special="auto (1)",
+        none=0,
+        engines=_ONLY,
+    ),
+]
+MaxTotalTokens = Annotated[
+    int | None,
+    Field(ge=1, le=(1 << 31) - 1),
+    UI(
+        "Max total tokens",
+        _S,
+        "--max-total-tokens: a cap on the KV pool's tokens; SGLang takes min(cap, what the memory gives) and "
+        "a cap above it only warns (model_runner_kv_cache_mixin.py _apply_token_constraints). Without a GPU "
+        "capacity the pool is this cap. Auto: no cap",
+        unit=" tokens",
+        step=1024,
+        special="auto (no cap)",
+        none=0,
+        engines=_ONLY,
+    ),
+]
+SwaFullTokensRatio = Annotated[
+    float,
+    Field(gt=0, le=1),
+    UI(
+        "SWA / full tokens",
+        _S,
+        "--swa-full-tokens-ratio: for models SGLang runs with a hybrid sliding-window pool, the sliding "
+        "layers' pool holds this share of the full layers' tokens (default 0.8, server_args.py)",
+        step=0.05,
+        decimals=3,
+        engines=_ONLY,
+    ),
+]

@@ -17,6 +17,7 @@ from gpumem_gui.core.results.estimate import Component
 from gpumem_gui.core.runtimes.base import component
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.sglang_defaults import ServerDefaults
+from gpumem_gui.core.runtimes.sglang_swa import Cells, per_layer_bytes, split_tokens
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.units import GiB, MiB
 
@@ -63,13 +64,9 @@ def preload_bytes(run: InferenceRun, capacity: int | None) -> int:
 
 
 def cell_bytes(spec: ModelSpec, kv_elem: float, attn_tp: int, layers: int) -> int:
-    """KV bytes one token costs on one rank: KV heads per attention-TP rank (at least one) x (head_dim +
-    v_head_dim) x layers x element bytes; MLA stores the latent (kv_lora_rank + qk_rope_head_dim), replicated
-    (pool_configurator.py DefaultPoolConfigurator._compute_cell_size)."""
-    if spec.mla is not None:
-        return round(layers * (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) * kv_elem)
-    kvh = max(1, spec.num_kv_heads // attn_tp)
-    return round(layers * kvh * 2 * spec.head_dim * kv_elem)
+    """KV bytes one token costs on one rank over ``layers`` layers, all sized as full attention
+    (:func:`~gpumem_gui.core.runtimes.sglang_swa.per_layer_bytes` x layers)."""
+    return round(layers * per_layer_bytes(spec, kv_elem, attn_tp))
 
 
 @dataclass(frozen=True)
@@ -83,6 +80,9 @@ class Pool:
     tokens: int  # max_total_num_tokens
     max_running_requests: int  # per pool (per DP-attention rank)
     explain: str
+    page: int = PAGE_SIZE  # --page-size
+    swa_tokens: int | None = None  # the hybrid SWA pool's tokens (None: no separate SWA pool)
+    profiled: int | None = None  # tokens the memory gives before --max-total-tokens caps them
 
     def facts(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -90,7 +90,12 @@ class Pool:
             "max_running_requests": self.max_running_requests,
             "mem_fraction_static": self.fraction,
             "mem_fraction_static_from": self.explain,
+            "page_size": self.page,
         }
+        if self.swa_tokens is not None:
+            out["swa_max_total_num_tokens"] = self.swa_tokens
+        if self.profiled is not None:
+            out["tokens_before_max_total_tokens"] = self.profiled
         if self.capacity:
             out |= {"pre_load_free_bytes": self.pre_load_free, "reserve_bytes": self.reserve}
         return out
@@ -109,20 +114,43 @@ def size_pool(
     run: InferenceRun,
     capacity: int | None,
     sd: ServerDefaults,
-    stages: list[tuple[int, int]],
+    stages: list[tuple[int, Cells]],
     context_len: int,
 ) -> Pool:
-    """max_total_num_tokens from (weights bytes, cell bytes) of each stage: ``(P x fraction - weights) //
-    cell`` in whole pages, the minimum over stages; without a capacity, the batch's tokens."""
-    f = sd.mem_fraction_static
+    """max_total_num_tokens from (weights bytes, KV cells) of each stage: ``(P x fraction - weights) //
+    cell`` (hybrid SWA: cell = full + ratio x swa), the minimum over stages, capped by max_total_tokens,
+    in whole pages; without a capacity, the cap or the batch's tokens."""
+    f, page, ratio, cap = sd.mem_fraction_static, run.page_size or PAGE_SIZE, run.swa_full_tokens_ratio, None
+    hybrid = any(c.swa for _, c in stages)
     if not capacity:
-        tokens = ceil(run.batch / run.dp_size) * run.tokens
-        return Pool(None, f, 0, 0, tokens, max_requests(run, tokens, context_len), sd.explain())
-    free = max(0, capacity - preload_bytes(run, capacity))
-    per_stage = [int((free * f - w) // cell) if cell else 0 for w, cell in stages]
-    tokens = max(0, min(per_stage)) // PAGE_SIZE * PAGE_SIZE
-    reserve = int(free * (1 - f))
-    return Pool(capacity, f, free, reserve, tokens, max_requests(run, tokens, context_len), sd.explain())
+        free = reserve = 0
+        tokens = ceil((run.max_total_tokens or ceil(run.batch / run.dp_size) * run.tokens) / page) * page
+    else:
+        free = max(0, capacity - preload_bytes(run, capacity))
+        reserve = int(free * (1 - f))
+        per_stage = [int((free * f - w) // c.budget(ratio)) if c.total else 0 for w, c in stages]
+        tokens = max(0, min(per_stage))
+        if run.max_total_tokens is not None and run.max_total_tokens < tokens:
+            cap, tokens = tokens, run.max_total_tokens
+    layers = Cells(
+        full=sum(c.full for _, c in stages),
+        swa=sum(c.swa for _, c in stages),
+        full_layers=sum(c.full_layers for _, c in stages),
+        swa_layers=sum(c.swa_layers for _, c in stages),
+    )
+    full, swa = split_tokens(tokens, layers, ratio, page)
+    return Pool(
+        capacity,
+        f,
+        free,
+        reserve,
+        full,
+        max_requests(run, full, context_len),
+        sd.explain(),
+        page,
+        swa if hybrid else None,
+        cap,
+    )
 
 
 @dataclass(frozen=True)
@@ -142,7 +170,7 @@ class StageMemory:
 
 
 def dynamic_components(
-    run: InferenceRun, pool: Pool, sd: ServerDefaults, cell: int, layers: int, context_len: int
+    run: InferenceRun, pool: Pool, sd: ServerDefaults, cells: Cells, layers: int, context_len: int
 ) -> StageMemory:
     link = tp_link(run, pool.capacity)
     preload = component(
@@ -155,29 +183,16 @@ def dynamic_components(
         tp=run.tp,
         link=link,
     )
-    rows = pool.tokens + PAGE_SIZE
-    kv = component(
-        "kv_cache",
-        "KV pool (token-to-KV)",
-        rows * cell,
-        "(max_total_num_tokens + page) x cell; max_total_num_tokens = (P x mem_fraction_static - weights) // "
-        "cell (min over pipeline stages)"
-        if pool.capacity
-        else "(batch x (seq + new tokens) + page) x cell",
-        "sglang model_runner_kv_cache_mixin.py _profile_available_bytes; memory_pool.py MHATokenToKVPool",
-        max_total_num_tokens=pool.tokens,
-        cell_bytes=cell,
-        mem_fraction_static=pool.fraction,
-        pre_load_free_bytes=pool.pre_load_free,
-    )
-    reqs = pool.max_running_requests
+    kv = _kv_component(pool, cells)
+    reqs, swa_tokens = pool.max_running_requests, pool.swa_tokens or 0
     req_pool = component(
         "req_to_token",
         "request pool (req-to-token) and allocator",
-        reqs * (context_len + REQ_TO_TOKEN_EXTRA) * INT32 + pool.tokens * INT64,
+        reqs * (context_len + REQ_TO_TOKEN_EXTRA) * INT32 + (pool.tokens + swa_tokens) * INT64,
         "max_running_requests x (context_len + 4) x 4 B (ReqToTokenPool) + max_total_num_tokens x 8 B "
-        "(the allocator's free list)",
-        "sglang memory_pool.py ReqToTokenPool; allocator.py TokenToKVPoolAllocator",
+        "(the allocator's free list)"
+        + (" + SWA tokens x 8 B (the SWA pool's free list)" if swa_tokens else ""),
+        "sglang memory_pool.py ReqToTokenPool; allocator.py TokenToKVPoolAllocator / allocator/swa.py",
         max_running_requests=reqs,
         context_len=context_len,
     )
@@ -201,6 +216,49 @@ def dynamic_components(
         layers=layers,
     )
     return StageMemory(preload, kv, req_pool, workspace, graphs)
+
+
+def _kv_component(pool: Pool, cells: Cells) -> Component:
+    """The token-to-KV pool: (tokens + one page) rows of the full cell, and for a hybrid-SWA model (SWA
+    tokens + one page) rows of the sliding layers' cell (SWAKVPool's two MHATokenToKVPools)."""
+    if pool.capacity:
+        budget = "cell" if pool.swa_tokens is None else "(full cell + swa_full_tokens_ratio x SWA cell)"
+        how = (
+            f"max_total_num_tokens = (P x mem_fraction_static - weights) // {budget} (min over pipeline "
+            "stages, at most max_total_tokens), whole pages"
+        )
+    else:
+        how = "max_total_num_tokens = max_total_tokens, or batch x (seq + new tokens), in whole pages"
+    if pool.swa_tokens is None:
+        return component(
+            "kv_cache",
+            "KV pool (token-to-KV)",
+            (pool.tokens + pool.page) * cells.full,
+            f"(max_total_num_tokens + page) x cell; {how}",
+            "sglang pool_configurator.py DefaultPoolConfigurator; memory_pool.py MHATokenToKVPool",
+            max_total_num_tokens=pool.tokens,
+            cell_bytes=cells.full,
+            page_size=pool.page,
+            mem_fraction_static=pool.fraction,
+            pre_load_free_bytes=pool.pre_load_free,
+        )
+    return component(
+        "kv_cache",
+        "KV pools (full and sliding-window layers)",
+        (pool.tokens + pool.page) * cells.full + (pool.swa_tokens + pool.page) * cells.swa,
+        "(max_total_num_tokens + page) x full cell + (SWA tokens + page) x SWA cell; SWA tokens = "
+        f"int(max_total_num_tokens x swa_full_tokens_ratio), whole pages; {how}",
+        "sglang pool_configurator.py HybridSWAPoolConfigurator; swa_memory_pool.py SWAKVPool",
+        max_total_num_tokens=pool.tokens,
+        swa_tokens=pool.swa_tokens,
+        full_cell_bytes=cells.full,
+        swa_cell_bytes=cells.swa,
+        full_layers=cells.full_layers,
+        swa_layers=cells.swa_layers,
+        page_size=pool.page,
+        mem_fraction_static=pool.fraction,
+        pre_load_free_bytes=pool.pre_load_free,
+    )
 
 
 def activation(spec: ModelSpec, run: InferenceRun, chunk: int, max_running: int) -> Component:

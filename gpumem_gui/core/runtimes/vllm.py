@@ -4,17 +4,21 @@
 ``max_num_batched_tokens`` tokens plus a sampler run for ``max_num_seqs`` requests, measures the torch
 activation peak and the memory outside torch, captures CUDA graphs, and gives the KV cache everything left
 of ``gpu_memory_utilization x total``. KV pages hold 16 tokens per layer (``vllm/v1/kv_cache_interface.py``
-``FullAttentionSpec.page_size_bytes``); MLA layers store the latent. Without a GPU capacity the estimate
-sizes the KV for ``batch`` sequences of ``seq + new_tokens`` tokens.
+``FullAttentionSpec.page_size_bytes``); MLA layers store the latent. Models with sliding-window layers
+go through vLLM's hybrid allocator (:mod:`.vllm_kv`: KV groups sharing one pool of blocks; a sliding group
+keeps only the window's blocks of a request). Without a GPU capacity the estimate sizes the KV for
+``batch`` sequences of ``seq + new_tokens`` tokens.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 from math import ceil
 
 from gpumem_gui.core.formats import WeightBytes, kv_bytes_per_element
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase
+from gpumem_gui.core.runtimes import vllm_kv as vk
 from gpumem_gui.core.runtimes import vllm_profile as vp
 from gpumem_gui.core.runtimes.base import Runtime, component, load_phase, weights_per_rank
 from gpumem_gui.core.runtimes.run import InferenceRun
@@ -36,37 +40,115 @@ def kv_per_token(spec: ModelSpec, kv_elem: float, tp: int, layers: int | None = 
 
 
 def _kv_pool(
-    run: InferenceRun, capacity: int | None, non_kv: int, per_tok: int, max_len: int
+    run: InferenceRun, capacity: int | None, non_kv: int, lay: vk.KvLayout, max_len: int, batched: int
 ) -> tuple[int, str, dict[str, object], tuple[str, ...]]:
     """(KV bytes, formula, facts, warnings): with a GPU capacity, the pool vLLM allocates from what the
-    profiling run leaves of the budget, in whole pages; without one, the pages the batch needs."""
+    profiling run leaves of the budget, in whole blocks; without one, the blocks the batch needs."""
     bs = run.block_size
     if not capacity:
-        need = run.batch * ceil(run.tokens / bs) * bs * per_tok
+        if lay.windowed:
+            need = run.batch * lay.blocks_per_request(run.tokens, bs, batched, held=True) * lay.block_bytes
+            return need, "batch x blocks per request (summed over the KV groups) x bytes per block", {}, ()
+        need = run.batch * ceil(run.tokens / bs) * lay.block_bytes
         return need, f"batch x ceil(tokens / {bs}) pages x {bs} x bytes per token (all layers)", {}, ()
     budget = int(capacity * run.gpu_memory_utilization)
     pool = max(0, budget - non_kv)
-    blocks = pool // (bs * per_tok) if per_tok else 0
-    kv_tokens = blocks * bs
+    blocks = lay.blocks(pool)
     facts: dict[str, object] = {
         "kv_pool_bytes": pool,
-        "kv_tokens": kv_tokens,
+        "kv_tokens": lay.reported_tokens(blocks, bs),
         "gpu_blocks": blocks,
         "budget_bytes": budget,
-        "max_concurrency": round(kv_tokens / max_len, 2) if max_len else 0,
     }
-    warnings: tuple[str, ...] = ()
-    if kv_tokens < max_len:
-        warnings = (
-            f"max_model_len: vLLM would refuse to start: the KV pool holds {kv_tokens} tokens, "
-            f"fewer than max_model_len {max_len}",
-        )
     graphs = " - CUDA graphs" if run.profile_cudagraphs else ""
-    formula = (
-        f"(gpu_memory_utilization x capacity - weights - activations - non-torch{graphs}), "
-        f"in whole {bs}-token pages of the rank's layers"
+    head = f"(gpu_memory_utilization x capacity - weights - activations - non-torch{graphs}), "
+    if not lay.windowed:  # full attention: one group of every layer
+        kv_tokens = blocks * bs
+        facts["max_concurrency"] = round(kv_tokens / max_len, 2) if max_len else 0
+        warnings: tuple[str, ...] = ()
+        if kv_tokens < max_len:
+            warnings = (
+                f"max_model_len: vLLM would refuse to start: the KV pool holds {kv_tokens} tokens, "
+                f"fewer than max_model_len {max_len}",
+            )
+        return (
+            blocks * lay.block_bytes,
+            head + f"in whole {bs}-token pages of the rank's layers",
+            facts,
+            warnings,
+        )
+    per_request = lay.blocks_per_request(max_len, bs, batched)
+    facts["max_concurrency"] = round(blocks / per_request, 2) if per_request else 0
+    warnings = ()
+    if blocks < per_request:
+        warnings = (
+            f"max_model_len: vLLM would refuse to start: the KV pool holds {blocks} blocks, fewer than the "
+            f"{per_request} one request of max_model_len {max_len} takes over its {len(lay.windows)} KV "
+            "groups",
+        )
+    formula = head + (
+        f"in whole blocks of {bs} tokens x {lay.group_size} layers (one page per layer of a KV group; "
+        f"{len(lay.windows)} groups share the blocks)"
     )
-    return blocks * bs * per_tok, formula, facts, warnings
+    return blocks * lay.block_bytes, formula, facts, warnings
+
+
+def _layout(spec: ModelSpec, run: InferenceRun, kv_elem: float, per_tok: int) -> vk.KvLayout:
+    """The rank's KV groups: vLLM's hybrid allocator when some layers slide, else one group of the
+    fullest stage's layers (also with the hybrid manager off: ``unify_hybrid_kv_cache_specs`` turns the
+    sliding layers of a mixed model into full-attention ones; an all-sliding model stays one group)."""
+    types = set(spec.resolved_layer_types)
+    if "sliding_attention" in types and (run.hybrid_kv_cache or len(types) == 1):
+        return vk.layout(spec, run.pp, run.block_size * kv_per_token(spec, kv_elem, run.tp, 1))
+    return vk.KvLayout(windows=(None,), group_size=1, layer_page_bytes=run.block_size * per_tok)
+
+
+def _batch_need(
+    lay: vk.KvLayout,
+    run: InferenceRun,
+    batched: int,
+    max_len: int,
+    per_tok: int,
+    facts: dict[str, object],
+) -> tuple[bool, int, int]:
+    """(windowed, blocks or tokens, bytes) the batch's sequences take; with sliding-window layers, the
+    blocks over the KV groups (facts gain the groups' shape)."""
+    bs = run.block_size
+    if not lay.windowed:
+        need_blocks = run.batch * ceil(run.tokens / bs)
+        return False, need_blocks, need_blocks * bs * per_tok
+    facts |= {
+        "kv_groups": len(lay.windows),
+        "kv_sliding_groups": sum(w is not None for w in lay.windows),
+        "kv_group_layers": lay.group_size,
+        "kv_block_bytes": lay.block_bytes,
+        "kv_blocks_per_request": lay.blocks_per_request(max_len, bs, batched),
+    }
+    need_blocks = run.batch * lay.blocks_per_request(run.tokens, bs, batched, held=True)
+    return True, need_blocks, need_blocks * lay.block_bytes
+
+
+def _kv_component(
+    run: InferenceRun, lay: vk.KvLayout, per_tok: int, kv_bytes: int, formula: str
+) -> Component:
+    """The KV pool's breakdown entry (with the KV groups' shape when some layers slide)."""
+    windowed = lay.windowed
+    return component(
+        "kv_cache",
+        "KV cache (paged)",
+        kv_bytes,
+        formula,
+        "vllm/v1/kv_cache_interface.py page_size_bytes; gpu_worker.py determine_available_memory"
+        + (
+            "; v1/core/kv_cache_utils.py get_kv_cache_config_from_groups (hybrid allocator)"
+            if windowed
+            else ""
+        ),
+        per_token_bytes=per_tok,
+        batch=run.batch,
+        tokens=run.tokens,
+        **({"kv_groups": len(lay.windows), "group_layers": lay.group_size} if windowed else {}),
+    )
 
 
 def _weights(spec: ModelSpec, run: InferenceRun, wb: WeightBytes) -> Component:
@@ -105,12 +187,13 @@ class Vllm(Runtime):
     sizes_from_capacity = True
 
     def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
-        """Sliding-window layers: vLLM's hybrid allocator frees their pages beyond the window; the estimate
-        sizes every layer for the full length (an upper bound on their KV)."""
-        if "sliding_attention" in spec.resolved_layer_types:
+        """A vision tower: its own activations in the profiling run (all profiled images at once) are not
+        modelled, only the encoder cache its outputs fill (the ModelSpec has no tower dimensions)."""
+        if spec.vision is not None and run.images_per_prompt != 0:
             return [
-                "vllm: sliding-window layers are sized for the full context (vLLM's hybrid KV allocator "
-                "keeps only the window's pages for them; the KV is an upper bound)"
+                "vllm: the vision encoder's own activations in the profiling run are not modelled (its "
+                "weights and the encoder cache are); --limit-mm-per-prompt image=0 skips them for text-only "
+                "serving"
             ]
         return []
 
@@ -123,12 +206,14 @@ class Vllm(Runtime):
         wb: WeightBytes,
     ) -> Estimate:
         layers = vp.stage_layers(spec, run.pp)
-        per_tok = kv_per_token(spec, kv_bytes_per_element(run.kv_dtype_resolved), run.tp, layers)
+        kv_elem = kv_bytes_per_element(run.kv_dtype_resolved)
+        per_tok = kv_per_token(spec, kv_elem, run.tp, layers)
+        lay = _layout(spec, run, kv_elem, per_tok)
         max_len = run.max_model_len or run.tokens
         tokens, seqs = vp.batch_defaults(run, capacity)
         weights_c = _weights(spec, run, wb)
         w = weights_c.bytes
-        activation = vp.activation(spec, run, tokens, seqs, last_stage=True)
+        activation = vp.activation(spec, run, tokens, seqs, last_stage=True, max_len=max_len)
         non_torch = vp.non_torch(run, capacity)
         graphs = vp.cudagraphs(spec, run, seqs, layers)
         non_kv = w + activation.bytes + non_torch.bytes + (graphs.bytes if run.profile_cudagraphs else 0)
@@ -141,21 +226,13 @@ class Vllm(Runtime):
             "stage_layers": layers,
         }
         bs = run.block_size
-        need_blocks = run.batch * ceil(run.tokens / bs)
-        need_kv = need_blocks * bs * per_tok
-        kv_bytes, kv_formula, pool_facts, pool_warnings = _kv_pool(run, capacity, non_kv, per_tok, max_len)
+        windowed, need_blocks, need_kv = _batch_need(lay, run, tokens, max_len, per_tok, facts)
+        kv_bytes, kv_formula, pool_facts, pool_warnings = _kv_pool(
+            run, capacity, non_kv, lay, max_len, tokens
+        )
         facts.update(pool_facts)
         warnings = (*warnings, *pool_warnings)
-        kv_c = component(
-            "kv_cache",
-            "KV cache (paged)",
-            kv_bytes,
-            kv_formula,
-            "vllm/v1/kv_cache_interface.py page_size_bytes; gpu_worker.py determine_available_memory",
-            per_token_bytes=per_tok,
-            batch=run.batch,
-            tokens=run.tokens,
-        )
+        kv_c = _kv_component(run, lay, per_tok, kv_bytes, kv_formula)
         torch_part = w + activation.bytes + kv_bytes
         comps = (weights_c, activation, kv_c, non_torch, graphs)
         total = torch_part + non_torch.bytes + graphs.bytes
@@ -172,7 +249,9 @@ class Vllm(Runtime):
         )
         facts["params_total"] = count_params(spec).total
         facts["kv_needed_for_batch_bytes"] = need_kv
-        facts["kv_tokens_needed"] = need_blocks * bs
+        facts["kv_blocks_needed" if windowed else "kv_tokens_needed"] = (
+            need_blocks if windowed else need_blocks * bs
+        )
         return Estimate(
             mode="inference",
             engine=self.name,
@@ -196,6 +275,10 @@ class Vllm(Runtime):
         all its sequences' pages fit."""
         if "kv_tokens" not in est.facts:
             return True
+        if "kv_blocks_per_request" in est.facts:  # sliding-window layers: blocks over the KV groups
+            blocks = int(est.facts["gpu_blocks"])  # type: ignore[call-overload]
+            need = max(int(est.facts["kv_blocks_per_request"]), int(est.facts["kv_blocks_needed"]))  # type: ignore[call-overload]
+            return blocks >= need
         kv_tokens = int(est.facts["kv_tokens"])  # type: ignore[call-overload]
         need_tokens = int(est.facts.get("kv_tokens_needed", 0))  # type: ignore[call-overload]
         return kv_tokens >= int(est.facts.get("max_model_len", 0)) and kv_tokens >= need_tokens  # type: ignore[call-overload]
@@ -230,6 +313,10 @@ class Vllm(Runtime):
             args += ["--max-num-batched-tokens", str(run.max_num_batched_tokens)]
         if run.block_size != VLLM_BLOCK_SIZE:
             args += ["--block-size", str(run.block_size)]
+        if not run.hybrid_kv_cache:
+            args.append("--disable-hybrid-kv-cache-manager")
+        if run.images_per_prompt is not None:
+            args += ["--limit-mm-per-prompt", json.dumps({"image": run.images_per_prompt})]
         if run.enforce_eager:
             args.append("--enforce-eager")
         elif run.max_cudagraph_capture_size:

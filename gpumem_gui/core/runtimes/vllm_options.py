@@ -84,3 +84,31 @@ VllmBlockSize = Annotated[
         engines=_E,
     ),
 ]
+
+VllmHybridKvCache = Annotated[
+    bool,
+    UI(
+        "Hybrid KV allocator",
+        _G,
+        "vLLM's hybrid KV-cache manager for models mixing sliding-window and full-attention layers: a "
+        "sliding layer keeps only its window's pages (vllm/v1/core/kv_cache_utils.py). Off "
+        "(--disable-hybrid-kv-cache-manager; vLLM also turns it off with a KV connector): every layer is "
+        "sized for the whole context",
+        engines=_E,
+    ),
+]
+
+VllmImagesPerPrompt = Annotated[
+    int | None,
+    Field(ge=0, le=1 << 16),
+    UI(
+        "Images per prompt",
+        _G,
+        "--limit-mm-per-prompt image=N, for models with a vision tower: caps the images the profiling run "
+        "feeds the encoder (vllm/multimodal/encoder_budget.py); 0: text only, no encoder profiling. Auto: "
+        "vLLM's default limit (999 per modality)",
+        special="auto (999)",
+        none=-1,
+        engines=_E,
+    ),
+]

@@ -86,25 +86,69 @@ def _forward_bytes(spec: ModelSpec, run: InferenceRun, tokens: int) -> int:
     return tokens * per_token
 
 
-def activation(spec: ModelSpec, run: InferenceRun, tokens: int, seqs: int, last_stage: bool) -> Component:
+# vllm/config/multimodal.py: --limit-mm-per-prompt defaults to 999 items of each modality
+MM_LIMIT_DEFAULT = 999
+
+
+def encoder_items(spec: ModelSpec, run: InferenceRun, tokens: int, seqs: int, max_len: int) -> int:
+    """Images the profiling run feeds the vision encoder at once (``vllm/multimodal/encoder_budget.py``
+    ``_get_max_items``): the encoder budget ``max(max_num_batched_tokens, tokens per image)`` over the
+    tokens per image, at most ``max_num_seqs x`` the images one prompt can hold; 0 for a text model or
+    ``--limit-mm-per-prompt image=0``."""
+    per_item = spec.vision.image_tokens if spec.vision else 0
+    limit = MM_LIMIT_DEFAULT if run.images_per_prompt is None else run.images_per_prompt
+    if not per_item or not limit:
+        return 0
+    budget = max(tokens, per_item)
+    per_prompt = max(1, min(limit, max_len // per_item))
+    return max(1, min(budget // per_item, seqs * per_prompt))
+
+
+def activation(
+    spec: ModelSpec, run: InferenceRun, tokens: int, seqs: int, last_stage: bool, max_len: int = 0
+) -> Component:
     """The profiled torch peak of one rank: the larger of the dummy forward and (on the last pipeline stage)
     the sampler's dummy run over ``min(max_num_seqs, max_num_batched_tokens)`` requests of the full vocabulary
-    (logits are gathered to every TP rank, so the sampler is not split)."""
+    (logits are gathered to every TP rank, so the sampler is not split); for a vision model, plus the
+    encoder outputs of the profiled images, held in the encoder cache through both runs (first stage)."""
     forward = _forward_bytes(spec, run, tokens)
     reqs = min(seqs, tokens)
     sampler = reqs * spec.vocab_size * (run.dt + SAMPLER_BYTES_PER_LOGIT) if last_stage else 0
+    items = encoder_items(spec, run, tokens, seqs, max_len or run.tokens)
+    if not items:
+        return component(
+            "activations",
+            "profiled activation peak",
+            max(forward, sampler),
+            "max(T x (2h + max(3F, qkv + q) / tp) x dt, min(max_num_seqs, T) x vocab x (dt + 37 B)): the "
+            "dummy forward of max_num_batched_tokens, or the sampler's dummy run (last pipeline stage)",
+            "vllm/v1/worker/gpu_model_runner.py profile_run, _dummy_run, _dummy_sampler_run",
+            T=tokens,
+            max_num_seqs=seqs,
+            forward_bytes=forward,
+            sampler_bytes=sampler,
+            vocab=spec.vocab_size,
+        )
+    per_item = spec.vision.image_tokens if spec.vision else 0
+    encoder = items * per_item * spec.hidden_size * run.dt
+    peak = max(forward, sampler) + encoder if run.pp == 1 else max(forward + encoder, sampler)
     return component(
         "activations",
-        "profiled activation peak",
-        max(forward, sampler),
-        "max(T x (2h + max(3F, qkv + q) / tp) x dt, min(max_num_seqs, T) x vocab x (dt + 37 B)): the "
-        "dummy forward of max_num_batched_tokens, or the sampler's dummy run (last pipeline stage)",
-        "vllm/v1/worker/gpu_model_runner.py profile_run, _dummy_run, _dummy_sampler_run",
+        "profiled activation peak (with the encoder cache)",
+        peak,
+        "max(dummy forward, sampler run) + encoder cache; the encoder cache is images x tokens per image x "
+        "h x dt, images = min(max(T, tokens per image) // tokens per image, max_num_seqs x images per "
+        "prompt) (first pipeline stage; the sampler runs on the last)",
+        "vllm/v1/worker/gpu_model_runner.py profile_run (encoder_cache['tmp'] holds the dummy encoder "
+        "outputs until after the sampler run); vllm/multimodal/encoder_budget.py _get_max_items",
         T=tokens,
         max_num_seqs=seqs,
         forward_bytes=forward,
         sampler_bytes=sampler,
         vocab=spec.vocab_size,
+        images=items,
+        image_tokens=per_item,
+        encoder_cache_bytes=encoder,
     )
 
 

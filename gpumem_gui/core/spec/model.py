@@ -209,6 +209,13 @@ class ArchTraits(Frozen):
         max_length=64,
         description="llama.cpp's architecture name (LLM_ARCH_*), which its quantization rules branch on",
     )
+    sglang_hybrid_swa: bool = Field(
+        False,
+        description="SGLang keeps the sliding-window layers' KV in a separate, smaller pool (its "
+        "is_hybrid_swa_model: an architecture allowlist, Llama4 / GPT-OSS / Gemma4 / MiMo-V2 ..., or a "
+        "config with is_hybrid_swa; sglang/srt/configs/model_config.py); otherwise SGLang sizes every layer "
+        "as full attention, Gemma-2/3 and Mistral included",
+    )
 
 
 class Provenance(Frozen):

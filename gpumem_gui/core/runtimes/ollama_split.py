@@ -1,0 +1,146 @@
+"""Ollama over several GPUs: which of them it loads a model on, which layers each gets, and each GPU's bytes.
+
+Ollama v0.12.10's scheduler (``llm/server.go`` ``pickBestFullFitByLibrary``) sorts the GPUs by free memory
+and, unless ``OLLAMA_SCHED_SPREAD`` is set, takes the fewest (1, 2, ...) on which its prediction places every
+layer; with the setting, or when no subset holds every layer (``pickBestPartialFitByLibrary``), it takes all
+of them. :func:`~.ollama_predict.place_gpus` then gives each GPU a layer count (``layers.split``), and
+``createGPULayers`` turns the counts into contiguous layer ranges: block ``i`` of the offloaded range
+``[start, stop)`` goes to the first GPU whose cumulative share of the split (float32) exceeds
+``(i - start) / (stop - start)``, the output layer being index ``blocks``. llama.cpp's own layer split
+(``src/llama-model.cpp`` ``load_tensors``, ``get_layer_buft_list`` with ``--tensor-split``) assigns the same
+way. Each GPU then holds its layers' weights and KV cells, a compute buffer for the stages it runs (the logits
+only on the GPU with the output layer) and a CUDA context.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from gpumem_gui.core.formats import WeightBytes
+from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase
+from gpumem_gui.core.runtimes.base import component
+from gpumem_gui.core.runtimes.llamacpp import _compute_buffer, _offload, kv_buffers
+from gpumem_gui.core.runtimes.ollama_predict import Placement, Prediction, place_gpus
+from gpumem_gui.core.runtimes.run import InferenceRun
+from gpumem_gui.core.spec.model import ModelSpec
+from gpumem_gui.core.units import MiB
+
+
+def choose_gpus(
+    pred: Prediction, free: int | None, gpus: int, overhead: int, num_gpu: int | None, spread: bool
+) -> Placement:
+    """Ollama's placement on the GPUs it picks out of ``gpus`` GPUs with ``free`` bytes each (None:
+    unlimited): the fewest that hold every layer (or ``num_gpu`` layers), else all of them."""
+    frees = (free,) * gpus
+    if not spread:
+        need = len(pred.layer_bytes) + 1 if num_gpu is None else num_gpu
+        for k in range(1, gpus):
+            plc = place_gpus(pred, frees[:k], overhead, num_gpu)
+            if plc.layers > 0 and plc.layers >= need:  # predictServerFit
+                return plc
+    return place_gpus(pred, frees, overhead, num_gpu)
+
+
+def _f32(x: float) -> float:
+    """``x`` rounded to float32, as Go's ``float32`` arithmetic in ``createGPULayers`` rounds it."""
+    return float(struct.unpack("f", struct.pack("f", x))[0])
+
+
+def gpu_layers(split: tuple[int, ...], blocks: int, num_gpu: int) -> list[range]:
+    """``createGPULayers``: the contiguous layer indices (``blocks`` is the output layer) of each GPU."""
+    total = sum(split)
+    if num_gpu <= 0 or total <= 0:
+        return [range(0) for _ in split]
+    cum, acc = [], 0
+    for k in split:
+        acc += k
+        cum.append(_f32(_f32(float(acc)) / _f32(float(total))))
+    start = max(0, blocks - num_gpu)
+    stop = min(start + num_gpu, blocks + 1)
+    owner: list[list[int]] = [[] for _ in split]
+    for i in range(start, stop):
+        frac = _f32(_f32(float(i - start)) / _f32(float(stop - start)))
+        g = next((j for j, c in enumerate(cum) if frac < c), None)
+        if g is not None:
+            owner[g].append(i)
+    return [range(o[0], o[-1] + 1) if o else range(0) for o in owner]
+
+
+def _share(
+    spec: ModelSpec, run: InferenceRun, wb: WeightBytes, gpu: int, layers: range, head: int
+) -> GpuShare:
+    """GPU ``gpu``'s llama.cpp buffers for its ``layers`` (``spec.num_layers`` = the output layer)."""
+    n = spec.num_layers
+    blocks = range(layers.start, min(layers.stop, n))
+    has_output = n in layers
+    model = sum(wb.per_layer[i] for i in blocks) + (head if has_output else 0)
+    kv = (
+        kv_buffers(spec, run, n - blocks.start)[0] - kv_buffers(spec, run, n - blocks.stop)[0]
+        if blocks
+        else 0
+    )
+    where = f"layers {blocks.start}-{blocks.stop - 1}" if blocks else "no block"
+    weights_c = component(
+        "weights",
+        f"model buffer ({run.weights}, {where}{' + output' if has_output else ''})",
+        model,
+        "its blocks' tensors + the output layer on the GPU that holds it",
+        "llama.cpp src/llama-model.cpp load_tensors (layer split by --tensor-split); ollama llm/server.go "
+        "createGPULayers",
+        gpu=gpu,
+        first_block=blocks.start if blocks else -1,
+        blocks=len(blocks),
+        output_layer=has_output,
+    )
+    kv_c = component(
+        "kv_cache",
+        "KV buffer",
+        kv,
+        "n_ctx cells x (K width x K type size + V width x V type size) per block on this GPU",
+        "llama.cpp src/llama-kv-cache.cpp (each layer's cells on its layer's device)",
+        n_ctx=run.batch * run.tokens,
+        blocks=len(blocks),
+    )
+    compute_c = _compute_buffer(spec, run, output=has_output)
+    ctx = component(
+        "cuda_context",
+        "CUDA context",
+        run.cuda_context_mib * MiB,
+        "fixed per process and GPU",
+        "see gpumem_gui/core/results/overheads.py",
+    )
+    comps = (weights_c, kv_c, compute_c, ctx)
+    peak = model + kv + compute_c.bytes
+    return GpuShare(
+        index=gpu, role=f"GPU {gpu}", peak_bytes=peak, total_bytes=peak + ctx.bytes, components=comps
+    )
+
+
+def split_estimate(
+    spec: ModelSpec, run: InferenceRun, wb: WeightBytes, est: Estimate, plc: Placement, layers: int
+) -> Estimate:
+    """``est`` (llama.cpp's estimate of ``run`` with ``layers`` offloaded, as on one GPU) with one share per
+    GPU Ollama loads the model on; the headline figures are the most-loaded GPU's."""
+    n = spec.num_layers
+    head = _offload(spec, run.model_copy(update={"n_gpu_layers": -1}), wb)[1] - sum(wb.per_layer)
+    ranges = gpu_layers(plc.split, n, layers)
+    shares = tuple(_share(spec, run, wb, g, r, head) for g, r in enumerate(ranges))
+    top = max(shares, key=lambda s: s.total_bytes)
+    w, kv, compute = (
+        next(c for c in top.components if c.key == k) for k in ("weights", "kv_cache", "compute_buffer")
+    )
+    phases = {
+        "load": Phase(name="load", peak_bytes=w.bytes + kv.bytes, components=(w, kv)),
+        "decode": Phase(name="decode", peak_bytes=top.peak_bytes, components=(w, kv, compute)),
+    }
+    comps: tuple[Component, ...] = top.components
+    return est.model_copy(
+        update={
+            "per_gpu": shares,
+            "components": comps,
+            "phases": phases,
+            "peak_bytes": top.peak_bytes,
+            "total_bytes": top.total_bytes,
+            "kv_cache_bytes": kv.bytes,
+        }
+    )

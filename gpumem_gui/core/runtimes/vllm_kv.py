@@ -1,0 +1,114 @@
+"""vLLM V1's hybrid KV-cache allocator: how the pool is shared by full-attention and sliding-window layers.
+
+``vllm/v1/core/kv_cache_utils.py``:
+
+* ``get_kv_cache_groups``: layers of one kind (all full, or all sliding with one window) form one group;
+  a model with both kinds goes through ``_get_kv_cache_groups_uniform_page_size``: the layers of each kind
+  are dealt into groups of ``group_size`` layers (the smaller kind's layer count, or the larger's when it is
+  under 1.5 times the smaller), ``layers[i::n]`` to the ``i``-th of the kind's ``n = ceil(count / size)``
+  groups, the last padded.
+* ``get_kv_cache_config_from_groups``: ``group_size`` tensors of ``num_blocks`` pages each, tensor ``i``
+  shared by the ``i``-th layer of every group; ``num_blocks = available // page // group_size``. One block
+  id is thus one page in each of ``group_size`` layers, and the groups draw block ids from one shared pool.
+* ``_report_kv_cache_config``: "GPU KV cache size" is ``num_blocks // len(groups) x block_size`` tokens;
+  ``get_max_concurrency_for_kv_cache_config``: ``num_blocks`` over the blocks one ``max_model_len``
+  request takes summed over the groups.
+
+``vllm/v1/kv_cache_interface.py`` ``max_memory_usage_bytes``: a full-attention group needs
+``ceil(max_model_len / block)`` blocks per request, a sliding-window group
+``ceil(min(window - 1 + max_num_batched_tokens, max_model_len) / block) + 1`` (the window may start inside
+a block); ``single_type_kv_cache_manager.py`` ``SlidingWindowManager`` frees the blocks that fall out of the
+window. With pipeline stages the groups are formed over the whole model and projected on each stage
+(``_project_kv_cache_groups_to_worker``); every stage takes the smallest ``num_blocks``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil
+
+from gpumem_gui.core.spec.model import ModelSpec
+from gpumem_gui.core.spec.parallel import stage_layers
+
+# kv_cache_utils.py _get_kv_cache_groups_uniform_page_size: the larger kind's layer count is the group size
+# when it is under this multiple of the smaller's (fewer padding layers)
+GROUP_SIZE_SLACK = 1.5
+
+
+@dataclass(frozen=True)
+class KvLayout:
+    """The KV groups of one rank: the pool's shape and what one request takes from it."""
+
+    windows: tuple[int | None, ...]  # one per group: None for full attention, else the sliding window
+    group_size: int  # layers of the rank per group (tensors sharing each block id)
+    layer_page_bytes: int  # one page (block_size tokens) of one layer on the rank
+
+    @property
+    def hybrid(self) -> bool:
+        return len(self.windows) > 1
+
+    @property
+    def windowed(self) -> bool:
+        """Some group slides: requests take blocks by the groups' own rules (vLLM's hybrid manager)."""
+        return any(w is not None for w in self.windows)
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes one block id holds: one page in each of the ``group_size`` tensors."""
+        return self.layer_page_bytes * self.group_size
+
+    def blocks(self, pool: int) -> int:
+        """``num_blocks`` of a pool of ``pool`` bytes."""
+        return pool // self.block_bytes if self.block_bytes else 0
+
+    def reported_tokens(self, blocks: int, block_size: int) -> int:
+        """vLLM's "GPU KV cache size": the blocks split evenly over the groups, in tokens."""
+        return blocks // len(self.windows) * block_size
+
+    def blocks_per_request(
+        self, tokens: int, block_size: int, batched_tokens: int, held: bool = False
+    ) -> int:
+        """Blocks one request of ``tokens`` tokens takes at most, summed over the groups: vLLM's own bound
+        (``max_memory_usage_bytes``, what it logs and admits against), or with ``held`` the blocks such a
+        request can actually hold (a sliding group never more than the request's own pages)."""
+        full = ceil(tokens / block_size)
+
+        def group(w: int | None) -> int:
+            if w is None:
+                return full
+            bound = ceil(min(w - 1 + batched_tokens, tokens) / block_size) + 1
+            return min(full, bound) if held else bound
+
+        return sum(group(w) for w in self.windows)
+
+
+def _groups(spec: ModelSpec) -> list[tuple[int | None, tuple[int, ...]]]:
+    """(window or None, layer indices) of every group of the whole model, in vLLM's order (kinds by first
+    appearance, ``layers[i::n]`` within a kind)."""
+    kinds: dict[int | None, list[int]] = {}
+    for i, lt in enumerate(spec.resolved_layer_types):
+        kinds.setdefault(spec.sliding_window if lt == "sliding_attention" else None, []).append(i)
+    if len(kinds) == 1:
+        ((w, layers),) = kinds.items()
+        return [(w, tuple(layers))]
+    counts = [len(v) for v in kinds.values()]
+    size = max(counts) if max(counts) < min(counts) * GROUP_SIZE_SLACK else min(counts)
+    out: list[tuple[int | None, tuple[int, ...]]] = []
+    for w, layers in kinds.items():
+        n = ceil(len(layers) / size)
+        out += [(w, tuple(layers[i::n])) for i in range(n)]
+    return out
+
+
+def layout(spec: ModelSpec, pp: int, layer_page_bytes: int) -> KvLayout:
+    """The groups of the rank whose stage has the fullest group (the fewest blocks; every stage takes the
+    smallest ``num_blocks``)."""
+    groups = _groups(spec)
+    if len(groups) == 1:  # one kind: one group of the stage's layers (the fullest stage)
+        size = max(len(stage_layers(spec, pp, s)) for s in range(pp))
+    else:
+        size = max(
+            max(sum(1 for i in layers if i in stage_layers(spec, pp, s)) for _, layers in groups)
+            for s in range(pp)
+        )
+    return KvLayout(windows=tuple(w for w, _ in groups), group_size=size, layer_page_bytes=layer_page_bytes)

@@ -1,0 +1,91 @@
+"""Which engine's own command can express a run (``Runtime.expresses``), and Edit > Copy as: an engine that
+cannot load the model in the run's format is a disabled entry whose tooltip says why."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtWidgets import QMenu
+
+from gpumem_gui.core.imports.ollama import import_modelfile
+from gpumem_gui.core.readers.loader import load_model
+from gpumem_gui.core.runtimes.inference import RUNTIMES, estimate_inference, make_run, runtime
+from gpumem_gui.ui.main_window import MainWindow
+
+SPEC = load_model("meta-llama/Llama-3.1-8B").spec
+
+
+def _why(engine: str, weights: str, source: str) -> str | None:
+    return runtime(engine).expresses(SPEC, make_run(engine=engine, weights=weights), source)
+
+
+@pytest.mark.parametrize(
+    ("engine", "weights", "source", "ok"),
+    [
+        ("llama.cpp", "bf16", "meta-llama/Llama-3.1-8B", False),  # safetensors: no llama.cpp command
+        ("llama.cpp", "gguf-Q4_K_M", "meta-llama/Llama-3.1-8B", True),
+        ("llama.cpp", "file", "/models/llama-3.1-8b.Q4_K_M.gguf", True),
+        ("llama.cpp", "file", "/models/llama-3.1-8b", False),  # a safetensors folder
+        ("ollama", "bf16", "meta-llama/Llama-3.1-8B", False),
+        ("ollama", "gguf-Q4_K_M", "meta-llama/Llama-3.1-8B", True),  # llama3.1:8b
+        ("ollama", "gguf-Q4_K_M", "someone/private-model", False),  # no tag, not a GGUF repository
+        ("ollama", "gguf-Q4_K_M", "bartowski/Some-Model-GGUF", True),  # hf.co/<repo>:<type>
+        ("ollama", "gguf-Q4_K_M", "/models/llama-3.1-8b", False),
+        ("ollama", "file", "/models/llama-3.1-8b.Q4_K_M.gguf", True),  # FROM in a Modelfile
+        ("vllm", "bf16", "meta-llama/Llama-3.1-8B", True),
+        ("vllm", "gguf-Q4_K_M", "meta-llama/Llama-3.1-8B", False),
+        ("sglang", "gguf-Q4_K_M", "meta-llama/Llama-3.1-8B", False),
+        ("transformers", "file", "/models/llama-3.1-8b.Q4_K_M.gguf", False),
+        ("transformers", "nf4", "meta-llama/Llama-3.1-8B", True),
+    ],
+)
+def test_expresses(engine: str, weights: str, source: str, ok: bool) -> None:
+    why = _why(engine, weights, source)
+    assert (why is None) == ok, why
+    if why is not None:
+        assert "\n" not in why and len(why) < 200
+
+
+def test_every_runtime_answers() -> None:
+    for name, rt in RUNTIMES.items():
+        fmt = rt.formats()[0].id
+        assert rt.expresses(SPEC, make_run(engine=name, weights=fmt), "meta-llama/Llama-3.1-8B") is None or (
+            name == "ollama"
+        )
+
+
+def test_ollama_gguf_file_command_reads_back() -> None:
+    run = make_run(engine="ollama", weights="file", num_ctx=8192)
+    est = estimate_inference(SPEC, make_run(engine="ollama", weights="gguf-Q4_K_M", num_ctx=8192))
+    text = runtime("ollama").command("/models/My Llama.Q4_K_M.gguf", run, est)
+    lines = text.splitlines()
+    assert lines[1] == "printf 'FROM %s\\n' '/models/My Llama.Q4_K_M.gguf' > Modelfile"
+    assert (
+        lines[2] == "ollama create my-llama.q4_k_m -f Modelfile" and lines[3] == "ollama run my-llama.q4_k_m"
+    )
+    assert "OLLAMA_CONTEXT_LENGTH=8192" in lines[0]
+    back = import_modelfile("FROM /models/llama.Q4_K_M.gguf")  # a Modelfile such a command writes
+    assert back.run.weights == "file" and back.model == "/models/llama.Q4_K_M.gguf"
+
+
+@pytest.mark.no_qt_log
+@pytest.mark.usefixtures("qt_warnings_fail")
+def test_copy_as_menu_disables_what_cannot_load(main_window: MainWindow, qtbot) -> None:
+    w = main_window
+    w.imports.apply_command("vllm serve Qwen/Qwen3-8B --max-model-len 8192")
+    qtbot.waitUntil(lambda: w.model is not None and w.model.source == "Qwen/Qwen3-8B", timeout=5000)
+    qtbot.waitUntil(lambda: w.estimate is not None, timeout=5000)
+    w.recompute_now()
+    w.flush_background()
+    entries = {label: (text, why) for label, text, why in w.imports.commands()}
+    llama = next(v for k, v in entries.items() if k.startswith("llama.cpp"))
+    assert llama[0] is None and "GGUF" in llama[1]
+    vllm = next(v for k, v in entries.items() if k.startswith("vLLM"))
+    assert vllm[0] is not None
+    menu = QMenu(w)
+    w.imports.fill_copy_menu(menu)
+    act = {a.text(): a for a in menu.actions()}
+    llama_act = next(a for t, a in act.items() if t.startswith("llama.cpp"))
+    assert not llama_act.isEnabled() and "GGUF" in llama_act.toolTip()
+    ollama_act = next(a for t, a in act.items() if t.startswith("Ollama"))
+    assert not ollama_act.isEnabled() and ollama_act.toolTip()
+    assert next(a for t, a in act.items() if t.startswith("vLLM")).isEnabled()
