@@ -255,3 +255,28 @@ def test_qlora_base_is_sharded_under_deepspeed_zero3_as_under_fsdp() -> None:
     assert z3_8 < z3_2 < z2
     fsdp = params(fsdp="full_shard", dp=8, fsdp_version=1)
     assert abs(z3_8 - fsdp) < 0.1 * fsdp
+
+
+def test_torchtitan_splits_interleaved_chunks_unevenly() -> None:
+    """torchtitan generate_llm_fqn_per_model_part: the embedding and the head count as a layer each; Megatron
+    (the default framework) still refuses layers that do not divide into pp x pp_virtual chunks."""
+    from gpumem_gui.core.spec.parallel import weighted_chunk_layers
+
+    # Llama 3.1 405B: 126 layers over 8 x 2 chunks -> 7 (+ embedding), 8 x 14, 7 (+ head)
+    held = [weighted_chunk_layers(126, 8, 2, s) for s in range(8)]
+    assert [len(h) for h in held] == [15, 16, 16, 16, 16, 16, 16, 15]
+    assert held[0][:8] == (0, 1, 2, 3, 4, 5, 6, 63) and held[7][-1] == 125
+    assert sorted(i for h in held for i in h) == list(range(126))
+    # 32 layers over 4 x 2 chunks: 34 effective -> 5, 5, 4 x 5, 4 less the embedding / head
+    assert [len(weighted_chunk_layers(32, 4, 2, s)) for s in range(4)] == [8, 9, 8, 7]
+    spec = _spec(LLAMA)  # 16 layers over 3 x 2 chunks (18 effective: 3 each) -> 2, 3, 3, 3, 3, 2
+    kw = {"pp": 3, "pp_schedule": "interleaved-1f1b", "pp_virtual": 2, "grad_accum": 6}
+    with pytest.raises(GpumemInputError) as e:
+        estimate_training(spec, _run(**kw))
+    assert e.value.field == "pp_virtual"
+    titan = _run(framework="torchtitan", **kw)
+    est = estimate_training(spec, titan)
+    assert [r.key for r in est.ranks] == ["pp0", "pp1", "pp2"]
+    # (2 + 3), (3 + 3), (3 + 2) layers; the even contiguous split would be 6, 5, 5
+    assert [step_config(spec, titan, s)[1].num_layers for s in range(3)] == [5, 6, 5]
+    assert weighted_chunk_layers(16, 3, 2, 1) == (2, 3, 4, 11, 12, 13)

@@ -11,6 +11,7 @@ from gpumem_gui.core.readers.hf_config import load_config_file
 from gpumem_gui.core.results.estimate import Phase
 from gpumem_gui.core.results.overheads import stage_share
 from gpumem_gui.core.training import estimate_training, make_training_run
+from gpumem_gui.core.training.rank import simulate_rank
 from gpumem_gui.core.training.ranks import RankReplay, rank_classes
 from tests.conftest import reference_dir
 
@@ -90,11 +91,29 @@ def test_a_data_parallel_class_names_its_rank() -> None:
     assert "DP rank 3 of 8" in big.role and big.peak_phase == "backward"
 
 
-def test_torch_zero1_class_is_the_most_loaded_data_parallel_rank() -> None:
-    est = estimate_training(SPEC, make_training_run(seq=512, zero=1, zero_impl="torch", dp=8))
-    (r,) = est.ranks
-    assert r.dp_ranks == (est.facts["zero_state_rank"],) and r.gpus == 1 and r.decides
-    assert f"DP rank {r.dp_ranks[0]} of 8" in r.role and r.key == f"pp0-dp{r.dp_ranks[0]}"
+def test_torch_zero1_lists_every_data_parallel_class() -> None:
+    """ZeroRedundancyOptimizer: every DP rank class with its own peak (ranks holding the same bytes
+    grouped), the most-loaded deciding; each class's numbers are those of a full replay of its ranks."""
+    run = make_training_run(seq=512, zero=1, zero_impl="torch", dp=4)
+    est = estimate_training(SPEC, run)
+    assert len(est.ranks) >= 2
+    assert sum(r.gpus for r in est.ranks) == run.world
+    assert sorted(d for r in est.ranks for d in r.dp_ranks) == [0, 1, 2, 3]
+    (big,) = [r for r in est.ranks if r.decides]
+    assert est.facts["zero_state_rank"] in big.dp_ranks and big.total_bytes == est.total_bytes
+    assert big.total_bytes == max(r.total_bytes for r in est.ranks)
+    assert len({r.peak_bytes for r in est.ranks}) == len(est.ranks)  # classes differ in their bytes
+    for r in est.ranks:
+        assert r.key == f"pp0-dp{r.dp_ranks[0]}" and r.gpus == len(r.dp_ranks)
+        assert f"DP rank{'s' if len(r.dp_ranks) > 1 else ''} {r.dp_ranks[0]}" in r.role
+        for d in r.dp_ranks:  # a full replay of each rank: the class's peak, byte for byte
+            res = simulate_rank(SPEC, run, 0, dp_rank=d)[0]
+            assert res.state_owner is not None and res.state_owner[0] == d
+            assert max(p.total for p in res.phases.values()) == r.peak_bytes
+    # two ranks differ by exactly their parameters' AdamW states (2 fp32 states, 8 B per parameter)
+    a, b = (simulate_rank(SPEC, run, 0, dp_rank=d)[0] for d in (big.dp_ranks[0], est.ranks[-1].dp_ranks[0]))
+    assert a.state_owner is not None and b.state_owner is not None
+    assert a.state_bytes - b.state_bytes == 8 * (a.state_owner[1] - b.state_owner[1]) > 0
 
 
 def test_paged_optimizer_states_are_shown_apart() -> None:

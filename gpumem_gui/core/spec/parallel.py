@@ -56,18 +56,44 @@ def stage_layers(spec: ModelSpec, pp: int, stage: int) -> range:
     return range(start, start + base + (1 if stage < extra else 0))
 
 
-def rank_spec(spec: ModelSpec, degrees: Degrees, stage: int) -> ModelSpec:
+def weighted_chunk_layers(num_layers: int, pp: int, virtual: int, stage: int) -> tuple[int, ...]:
+    """Layers pipeline rank ``stage`` holds when the model is cut into ``pp x virtual`` chunks as torchtitan
+    cuts it (torchtitan/distributed/pipeline_parallel.py ``generate_llm_fqn_per_model_part`` with
+    ``input_weight = output_weight = 1``: the embedding and the norm + head count as one layer each, the
+    ``layers + 2`` effective layers are spread evenly, the first chunks taking the remainder) and the
+    chunks are dealt out round robin (``pipeline_module_split``, "loop" style: rank r holds chunks
+    r, r + pp, ...). E.g. 126 layers over 16 chunks: 7 (with the embedding), 8 x 14, 7 (with the head)."""
+    chunks = pp * virtual
+    base, extra = divmod(num_layers + 2, chunks)
+    if base < 1:
+        raise GpumemInputError(
+            f"pp_virtual: {num_layers} layers leave empty chunks over pp x pp_virtual = {chunks}",
+            field="pp_virtual",
+        )
+    counts = [base + (1 if c < extra else 0) for c in range(chunks)]
+    counts[0] -= 1  # the embedding
+    counts[-1] -= 1  # the final norm and the head
+    starts = [sum(counts[:c]) for c in range(chunks)]
+    return tuple(i for c in range(stage, chunks, pp) for i in range(starts[c], starts[c] + counts[c]))
+
+
+def rank_spec(
+    spec: ModelSpec, degrees: Degrees, stage: int, layers: tuple[int, ...] | None = None
+) -> ModelSpec:
     """The model as one tensor-parallel rank of pipeline stage ``stage`` sees it: heads, KV heads
-    (replicated when tp exceeds them), MLP width, experts and vocabulary divided; only its layers."""
+    (replicated when tp exceeds them), MLP width, experts and vocabulary divided; only its layers
+    (``layers``: these indices, e.g. :func:`weighted_chunk_layers`; else :func:`stage_layers`)."""
     if degrees.tp == 1 and degrees.pp == 1 and degrees.ep == 1:
         return spec
-    return _rank_spec(spec, degrees.tp, degrees.pp, degrees.ep, stage)
+    return _rank_spec(spec, degrees.tp, degrees.pp, degrees.ep, stage, layers)
 
 
 @lru_cache(maxsize=256)
-def _rank_spec(spec: ModelSpec, tp: int, pp: int, ep: int, stage: int) -> ModelSpec:
+def _rank_spec(
+    spec: ModelSpec, tp: int, pp: int, ep: int, stage: int, held: tuple[int, ...] | None = None
+) -> ModelSpec:
     run = Degrees(tp=tp, pp=pp, ep=ep)
-    layers = stage_layers(spec, run.pp, stage)
+    layers = held if held is not None else tuple(stage_layers(spec, run.pp, stage))
     kvh = max(1, spec.num_kv_heads // tp) if spec.num_kv_heads >= tp else 1
     heads = spec.num_attention_heads // tp
     moe = spec.moe
@@ -81,10 +107,10 @@ def _rank_spec(spec: ModelSpec, tp: int, pp: int, ep: int, stage: int) -> ModelS
                 "experts_per_token": min(moe.experts_per_token, experts),
                 "expert_intermediate_size": max(1, fe),
                 "shared_expert_intermediate_size": ceil(moe.shared_expert_intermediate_size / tp),
-                "dense_layers": tuple(i - layers.start for i in moe.dense_layers if i in layers),
+                "dense_layers": tuple(layers.index(i) for i in moe.dense_layers if i in layers),
             }
         )
-    types = spec.resolved_layer_types[layers.start : layers.stop] if spec.layer_types else ()
+    types = tuple(spec.resolved_layer_types[i] for i in layers) if spec.layer_types else ()
     update = {
         "num_layers": len(layers),
         "num_attention_heads": heads,

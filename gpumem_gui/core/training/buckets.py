@@ -107,13 +107,14 @@ def bucket_explanation(run: TrainingRun, trainable_params: int, base: dict[str, 
 
 
 def owner_text(owner: tuple[int, int, int] | None, dp: int) -> str:
-    """'; whole parameters per rank: rank 0 of 8 holds 27.6 % of them (the most)' for the states' formula."""
+    """'; whole parameters per rank: rank 0 of 8 holds 27.6 % of them' for the states' formula (the
+    estimate's rank is the most-loaded; the per-rank table replays the others)."""
     if owner is None:
         return ""
     rank, held, total = owner
     return (
-        f"; whole parameters per rank (ZeroRedundancyOptimizer, greedy by size): rank {rank} of {dp}, the "
-        f"most-loaded, holds the states of {held:,} of {total:,} trainable parameters "
+        f"; whole parameters per rank (ZeroRedundancyOptimizer, greedy by size): rank {rank} of {dp} "
+        f"holds the states of {held:,} of {total:,} trainable parameters "
         f"({held / max(1, total):.1%}, an even split would be {1 / dp:.1%})"
     )
 

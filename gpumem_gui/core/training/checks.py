@@ -13,6 +13,7 @@ from gpumem_gui.core.spec.parallel import Degrees, check_degrees
 from gpumem_gui.core.training.frameworks import framework
 from gpumem_gui.core.training.precision import precision
 from gpumem_gui.core.training.profiles import check as check_profile
+from gpumem_gui.core.training.profiles import profile
 from gpumem_gui.core.training.run import TrainingRun
 
 
@@ -71,8 +72,9 @@ def _check_model_parallel(spec: ModelSpec, run: TrainingRun) -> list[str]:
         warnings.append("sequence_parallel: with tp=1 there is nothing to split; memory is unchanged")
     if run.pp_schedule == "interleaved-1f1b" and run.pp > 1:
         chunks = run.pp * run.pp_virtual
-        if spec.num_layers % chunks:
+        if spec.num_layers % chunks and not profile(run).uneven_pp_split:
             # Megatron-LM transformer_config.py: num_layers_per_pipeline_rank % virtual_pipeline_size
+            # (torchtitan splits unevenly: spec/parallel.py weighted_chunk_layers)
             raise GpumemInputError(
                 f"pp_virtual: {spec.num_layers} layers do not split into pp x pp_virtual = {chunks} chunks",
                 field="pp_virtual",

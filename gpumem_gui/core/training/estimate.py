@@ -58,9 +58,9 @@ def _stage_extras(
 
 
 def _stage_phases(
-    spec: ModelSpec, run: TrainingRun, stage: int
+    spec: ModelSpec, run: TrainingRun, stage: int, dp_rank: int | None = None
 ) -> tuple[dict[str, Phase], StepResult, float]:
-    res, cfg, rspec = simulate(spec, run, stage)
+    res, cfg, rspec = simulate(spec, run, stage, dp_rank)
     inflight, extras = _stage_extras(spec, run, stage, res, cfg, rspec)
     phases: dict[str, Phase] = {}
     for name in PHASES:
@@ -77,22 +77,36 @@ def _stage_phases(
     return phases, res, inflight
 
 
+Share = tuple[GpuShare, dict[str, Phase], StepResult]
+
+
+def _stage_rank(spec: ModelSpec, run: TrainingRun, stage: int, dp_rank: int | None = None) -> Share:
+    """One replayed rank of pipeline stage ``stage`` (``dp_rank``: see :func:`simulate`) as its GPU share."""
+    phases, res, _ = _stage_phases(spec, run, stage, dp_rank)
+    peak_phase = max(phases.values(), key=lambda p: p.peak_bytes)
+    # long-lived parameter blocks at the peak (sharded and gathered) do not fragment the allocator
+    weights = sum(
+        c.bytes for c in peak_phase.components if c.key in ("parameters", "gathered_parameters", "buffers")
+    )
+    replicas = f" (same on each of {run.dp * run.cp} DP x CP replicas)" if run.dp * run.cp > 1 else ""
+    share = stage_share(stage, run.tp, peak_phase, weights, run.cuda_context_mib, replicas)
+    return share, phases, res
+
+
+def _dp_ranks(spec: ModelSpec, run: TrainingRun, stage: int, first: Share) -> list[Share]:
+    """Every data-parallel rank of a stage where they differ (torch ``ZeroRedundancyOptimizer``: whole
+    parameters' states per rank), the most-loaded ``first``, each other rank replayed (cached); else
+    ``[first]``."""
+    if first[2].state_owner is None:
+        return [first]
+    owner = first[2].state_owner[0]
+    return [first] + [_stage_rank(spec, run, stage, r) for r in range(run.dp) if r != owner]
+
+
 def estimate_training(spec: ModelSpec, run: TrainingRun) -> Estimate:
     """The training estimate of ``spec`` under ``run`` (see module docstring)."""
     warnings = check_training(spec, run)
-    shares: list[tuple[GpuShare, dict[str, Phase], StepResult]] = []
-    for stage in range(run.pp):
-        phases, res, _ = _stage_phases(spec, run, stage)
-        peak_phase = max(phases.values(), key=lambda p: p.peak_bytes)
-        # long-lived parameter blocks at the peak (sharded and gathered) do not fragment the allocator
-        weights = sum(
-            c.bytes
-            for c in peak_phase.components
-            if c.key in ("parameters", "gathered_parameters", "buffers")
-        )
-        replicas = f" (same on each of {run.dp * run.cp} DP x CP replicas)" if run.dp * run.cp > 1 else ""
-        share = stage_share(stage, run.tp, peak_phase, weights, run.cuda_context_mib, replicas)
-        shares.append((share, phases, res))
+    shares = [_stage_rank(spec, run, stage) for stage in range(run.pp)]
     worst, worst_phases, worst_res = max(shares, key=lambda s: s[0].total_bytes)
     peak_phase = max(worst_phases.values(), key=lambda p: p.peak_bytes)
     per_gpu = tp_ranks((s for s, _, _ in shares), run.tp)
@@ -132,7 +146,7 @@ def estimate_training(spec: ModelSpec, run: TrainingRun) -> Estimate:
         kv_cache_bytes=0,
         warnings=[*warnings, *rank_notes(worst_res)],
         facts=facts,
-        ranks=stage_rank_classes(run, shares),
+        ranks=stage_rank_classes(run, [_dp_ranks(spec, run, i, s) for i, s in enumerate(shares)]),
     )
 
 

@@ -52,6 +52,8 @@ class Profile:
     ckpt_offload: bool = False
     ckpt_offload_source: str = ""
     notes: tuple[str, ...] = ()
+    # chunks split unevenly, embedding / head as a layer each (torchtitan generate_llm_fqn_per_model_part)
+    uneven_pp_split: bool = False
 
 
 _HF_CE = (
@@ -146,6 +148,7 @@ PROFILES: dict[str, Profile] = {
             precisions=("mp-bf16", "amp-bf16", "fp32", "bf16"),
             zero=(0,),
             fsdp_versions=(2,),
+            uneven_pp_split=True,
             notes=(
                 "FSDP2 fully_shard with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) "
                 "(torchtitan/distributed/utils.py, parallelize.py apply_fsdp): precision mp-bf16",

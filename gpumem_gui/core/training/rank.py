@@ -12,13 +12,13 @@ from gpumem_gui.core.formats import weight_bytes
 from gpumem_gui.core.replay.config import ReplayConfig
 from gpumem_gui.core.replay.step import StepOptions, StepResult, simulate_step
 from gpumem_gui.core.spec.model import ModelSpec
-from gpumem_gui.core.spec.parallel import Degrees, rank_spec, stage_layers
+from gpumem_gui.core.spec.parallel import Degrees, rank_spec, stage_layers, weighted_chunk_layers
 from gpumem_gui.core.training.buckets import BucketHooks, WholeParams, ZeroHooks
 from gpumem_gui.core.training.checks import lora_targets
 from gpumem_gui.core.training.frameworks.fsdp import fsdp2_hooks
 from gpumem_gui.core.training.model_parallel import rank_sharding, tp_fields
 from gpumem_gui.core.training.precision import dtypes, precision
-from gpumem_gui.core.training.profiles import trick_fields
+from gpumem_gui.core.training.profiles import profile, trick_fields
 from gpumem_gui.core.training.run import TrainingRun
 from gpumem_gui.core.training.sharding import ShardingHooks
 
@@ -31,16 +31,26 @@ def _quant_bytes(run: TrainingRun, rspec: ModelSpec) -> int:
     return wb.quantized_bytes
 
 
+def held_layers(spec: ModelSpec, run: TrainingRun, stage: int) -> range | tuple[int, ...]:
+    """The layers pipeline stage ``stage`` holds: the framework's uneven chunks under interleaved 1F1B
+    where its profile splits that way (torchtitan), else contiguous and even (:func:`stage_layers`)."""
+    if run.pp > 1 and run.pp_schedule == "interleaved-1f1b" and profile(run).uneven_pp_split:
+        return weighted_chunk_layers(spec.num_layers, run.pp, run.pp_virtual, stage)
+    return stage_layers(spec, run.pp, stage)
+
+
 def step_config(spec: ModelSpec, run: TrainingRun, stage: int = 0) -> tuple[ReplayConfig, ModelSpec]:
     """What pipeline stage ``stage`` (one TP rank of it) replays: its forward's config and its slice of the
     model."""
-    rspec = rank_spec(spec, Degrees(tp=run.tp, pp=run.pp, ep=run.ep), stage)
-    layers = stage_layers(spec, run.pp, stage)
+    layers = held_layers(spec, run, stage)
+    rspec = rank_spec(
+        spec, Degrees(tp=run.tp, pp=run.pp, ep=run.ep), stage, None if isinstance(layers, range) else layers
+    )
     param_dt, autocast = dtypes(run)
     mdt = rank_sharding(run).model_dtype
     if mdt is not None:  # DeepSpeed casts the model to its bf16/fp16 dtype and runs it without autocast
         param_dt, autocast = mdt, None
-    frozen = max(0, min(run.frozen_layers, layers.stop) - layers.start)
+    frozen = sum(1 for i in layers if i < run.frozen_layers)
     cfg = ReplayConfig(
         batch=run.batch,
         q=ceil(run.seq / run.cp),
@@ -65,9 +75,10 @@ def step_config(spec: ModelSpec, run: TrainingRun, stage: int = 0) -> tuple[Repl
     return cfg, rspec
 
 
-def step_options(run: TrainingRun) -> StepOptions:
+def step_options(run: TrainingRun, dp_rank: int | None = None) -> StepOptions:
     """The optimizer side of the step: accumulation, first step, state sharding and offload, and the
-    precision's master weights and fused step."""
+    precision's master weights and fused step. ``dp_rank``: where whole parameters' states go to
+    data-parallel ranks, replay that rank (default: the most-loaded)."""
     sh = rank_sharding(run)  # over the dp x cp ranks
     prec = precision(run)
     return StepOptions(
@@ -80,7 +91,7 @@ def step_options(run: TrainingRun) -> StepOptions:
         master_bytes_per_param=max(prec.master_bytes, sh.master_bytes),
         flat_grad_bytes=sh.flat_grad_bytes,
         states_for_unused=sh.flat_states or prec.main_grad,
-        owned=WholeParams(run.dp) if sh.whole_param_states else None,
+        owned=WholeParams(run.dp, dp_rank) if sh.whole_param_states else None,
     )
 
 
@@ -125,28 +136,31 @@ def sharding_hooks(run: TrainingRun) -> ShardingHooks:
 
 
 def simulate_rank(
-    spec: ModelSpec, run: TrainingRun, stage: int = 0, cpu_dropout: bool = False
+    spec: ModelSpec, run: TrainingRun, stage: int = 0, cpu_dropout: bool = False, dp_rank: int | None = None
 ) -> tuple[StepResult, ReplayConfig, ModelSpec]:
     """Replay one step of pipeline stage ``stage`` (its TP rank 0). ``cpu_dropout``: replay the CPU dropout
-    kernel (a noise tensor of the input's dtype), to compare with measurements made on a CPU."""
+    kernel (a noise tensor of the input's dtype), to compare with measurements made on a CPU; ``dp_rank``:
+    as :func:`step_options`."""
     cfg, rspec = step_config(spec, run, stage)
     if cpu_dropout:
         cfg = replace(cfg, cpu_dropout=True)
-    res = simulate_step(rspec, cfg, run.optimizer, step_options(run), sharding_hooks(run))
+    res = simulate_step(rspec, cfg, run.optimizer, step_options(run, dp_rank), sharding_hooks(run))
     return res, cfg, rspec
 
 
-def simulate(spec: ModelSpec, run: TrainingRun, stage: int) -> tuple[StepResult, ReplayConfig, ModelSpec]:
-    """:func:`simulate_rank`, cached per (spec, run, stage) when the spec is hashable."""
+def simulate(
+    spec: ModelSpec, run: TrainingRun, stage: int, dp_rank: int | None = None
+) -> tuple[StepResult, ReplayConfig, ModelSpec]:
+    """:func:`simulate_rank`, cached per (spec, run, stage, dp_rank) when the spec is hashable."""
     try:
         hash(spec)
     except TypeError:  # a spec with an unhashable field: simulate without the cache
-        return simulate_rank(spec, run, stage)
-    return _simulate_cached(spec, run, stage)
+        return simulate_rank(spec, run, stage, dp_rank=dp_rank)
+    return _simulate_cached(spec, run, stage, dp_rank)
 
 
 @lru_cache(maxsize=256)
 def _simulate_cached(
-    spec: ModelSpec, run: TrainingRun, stage: int
+    spec: ModelSpec, run: TrainingRun, stage: int, dp_rank: int | None
 ) -> tuple[StepResult, ReplayConfig, ModelSpec]:
-    return simulate_rank(spec, run, stage)
+    return simulate_rank(spec, run, stage, dp_rank=dp_rank)

@@ -14,7 +14,7 @@ per data-parallel class, when a framework distinguishes them) and names the posi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpumem_gui.core.replay.step import StepResult
 from gpumem_gui.core.results.estimate import GpuShare, Phase, RankClass
@@ -52,12 +52,10 @@ def _role(run: TrainingRun, r: RankReplay, dp_ranks: tuple[int, ...]) -> str:
     if run.dp > 1:
         if len(dp_ranks) == run.dp:
             parts.append(_span("DP", run.dp))
-        elif len(dp_ranks) == 1:
-            parts.append(
-                f"DP rank {dp_ranks[0]} of {run.dp} (the largest share; the other DP ranks hold less)"
-            )
         else:
-            parts.append(f"{len(dp_ranks)} DP ranks ({', '.join(map(str, dp_ranks[:4]))}...)")
+            more = ", ..." if len(dp_ranks) > 4 else ""
+            s = "s" if len(dp_ranks) > 1 else ""
+            parts.append(f"DP rank{s} {', '.join(map(str, dp_ranks[:4]))}{more} of {run.dp}")
     return ", ".join(parts) or "the only rank"
 
 
@@ -96,20 +94,52 @@ def rank_classes(run: TrainingRun, replays: Sequence[RankReplay]) -> tuple[RankC
     return tuple(out)
 
 
+def _bytes_key(r: RankReplay) -> tuple[object, ...]:
+    """What a replayed rank holds, in bytes only (the explanations name the rank)."""
+    return (
+        r.share.peak_bytes,
+        r.share.total_bytes,
+        tuple((c.key, c.bytes) for c in r.share.components),
+        tuple((p.name, p.peak_bytes) for p in r.phases.values()),
+        r.host_bytes,
+        r.nvme_bytes,
+        r.unified_bytes,
+    )
+
+
+def _grouped(replays: list[RankReplay]) -> list[RankReplay]:
+    """Data-parallel ranks of one stage that hold the same bytes as one replay (the first of them, its
+    ``dp_ranks`` all of theirs), in order of first appearance."""
+    out: list[tuple[tuple[object, ...], RankReplay]] = []
+    for r in replays:
+        key = _bytes_key(r)
+        j = next((j for j, (k, _) in enumerate(out) if k == key), None)
+        if j is None:
+            out.append((key, r))
+        else:
+            first = out[j][1]
+            ranks = tuple(sorted((*(first.dp_ranks or ()), *(r.dp_ranks or ()))))
+            out[j] = (key, replace(first, dp_ranks=ranks))
+    return [r for _, r in out]
+
+
 def stage_rank_classes(
-    run: TrainingRun, stages: Sequence[tuple[GpuShare, Mapping[str, Phase], StepResult]]
+    run: TrainingRun, stages: Sequence[Sequence[tuple[GpuShare, Mapping[str, Phase], StepResult]]]
 ) -> tuple[RankClass, ...]:
-    """:func:`rank_classes` of one replayed rank per pipeline stage (``stages`` in stage order, as
-    :func:`~gpumem_gui.core.training.estimate.estimate_training` replays them). Off the GPU, a rank needs the
-    host RAM and NVMe of what the run offloads (:func:`~gpumem_gui.core.training.offload.offload_bytes`) and
-    the host RAM of offloaded activations; where the replay assigned whole parameters' states to one
-    data-parallel rank (torch ``ZeroRedundancyOptimizer``, ``StepResult.state_owner``: the most-loaded rank),
-    the class is that rank."""
+    """:func:`rank_classes` of the replayed ranks of each pipeline stage (``stages`` in stage order, as
+    :func:`~gpumem_gui.core.training.estimate.estimate_training` replays them): one per stage, or, where the
+    replay assigns whole parameters' states to data-parallel ranks (torch ``ZeroRedundancyOptimizer``,
+    ``StepResult.state_owner``), one per data-parallel rank, the most-loaded first; ranks holding the same
+    bytes form one class. Off the GPU, a rank needs the host RAM and NVMe of what the run offloads
+    (:func:`~gpumem_gui.core.training.offload.offload_bytes`) and the host RAM of offloaded activations."""
     out = []
-    for i, (share, phases, res) in enumerate(stages):
-        host, nvme = offload_bytes(run, res)
-        owner = None if res.state_owner is None else (res.state_owner[0],)
-        out.append(
-            RankReplay(i, share, phases, host + res.host_bytes, nvme, res.outside_allocator_bytes, owner)
-        )
+    for i, ranks in enumerate(stages):
+        replays = []
+        for share, phases, res in ranks:
+            host, nvme = offload_bytes(run, res)
+            owner = None if res.state_owner is None else (res.state_owner[0],)
+            replays.append(
+                RankReplay(i, share, phases, host + res.host_bytes, nvme, res.outside_allocator_bytes, owner)
+            )
+        out.extend(_grouped(replays))
     return rank_classes(run, out)
