@@ -269,6 +269,10 @@ def to_choice(value: object, where: str, choices: Mapping[str, Any]) -> Any:
 # ------------------------------------------------------------------------------------------------ reading
 
 
+# --dtype of vLLM and SGLang (vllm/config ModelConfig dtype, sglang server_args.py dtype choices)
+TORCH_DTYPES = {"half": "fp16", "float16": "fp16", "bfloat16": "bf16", "float": "fp32", "float32": "fp32"}
+
+
 class Reading:
     """What a parser has read so far: run fields (each with where it came from), ``read as`` pairs and
     warnings; :meth:`inference` / :meth:`training` build the :class:`ImportedRun`."""
@@ -302,6 +306,25 @@ class Reading:
             self.warn(written, why)
         else:
             self.set(field, value, where, written)
+
+    def torch_dtype(self, engine: str, value: Any, where: str, written: str) -> None:
+        """A PyTorch server's ``--dtype`` (vLLM, SGLang: auto, half/float16, bfloat16, float/float32): the
+        compute dtype, and the weights' too unless a quantization option sets them."""
+        text = str(value).lower()
+        if text == "auto":
+            self.note(written, "the checkpoint's dtype (gpumem: bf16)")
+            return
+        dt = TORCH_DTYPES.get(text)
+        if dt is None:
+            raise self.error(
+                where,
+                f"{value!r} is not a{'n' if engine[0] in 'AEIOS' else ''} {engine} dtype "
+                f"(auto, {', '.join(TORCH_DTYPES)})",
+            )
+        self.set("compute_dtype", dt, where, written)
+        if "weights" not in self.fields:
+            self.fields["weights"] = dt
+            self.origin["weights"] = where
 
     def warn(self, written: str, why: str = "not modelled by gpumem; ignored") -> None:
         """An option gpumem does not model: named, never dropped silently."""

@@ -24,7 +24,6 @@ from gpumem_gui.core.imports.base import (
 
 _MODULES = ("sglang.launch_server",)
 
-_DTYPES = {"half": "fp16", "float16": "fp16", "bfloat16": "bf16", "float": "fp32", "float32": "fp32"}
 # --kv-cache-dtype (server_args.py: auto, fp8_e5m2, fp8_e4m3, bf16 / bfloat16; fp4_e2m1 on Blackwell)
 _KV = {"auto": "auto", "fp8_e5m2": "fp8_e5m2", "fp8_e4m3": "fp8_e4m3", "bf16": "bf16", "bfloat16": "bf16"}
 # --quantization methods that quantize a 16-bit checkpoint while loading -> gpumem weight format
@@ -208,7 +207,7 @@ def _option(r: Reading, arg: Arg) -> None:
             raise r.error(where, f"{value!r} is not an SGLang KV-cache dtype ({', '.join(_KV)}, fp4_e2m1)")
         r.set("kv_dtype", kv, where, arg.text)
     elif key == "--dtype":
-        _dtype(r, arg)
+        r.torch_dtype("SGLang", arg.value, arg.where, arg.text)
     elif key == "--quantization":
         _quantization(r, arg)
     elif key == "--cuda-graph-bs":
@@ -234,20 +233,6 @@ def _chunked(r: Reading, arg: Arg) -> None:
         return
     r.fields["_no_chunking"] = arg.where
     r.note(arg.text, "no chunking: one prefill forward takes up to max_prefill_tokens (SGLang's reserve)")
-
-
-def _dtype(r: Reading, arg: Arg) -> None:
-    value = str(arg.value).lower()
-    if value == "auto":
-        r.note(arg.text, "the checkpoint's dtype (gpumem: bf16)")
-        return
-    dt = _DTYPES.get(value)
-    if dt is None:
-        raise r.error(arg.where, f"{arg.value!r} is not an SGLang dtype (auto, {', '.join(_DTYPES)})")
-    r.set("compute_dtype", dt, arg.where, arg.text)
-    if "weights" not in r.fields:
-        r.fields["weights"] = dt
-        r.origin["weights"] = arg.where
 
 
 def _quantization(r: Reading, arg: Arg) -> None:

@@ -29,7 +29,6 @@ from gpumem_gui.core.runtimes.run import InferenceRun
 _MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 
 # vLLM's --dtype (arg_utils: auto, half, float16, bfloat16, float, float32) -> gpumem's compute dtype
-_DTYPES = {"half": "fp16", "float16": "fp16", "bfloat16": "bf16", "float": "fp32", "float32": "fp32"}
 # --quantization methods that quantize a 16-bit checkpoint while loading -> gpumem weight format
 # (vllm/model_executor/layers/quantization: fp8 dynamic per-tensor; bitsandbytes in-flight 4-bit NF4)
 _ONLINE_QUANT = {"fp8": "fp8", "bitsandbytes": "nf4", "ptpc_fp8": "fp8", "fbgemm_fp8": "fp8"}
@@ -241,7 +240,7 @@ def _option(r: Reading, arg: Arg) -> None:
         on = key == "--enforce-eager" and (value is None or to_bool(value, where))
         r.set("enforce_eager", on, where, arg.text)
     elif key == "--dtype":
-        _dtype(r, arg)
+        r.torch_dtype("vLLM", arg.value, arg.where, arg.text)
     elif key in ("--quantization", "-q"):
         _quantization(r, arg)
     elif key == "--kv-cache-dtype":
@@ -300,20 +299,6 @@ def _human_int(value: str | None, where: str) -> int:
         n = to_float(text[:-1], where, lo=0, hi=1 << 24)
         return to_int(n * scale[text[-1]], where, lo=1, hi=1 << 24)
     return to_int(text, where, lo=-1, hi=1 << 24) if text != "0" else to_int(text, where, lo=1)
-
-
-def _dtype(r: Reading, arg: Arg) -> None:
-    value = str(arg.value).lower()
-    if value == "auto":
-        r.note(arg.text, "the checkpoint's dtype (gpumem: bf16)")
-        return
-    dt = _DTYPES.get(value)
-    if dt is None:
-        raise r.error(arg.where, f"{arg.value!r} is not a vLLM dtype (auto, {', '.join(_DTYPES)})")
-    r.set("compute_dtype", dt, arg.where, arg.text)
-    if "weights" not in r.fields:
-        r.fields["weights"] = dt
-        r.origin["weights"] = arg.where
 
 
 def _quantization(r: Reading, arg: Arg) -> None:

@@ -56,57 +56,54 @@ def gathered(run: TrainingRun, base: dict[str, Any]) -> Explanation:
     )
 
 
-def all_gather(run: TrainingRun, base: dict[str, Any]) -> Explanation:
-    return Explanation(
-        formula="flat all-gather output = world x the unit's padded shards in param_dtype: in forward the "
+# the FSDP2 buffers' explanations by replay tag: (formula, the torch source it follows)
+_TEXTS: dict[str, tuple[str, str]] = {
+    "all-gather buffers": (
+        # formula
+        "flat all-gather output = world x the unit's padded shards in param_dtype: in forward the "
         "previous unit's is kept until the next copy-out and the last one until the root's post-forward; in "
         "backward the prefetched unit's waits until its pre-backward, and a regathered unit's exists next "
         "to its unsharded parameters during the copy-out (the root's at the start of backward); under "
         "mp-bf16 / CPU offload a flat copy-in of the shards comes first",
-        inputs=_inputs(run, base),
-        source="torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_all_gather "
+        # source
+        "torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_all_gather "
         "(all_gather_comm.allocate, _get_param_all_gather_inputs); _fsdp_param_group.py wait_for_unshard "
         "(comm_ctx.all_gather_state), _backward_prefetch; _fsdp_state.py _post_forward",
-    )
-
-
-def resharded(run: TrainingRun, base: dict[str, Any]) -> Explanation:
-    return Explanation(
-        formula="reshard_after_forward=N: each unit keeps a clone of 1/N of its unsharded parameters "
+    ),
+    "resharded parameters": (
+        # formula
+        "reshard_after_forward=N: each unit keeps a clone of 1/N of its unsharded parameters "
         "(param_dtype) from its post-forward to its pre-backward; made in forward, FSDPMemTracker counts it "
         "as an activation",
-        inputs=_inputs(run, base),
-        source="torch/distributed/fsdp/_fully_shard/_fsdp_param.py FSDPParam.to_sharded_post_forward "
+        # source
+        "torch/distributed/fsdp/_fully_shard/_fsdp_param.py FSDPParam.to_sharded_post_forward "
         "(narrow(...).clone()), freed by to_unsharded; _fsdp_init.py _get_post_forward_mesh_info",
-    )
-
-
-def unsharded_grads(run: TrainingRun, base: dict[str, Any]) -> Explanation:
-    return Explanation(
-        formula="gradients of the unsharded parameters (param_dtype), one per trainable parameter of the "
+    ),
+    "unsharded gradients": (
+        # formula
+        "gradients of the unsharded parameters (param_dtype), one per trainable parameter of the "
         "units in backward, until the unit's post-backward copies them into the reduce-scatter input (the "
         "root's until the end of backward); FSDPMemTracker counts them as temporaries",
-        inputs=_inputs(run, base),
-        source="torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py FSDPParamGroup.post_backward "
+        # source
+        "torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py FSDPParamGroup.post_backward "
         "(unsharded_grads), _fsdp_collectives.py foreach_reduce (unsharded_grads.clear())",
-    )
-
-
-def reduce_scatter(run: TrainingRun, base: dict[str, Any]) -> Explanation:
-    return Explanation(
-        formula="flat reduce-scatter input = the unit's padded unsharded gradients in reduce_dtype (fp32 "
+    ),
+    "reduce-scatter buffers": (
+        # formula
+        "flat reduce-scatter input = the unit's padded unsharded gradients in reduce_dtype (fp32 "
         "under mp-bf16); the last one is kept until the next unit's post-backward (one buffer in flight), "
         "the root's until the final callback",
-        inputs=_inputs(run, base),
-        source="torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce "
+        # source
+        "torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce "
         "(reduce_scatter_comm.allocate); _fsdp_param_group.py post_backward (reduce_scatter_states, "
         "reduce_scatter_max_input_buffers=1); _fsdp_state.py _root_post_backward_final_callback",
-    )
-
-
-FSDP_EXPLAIN = {
-    "all-gather buffers": all_gather,
-    "resharded parameters": resharded,
-    "unsharded gradients": unsharded_grads,
-    "reduce-scatter buffers": reduce_scatter,
+    ),
 }
+
+
+def _explained(tag: str) -> Any:
+    formula, source = _TEXTS[tag]
+    return lambda run, base: Explanation(formula=formula, inputs=_inputs(run, base), source=source)
+
+
+FSDP_EXPLAIN = {tag: _explained(tag) for tag in _TEXTS}
