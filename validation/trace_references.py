@@ -15,6 +15,7 @@ grid does not cover.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import sys
 import time
@@ -47,6 +48,11 @@ TRAIN_MODELS = (
     "google__gemma-2-2b",
     "ibm-granite__granite-3.0-2b-base",
     "mistralai__Mistral-7B-v0.1",
+    # issue 14, group dense_a
+    # issue 14, group dense_b
+    # issue 14, group moe
+    # issue 14, group gpt_oss
+    # issue 14, group llama4
 )
 
 
@@ -118,6 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(args.jobs) as ex:
         results = list(ex.map(lambda j: _run(args.python, *j, args.timeout), jobs))
     OUT.mkdir(parents=True, exist_ok=True)
+    with (OUT / ".lock").open("w") as lock:  # several regenerations may merge into the same files
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _merge(results)
+    return 1 if any("error" in r for r in results) else 0
+
+
+def _merge(results: list[dict[str, Any]]) -> None:
     for kind in ("inference", "train"):
         pts = [r for r in results if r["mode"] == kind]
         if not pts:
@@ -134,7 +147,6 @@ def main(argv: list[str] | None = None) -> int:
         }
         path.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"{path}: {len(doc['points'])} points", file=sys.stderr)
-    return 1 if any("error" in r for r in results) else 0
 
 
 if __name__ == "__main__":

@@ -4,9 +4,8 @@ source. :mod:`build_model_catalog` adds each model's ``config.json`` and checks 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from catalog_published import Published, components, label, stated
+from catalog_families_2025 import MODELS as MODELS_2025
+from catalog_published import Model, Published, components, label, stated
 
 LLAMA2 = "Touvron et al. 2023, 'Llama 2' (arXiv:2307.09288), Table 1"
 LLAMA3_CARD = "https://huggingface.co/meta-llama/Meta-Llama-3-8B (model card, 'Model Architecture' table)"
@@ -28,14 +27,6 @@ GEMMA3 = (
 )
 
 
-@dataclass(frozen=True)
-class Model:
-    id: str
-    family: str
-    size_label: str
-    published: Published
-
-
 def _q25(name: str, figure: str) -> Published:
     return stated(figure, QWEN25.format(name=name))
 
@@ -44,7 +35,7 @@ def _q3(name: str, figure: str) -> Published:
     return stated(figure, QWEN3.format(name=name))
 
 
-MODELS: tuple[Model, ...] = (
+_MODELS_2024: tuple[Model, ...] = (
     Model("meta-llama/Llama-2-7b-hf", "Llama 2", "7B", label("7B", LLAMA2)),
     Model("meta-llama/Llama-2-13b-hf", "Llama 2", "13B", label("13B", LLAMA2)),
     Model("meta-llama/Llama-2-70b-hf", "Llama 2", "70B", label("70B", LLAMA2)),
@@ -288,3 +279,4 @@ MODELS: tuple[Model, ...] = (
         ),
     ),
 )
+MODELS: tuple[Model, ...] = _MODELS_2024 + MODELS_2025

@@ -57,3 +57,13 @@ def components(
     one unit per part, unless ``precision`` says otherwise (and ``note`` why)."""
     total = sum(parts) * unit
     return Published(total, precision if precision is not None else len(parts) * unit / total, source, note)
+
+
+@dataclass(frozen=True)
+class Model:
+    """One catalog entry: the Hugging Face id, family, size label and the published count."""
+
+    id: str
+    family: str
+    size_label: str
+    published: Published

@@ -19,6 +19,7 @@ from gpumem_gui.core.errors import GpumemInputError, describe_validation_error, 
 from gpumem_gui.core.readers import hf_legacy as legacy
 from gpumem_gui.core.readers import hf_modern as modern
 from gpumem_gui.core.readers.config_fields import Config, ConfigReader
+from gpumem_gui.core.readers.new_types import NEW_READERS
 from gpumem_gui.core.readers.reading import read_json_file
 from gpumem_gui.core.readers.traits import traits_for
 from gpumem_gui.core.spec.model import ModelSpec, Provenance
@@ -46,6 +47,7 @@ READERS: dict[str, Callable[[ConfigReader, str, str], dict[str, Any]]] = {
     "bloom": legacy._bloom,
     "falcon": legacy._falcon,
     "gpt_neox": legacy._gpt_neox,
+    **NEW_READERS,
 }
 
 SUPPORTED_MODEL_TYPES = tuple(sorted(READERS))

@@ -13,6 +13,7 @@ from typing import Any
 
 from gpumem_gui.core.errors import GpumemInputError, short
 from gpumem_gui.core.readers.config_fields import positive_number
+from gpumem_gui.core.readers.new_types import NEW_CONFIG_TRAITS, NEW_TRAITS
 from gpumem_gui.core.spec.model import ArchTraits
 
 _GEMMA = {"embedding_scale": True, "norm_weight_offset": True}  # GemmaTextScaledWordEmbedding, GemmaRMSNorm
@@ -117,6 +118,7 @@ TRAITS: dict[str, dict[str, Any]] = {
         "embedding_dropout": True,
         "gguf_arch": "gptneox",
     },
+    **NEW_TRAITS,
 }
 
 
@@ -154,6 +156,8 @@ def traits_for(
     values.update(_dropouts(cfg, source))
     if cfg.get("is_hybrid_swa") is True:  # SGLang's opt-in for hybrid-SWA pools (model_config.py)
         values["sglang_hybrid_swa"] = True
+    if model_type in NEW_CONFIG_TRAITS:
+        values.update(NEW_CONFIG_TRAITS[model_type](cfg, source))
     if model_type == "gemma2":
         cap = cfg.get("attn_logit_softcapping", 50.0)
         values["attn_logit_softcapping"] = (
