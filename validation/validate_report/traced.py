@@ -17,6 +17,7 @@ from gpumem_gui.core.reference_points import (
 )
 from gpumem_gui.core.training import simulate_rank
 
+from .architectures import render_architectures
 from .common import HERE, spec_for
 
 TRACE = HERE.parent / "tests" / "reference" / "trace"
@@ -110,6 +111,7 @@ def render_traced(add: Callable[[str], None]) -> None:
     add(_line("training step peak", train))
     add(_trace_check_line())
     add("")
+    render_architectures(add, infer, train)
     known = (
         json.loads((TRACE / "known.json").read_text())["known"] if (TRACE / "known.json").is_file() else {}
     )
