@@ -139,10 +139,12 @@ def test_bad_configs_name_the_field(cfg: dict, field: str, words: str) -> None:
     assert words in msg, msg
 
 
-def test_unknown_type_lists_supported_and_suggests_safetensors() -> None:
+def test_unmodelled_type_points_to_trace_and_safetensors() -> None:
+    """A recurrent type no reader describes (tests/test_generic_decoder.py has the generic decoder)."""
     with pytest.raises(GpumemInputError) as ei:
         spec_from_config({**LLAMA, "model_type": "rwkv"}, name="t")
-    assert "llama" in str(ei.value) and "safetensors" in str(ei.value)
+    assert "not modelled" in str(ei.value) and "gpumem trace" in str(ei.value)
+    assert "safetensors" in str(ei.value)
 
 
 @pytest.mark.parametrize(

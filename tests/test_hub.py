@@ -131,10 +131,14 @@ def test_missing_extra_is_a_clear_message(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_hub_model_type_the_readers_do_not_know() -> None:
-    """Refused for an estimate (one line naming model_type); kept with its config for trace mode."""
+    """With the standard fields: an approximate generic decoder. With recurrent state: refused for an estimate
+    (one line naming the field), kept with its config for trace mode."""
     cfg = {**LLAMA_CFG, "model_type": "not_a_real_arch"}
-    with pytest.raises(GpumemInputError, match="model_type"):
-        load_model("someorg/new-arch", hub_client=FakeHub(cfg, None))
-    m = load_model("someorg/new-arch", hub_client=FakeHub(cfg, None), unknown_architecture_ok=True)
+    m = load_model("someorg/new-arch", hub_client=FakeHub(cfg, None))
+    assert m.spec is not None and m.spec.approximate and "not modelled" in m.spec.approximate
+    hybrid = {**cfg, "mamba_d_state": 16}
+    with pytest.raises(GpumemInputError, match="mamba_d_state"):
+        load_model("someorg/new-arch", hub_client=FakeHub(hybrid, None))
+    m = load_model("someorg/new-arch", hub_client=FakeHub(hybrid, None), unknown_architecture_ok=True)
     assert m.spec is None and m.config is not None and m.config["model_type"] == "not_a_real_arch"
     assert any("trace" in n or "model_type" in n for n in m.notes)

@@ -43,23 +43,43 @@ def test_trace_equals_pytorch_reference(point: dict) -> None:
 
 
 def test_a_model_type_the_core_does_not_describe() -> None:
-    """gpt-oss: the readers refuse it, transformers builds it; the trace equals the reference script's
-    measurement (tests/reference/unsupported/groundtruth.json) and says there is no analytic estimate."""
+    """Nemotron-H (Mamba-2 layers among attention and MLP layers): the readers refuse it, even as a generic
+    decoder (its recurrent state), naming the field; transformers builds it. The trace equals the reference
+    script's measurement (tests/reference/unsupported/groundtruth.json) and says there is no analytic
+    estimate."""
+    key = "nvidia__Nemotron-H-8B-Base-8K"
+    grid = json.loads((UNSUPPORTED / "groundtruth.json").read_text())["grid"]
     point = next(
         p
-        for p in json.loads((UNSUPPORTED / "groundtruth.json").read_text())["grid"]
-        if p["mode"] == "infer_prefill_last_logit" and p["attn_implementation"] == "sdpa"
+        for p in grid
+        if (p["model"], p["mode"], p["attn_implementation"]) == (key, "infer_prefill_last_logit", "sdpa")
     )
-    with pytest.raises(GpumemInputError, match="not supported"):
-        load_model(str(UNSUPPORTED / "configs" / "openai__gpt-oss-20b.json"))
-    model = load_model(
-        str(UNSUPPORTED / "configs" / "openai__gpt-oss-20b.json"), unknown_architecture_ok=True
-    )
-    assert model.spec is None and model.config["model_type"] == "gpt_oss"
+    config = UNSUPPORTED / "configs" / f"{key}.json"
+    with pytest.raises(GpumemInputError, match="not modelled") as e:
+        load_model(str(config))
+    assert e.value.field == "hybrid_override_pattern" and "gpumem trace" in str(e.value)
+    model = load_model(str(config), unknown_architecture_ok=True)
+    assert model.spec is None and model.config["model_type"] == "nemotron_h"
     rep = trace(model, make_run(batch=point["batch"], seq=point["seq"]), use_cache=False)
     assert rep.result.peak_bytes == point["peak_bytes"]
     doc = trace_document(model, make_run(batch=point["batch"], seq=point["seq"]), rep)
     assert rep.estimate is None and doc["analytic"] is None and doc["peak_bytes"] == point["peak_bytes"]
+
+
+def test_an_approximate_model_is_traced_beside_its_generic_estimate() -> None:
+    """A model type neither gpumem nor transformers knows (tests/reference/remote_code/tiny_custom: Llama's
+    classes renamed, run with its own code): the generic decoder estimates it, flagged approximate; trace
+    mode runs the real code, says the trace is the answer, and the generic estimate is close (a Llama)."""
+    folder = REPO / "tests" / "reference" / "remote_code" / "tiny_custom"
+    model = load_model(str(folder))
+    assert model.spec is not None and model.spec.approximate
+    run = make_run(seq=64)
+    rep = trace(model, run, trust_remote_code=True, use_cache=False)
+    assert rep.estimate is not None and rep.approximate == model.spec.approximate
+    assert any("trace is the answer" in n and "approximate" in n for n in rep.notes)
+    doc = trace_document(model, run, rep)
+    assert doc["approximate"] == model.spec.approximate
+    assert rep.peak.estimated_bytes == pytest.approx(rep.peak.traced_bytes, rel=0.01)
 
 
 def test_subprocess_equals_in_process_and_the_cache_answers_again(tmp_path: Path) -> None:

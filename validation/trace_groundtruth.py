@@ -2,7 +2,8 @@
 
 The reference grid (``groundtruth.json``: made by ``shared/reference/tools/groundtruth.py``, the project's own
 measuring script) and ``tests/reference/unsupported/groundtruth.json`` (the same script on configs of model
-types gpumem's readers do not describe yet: gpt-oss) are traced again through the product's own path
+types the analytic core did not estimate: gpt-oss when measured, Nemotron-H's Mamba-2 hybrid; its README.md
+says which) are traced again through the product's own path
 (:func:`gpumem_gui.trace.trace`, no cache), in the Python named by ``--python`` (default: this one when it has
 torch, else ``$GPUMEM_GT_VENV/bin/python``). The result, point by point, is written to
 ``tests/reference/trace/groundtruth_check.json`` for ``docs/validation.md``; the exit status is 1 when a point

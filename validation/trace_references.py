@@ -49,10 +49,33 @@ TRAIN_MODELS = (
     "ibm-granite__granite-3.0-2b-base",
     "mistralai__Mistral-7B-v0.1",
     # issue 14, group dense_a
+    "synthetic__smollm3-tiny",
+    "synthetic__arcee-tiny",
+    "synthetic__apertus-tiny",
+    "synthetic__cohere2-tiny",
+    "synthetic__gptj-tiny",
     # issue 14, group dense_b
+    "THUDM__GLM-4-9B-0414",
+    "baidu__ERNIE-4.5-0.3B-PT",
+    "bigcode__starcoderbase-1b",
+    "tencent__Hunyuan-7B-Instruct",
+    "ByteDance-Seed__Seed-OSS-36B-Instruct",
+    "synthetic__mistral3-tiny",
     # issue 14, group moe
+    "allenai__OLMoE-1B-7B-0924",
+    "synthetic__phimoe-tiny",
+    "synthetic__glm4_moe-tiny",
+    "synthetic__minimax_m2-tiny",
+    "synthetic__ernie4_5_moe-tiny",
     # issue 14, group gpt_oss
+    "synthetic__gpt_oss-tiny",
+    "openai__gpt-oss-20b",
     # issue 14, group llama4
+    "synthetic__llama4-tiny",
+    # issue 14, group hybrid
+    "synthetic__qwen3_next-tiny",
+    "synthetic__qwen3_5-tiny",
+    "synthetic__lfm2-tiny",
 )
 
 

@@ -17,7 +17,14 @@ from pydantic import ValidationError
 
 from gpumem_gui import __version__
 from gpumem_gui.cli.cluster import add_prometheus_flags
-from gpumem_gui.cli.flags import MODES, add_run_flags, add_target_flags, bounded_int, run_from_args
+from gpumem_gui.cli.flags import (
+    MODES,
+    add_inspect_flags,
+    add_run_flags,
+    add_target_flags,
+    bounded_int,
+    run_from_args,
+)
 from gpumem_gui.cli.imports import add_import_flags
 from gpumem_gui.cli.info import cmd_formats, cmd_gpus, cmd_inspect, cmd_models, inspect_json
 from gpumem_gui.cli.output import ECHO_CHARS, clip
@@ -76,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         "model",
         help="catalog id, config.json, model folder, .safetensors, .gguf, or Hugging Face hub id (org/name)",
     )
-    sp.add_argument("--json", action="store_true", help="machine-readable output")
+    add_inspect_flags(sp)
     sp.set_defaults(func=cmd_inspect)
 
     sp = sub.add_parser("estimate", help="memory of a run: components, phases, per GPU, with explanations")

@@ -16,6 +16,7 @@ from typing import Any
 
 from gpumem_gui.cli.output import clip
 from gpumem_gui.core import (
+    ENCODER_HEADS,
     MAX_GPUS,
     GpumemInputError,
     GpuTarget,
@@ -23,11 +24,14 @@ from gpumem_gui.core import (
     LoadedModel,
     RunField,
     TrainingRun,
+    count_params,
     gpu_target_from_text,
     load_model,
     make_run,
     make_training_run,
     run_fields,
+    spec_from_config,
+    with_head,
 )
 
 MODES: dict[str, type] = {"inference": InferenceRun, "train": TrainingRun}
@@ -91,6 +95,7 @@ def _owners() -> dict[str, tuple[RunField, list[str]]]:
 def add_run_flags(sp: argparse.ArgumentParser) -> None:
     sp.add_argument("model", help="catalog id, config.json, model folder, .safetensors, .gguf or hub id")
     sp.add_argument("--mode", choices=list(MODES), default="inference")
+    add_task_flags(sp)
     groups: dict[str, Any] = {}
     for name, (f, modes) in _owners().items():
         title = f.ui.group if len(modes) == len(MODES) else f"{f.ui.group} (--mode {modes[0]})"
@@ -125,10 +130,22 @@ def run_from_args(
             raise GpumemInputError(
                 f"{f.flag} belongs to --mode {modes[0]}, not --mode {args.mode}", field=name
             )
+    _encoder_defaults(m, model, given)
     if model is TrainingRun:
         return make_training_run(**given)
-    given.setdefault("weights", "file" if m.weights is not None else "bf16")
+    # the files' own bytes, else the format the config's quantization_config names (as published), else bf16
+    given.setdefault("weights", "file" if m.weights is not None else m.checkpoint_weights or "bf16")
     return make_run(**given)
+
+
+def _encoder_defaults(m: LoadedModel, model: type, given: dict[str, Any]) -> None:
+    """An encoder (BERT, RoBERTa, ...) reads at most its position table and generates nothing: unless given,
+    the sequence is the run's default capped at ``max_position_embeddings`` and no tokens are generated."""
+    if m.spec is None or m.spec.encoder is None:
+        return
+    given.setdefault("seq", min(model.model_fields["seq"].default, m.spec.max_position_embeddings))
+    if model is not TrainingRun:
+        given.setdefault("new_tokens", 0)
 
 
 def _local_target(fake: str | None) -> Any:
@@ -202,17 +219,59 @@ def target_from_args(args: argparse.Namespace) -> GpuTarget | None:
     return gpu_target_from_text(args.gpu) if args.gpu else None
 
 
-def loaded_spec_or_config(model: str) -> Any:
+def add_task_flags(sp: argparse.ArgumentParser) -> None:
+    """An encoder's task head (BERT, RoBERTa), which decides its head's parameters and activations."""
+    sp.add_argument(
+        "--task",
+        choices=list(ENCODER_HEADS),
+        help="an encoder's task head (BERT, RoBERTa; default: the config's architectures, else "
+        "sequence_classification)",
+    )
+    sp.add_argument(
+        "--num-labels",
+        type=bounded_int(1, 1 << 20),
+        metavar="N",
+        help="outputs of an encoder's classification head (default: the config's num_labels / id2label)",
+    )
+
+
+def add_inspect_flags(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--json", action="store_true", help="machine-readable output")
+    add_task_flags(sp)
+
+
+def with_task(m: LoadedModel, args: argparse.Namespace | None) -> LoadedModel:
+    """``m`` with the task head ``--task`` / ``--num-labels`` name (spec/encoder.py with_head), its parameter
+    counts recounted; unchanged without those flags."""
+    task, labels = getattr(args, "task", None), getattr(args, "num_labels", None)
+    if m.spec is None or (task is None and labels is None):
+        return m
+    head = task or (m.spec.encoder.head if m.spec.encoder is not None else "")
+    spec = with_head(m.spec, head, labels)
+    return m.model_copy(update={"spec": spec, "params": count_params(spec)})
+
+
+def encoder_line(spec: Any) -> str:
+    """inspect's line for an encoder: bidirectional, its vocabulary and its task head."""
+    enc = spec.encoder
+    labels = f", {enc.num_labels} labels" if enc.head != "masked_lm" else ""
+    return f"bidirectional, vocab {spec.vocab_size}; task head {enc.head}{labels} (--task to change)"
+
+
+def loaded_spec_or_config(model: str, args: argparse.Namespace | None = None) -> Any:
     """The model for a trace: a config of an architecture the readers do not describe is fine (transformers
     builds it); a source without any config.json is not."""
     m = load_model(model, unknown_architecture_ok=True)
     if m.config is None and m.spec is None:
         raise GpumemInputError("no config.json to build the model from", source=model)
-    return m
+    return with_task(m, args)
 
 
-def loaded_spec(model: str) -> Any:
-    m = load_model(model)
+def loaded_spec(model: str, args: argparse.Namespace | None = None) -> Any:
+    m = with_task(load_model(model), args)
+    if m.spec is None and m.config is not None and m.weights is not None:
+        # weights beside a config the readers cannot model: that config's own one-line reason
+        spec_from_config(m.config, name=m.name, source=f"{model} (config.json)")
     if m.spec is None:
         raise GpumemInputError(
             "the architecture is unknown (no config.json); estimates need it", source=model

@@ -69,7 +69,7 @@ def model_and_run(args: argparse.Namespace) -> tuple[LoadedModel, Any, dict[str,
     if imp is None:
         if not args.model:
             raise GpumemInputError("name a model (or give --from / --from-file)", field="model")
-        m = loaded_spec(args.model)
+        m = loaded_spec(args.model, args)
         return m, run_from_args(args, m), None
     name = args.model or imp.model
     if not name:
@@ -85,7 +85,7 @@ def model_and_run(args: argparse.Namespace) -> tuple[LoadedModel, Any, dict[str,
         raise GpumemInputError(
             f"--mode {args.mode}, but the {imp.source} describes a {imp.mode} run", field="mode"
         )
-    m = loaded_spec(name)
+    m = loaded_spec(name, args)
     imp = imp.with_model(m.spec)
     base = {k: getattr(imp.run, k) for k in imp.run.model_fields_set}
     for field, value in run_fields_given(args).items():

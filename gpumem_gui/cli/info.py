@@ -5,17 +5,21 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from gpumem_gui.cli.flags import encoder_line, with_task
 from gpumem_gui.cli.output import dump, print_table
+from gpumem_gui.cli.state_info import print_state, state_json
 from gpumem_gui.core import (
     GB,
     GiB,
     GpumemInputError,
     LoadedModel,
+    describe_linear_attention,
     fmt_count,
     kv_bytes_per_token_per_layer,
     load_gpu_catalog,
     load_model,
     search_models,
+    weight_bytes,
 )
 
 INSPECT_SCHEMA = "gpumem.inspect/1"
@@ -106,12 +110,14 @@ def cmd_gpus(args: argparse.Namespace) -> int:
 def inspect_json(m: LoadedModel) -> dict[str, Any]:
     """The stable ``gpumem inspect --json`` document (schema ``gpumem.inspect/1``)."""
     spec, p, w = m.spec, m.params, m.weights
-    kv_layers = list(kv_bytes_per_token_per_layer(spec)) if spec else None
+    # an encoder keeps no KV cache: no KV figures at all
+    kv_layers = list(kv_bytes_per_token_per_layer(spec)) if spec and spec.encoder is None else None
     return {
         "schema": INSPECT_SCHEMA,
         "model": m.name,
         "source": m.source,
         "source_kind": m.source_kind,
+        "approximate": spec.approximate if spec else None,
         "architecture": spec.model_dump(mode="json", exclude={"provenance"}) if spec else None,
         "attention_kind": spec.attention_kind if spec else None,
         "provenance": spec.provenance.model_dump(mode="json") if spec else None,
@@ -146,16 +152,30 @@ def inspect_json(m: LoadedModel) -> dict[str, Any]:
             if w
             else None
         ),
+        # the format a config's quantization_config names and its bytes (the checkpoint as published)
+        "checkpoint_weights": _checkpoint(m),
         "kv_cache_dtype": "bf16",
         "kv_cache_bytes_per_token": sum(kv_layers) if kv_layers else None,
         "kv_cache_bytes_per_token_per_layer": kv_layers,
+        # linear-attention layers' fixed conv + recurrent state per sequence (bf16 activations; spec/state.py)
+        **(state_json(spec) if spec and spec.encoder is None else {}),
         "notes": list(m.notes),
     }
+
+
+def _checkpoint(m: LoadedModel) -> dict[str, Any] | None:
+    """The weight format the config's quantization_config names, with its bytes (checkpoint_quant.py)."""
+    if m.spec is None or m.checkpoint_weights is None:
+        return None
+    wb = weight_bytes(m.spec, m.checkpoint_weights)
+    return {"format": m.checkpoint_weights, "total_bytes": wb.total_bytes}
 
 
 def _print_inspect(m: LoadedModel) -> None:
     spec, p, w = m.spec, m.params, m.weights
     print(f"{m.name}   ({m.source_kind}: {m.source})")
+    if spec and spec.approximate:
+        print(f"approximate: {spec.approximate}")
     if spec:
         arch = [
             ("model_type", spec.model_type),
@@ -171,13 +191,23 @@ def _print_inspect(m: LoadedModel) -> None:
                 "MLP",
                 f"{'gated' if spec.mlp_gated else 'plain'} {spec.activation}, width {spec.intermediate_size}",
             ),
-            ("vocab", f"{spec.vocab_size} ({'tied' if spec.tie_word_embeddings else 'untied'} lm_head)"),
+            ("vocab", f"{spec.vocab_size} ({'tied' if spec.tie_word_embeddings else 'untied'} lm_head)")
+            if spec.encoder is None
+            else ("encoder", encoder_line(spec)),
             ("positions", f"{spec.position_embedding}, max {spec.max_position_embeddings}"),
         ]
         if spec.sliding_window:
             n_sl = spec.resolved_layer_types.count("sliding_attention")
             arch.append(
                 ("sliding window", f"{spec.sliding_window} tokens on {n_sl} of {spec.num_layers} layers")
+            )
+        if spec.attention_chunk_size:  # Llama 4's chunked local attention
+            n_ch = spec.resolved_layer_types.count("chunked_attention")
+            arch.append(
+                (
+                    "attention chunks",
+                    f"{spec.attention_chunk_size} tokens on {n_ch} of {spec.num_layers} layers",
+                )
             )
         if spec.moe:
             arch.append(
@@ -189,6 +219,8 @@ def _print_inspect(m: LoadedModel) -> None:
             )
         if spec.mla:
             arch.append(("MLA", f"kv_lora_rank {spec.mla.kv_lora_rank}, q_lora_rank {spec.mla.q_lora_rank}"))
+        if (linear := describe_linear_attention(spec)) is not None:  # hybrid models (spec/state.py)
+            arch.append(("recurrent layers", linear))
         print_table(arch, ["architecture", ""])
         print()
     if p:
@@ -207,18 +239,22 @@ def _print_inspect(m: LoadedModel) -> None:
         title = f"weights in {w.format} ({w.quantization or 'unquantized'})"
         print_table(rows, [title, "elements", "bytes", "GiB"], right={1, 2, 3})
         print()
-    if spec:
+    if (ck := _checkpoint(m)) is not None and not w:
+        print(f"checkpoint as published ({ck['format']}, its quantization_config): {ck['total_bytes']:,} B")
+        print()
+    if spec and spec.encoder is None:  # an encoder keeps no KV cache
         kv = kv_bytes_per_token_per_layer(spec)
         print(
             f"KV cache (bf16, as transformers allocates it): {sum(kv):,} bytes per token "
             f"({sum(kv) / 1024:.1f} KiB)"
         )
+        print_state(spec)
     for n in m.notes:
         print(f"note: {n}")
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    m = load_model(args.model)
+    m = with_task(load_model(args.model), args)
     if args.json:
         dump(inspect_json(m))
     else:

@@ -20,7 +20,12 @@ from gpumem_gui.core import (
 
 def estimate_json(m: LoadedModel, run: Any, est: Any) -> dict[str, Any]:
     """The stable ``gpumem estimate --json`` document (schema ``gpumem.estimate/1``)."""
-    return estimate_document(m.name, m.params, run, est)
+    return estimate_document(m.name, m.params, run, est, approximate=_approximate(m))
+
+
+def _approximate(m: LoadedModel) -> str | None:
+    """Why the model's numbers are approximate (an architecture the readers do not model), else None."""
+    return m.spec.approximate if m.spec is not None else None
 
 
 def _print_estimate(m: LoadedModel, run: Any, est: Any) -> None:
@@ -46,8 +51,14 @@ def _print_estimate(m: LoadedModel, run: Any, est: Any) -> None:
         f"(torch.cuda.max_memory_allocated)"
     )
     print(f"GPU memory needed:    {gib(est.total_bytes)} GiB per GPU (what nvidia-smi shows)")
-    if est.mode != "train":
+    if est.mode != "train" and "task" not in est.facts:  # an encoder (its task head) keeps no KV cache
         print(f"KV cache:             {gib(est.kv_cache_bytes)} GiB")
+    if "state_bytes" in est.facts:  # linear-attention layers: a fixed state per sequence beside the KV cache
+        per_seq, per_tok = est.facts["state_bytes_per_sequence"], est.facts["kv_cache_bytes_per_token"]
+        print(
+            f"fixed state:          {gib(est.facts['state_bytes'])} GiB ({per_seq:,} B per sequence; "
+            f"KV {per_tok:,} B per token on the attention layers)"
+        )
     phases = "   ".join(f"{n} {gib(ph.peak_bytes)}" for n, ph in est.phases.items())
     print(f"phases (GiB):         {phases}")
     for k, v in est.facts.items():
@@ -92,7 +103,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         if imported is not None:
             doc["imported"] = imported
         if target:
-            doc["fit"] = _fit_json(_fit(m, run, target, args))
+            doc["fit"] = _fit_json(_fit(m, run, target, args), _approximate(m))
         dump(doc)
     else:
         print_imported(imported)
@@ -119,8 +130,8 @@ def _fit(m: LoadedModel, run: Any, target: Any, args: argparse.Namespace) -> Any
     return fit_report(m.spec, run, target, margin=args.margin_mib << 20, file_weights=m.weights)
 
 
-def _fit_json(rep: Any) -> dict[str, Any]:
-    return fit_document(rep)
+def _fit_json(rep: Any, approximate: str | None) -> dict[str, Any]:
+    return fit_document(rep, approximate)
 
 
 def _print_fit(rep: Any) -> None:
@@ -164,7 +175,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         return _fit_cluster(m, run, args)
     rep = _fit(m, run, target_from_args(args), args)
     if args.json:
-        doc = _fit_json(rep)
+        doc = _fit_json(rep, _approximate(m))
         if imported is not None:
             doc["imported"] = imported
         dump(doc)
@@ -191,7 +202,7 @@ def _fit_cluster(m: LoadedModel, run: Any, args: argparse.Namespace) -> int:
     rep = _fit(m, run, target, args)
     cf = cluster_fit_for(m, run, args, snap)
     if args.json:
-        dump({**_fit_json(rep), "cluster": cluster_document(cf)})
+        dump({**_fit_json(rep, _approximate(m)), "cluster": cluster_document(cf)})
     else:
         _print_estimate(m, run, rep.estimate)
         print()
@@ -218,7 +229,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from gpumem_gui.cli.progress import sweep_progress
     from gpumem_gui.core import check_sweep_size, evenly_spaced, sweep
 
-    m = loaded_spec(args.model)
+    m = loaded_spec(args.model, args)
     base = run_from_args(args, m)
     check_sweep_size(base, args.steps, m.spec.num_layers)
     _sweep_range(args)
@@ -239,7 +250,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         for p in points
     ]
     if args.json:
-        dump({"schema": "gpumem.sweep/1", "model": m.name, "over": args.over, "points": rows})
+        doc = {"schema": "gpumem.sweep/1", "model": m.name, "approximate": _approximate(m)}
+        dump({**doc, "over": args.over, "points": rows})
     elif args.csv:
         keys = list(rows[0])
         print(",".join(keys))
@@ -261,4 +273,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             [args.over, "peak GiB", "total GiB", "KV GiB", "peak phase"] + (["fits"] if target else []),
             right={1, 2, 3},
         )
+        if _approximate(m):
+            print(f"warning: approximate: {_approximate(m)}")
     return 0

@@ -36,7 +36,7 @@ def add_trace_flags(sp: argparse.ArgumentParser) -> None:
 def cmd_trace(args: argparse.Namespace) -> int:
     if not 1 <= args.timeout <= 86_400:
         raise GpumemInputError("must be between 1 and 86400 seconds", field="timeout")
-    m = loaded_spec_or_config(args.model)
+    m = loaded_spec_or_config(args.model, args)
     run = run_from_args(args, m)
     rep = trace(m, run, args.python, args.timeout, args.trust_remote_code, use_cache=not args.no_cache)
     if args.json:

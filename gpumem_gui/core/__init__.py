@@ -105,9 +105,18 @@ from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase, RankClass
 from gpumem_gui.core.runtimes.base import Runtime
 from gpumem_gui.core.runtimes.inference import RUNTIMES, InferenceRun, estimate_inference, make_run, runtime
+from gpumem_gui.core.spec.encoder import ENCODER_HEADS, with_head
 from gpumem_gui.core.spec.kv import kv_bytes_per_token_per_layer, kv_cache_bytes_transformers
 from gpumem_gui.core.spec.model import MLASpec, ModelSpec, MoESpec, VisionSpec
 from gpumem_gui.core.spec.params import ParamCounts, count_params
+from gpumem_gui.core.spec.state import (
+    describe_linear_attention,
+    has_state,
+    memory_by_layer_type,
+    state_bytes_per_sequence,
+    state_bytes_per_sequence_per_layer,
+    state_parts_per_sequence,
+)
 from gpumem_gui.core.training import (
     PRECISION_DOC,
     TrainingRun,
@@ -121,6 +130,7 @@ from gpumem_gui.core.units import GB, KB, MB, GiB, KiB, MiB, SizeUnit, fmt_bytes
 __all__ = [
     "CATEGORIES",
     "DEFAULT_MARGIN_BYTES",
+    "ENCODER_HEADS",
     "ESTIMATE_SCHEMA",
     "FIT_SCHEMA",
     "GB",
@@ -182,6 +192,7 @@ __all__ = [
     "command_args",
     "command_parsers",
     "count_params",
+    "describe_linear_attention",
     "describe_validation_error",
     "engine_kv_dtypes",
     "estimate_any",
@@ -200,6 +211,7 @@ __all__ = [
     "gallop",
     "get_weight_format",
     "gpu_target_from_text",
+    "has_state",
     "import_command",
     "import_file",
     "kv_bytes_per_token_per_layer",
@@ -214,6 +226,7 @@ __all__ = [
     "make_run",
     "make_training_run",
     "maxima_phrases",
+    "memory_by_layer_type",
     "parse_capacity",
     "read_config",
     "resolve_tricks",
@@ -224,10 +237,14 @@ __all__ = [
     "set_default_hub_client",
     "short",
     "spec_from_config",
+    "state_bytes_per_sequence",
+    "state_bytes_per_sequence_per_layer",
+    "state_parts_per_sequence",
     "sweep",
     "traced_categories",
     "tracked_breakdown",
     "training_command",
     "verdicts",
     "weight_bytes",
+    "with_head",
 ]

@@ -153,10 +153,15 @@ def make_request(
         mode = "train"
     code_dir = _code_dir(model) if trust_remote_code and model.config.get("auto_map") else None
     doc = run.model_dump(mode="json")
+    config = model.config
+    if spec is not None and spec.encoder is not None:  # the worker builds AutoModelFor<task>
+        doc["task"] = spec.encoder.head
+        labels = spec.encoder.num_labels  # PreTrainedConfig: num_labels from id2label
+        config = {**config, "id2label": {str(i): f"LABEL_{i}" for i in range(labels)}}
     if isinstance(run, TrainingRun) and resolve_tricks(run).loss != "standard":
         doc["loss"] = resolve_tricks(run).loss  # the framework's loss, as the worker names it
     return TraceRequest(
-        config=model.config,
+        config=config,
         mode=mode,
         run=doc,
         trust_remote_code=trust_remote_code,

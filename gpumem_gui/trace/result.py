@@ -103,6 +103,7 @@ class TraceReport(BaseModel):
     estimate: Estimate | None
     phases: tuple[PhaseComparison, ...]
     weights_note: str | None = None
+    approximate: str | None = None  # the spec's ModelSpec.approximate: a generic decoder stood in
 
     @property
     def peak(self) -> PhaseComparison:
@@ -110,10 +111,16 @@ class TraceReport(BaseModel):
 
     @property
     def notes(self) -> tuple[str, ...]:
-        """What the result says about itself: the worker's notes and the quantized weights' accounting."""
-        return (*self.result.notes, *([self.weights_note] if self.weights_note else []))
+        """What the result says about itself: the worker's notes, the quantized weights' accounting, and
+        that the analytic side is only approximate when the readers do not model the architecture."""
+        approx = [APPROXIMATE_NOTE] if self.approximate else []
+        return (*self.result.notes, *([self.weights_note] if self.weights_note else []), *approx)
 
 
+APPROXIMATE_NOTE = (
+    "the estimate beside the trace is approximate (architecture not modelled: a generic decoder stood in): "
+    "the trace is the answer"
+)
 NO_ESTIMATE_NOTE = "gpumem's analytic core does not describe this architecture yet: the trace is the answer"
 
 
@@ -189,7 +196,10 @@ def compare(model: LoadedModel, run: InferenceRun | TrainingRun, result: TraceRe
                 estimated=ours,
             )
         )
-    return TraceReport(result=result, estimate=est, phases=tuple(phases), weights_note=note)
+    approx = model.spec.approximate if model.spec is not None else None
+    return TraceReport(
+        result=result, estimate=est, phases=tuple(phases), weights_note=note, approximate=approx
+    )
 
 
 def trace_document(model: LoadedModel, run: InferenceRun | TrainingRun, rep: TraceReport) -> dict[str, Any]:
@@ -201,6 +211,7 @@ def trace_document(model: LoadedModel, run: InferenceRun | TrainingRun, rep: Tra
         "schema": ESTIMATE_SCHEMA,
         "source": "trace",
         "model": model.name,
+        "approximate": rep.approximate,
         "mode": r.mode,
         "run": run.model_dump(mode="json"),
         "versions": r.versions,

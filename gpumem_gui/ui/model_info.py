@@ -8,7 +8,10 @@ import html
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QTableWidgetItem
 
-from gpumem_gui.core import LoadedModel, SizeUnit, fmt_bytes, fmt_count
+from gpumem_gui.core import LoadedModel, SizeUnit, describe_linear_attention, fmt_bytes, fmt_count
+from gpumem_gui.ui.theme import FREE_COLOR
+
+APPROXIMATE_COLOR = FREE_COLOR  # the theme's orange: a caution, not an error
 
 
 class CountItem(QTableWidgetItem):
@@ -54,6 +57,14 @@ def architecture_html(m: LoadedModel, unit: SizeUnit) -> str:
             rows.append(
                 ("sliding window", f"{spec.sliding_window:,} tokens on {n_sl} of {spec.num_layers} layers")
             )
+        if spec.attention_chunk_size:  # Llama 4's chunked local attention
+            n_ch = spec.resolved_layer_types.count("chunked_attention")
+            rows.append(
+                (
+                    "attention chunks",
+                    f"{spec.attention_chunk_size:,} tokens on {n_ch} of {spec.num_layers} layers",
+                )
+            )
         if spec.moe:
             rows.append(
                 (
@@ -64,8 +75,13 @@ def architecture_html(m: LoadedModel, unit: SizeUnit) -> str:
             )
         if spec.mla:
             rows.append(("MLA", f"kv_lora_rank {spec.mla.kv_lora_rank}, q_lora_rank {spec.mla.q_lora_rank}"))
+        if (linear := describe_linear_attention(spec)) is not None:  # hybrid models (spec/state.py)
+            rows.append(("recurrent layers", linear))
         if spec.vision:
             rows.append(("vision", f"{spec.vision.kind}, {fmt_count(spec.vision.params)} parameters"))
+        if spec.encoder:  # BERT, RoBERTa: the head the estimate counts (the CLI's --task changes it)
+            labels = f", {spec.encoder.num_labels} labels" if spec.encoder.head != "masked_lm" else ""
+            rows.append(("encoder", f"bidirectional, no KV cache; head {spec.encoder.head}{labels}"))
     if m.weights is not None:
         w = m.weights
         rows.append(
@@ -79,4 +95,16 @@ def architecture_html(m: LoadedModel, unit: SizeUnit) -> str:
         f"<tr><td style='padding-right:8px'><b>{e(k)}</b></td><td>{e(v)}</td></tr>" for k, v in rows
     )
     notes = "".join(f"<p><i>note: {e(n)}</i></p>" for n in m.notes)
-    return f"<table>{body}</table>{notes}"
+    return f"{approximate_html(m)}<table>{body}</table>{notes}"
+
+
+def approximate_html(m: LoadedModel) -> str:
+    """A banner above the summary when the readers do not model the architecture (``ModelSpec.approximate``:
+    a generic decoder stood in): why, and where the exact answer is (Tools > Verify exactly)."""
+    why = m.spec.approximate if m.spec is not None else None
+    if not why:
+        return ""
+    return (
+        f"<p style='color:{APPROXIMATE_COLOR}'><b>approximate: architecture not modelled</b><br>"
+        f"{html.escape(why.removeprefix('architecture not modelled: '))}</p>"
+    )

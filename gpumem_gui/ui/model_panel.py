@@ -363,6 +363,8 @@ class ModelPanel(QWidget):
             bits.append(f"{fmt_count(p.total)} parameters")
             if p.routed_experts:
                 bits.append(f"{fmt_count(p.active_per_token)} active per token")
+        if m.spec is not None and m.spec.approximate:
+            bits.append("approximate: architecture not modelled")
         if m.spec is not None:
             bits.append(f"{m.spec.num_layers} layers, {m.spec.attention_kind}")
             bits.append(f"context {m.spec.max_position_embeddings:,}")

@@ -42,7 +42,7 @@ def plan_document(
     m: LoadedModel, run: InferenceRun | TrainingRun, est: Estimate, rep: FitReport | None = None
 ) -> dict[str, Any]:
     """What ``gpumem estimate ... --json`` prints (the core's document, so the two are always identical)."""
-    return estimate_document(m.name, m.params, run, est, rep)
+    return estimate_document(m.name, m.params, run, est, rep, m.spec.approximate if m.spec else None)
 
 
 def plan_json(

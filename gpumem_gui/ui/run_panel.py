@@ -11,7 +11,7 @@ from __future__ import annotations
 from PySide6.QtCore import QSignalBlocker, Qt
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QScrollArea, QTabWidget, QVBoxLayout, QWidget
 
-from gpumem_gui.core import GpumemInputError, InferenceRun, TrainingRun
+from gpumem_gui.core import GpumemInputError, InferenceRun, ModelSpec, TrainingRun
 from gpumem_gui.ui.plan import AnyRun, Inputs, run_gpus
 from gpumem_gui.ui.run_form import FILE_WEIGHTS, PRESETS, RunForm
 from gpumem_gui.ui.scenario import ModelRef, Scenario
@@ -117,10 +117,23 @@ class RunPanel(QWidget):
         self._file_weights = available
         self.run_form.set_file_weights_available(available)
 
-    def use_file_weights(self) -> None:
-        """Estimate the model's own weight files (a model just opened from them)."""
+    def use_file_weights(self, fmt: str | None = None) -> None:
+        """Estimate the model's own weight files (a model just opened from them), or ``fmt``: the format its
+        config's quantization_config names (a checkpoint as published, opened from its config alone)."""
         run = self.run_form.value() if not self.run_form.has_errors() else InferenceRun()
-        self.run_form.set_value(run.model_copy(update={"weights": FILE_WEIGHTS}))
+        self.run_form.set_value(run.model_copy(update={"weights": fmt or FILE_WEIGHTS}))
+
+    def fit_to_model(self, spec: ModelSpec | None) -> None:
+        """An encoder (BERT, RoBERTa, ...) generates nothing and reads at most its position table: new tokens
+        0 and sequences capped at ``max_position_embeddings``, so that opening one from a decoder's settings
+        (a 4,096-token prompt and 512 new tokens) shows its estimate instead of an error."""
+        if spec is None or spec.encoder is None:
+            return
+        cap = spec.max_position_embeddings
+        run = self.run_form.value() if not self.run_form.has_errors() else InferenceRun()
+        self.run_form.set_value(run.model_copy(update={"seq": min(run.seq, cap), "new_tokens": 0}))
+        train = self.train_form.value() if not self.train_form.has_errors() else TrainingRun()
+        self.train_form.set_value(train.model_copy(update={"seq": min(train.seq, cap)}))
 
     def apply_preset(self, index: int) -> bool:
         """Fill the Inference form from the preset at ``index`` of its list; False when it is none."""

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from catalog_new_dense_a import MODELS as DENSE_A
 from catalog_new_dense_b import MODELS as DENSE_B
+from catalog_new_encoders import MODELS as ENCODERS
 from catalog_new_gpt_oss import MODELS as GPT_OSS
+from catalog_new_hybrid import MODELS as HYBRID
 from catalog_new_llama4 import MODELS as LLAMA4
 from catalog_new_moe import MODELS as MOE
 
-MODELS = DENSE_A + DENSE_B + MOE + GPT_OSS + LLAMA4
+MODELS = DENSE_A + DENSE_B + MOE + GPT_OSS + LLAMA4 + HYBRID + ENCODERS

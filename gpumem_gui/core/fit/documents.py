@@ -26,12 +26,19 @@ def _components(cs: Iterable[Component]) -> list[dict[str, Any]]:
 
 
 def estimate_document(
-    model: str, params: ParamCounts | None, run: BaseModel, est: Estimate, fit: FitReport | None = None
+    model: str,
+    params: ParamCounts | None,
+    run: BaseModel,
+    est: Estimate,
+    fit: FitReport | None = None,
+    approximate: str | None = None,
 ) -> dict[str, Any]:
-    """The ``gpumem estimate --json`` document; with ``fit``, its ``fit`` key holds :func:`fit_document`."""
+    """The ``gpumem estimate --json`` document; with ``fit``, its ``fit`` key holds :func:`fit_document`.
+    ``approximate``: the spec's reason its numbers are approximate (``ModelSpec.approximate``), else None."""
     doc: dict[str, Any] = {
         "schema": ESTIMATE_SCHEMA,
         "model": model,
+        "approximate": approximate,
         "run": run.model_dump(mode="json"),
         "mode": est.mode,
         "engine": est.engine,
@@ -65,7 +72,7 @@ def estimate_document(
         doc["cpu_bytes"] = est.facts.get("cpu_bytes", 0)
         doc["ranks"] = [_rank(r) for r in est.ranks]
     if fit is not None:
-        doc["fit"] = fit_document(fit)
+        doc["fit"] = fit_document(fit, approximate)
     return doc
 
 
@@ -75,10 +82,11 @@ def _rank(r: RankClass) -> dict[str, Any]:
     return {**d, "components": _components(r.components)}
 
 
-def fit_document(rep: FitReport) -> dict[str, Any]:
-    """The ``gpumem fit --json`` document."""
+def fit_document(rep: FitReport, approximate: str | None = None) -> dict[str, Any]:
+    """The ``gpumem fit --json`` document (``approximate``: as in :func:`estimate_document`)."""
     return {
         "schema": FIT_SCHEMA,
+        "approximate": approximate,
         "gpu": rep.target.name,
         "gpu_count": rep.target.count,
         "capacity_bytes": rep.target.capacity_bytes,

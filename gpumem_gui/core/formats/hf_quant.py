@@ -71,8 +71,10 @@ def _role(t: Tensor) -> str:
     if name.endswith("shared_expert_gate.weight"):
         # Linear(hidden, 1) gating the shared expert: vLLM qwen2_moe.py builds it without a quant_config
         return "gate1"
-    if len(t.shape) == 3:
+    if len(t.shape) == 3 and t.component == "routed_experts":
         return "experts"
+    if len(t.shape) != 2:  # nn.Conv1d weights, bare nn.Parameters (DeltaNet conv1d, A_log): never quantized
+        return "param"
     return "linear"
 
 

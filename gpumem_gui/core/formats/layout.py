@@ -11,8 +11,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from gpumem_gui.core.formats.gguf_mix import _allows_quantization, _category, _stays_f32
+from gpumem_gui.core.spec.encoder_params import modern_layer_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.params import Tensor, text_tensors
+from gpumem_gui.core.spec.state import hybrid_layer_kinds
 
 # ---- GGUF tensor names ----------------------------------------------------------------------------------
 
@@ -181,7 +183,8 @@ def _layout_cached(spec: ModelSpec) -> _Layout:
     return _build_layout(spec)
 
 
-def _build_layout(spec: ModelSpec) -> _Layout:
+def _kinds(spec: ModelSpec) -> tuple[int, tuple[int, ...], ModelSpec]:
+    """Dense and MoE layers (the kinds whose tensors differ), each layer's kind, one layer of each."""
     moe = spec.moe
     n = spec.num_layers
     if moe is None:
@@ -194,6 +197,16 @@ def _build_layout(spec: ModelSpec) -> _Layout:
         kinds, layer_kind = 1, (0,) * n
         mini_moe = moe.model_copy(update={"dense_layers": () if spec.num_moe_layers else (0,)})
     mini = spec.model_copy(update={"num_layers": kinds, "layer_types": (), "moe": mini_moe})
+    return kinds, layer_kind, mini
+
+
+def _build_layout(spec: ModelSpec) -> _Layout:
+    if spec.linear_attention is not None or spec.short_conv is not None:  # hybrid: one kind per layer type
+        kinds, layer_kind, mini = hybrid_layer_kinds(spec)
+    elif spec.encoder is not None and spec.encoder.block == "modernbert":  # layer 0: no attention norm
+        kinds, layer_kind, mini = modern_layer_kinds(spec)
+    else:
+        kinds, layer_kind, mini = _kinds(spec)
     outside: list[Tensor] = []
     per_kind: list[list[Tensor]] = [[] for _ in range(kinds)]
     for t in text_tensors(mini):

@@ -15,10 +15,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpumem_gui.core.errors import GpumemInputError, describe_validation_error, short
+from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
 from gpumem_gui.core.readers import hf_legacy as legacy
 from gpumem_gui.core.readers import hf_modern as modern
 from gpumem_gui.core.readers.config_fields import Config, ConfigReader
+from gpumem_gui.core.readers.generic import generic_fields
 from gpumem_gui.core.readers.new_types import NEW_READERS
 from gpumem_gui.core.readers.reading import read_json_file
 from gpumem_gui.core.readers.traits import traits_for
@@ -56,7 +57,8 @@ SUPPORTED_MODEL_TYPES = tuple(sorted(READERS))
 def spec_from_config(
     cfg: Config, *, name: str, source: str = "config.json", provenance: Provenance | None = None
 ) -> ModelSpec:
-    """Build a :class:`ModelSpec` from a parsed ``config.json`` dict."""
+    """Build a :class:`ModelSpec` from a parsed ``config.json`` dict; a ``model_type`` no reader describes is
+    read as a generic decoder, flagged approximate (:mod:`gpumem_gui.core.readers.generic`)."""
     if not isinstance(cfg, Mapping):
         raise GpumemInputError("a config.json must hold a JSON object", source=source)
     mt = cfg.get("model_type")
@@ -65,17 +67,12 @@ def spec_from_config(
             "no model_type; is this a Hugging Face config.json?", source=source, field="model_type"
         )
     reader = READERS.get(mt)
-    if reader is None:
-        raise GpumemInputError(
-            f"model_type {short(mt)} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}. "
-            "For other architectures, open the model's .safetensors files: their headers give exact "
-            "weight sizes.",
-            source=source,
-            field="model_type",
-        )
     try:  # the readers build nested specs (MoESpec, MLASpec) whose checks may fail too
-        fields = reader(ConfigReader(cfg, source), name, mt)
-        fields["traits"] = traits_for(mt, cfg, source)
+        if reader is None:  # the reader of last resort: approximate, or NotModelled naming the field
+            fields = generic_fields(cfg, mt, name, source, READERS)
+        else:
+            fields = reader(ConfigReader(cfg, source), name, mt)
+            fields["traits"] = traits_for(mt, cfg, source)
         fields["provenance"] = provenance or Provenance(kind="config.json", source=source)
         return ModelSpec(**fields)
     except ValidationError as e:

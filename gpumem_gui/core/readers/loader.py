@@ -18,6 +18,8 @@ from pydantic import Field
 
 from gpumem_gui.core.errors import GpumemInputError, clip
 from gpumem_gui.core.readers.catalog import catalog_config, find_model
+from gpumem_gui.core.readers.checkpoint_quant import checkpoint_format
+from gpumem_gui.core.readers.generic import NotModelled
 from gpumem_gui.core.readers.hf_config import load_config_file, spec_from_config
 from gpumem_gui.core.readers.hub import HubClient, looks_like_hub_id
 from gpumem_gui.core.readers.reading import kind, listing, read_json_file
@@ -32,7 +34,7 @@ from gpumem_gui.core.spec.params import ParamCounts, count_params
 
 SourceKind = str
 _UNKNOWN_NOTE = (
-    "the readers do not describe this model_type: no analytic estimate (trace mode can measure it)"
+    "the architecture is not modelled, not even approximately: no analytic estimate (trace mode measures it)"
 )
 
 
@@ -55,6 +57,13 @@ class LoadedModel(Frozen):
     def name(self) -> str:
         return self.spec.name if self.spec else Path(self.source).name
 
+    @property
+    def checkpoint_weights(self) -> str | None:
+        """The weight format the config's ``quantization_config`` names (gpt-oss MXFP4 experts, fp8 blocks:
+        :func:`~gpumem_gui.core.readers.checkpoint_quant.checkpoint_format`): the bytes of the checkpoint as
+        published, the default when no weight files were read."""
+        return checkpoint_format(self.config, f"{self.source} (config.json)")
+
 
 _default_hub_client: Callable[[], HubClient] | None = None
 
@@ -73,6 +82,7 @@ def _loaded(
     notes: tuple[str, ...] = (),
     config: Any = None,
 ) -> LoadedModel:
+    checkpoint_format(config, f"{source} (config.json)")  # a bad quantization_config fails the load
     return LoadedModel(
         source=source,
         source_kind=kind,
@@ -85,21 +95,31 @@ def _loaded(
 
 
 def _spec_of(load: Callable[[], ModelSpec], unknown_ok: bool) -> ModelSpec | None:
-    """The spec ``load`` reads, or None for an architecture the readers do not know when the caller accepts
-    that (trace mode builds such models from their config with transformers itself)."""
+    """The spec ``load`` reads, or None for an architecture the readers do not model and the generic decoder
+    cannot stand in for, when the caller accepts that (trace mode builds such models from their config with
+    transformers itself). An unknown type with the standard fields gets an approximate spec instead."""
     try:
         return load()
-    except GpumemInputError as e:
-        if unknown_ok and e.field == "model_type" and "not supported" in e.message:
+    except NotModelled:  # not even the generic decoder stands in (readers/generic.py)
+        if unknown_ok:
             return None
         raise
 
 
-def _sibling_config(folder: Path, unknown_ok: bool) -> tuple[ModelSpec | None, Any]:
+def _sibling_config(folder: Path, unknown_ok: bool) -> tuple[ModelSpec | None, Any, tuple[str, ...]]:
+    """The spec and config of ``folder/config.json`` (None, None without one), and the notes on them. Beside
+    weight files (``unknown_ok``), a config the readers cannot model leaves the weights-only view, its reason
+    as the note (the headers' bytes are exact whatever the architecture)."""
     cfg = folder / "config.json"
     if kind(cfg) != "file":
-        return None, None
-    return _spec_of(lambda: load_config_file(cfg), unknown_ok), read_json_file(cfg)
+        return None, None, ()
+    config = read_json_file(cfg)
+    try:
+        return load_config_file(cfg), config, ()
+    except NotModelled as e:
+        if not unknown_ok:
+            raise
+        return None, config, (f"weights only: {e.message}",)
 
 
 _MODEL_FILE_SUFFIXES = (".safetensors", ".gguf", ".safetensors.index.json", "config.json")
@@ -120,8 +140,8 @@ def _stray_notes(entries: list[tuple[str, str]]) -> tuple[str, ...]:
 def _load_folder(path: Path, unknown_ok: bool) -> LoadedModel:
     entries = listing(path)
     names = {n for n, k in entries if k == "file"}
-    spec, config = _sibling_config(path, unknown_ok)
     has_st = any(n == INDEX_NAME for n, _ in entries) or any(n.endswith(".safetensors") for n in names)
+    spec, config, why = _sibling_config(path, unknown_ok or has_st)
     weights = inventory_from_safetensors(path) if has_st else None
     if weights is None:
         ggufs = sorted(n for n in names if n.endswith(".gguf"))
@@ -141,7 +161,7 @@ def _load_folder(path: Path, unknown_ok: bool) -> LoadedModel:
     notes: tuple[str, ...] = ()
     if spec is None:
         notes = (
-            (_UNKNOWN_NOTE,)
+            (why or (_UNKNOWN_NOTE,))
             if config is not None
             else ("no config.json beside the weights: architecture unknown, weights only",)
         )
@@ -160,11 +180,11 @@ def _load_gguf(path: Path, notes: tuple[str, ...] = ()) -> LoadedModel:
 
 def _load_safetensors(path: Path, unknown_ok: bool) -> LoadedModel:
     weights = inventory_from_safetensors(path)
-    spec, config = _sibling_config(path.parent, unknown_ok)
+    spec, config, why = _sibling_config(path.parent, True)
     notes: tuple[str, ...] = ()
     if spec is None:
         notes = (
-            (_UNKNOWN_NOTE,)
+            (why or (_UNKNOWN_NOTE,))
             if config
             else ("no config.json beside the file: architecture unknown, weights only",)
         )

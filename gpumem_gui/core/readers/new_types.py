@@ -8,15 +8,25 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpumem_gui.core.readers import (
+    hf_encoders,
     hf_new_dense_a,
     hf_new_dense_b,
     hf_new_gpt_oss,
+    hf_new_hybrid,
     hf_new_llama4,
     hf_new_moe,
 )
 from gpumem_gui.core.readers.config_fields import ConfigReader
 
-_GROUPS = (hf_new_dense_a, hf_new_dense_b, hf_new_moe, hf_new_gpt_oss, hf_new_llama4)
+_GROUPS = (
+    hf_new_dense_a,
+    hf_new_dense_b,
+    hf_new_moe,
+    hf_new_gpt_oss,
+    hf_new_llama4,
+    hf_new_hybrid,
+    hf_encoders,
+)
 
 NEW_READERS: dict[str, Callable[[ConfigReader, str, str], dict[str, Any]]] = {
     k: v for g in _GROUPS for k, v in g.READERS.items()

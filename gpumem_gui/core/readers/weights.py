@@ -243,6 +243,11 @@ _ATTENTION_SEGMENTS = frozenset(
         "wv",
         "wo",
         "wqkv",
+        # the token mixers of recurrent layers, counted with attention (spec/params.py): gated DeltaNet
+        # (Qwen3NextGatedDeltaNet / Qwen3_5GatedDeltaNet ``linear_attn``), LFM2's short convolution
+        # (Lfm2ShortConv ``conv``)
+        "linear_attn",
+        "conv",
     }
 )
 _MLP_SEGMENTS = frozenset(

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.replay.autograd import Node, Sim
 from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
+from gpumem_gui.core.spec.encoder_params import saved_module
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.params import Tensor
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 # PEFT's shorthand for every linear but the output layer
 ALL_LINEAR = "all-linear"
 # parameter tensors of 2-D shape that are not nn.Linear weights in transformers 5.24
-_NOT_LINEAR = ("embed_tokens", "embed_positions", "gate")
+_NOT_LINEAR = ("embed_tokens", "embed_positions", "gate", "token_type_embeddings")  # + BertEmbeddings
 _BNB_SKIP = ("lm_head", "embed_tokens", "embed_positions", ".gate.weight", "shared_expert_gate", "norm")
 
 
@@ -76,6 +77,9 @@ def lora_targets(spec: ModelSpec, tensors: Sequence[Tensor], targets: Sequence[s
     """The weight names PEFT wraps for ``targets`` (module names, or ``all-linear``); raises
     :class:`GpumemInputError` naming the modules that exist when a target matches none of them."""
     modules = linear_modules(spec, tensors)
+    if spec.encoder is not None:  # PEFT puts no adapters inside modules_to_save (an encoder's classifier)
+        modules = {k: [t for t in ts if not saved_module(spec, t.name)] for k, ts in modules.items()}
+        modules = {k: ts for k, ts in modules.items() if ts}
     if tuple(targets) == (ALL_LINEAR,):
         return frozenset(t.name for name, ts in modules.items() if name != "lm_head" for t in ts)
     chosen: set[str] = set()

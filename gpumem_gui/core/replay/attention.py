@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gpumem_gui.core.replay import chunked, cohere, gptj, output_gate, rope_partial, sinks
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
@@ -33,13 +34,14 @@ _GQA_MAX_HEAD_DIM = 256
 
 def sdpa_mask(spec: ModelSpec, cfg: ReplayConfig, sliding: bool) -> bool:
     """Whether SDPA gets a materialised (boolean) mask: always for an architecture that never skips it, else
-    only for a sliding layer once the keys reach the window (``_ignore_causal_mask_sdpa``: a causal layer uses
-    ``is_causal``, a single query needs no mask)."""
+    only for a sliding layer once the keys reach the window (``masking_utils._ignore_causal_mask_sdpa``:
+    ``kv_length >= local_attention_size`` needs the mask; a causal layer uses ``is_causal``, a single query
+    needs no mask)."""
     if cfg.attn == "flash":
         return False
     if spec.traits.always_mask:
         return True
-    return sliding and spec.sliding_window is not None and cfg.kv_len > spec.sliding_window
+    return sliding and spec.sliding_window is not None and cfg.kv_len >= spec.sliding_window
 
 
 def bool_mask_elems(spec: ModelSpec, cfg: ReplayConfig) -> int:
@@ -53,6 +55,8 @@ def attention(m: CausalLM, i: int, x: T, cos: T | None, sin: T | None, mask: T |
     prev, s.region = s.region, "attention"
     if m.spec.mla is not None:
         out, weights = _mla(m, i, x, cos, sin, mask)
+    elif m.spec.traits.attention_code == "gptj":  # GPTJAttention (replay/gptj.py)
+        out, weights = gptj.attention(m, i, x, cos, sin, mask)
     else:
         out, weights = _mha(m, i, x, cos, sin, mask)
     if m.spec.traits.residual_dropout:
@@ -72,28 +76,43 @@ def _mha(m: CausalLM, i: int, x: T, cos: T | None, sin: T | None, mask: T | None
         q, k, v = T(qkv.st, t * a * d, qkv.dt), T(qkv.st, t * kvh * d, qkv.dt), T(qkv.st, t * kvh * d, qkv.dt)
         s.node("split", (qkv,), (q, k, v))
         del qkv
+        gate = None
     else:
-        q = o.view(m.linear(x, f"{pre}.q_proj"), copy_grad=True)
-        if spec.qk_norm != "none":
+        # Llama 4's weightless L2 q/k norm runs after the rotary (chunked.rotate_and_scale)
+        norm_first = spec.qk_norm not in ("none", "l2") and not spec.traits.qk_norm_after_rope
+        q, gate = output_gate.split_q(m, x, pre)  # Qwen3NextAttention: q_proj also yields an output gate
+        if norm_first:
             q = m.norm(q, f"{pre}.q_norm")
         k = o.view(m.linear(x, f"{pre}.k_proj"), copy_grad=True)
-        if spec.qk_norm != "none":
+        if norm_first:
             k = m.norm(k, f"{pre}.k_norm")
         v = o.view(m.linear(x, f"{pre}.v_proj"), copy_grad=True)
-    if cos is not None and sin is not None:
-        q, k = rope(m, q, k, cos, sin)
+    if chunked.applies(m):  # Llama4TextAttention: complex rotary, L2 q/k norm, temperature tuning
+        q, k = chunked.rotate_and_scale(m, i, q, k, cos)
+    elif cos is not None and sin is not None and i not in spec.nope_layers:  # NoPE layers skip the rotary
+        if spec.traits.rope_upcast:  # Cohere2: fp32 copies of q and k (replay/cohere.py)
+            q, k = cohere.rope(m, q, k, cos, sin)
+        else:
+            q, k = (rope_partial.partial_rope if rope_partial.applies(spec) else rope)(m, q, k, cos, sin)
+    if spec.traits.query_position_scale:  # Ministral3Attention: query_states * get_llama_4_attn_scale(...)
+        q = rope_partial.position_scale(m, q)
+    if spec.traits.qk_norm_after_rope:  # HunYuanDenseV1Attention: query/key_layernorm after the rotary
+        q = m.norm(q, f"{pre}.q_norm")
+        k = m.norm(k, f"{pre}.k_norm")
     if spec.transformers_expands_kv:
         kvh = a  # FalconAttention broadcasts the grouped K/V to every head before the cache (a copy each)
         k, v = o.clone(k.view(t * a * d)), o.clone(v.view(t * a * d))
     if m.cache is not None:
         k, v = m.cache.update(i, k, v, cfg.q)
-    out, weights = kernel(m, q, k, v, mask, a, kvh, d, d)
+    out, weights = kernel(m, q, k, v, mask, a, kvh, d, d, layer=i)
     del q, k, v
-    return m.linear(out, f"{pre}.o_proj"), weights
+    return m.linear(output_gate.apply(m, out, gate), f"{pre}.o_proj"), weights
 
 
 def rope(m: CausalLM, q: T, k: T, cos: T, sin: T) -> tuple[T, T]:
     """apply_rotary_pos_emb: ``(q * cos) + (rotate_half(q) * sin)``, rotate_half = cat(-x2, x1)."""
+    if m.spec.traits.rotary_half_tables:  # gpt-oss _apply_rotary_emb
+        return sinks.rope(m, q, k, cos, sin)
     o = m.o
 
     def rot(x: T) -> T:
@@ -103,6 +122,8 @@ def rope(m: CausalLM, q: T, k: T, cos: T, sin: T) -> tuple[T, T]:
 
     q_embed = o.add(o.mul(q, cos, q.n), o.mul(rot(q), sin, q.n))
     k_embed = o.add(o.mul(k, cos, k.n), o.mul(rot(k), sin, k.n))
+    if m.spec.traits.rope_tables_fp32:  # Olmo3: fp32 products, ``.to(q_type)`` / ``.to(k_type)``
+        return m.s.cast(q_embed, q.dt), m.s.cast(k_embed, k.dt)
     return q_embed, k_embed
 
 
@@ -153,9 +174,14 @@ def _mla(m: CausalLM, i: int, x: T, cos: T | None, sin: T | None, mask: T | None
 
 
 def kernel(
-    m: CausalLM, q: T, k: T, v: T, mask: T | None, a: int, kvh: int, kd: int, vd: int
+    m: CausalLM, q: T, k: T, v: T, mask: T | None, a: int, kvh: int, kd: int, vd: int, layer: int = -1
 ) -> tuple[T, T | None]:
-    """The attention implementation: SDPA (fused or math), or eager; output [b, q, a * vd]."""
+    """The attention implementation: SDPA (fused or math), or eager (with gpt-oss's sinks of ``layer``);
+    output [b, q, a * vd]."""
+    if m.cfg.attn == "eager" and m.spec.attention_sinks:
+        return sinks.eager(m, layer, q, k, v, mask, a, kvh, vd)
+    if m.cfg.attn == "eager" and m.spec.traits.attention_code == "gptj":  # fp32 scores (replay/gptj.py)
+        return gptj.eager(m, q, k, v, mask, a, vd)
     if m.cfg.attn == "eager":
         return _eager(m, q, k, v, mask, a, kvh, vd)
     return _sdpa(m, q, k, v, mask, a, kvh, kd, vd), None

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
-from gpumem_gui.core.replay import attention, legacy, mlp
+from gpumem_gui.core.replay import attention, legacy, linear_attention, mlp
 from gpumem_gui.core.replay.autograd import Sim
 from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
 
@@ -113,7 +113,8 @@ def decoder_layer(
         del hidden_states
         s.region = "hidden_states"
         return o.add(o.add(residual, attn), mlp_out), _weights
-    hidden_states, _weights = attention.attention(m, i, sp_gather(m, hidden_states, full), cos, sin, mask)
+    mix = linear_attention.mixer(m, i)  # self-attention, or the gated DeltaNet of a linear-attention layer
+    hidden_states, _weights = mix(m, i, sp_gather(m, hidden_states, full), cos, sin, mask)
     hidden_states = sp_scatter(m, hidden_states)
     n = 1 if placement == "sandwich" else 0
     if placement != "pre":

@@ -14,7 +14,9 @@ aggregate storage that grows by their concatenations as the forward passes them.
 from __future__ import annotations
 
 from gpumem_gui.core.replay.autograd import Sim
+from gpumem_gui.core.replay.linear_attention import RecurrentStates
 from gpumem_gui.core.replay.memory import Storage, T
+from gpumem_gui.core.spec.kv import cache_window
 from gpumem_gui.core.spec.model import ModelSpec
 
 
@@ -26,19 +28,20 @@ def cache_elems_per_token(spec: ModelSpec) -> tuple[int, int]:
     return kvh * spec.head_dim, kvh * spec.head_dim
 
 
-def stored_tokens(spec: ModelSpec, past: int, sliding: bool) -> int:
+def stored_tokens(spec: ModelSpec, past: int, window: int | None) -> int:
     """Tokens a layer's cache storage holds before a step that follows ``past`` tokens of a generation: a
-    full layer all of them; a sliding layer the previous step's concatenation (at most ``window``)."""
-    if sliding and spec.sliding_window:
-        return min(past, spec.sliding_window)
+    full layer all of them; a sliding (or chunked) layer the previous step's concatenation (at most
+    ``window``)."""
+    if window:
+        return min(past, window)
     return past
 
 
-def tokens_after(spec: ModelSpec, past: int, q: int, sliding: bool) -> int:
-    """Tokens of a layer's storage after a forward of ``q`` tokens: the kept past (a sliding layer keeps a
-    ``window - 1`` view) concatenated with the new ones."""
-    if sliding and spec.sliding_window:
-        past = min(past, spec.sliding_window - 1)
+def tokens_after(spec: ModelSpec, past: int, q: int, window: int | None) -> int:
+    """Tokens of a layer's storage after a forward of ``q`` tokens: the kept past (a sliding or chunked layer
+    keeps a ``window - 1`` view) concatenated with the new ones."""
+    if window:
+        past = min(past, window - 1)
     return past + q
 
 
@@ -62,12 +65,15 @@ class KVCache:
         self.kv_bytes = kv_bytes
         self.dt = dt
         self.k_el, self.v_el = cache_elems_per_token(spec)
-        self.sliding = tuple(t == "sliding_attention" for t in spec.resolved_layer_types)
+        # each layer's cache window (sliding_window, attention_chunk_size) or None (spec/kv.py cache_window)
+        self.sliding = tuple(cache_window(spec, t) for t in spec.resolved_layer_types)
         self.layers: dict[int, tuple[T, T]] = {}
+        # linear-attention layers keep no keys or values, a fixed state instead (replay/linear_attention.py)
+        self.state = RecurrentStates(sim, spec, batch, past, dt, replayed)
         other = 0
         for i in range(spec.num_layers):
             toks = stored_tokens(spec, past, self.sliding[i])
-            if not toks:
+            if not toks or self.state.linear[i]:
                 continue
             if i in replayed:
                 self.layers[i] = (self._tensor(toks * self.k_el), self._tensor(toks * self.v_el))
@@ -98,7 +104,10 @@ class KVCache:
         """Layers ``first`` to ``stop - 1`` run without being replayed: their caches grow by the concatenation
         each makes (applied at once; a skipped layer's transient peak is below its replayed kind's)."""
         growth = 0
+        self.state.skip(first, stop)
         for i in range(first, stop):
+            if self.state.linear[i]:
+                continue
             sl = self.sliding[i]
             before = stored_tokens(self.spec, self.past, sl)
             after = tokens_after(self.spec, self.past, q, sl)

@@ -84,8 +84,9 @@ class LayerPlan:
         return frozenset(layer for _, layer in self.segments)
 
 
-def layer_kind(spec: ModelSpec, i: int) -> tuple[str, bool]:
-    return spec.resolved_layer_types[i], spec.is_moe_layer(i)
+def layer_kind(spec: ModelSpec, i: int) -> tuple[str, bool, bool]:
+    """Attention type, MoE or dense, and whether the layer skips the rotary embedding (NoPE)."""
+    return spec.resolved_layer_types[i], spec.is_moe_layer(i), i in spec.nope_layers
 
 
 @lru_cache(maxsize=256)

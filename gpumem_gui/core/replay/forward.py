@@ -17,15 +17,28 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpumem_gui.core.replay import encoder
 from gpumem_gui.core.replay.autograd import Sim
 from gpumem_gui.core.replay.cache import KVCache, cache_elems_per_token
 from gpumem_gui.core.replay.config import ReplayConfig, last_of_each_kind
 from gpumem_gui.core.replay.model import CausalLM
 from gpumem_gui.core.replay.tape import Tape, record
+from gpumem_gui.core.spec.kv import tokens_kept_transformers
 from gpumem_gui.core.spec.model import ModelSpec
 
 # what the inference breakdown names: the cache, the forward's regions, the logits
-KINDS = ("kv_cache", "hidden_states", "attention", "mlp", "norm", "logits", "rope", "mask", "inputs")
+KINDS = (
+    "kv_cache",
+    "hidden_states",
+    "attention",
+    "mlp",
+    "norm",
+    "logits",
+    "rope",
+    "mask",
+    "inputs",
+    "recurrent_state",  # linear-attention layers' conv and recurrent states (replay/linear_attention.py)
+)
 _TAPE_KEYS = 512  # (model, structure) pairs whose tapes are kept
 _POINT = ("batch", "q", "past")  # what a tape is evaluated for; every other field of the config is its key
 
@@ -43,6 +56,8 @@ class ForwardResult:
 
 
 def _run(sim: Sim, spec: ModelSpec, cfg: ReplayConfig) -> dict[str, Any]:
+    if spec.encoder is not None:  # an encoder: no cache, every layer, the task head (replay/encoder.py)
+        return encoder.run_forward(sim, spec, cfg)
     plan = last_of_each_kind(spec)
     cache = KVCache(sim, spec, cfg.batch, cfg.past, cfg.kv_bytes, cfg.param_dt, plan.replayed)
     model = CausalLM(sim, spec, cfg, cache)
@@ -104,8 +119,8 @@ def replay_forward_direct(spec: ModelSpec, cfg: ReplayConfig) -> ForwardResult:
 def logical_cache_bytes(spec: ModelSpec, batch: int, tokens: int, kv_bytes: float) -> int:
     """The cache as transformers reports it after ``tokens`` tokens: every layer's keys and values as views
     (a sliding layer shows its last ``window - 1`` tokens)."""
+    if spec.encoder is not None:  # an encoder keeps no cache
+        return 0
     k, v = cache_elems_per_token(spec)
     per_tok = batch * (k + v) * kv_bytes
-    sliding = spec.resolved_layer_types.count("sliding_attention")
-    kept = min(tokens, spec.sliding_window - 1) if spec.sliding_window else tokens
-    return (spec.num_layers - sliding) * round(per_tok * tokens) + sliding * round(per_tok * kept)
+    return sum(round(per_tok * kept) for kept in tokens_kept_transformers(spec, tokens))

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gpumem_gui.core.replay import attention
+from gpumem_gui.core.replay import attention, chunked, gptj, mrope, rope_partial
 from gpumem_gui.core.replay.memory import T
+from gpumem_gui.core.spec.linear import STATE_LAYER_TYPES
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.model import CausalLM
@@ -47,10 +48,17 @@ def rotary(m: CausalLM, x: T) -> tuple[T | None, T | None]:
     spec, s = m.spec, m.s
     if spec.position_embedding != "rope":
         return None, None
-    d = spec.mla.qk_rope_head_dim if spec.mla is not None else spec.head_dim
-    n = m.cfg.q * d
-    cos = s.cast(s.new(n, "f32"), x.dt)
-    sin = s.cast(s.new(n, "f32"), x.dt)
+    if spec.traits.rope_complex:  # Llama4TextRotaryEmbedding: one complex64 table
+        return chunked.complex_rotary(m)
+    if spec.traits.attention_code == "gptj":  # GPTJRotaryEmbedding: one sin/cos table (replay/gptj.py)
+        return gptj.rotary(m, x)
+    if spec.traits.rotary_mrope:  # Qwen3_5TextRotaryEmbedding: per-row [b, q, d] tables
+        return mrope.rotary(m, x)
+    d = rope_partial.rotary_width(spec)  # MLA's rope head, a partial rotary width, or head_dim
+    n = m.cfg.q * (d // 2 if spec.traits.rotary_half_tables else d)  # GptOssRotaryEmbedding: no cat
+    dt = "f32" if spec.traits.rope_fp32 or spec.traits.rope_tables_fp32 else x.dt  # Ernie4_5, Olmo3: fp32
+    cos = s.cast(s.new(n, "f32"), dt)
+    sin = s.cast(s.new(n, "f32"), dt)
     return cos, sin
 
 
@@ -84,7 +92,11 @@ def masks(m: CausalLM, dt: str) -> dict[str, T]:
     if m.spec.traits.sliding_mask_always and "sliding_attention" not in kinds:
         # built and held by the model's forward though no layer reads it (Qwen2MoeModel)
         unused = s.new(cfg.batch * cfg.q * cfg.kv_len, dt if cfg.attn == "eager" else "bool")
-    for kind in sorted(kinds):
+    for kind in sorted(kinds - STATE_LAYER_TYPES):  # create_recurrent_attention_mask: None unpadded
+        if kind == "chunked_attention":  # create_chunked_causal_mask (replay/chunked.py)
+            if (chunk_mask := chunked.chunked_mask(m, dt)) is not None:
+                out[kind] = chunk_mask
+            continue
         if cfg.attn == "eager" or m.spec.traits.block == "bloom":  # BLOOM has eager attention only
             out[kind] = s.new(cfg.batch * cfg.q * cfg.kv_len, dt)
         elif attention.sdpa_mask(m.spec, cfg, kind == "sliding_attention"):

@@ -15,19 +15,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gpumem_gui.core.replay import activations, chunked, moe_bias, routers
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.model import CausalLM
 
 
-def act(m: CausalLM, x: T) -> T:
-    """The activation: SiLU, NewGELU (GPT-2: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))), or a
-    fused GELU kernel."""
+def act(m: CausalLM, x: T, pre: str = "") -> T:
+    """The activation: SiLU, NewGELU (GPT-2: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))), the
+    ones in :mod:`.activations` (``pre``: the MLP's parameter prefix), or a fused GELU kernel."""
     name = m.spec.activation
     o = m.o
     if name in ("silu", "swish"):
         return o.silu(x)
+    if name in activations.ACTIVATIONS:
+        return activations.ACTIVATIONS[name](m, x, pre)
     if name == "gelu_new":
         half = o.mul(x, None)
         inner = o.mul(o.add(x, o.mul(o.pow3(x), None)), None)
@@ -51,7 +54,7 @@ def mlp(m: CausalLM, i: int, x: T) -> T:
 def _dense(m: CausalLM, pre: str, x: T) -> T:
     o, spec = m.o, m.spec
     if not spec.mlp_gated:
-        h = act(m, m.linear(x, f"{pre}.up_proj"))
+        h = act(m, m.linear(x, f"{pre}.up_proj"), pre)
         out = m.linear(h, f"{pre}.down_proj")
         del h
         return o.dropout(out, m.cfg.dropout) if spec.traits.residual_dropout else out
@@ -66,7 +69,11 @@ def _dense(m: CausalLM, pre: str, x: T) -> T:
         del up
         return out
     prod = o.mul(act(m, m.linear(x, f"{pre}.gate_proj")), m.linear(x, f"{pre}.up_proj"))
-    return m.linear(prod, f"{pre}.down_proj")
+    if not spec.traits.residual_dropout:
+        return m.linear(prod, f"{pre}.down_proj")
+    out = m.linear(prod, f"{pre}.down_proj")  # SeedOssMLP: dropout(residual_dropout) on the output
+    del prod
+    return o.dropout(out, m.cfg.dropout)
 
 
 def _grouped(m: CausalLM, x: T, w: T, n_out: int) -> T:
@@ -93,6 +100,8 @@ def _route(m: CausalLM, x: T, pre: str) -> tuple[T, T]:
     assert moe_spec is not None
     if spec.traits.router == "fp32":
         return _route_fp32(m, x, pre)
+    if spec.traits.router in routers.ROUTERS:  # sparsemixer, sigmoid (replay/routers.py)
+        return routers.ROUTERS[spec.traits.router](m, x, pre)
     t, e, k = m.cfg.tokens, moe_spec.num_experts, moe_spec.experts_per_token
     router_logits = m.linear(x, f"{pre}.gate")
     f32 = s.cast(router_logits, "f32")
@@ -189,10 +198,15 @@ def moe(m: CausalLM, i: int, x: T) -> T:
     """A sparse MoE block (see the module docstring): the router's logits and weights live until the block
     returns (``_, routing_weights, selected_experts = self.gate(...)``), the shared expert runs after the
     routed ones, on the block's input."""
+    if m.spec.traits.router_topk_softmax:  # GptOssMLP: its own router, biased experts (replay/moe_bias.py)
+        return moe_bias.moe(m, i, x)
+    if m.spec.traits.moe_scaled_input:  # Llama4TextMoe: every expert on every token (replay/chunked.py)
+        return chunked.scaled_input_moe(m, i, x)
     o, s = m.o, m.s
     moe_spec = m.spec.moe
     assert moe_spec is not None
     pre = f"layers.{i}.mlp"
+    x = routers.input_jitter(m, x)  # Phi-MoE / MiniMax-M2 training: the input scaled by noise in place
     first = m.spec.traits.shared_expert_first and moe_spec.shared_expert_intermediate_size
     sh_out = _shared(m, pre, x) if first else None  # Qwen2MoeSparseMoeBlock: the shared expert runs first
     router_logits, routing_weights = _route(m, x, pre)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
-from gpumem_gui.core.replay import adapters, block, inputs, tricks
+from gpumem_gui.core.replay import adapters, block, cohere, inputs, sinks, tricks
 from gpumem_gui.core.replay import loss as losses
 from gpumem_gui.core.replay.autograd import Node, Param, Sim
 from gpumem_gui.core.replay.cache import KVCache
@@ -67,7 +67,7 @@ class CausalLM:
         self.s = sim
         self.o = Ops(sim, cfg.cpu_dropout)
         self.spec = spec
-        self.cfg = cfg
+        self.cfg = sinks.attn_for(spec, cfg)  # no SDPA path (gpt-oss): transformers runs eager
         self.cache = cache
         self.p: dict[str, Param] = {}
         self.shape: dict[str, tuple[int, ...]] = {}
@@ -172,6 +172,8 @@ class CausalLM:
     def norm(self, x: T, name: str) -> T:
         """LlamaRMSNorm (Gemma's ``(1 + w)`` variant), or F.layer_norm for LayerNorm models."""
         o, s, spec = self.o, self.s, self.spec
+        if spec.traits.layernorm_ops:  # Cohere2LayerNorm: op by op in fp32 (replay/cohere.py)
+            return cohere.layer_norm(self, x, name)
         w = self.param(f"{name}.weight")
         width = self.shape[f"{name}.weight"][0]
         if spec.norm == "layernorm":
@@ -185,6 +187,8 @@ class CausalLM:
         input_dtype = x.dt
         if self.cfg.compile and s.grad_enabled:  # torch.compile: one fused kernel (replay/tricks.py)
             return tricks.compiled_rms_norm(self, x, w)
+        if spec.traits.norm_product_fp32:  # GptOssRMSNorm
+            return sinks.norm(self, x, w, width)
         if spec.traits.norm_weight_offset:
             xf = s.cast(x, "f32")
             hs = o.mul(xf, o.rsqrt(o.add(o.mean_last(o.pow2(xf), width), None)))
@@ -329,6 +333,7 @@ class CausalLM:
         logits = block.gather_logits(self, logits)  # a tensor-parallel head gathering the full vocabulary
         s.tr.retag(logits.st, logits.st.kind, "logits")  # type: ignore[arg-type]
         s.region = "logits"
+        logits = self.o.mul(logits, None) if spec.traits.logits_scaled else logits  # Cohere2 logit_scale
         if spec.final_logit_softcapping:  # logits / cap; tanh; * cap (each replaces the previous)
             logits = self.o.mul(logits, None)
             logits = self.o.tanh(logits)
@@ -379,13 +384,3 @@ class CausalLM:
         """``del out``: the CausalLMOutputWithPast (logits, last hidden state) goes away before backward."""
         self._logits = None
         self._last = None
-
-
-def buffers_bytes(spec: ModelSpec) -> int:
-    """Rotary ``inv_freq`` and ``original_inv_freq`` buffers (fp32, head_dim/2 each; one rotary module per
-    attention type with :attr:`ArchTraits.rotary_per_layer_type`): ``LlamaRotaryEmbedding.__init__``."""
-    if spec.position_embedding != "rope":
-        return 0
-    d = spec.mla.qk_rope_head_dim if spec.mla else spec.head_dim
-    modules = 2 if spec.traits.rotary_per_layer_type else 1
-    return modules * 2 * (d // 2) * 4

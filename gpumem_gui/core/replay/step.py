@@ -13,10 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpumem_gui.core.replay.autograd import Param, ReplayHooks, Sim
+from gpumem_gui.core.replay.buffers import buffers_bytes
 from gpumem_gui.core.replay.config import ReplayConfig
+from gpumem_gui.core.replay.encoder import EncoderModel
 from gpumem_gui.core.replay.engine import backward
 from gpumem_gui.core.replay.memory import Storage, T
-from gpumem_gui.core.replay.model import CausalLM, buffers_bytes
+from gpumem_gui.core.replay.model import CausalLM
 from gpumem_gui.core.replay.optim import create_states, outside_allocator, states_total, step
 from gpumem_gui.core.replay.tricks import optimizer_in_backward
 from gpumem_gui.core.spec.model import ModelSpec
@@ -123,7 +125,7 @@ def _simulate_step(
 ) -> StepResult:
     sim = Sim(hooks)
     tr = sim.tr
-    model = CausalLM(sim, spec, cfg)
+    model = (EncoderModel if spec.encoder is not None else CausalLM)(sim, spec, cfg)
     buffers = sim.storage(buffers_bytes(spec), "buffers", "buffer")
     trainable = [p for p in sim.params if p.rg]
     # torch's optimizers keep state only for parameters with a gradient (torch/optim/adam.py, _init_group)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from gpumem_gui.core.formats import WeightBytes, WeightFormat, list_weight_formats, weight_bytes
 from gpumem_gui.core.readers.weights import WeightsInventory
-from gpumem_gui.core.replay.model import buffers_bytes
+from gpumem_gui.core.replay.buffers import buffers_bytes
 from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, stage_layers

@@ -14,6 +14,7 @@ from gpumem_gui.core.formats import check_kv_dtype
 from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.results.estimate import Estimate
 from gpumem_gui.core.runtimes.base import Runtime, run_weight_bytes
+from gpumem_gui.core.runtimes.encoder import check_encoder_inference
 from gpumem_gui.core.runtimes.llamacpp import LLAMA_CPP
 from gpumem_gui.core.runtimes.ollama import OLLAMA
 from gpumem_gui.core.runtimes.run import ENGINES, InferenceRun, make_run
@@ -39,11 +40,32 @@ def runtime(engine: str) -> Runtime:
         ) from None
 
 
+def check_recurrent_state(spec: ModelSpec, engine: str, tp: int) -> None:
+    """Hybrid models (linear-attention layers with a fixed state per sequence) are modelled for transformers
+    on one tensor-parallel rank only: the serving engines' recurrent-state pools (vLLM's hybrid allocator,
+    SGLang's mamba pool, llama.cpp's recurrent cells) and sharded linear-attention projections are not."""
+    if spec.linear_attention is None and spec.short_conv is None:
+        return
+    if engine != "transformers":
+        raise GpumemInputError(
+            f"{engine}: the recurrent-state pool of a hybrid model (linear-attention layers) is not modelled "
+            "for this engine yet; use the transformers engine",
+            field="engine",
+        )
+    if tp > 1:
+        raise GpumemInputError(
+            "tensor parallelism of linear-attention layers is not modelled yet; use tp 1", field="tp"
+        )
+
+
 def check_run(spec: ModelSpec, run: InferenceRun) -> tuple[str, ...]:
     """Cross-checks of run against model: errors raise, soft problems come back as warnings."""
-    warnings: list[str] = []
+    warnings: list[str] = [f"approximate: {spec.approximate}"] if spec.approximate else []
+    if spec.encoder is not None:  # one transformers forward, no cache (runtimes/encoder.py)
+        check_encoder_inference(spec, run)
     check_kv_dtype(run.engine, run.kv_dtype_resolved)
     check_degrees(spec, Degrees(tp=run.tp, pp=run.pp, ep=run.ep))
+    check_recurrent_state(spec, run.engine, run.tp)
     if run.ep > run.gpus:
         raise GpumemInputError(
             f"expert parallel degree {run.ep} exceeds the {run.gpus} GPUs (tp x pp)", field="ep"

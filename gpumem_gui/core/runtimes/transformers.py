@@ -23,9 +23,16 @@ from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, rank_spec
 from gpumem_gui.core.spec.params import count_params
+from gpumem_gui.core.spec.state import state_facts
 
 _REPLAY_DTYPES = {"bf16": "bf16", "fp16": "f16", "fp32": "f32"}
 _TORCH_DTYPES = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
+# an encoder's task head -> the Auto class that loads it
+_AUTO_CLASSES = {
+    "sequence_classification": "AutoModelForSequenceClassification",
+    "token_classification": "AutoModelForTokenClassification",
+    "masked_lm": "AutoModelForMaskedLM",
+}
 _KIND_LABELS = {
     "kv_cache": "KV cache",
     "hidden_states": "hidden states",
@@ -36,6 +43,7 @@ _KIND_LABELS = {
     "rope": "rotary tables",
     "mask": "attention mask",
     "inputs": "input ids",
+    "recurrent_state": "recurrent state (conv + linear-attention state)",
 }
 
 
@@ -58,7 +66,7 @@ def _kind_components(sim: ForwardResult, dt_label: str) -> list[Component]:
         n = sim.by_kind.get(kind, 0)
         if not n:
             continue
-        key = kind if kind in ("kv_cache", "logits") else f"act_{kind}"
+        key = kind if kind in ("kv_cache", "logits", "recurrent_state") else f"act_{kind}"
         out.append(
             Component(
                 key=key,
@@ -184,12 +192,19 @@ class Transformers(Runtime):
             per_gpu=tp_ranks((s for s, _ in shares), run.tp),
             kv_cache_bytes=kv_logical,
             warnings=warnings,
-            facts={"params_total": count_params(spec).total, "gpus": run.gpus},
+            facts={
+                "params_total": count_params(spec).total,
+                "gpus": run.gpus,
+                **({"task": spec.encoder.head} if spec.encoder is not None else {}),  # an encoder's head
+                # linear-attention layers' fixed state (spec/state.py); nothing for other models
+                **state_facts(spec, run.batch, run.dt, kv_bytes_per_element(run.kv_dtype_resolved)),
+            },
         )
 
     def command(self, model: str, run: InferenceRun, est: Estimate) -> str:
+        auto = _AUTO_CLASSES.get(str(est.facts.get("task")), "AutoModelForCausalLM")  # an encoder's head
         return (
-            f"AutoModelForCausalLM.from_pretrained({model!r}, dtype={_TORCH_DTYPES[run.compute_dtype]}, "
+            f"{auto}.from_pretrained({model!r}, dtype={_TORCH_DTYPES[run.compute_dtype]}, "
             f"attn_implementation={run.attn!r}, device_map='auto')"
         )
 

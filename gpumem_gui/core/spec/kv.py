@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from gpumem_gui.core.spec.linear import STATE_LAYER_TYPES
 from gpumem_gui.core.spec.model import ModelSpec
 
 MLALayout = Literal["latent", "decompressed"]
@@ -46,17 +47,32 @@ def kv_bytes_per_token_per_layer(
     spec: ModelSpec, bytes_per_element: float = 2, mla_layout: MLALayout = "latent"
 ) -> tuple[int, ...]:
     """Cache bytes one token costs in each layer (before any sliding-window cap)."""
+    if spec.encoder is not None:  # an encoder keeps no KV cache (BertModel.forward: use_cache = False)
+        return (0,) * spec.num_layers
     k, v = kv_elements_per_token(spec, mla_layout)
     per = round((k + v) * bytes_per_element)
-    return (per,) * spec.num_layers
+    # linear-attention layers cache no keys or values, only a fixed state (spec/state.py)
+    return tuple(0 if lt in STATE_LAYER_TYPES else per for lt in spec.resolved_layer_types)
+
+
+def cache_window(spec: ModelSpec, layer_type: str) -> int | None:
+    """The window of a layer kind's cache in transformers: ``sliding_window`` for sliding layers,
+    ``attention_chunk_size`` for chunked ones (cache_utils DYNAMIC_LAYER_TYPE_MAPPING: both are a
+    DynamicSlidingWindowLayer), None for full attention."""
+    if layer_type == "sliding_attention":
+        return spec.sliding_window
+    if layer_type == "chunked_attention":
+        return spec.attention_chunk_size
+    return None
 
 
 def tokens_kept_transformers(spec: ModelSpec, tokens: int) -> tuple[int, ...]:
     """Tokens each layer of transformers' DynamicCache holds after ``tokens`` tokens."""
-    cap = (spec.sliding_window - 1) if spec.sliding_window else None
+    windows = (cache_window(spec, lt) for lt in spec.resolved_layer_types)
+    kept = tuple(min(tokens, w - 1) if w else tokens for w in windows)
+    # a LinearAttentionLayer keeps no tokens, only its fixed state (spec/state.py)
     return tuple(
-        min(tokens, cap) if (lt == "sliding_attention" and cap is not None) else tokens
-        for lt in spec.resolved_layer_types
+        0 if lt in STATE_LAYER_TYPES else k for k, lt in zip(kept, spec.resolved_layer_types, strict=True)
     )
 
 

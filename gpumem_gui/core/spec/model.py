@@ -12,26 +12,34 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-# Sanity bounds, far above any published model (the largest have ~100-200 layers, hidden sizes of ~30k,
-# vocabularies of ~260k and ~1M-token contexts); they keep absurd inputs from running for hours.
-MAX_LAYERS = 4096
-MAX_SIZE = 1 << 31
+from gpumem_gui.core.spec.arch_traits import ArchTraits
+from gpumem_gui.core.spec.base import MAX_LAYERS, MAX_SIZE, Frozen, NonNegInt, PositiveInt
+from gpumem_gui.core.spec.encoder import EncoderSpec
+from gpumem_gui.core.spec.linear import LinearAttentionSpec, ShortConvSpec
 
-PositiveInt = Annotated[int, Field(gt=0, le=MAX_SIZE)]
-NonNegInt = Annotated[int, Field(ge=0, le=MAX_SIZE)]
+# re-exported: the spec's building blocks are imported from here across the core
+__all__ = [
+    "MAX_LAYERS",
+    "MAX_SIZE",
+    "ArchTraits",
+    "Frozen",
+    "MLASpec",
+    "MoESpec",
+    "ModelSpec",
+    "NonNegInt",
+    "PositiveInt",
+    "Provenance",
+    "VisionSpec",
+]
 
 PositionEmbedding = Literal["rope", "learned", "alibi", "none"]
 NormKind = Literal["rmsnorm", "layernorm"]
-LayerType = Literal["full_attention", "sliding_attention"]
-QKNorm = Literal["none", "per_head", "full_width"]
-
-
-class Frozen(BaseModel):
-    """Base of every core model: immutable, no unknown fields."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
+# chunked_attention: Llama 4's local layers (masking_utils create_chunked_causal_mask; cached as sliding)
+LayerType = Literal["full_attention", "sliding_attention", "chunked_attention", "linear_attention", "conv"]
+# l2: weightless L2 norm per head after the rotary, on the rotary layers only (Llama4TextL2Norm)
+QKNorm = Literal["none", "per_head", "full_width", "l2"]
 
 
 class MoESpec(Frozen):
@@ -54,6 +62,12 @@ class MoESpec(Frozen):
     router_bias: bool = False
     expert_bias: bool = Field(False, description="expert linears carry biases")
     dense_layers: tuple[NonNegInt, ...] = ()
+    score_bias_param: bool = Field(
+        False,
+        description="the router's e_score_correction_bias is a [1, num_experts] nn.Parameter (fp32, "
+        "requires_grad=False) counted among the parameters (Ernie4_5_MoeStatics); DeepSeek-V3 / GLM-4.5 keep "
+        "theirs as a buffer",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> MoESpec:
@@ -95,127 +109,6 @@ class VisionSpec(Frozen):
     @property
     def params(self) -> int:
         return self.tower_params + self.projector_params
-
-
-class ArchTraits(Frozen):
-    """How an architecture's transformers modeling code differs from Llama's, as data.
-
-    The readers (``gpumem_gui.core.readers``) set these from the config's architecture name and fields; the
-    replay, the parameter accounting and the format rules read only these fields, never the name itself. The
-    defaults are Llama's (``models/llama/modeling_llama.py``, transformers 5.24); each field names the code
-    that differs.
-    """
-
-    embedding_scale: bool = Field(
-        False,
-        description="the token embedding is multiplied by sqrt(hidden) inside the embedding module, a second "
-        "tensor that replaces the first (Gemma*TextScaledWordEmbedding.forward)",
-    )
-    norm_weight_offset: bool = Field(
-        False, description="RMSNorm multiplies by (1 + weight) in fp32 before the cast back (GemmaRMSNorm)"
-    )
-    norm_placement: Literal["pre", "post", "sandwich"] = Field(
-        "pre",
-        description="pre: norm before attention and MLP (Llama); post: after them, before the residual add "
-        "(Olmo2DecoderLayer); sandwich: both (Gemma2DecoderLayer's four norms)",
-    )
-    fused_qkv: bool = Field(
-        False,
-        description="one projection for q, k and v, split into views (GPT-2 c_attn, Phi-3 qkv_proj, Falcon/"
-        "BLOOM/GPT-NeoX query_key_value)",
-    )
-    fused_gate_up: bool = Field(
-        False, description="one gate_up_proj chunked into gate and up views (Phi3MLP.forward)"
-    )
-    eager_softmax_fp32: bool = Field(
-        True,
-        description="eager attention's softmax runs in fp32 and is cast back (eager_attention_forward); "
-        "GPT-2 and Falcon keep the activation dtype",
-    )
-    attn_logit_softcapping: float | None = Field(
-        None, gt=0, description="eager scores = cap x tanh(scores / cap) (Gemma-2 attn_logit_softcapping)"
-    )
-    rotary_per_layer_type: bool = Field(
-        False,
-        description="a rotary embedding per attention type, each computed when a layer of its type exists "
-        "(Gemma-3: rotary_emb and rotary_emb_local)",
-    )
-    always_mask: bool = Field(
-        False,
-        description="the attention always gets a materialised float mask, never SDPA's is_causal shortcut, "
-        "and masks it again inside (FalconModel / FalconAttention)",
-    )
-    sdpa_broadcast_kv: bool = Field(
-        False,
-        description="fewer K/V heads reach SDPA as broadcast views, neither repeated nor enable_gqa; with a "
-        "mask torch takes its fp32 math path (FalconAttention)",
-    )
-    router_renormalize: bool = Field(
-        True,
-        description="MoE top-k weights are renormalised to sum to 1 in place (norm_topk_prob; Qwen2-MoE: "
-        "off)",
-    )
-    residual_dropout: bool = Field(
-        False,
-        description="dropout on each block's attention and MLP outputs (GPT-2, OPT, GPT-NeoX): each keeps "
-        "its mask for backward when training with dropout > 0",
-    )
-    embedding_dropout: bool = Field(
-        False, description="dropout on the embeddings before the first layer (GPT2Model.drop, emb_dropout)"
-    )
-    attn_output_kept: bool = Field(
-        False,
-        description="the decoder layer keeps the attention output under its own name until it returns, "
-        "through the MLP (GPT2Block.forward attn_output)",
-    )
-    module_names: tuple[tuple[str, str], ...] = Field(
-        (),
-        description="the real names of the nn.Linear / Conv1D modules where they differ from Llama's "
-        "(q_proj, o_proj, up_proj, ... -> c_attn, dense, fc1, ...): PEFT's target_modules match these",
-    )
-    hidden_dropout: Annotated[float, Field(ge=0, lt=1)] = Field(
-        0.0,
-        description="the config's dropout on hidden states: residual and embedding dropout where the "
-        "architecture has them (GPT-2 resid_pdrop, OPT dropout, Starcoder2 residual_dropout)",
-    )
-    attention_dropout: Annotated[float, Field(ge=0, lt=1)] = Field(
-        0.0,
-        description="the config's dropout on attention probabilities (attention_dropout, GPT-2 attn_pdrop): "
-        "eager attention keeps a mask and the dropped probabilities; fused SDPA kernels on a GPU keep only "
-        "their RNG state",
-    )
-    router: Literal["softmax", "fp32"] = Field(
-        "softmax",
-        description="softmax: router logits in the activation dtype, fp32 softmax, top-k weights cast back "
-        "(TopKRouter); fp32: fp32 copies of the input and the router weight, scores and top-k weights kept "
-        "in fp32, so the experts' weighted outputs are fp32 (DeepseekV2/V3TopkRouter)",
-    )
-    shared_expert_first: bool = Field(
-        False, description="the shared expert runs before the router (Qwen2MoeSparseMoeBlock.forward)"
-    )
-    sliding_mask_always: bool = Field(
-        False,
-        description="the model builds the sliding-window mask beside the causal one even when no layer "
-        "slides, and holds it through the forward (Qwen2MoeModel.forward causal_mask_mapping)",
-    )
-    block: Literal["llama", "falcon", "bloom"] = Field(
-        "llama",
-        description="the decoder block's code: the shared attention interface (llama and its descendants), "
-        "or a modeling file's own (FalconDecoderLayer, BloomBlock: own attention kernels, in-place "
-        "residuals, the model's loop keeping the previous layer's outputs)",
-    )
-    gguf_arch: str | None = Field(
-        None,
-        max_length=64,
-        description="llama.cpp's architecture name (LLM_ARCH_*), which its quantization rules branch on",
-    )
-    sglang_hybrid_swa: bool = Field(
-        False,
-        description="SGLang keeps the sliding-window layers' KV in a separate, smaller pool (its "
-        "is_hybrid_swa_model: an architecture allowlist, Llama4 / GPT-OSS / Gemma4 / MiMo-V2 ..., or a "
-        "config with is_hybrid_swa; sglang/srt/configs/model_config.py); otherwise SGLang sizes every layer "
-        "as full attention, Gemma-2/3 and Mistral included",
-    )
 
 
 class Provenance(Frozen):
@@ -280,6 +173,75 @@ class ModelSpec(Frozen):
     vision: VisionSpec | None = None
     traits: ArchTraits = ArchTraits()
     provenance: Provenance = Provenance()
+    linear_attention: LinearAttentionSpec | None = Field(
+        None,
+        description="the linear_attention layers' token mixer and its fixed per-sequence state (gated "
+        "DeltaNet: Qwen3NextGatedDeltaNet); required when layer_types names linear_attention layers",
+    )
+    short_conv: ShortConvSpec | None = Field(
+        None, description="the conv layers' gated short convolution and its conv state (Lfm2ShortConv)"
+    )
+    attn_output_gate: bool = Field(
+        False,
+        description="q_proj also yields a per-channel gate: 2 x heads x head_dim outputs, the attention "
+        "output multiplied by sigmoid(gate) before o_proj (Qwen3NextAttention)",
+    )
+
+    @model_validator(mode="after")
+    def _check_linear(self) -> ModelSpec:
+        if "linear_attention" in self.layer_types and self.linear_attention is None:
+            raise ValueError(
+                "layer_types has linear_attention layers but the linear_attention spec is not set"
+            )
+        if "conv" in self.layer_types and self.short_conv is None:
+            raise ValueError("layer_types has conv layers but the short_conv spec is not set")
+        return self
+
+    rotary_dim: PositiveInt | None = Field(
+        None,
+        description="channels of each head that rotate when fewer than head_dim (partial_rotary_factor x "
+        "head_dim: GLM, GLM-4; the rest pass through and are concatenated back, apply_rotary_pos_emb)",
+    )
+    nope_layers: tuple[NonNegInt, ...] = Field(
+        (),
+        description="decoder layers that apply no rotary embedding to q and k though the model computes it "
+        "(SmolLM3Attention.use_rope = no_rope_layers[layer_idx]; Cohere2Attention on full-attention layers)",
+    )
+    attention_chunk_size: PositiveInt | None = Field(
+        None,
+        description="tokens per attention chunk of the chunked_attention layers; transformers caches their "
+        "last attention_chunk_size - 1 tokens (DynamicSlidingWindowLayer; Llama4TextConfig)",
+    )
+
+    @model_validator(mode="after")
+    def _check_chunked(self) -> ModelSpec:
+        if "chunked_attention" in self.layer_types and self.attention_chunk_size is None:
+            raise ValueError("layer_types has chunked layers but attention_chunk_size is not set")
+        return self
+
+    attention_sinks: bool = Field(False, description="GptOssAttention.sinks: a logit per head in the softmax")
+    approximate: str | None = Field(
+        None,
+        max_length=600,
+        description="why the numbers are approximate: the readers do not model this model_type and the "
+        "generic decoder reader of last resort (readers/generic.py) stood in; None when a reader describes "
+        "it. Front ends show it and point to `gpumem trace`",
+    )
+    encoder: EncoderSpec | None = Field(
+        None,
+        description="set for a bidirectional encoder (BERT, RoBERTa): its token types, task head and "
+        "position "
+        "ids (spec/encoder.py); None for a causal decoder. An encoder keeps no KV cache and runs the encoder "
+        "replay (replay/encoder.py)",
+    )
+
+    @model_validator(mode="after")
+    def _check_rotary_dim(self) -> ModelSpec:
+        if self.rotary_dim is not None and (self.rotary_dim > self.head_dim or self.rotary_dim % 2):
+            raise ValueError(
+                f"rotary_dim ({self.rotary_dim}) must be even and at most head_dim ({self.head_dim})"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_consistency(self) -> ModelSpec:

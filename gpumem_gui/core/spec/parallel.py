@@ -119,6 +119,8 @@ def _rank_spec(
         "vocab_size": ceil(spec.vocab_size / tp),
         "layer_types": types,
         "moe": moe,
+        # the stage's own layer numbering (NoPE layers: SmolLM3, Llama 4)
+        "nope_layers": tuple(layers.index(i) for i in spec.nope_layers if i in layers),
     }
     out = ModelSpec.model_validate({**spec.model_dump(), **update})
     if (

@@ -81,8 +81,45 @@ def _linear(
         yield Tensor(f"{name}.bias", (n_out,), component, layer)
 
 
+def _linear_attention(spec: ModelSpec, i: int) -> Iterator[Tensor]:
+    """Qwen3NextGatedDeltaNet.__init__: in_proj_qkvz, in_proj_ba, the depthwise conv1d (no bias), dt_bias,
+    A_log, the gated RMSNorm over one value head, out_proj."""
+    la, h, p = spec.linear_attention, spec.hidden_size, f"layers.{i}.linear_attn"
+    assert la is not None
+    if la.split_projections:  # Qwen3_5GatedDeltaNet
+        yield from _linear(f"{p}.in_proj_qkv", h, 2 * la.key_dim + la.value_dim, False, "attention", i)
+        yield from _linear(f"{p}.in_proj_z", h, la.value_dim, False, "attention", i)
+        yield from _linear(f"{p}.in_proj_b", h, la.value_heads, False, "attention", i)
+        yield from _linear(f"{p}.in_proj_a", h, la.value_heads, False, "attention", i)
+    else:
+        yield from _linear(f"{p}.in_proj_qkvz", h, 2 * la.key_dim + 2 * la.value_dim, False, "attention", i)
+        yield from _linear(f"{p}.in_proj_ba", h, 2 * la.value_heads, False, "attention", i)
+    yield Tensor(f"{p}.conv1d.weight", (la.conv_dim, 1, la.conv_kernel), "attention", i)
+    yield Tensor(f"{p}.dt_bias", (la.value_heads,), "attention", i)
+    yield Tensor(f"{p}.A_log", (la.value_heads,), "attention", i)
+    yield Tensor(f"{p}.norm.weight", (la.value_head_dim,), "norms", i)
+    yield from _linear(f"{p}.out_proj", la.value_dim, h, False, "attention", i)
+
+
+def _short_conv(spec: ModelSpec, i: int) -> Iterator[Tensor]:
+    """Lfm2ShortConv.__init__: the depthwise conv (bias with conv_bias), in_proj to B, C, x, out_proj."""
+    sc, h, p = spec.short_conv, spec.hidden_size, f"layers.{i}.conv"
+    assert sc is not None
+    yield Tensor(f"{p}.conv.weight", (h, 1, sc.kernel), "attention", i)
+    if sc.bias:
+        yield Tensor(f"{p}.conv.bias", (h,), "attention", i)
+    yield from _linear(f"{p}.in_proj", h, 3 * h, sc.bias, "attention", i)
+    yield from _linear(f"{p}.out_proj", h, h, sc.bias, "attention", i)
+
+
 def _attention(spec: ModelSpec, i: int) -> Iterator[Tensor]:
     h, p = spec.hidden_size, f"layers.{i}.self_attn"
+    if spec.resolved_layer_types[i] == "linear_attention":
+        yield from _linear_attention(spec, i)
+        return
+    if spec.resolved_layer_types[i] == "conv":
+        yield from _short_conv(spec, i)
+        return
     if spec.mla is not None:
         m, a = spec.mla, spec.num_attention_heads
         if m.q_lora_rank is None:
@@ -101,10 +138,13 @@ def _attention(spec: ModelSpec, i: int) -> Iterator[Tensor]:
         yield from _linear(f"{p}.o_proj", a * m.v_head_dim, h, spec.o_bias, "attention", i)
         return
     q, kv = spec.q_width, spec.kv_width
-    yield from _linear(f"{p}.q_proj", h, q, spec.qkv_bias, "attention", i)
+    # Qwen3NextAttention: q_proj yields the queries and an output gate of the same width
+    yield from _linear(f"{p}.q_proj", h, 2 * q if spec.attn_output_gate else q, spec.qkv_bias, "attention", i)
     yield from _linear(f"{p}.k_proj", h, kv, spec.qkv_bias, "attention", i)
     yield from _linear(f"{p}.v_proj", h, kv, spec.qkv_bias, "attention", i)
     yield from _linear(f"{p}.o_proj", q, h, spec.o_bias, "attention", i)
+    if spec.attention_sinks:  # GptOssAttention.sinks
+        yield Tensor(f"{p}.sinks", (spec.num_attention_heads,), "attention", i)
     if spec.qk_norm == "per_head":
         yield from _norm_tensors(spec, f"{p}.q_norm", spec.head_dim, i)
         yield from _norm_tensors(spec, f"{p}.k_norm", spec.head_dim, i)
@@ -124,11 +164,16 @@ def _feed_forward(spec: ModelSpec, i: int) -> Iterator[Tensor]:
     h, p = spec.hidden_size, f"layers.{i}.mlp"
     if not spec.is_moe_layer(i):
         yield from _mlp(p, h, spec.intermediate_size, spec.mlp_gated, spec.mlp_bias, "mlp", i)
+        if spec.activation == "xielu":  # XIELUActivation.alpha_p / alpha_n, [1] each (ApertusMLP.act_fn)
+            yield Tensor(f"{p}.act_fn.alpha_p", (1,), "mlp", i)
+            yield Tensor(f"{p}.act_fn.alpha_n", (1,), "mlp", i)
         return
     moe = spec.moe
     assert moe is not None
     e, fe = moe.num_experts, moe.expert_intermediate_size
     yield from _linear(f"{p}.gate", h, e, moe.router_bias, "router", i)
+    if moe.score_bias_param:  # Ernie4_5_MoeStatics.e_score_correction_bias
+        yield Tensor(f"{p}.gate.e_score_correction_bias", (1, e), "router", i)
     # transformers >= 5 fuses the experts: gate_up_proj [E, 2F, h] (or up only), down_proj [E, h, F].
     up_rows = 2 * fe if spec.mlp_gated else fe
     yield Tensor(f"{p}.experts.gate_up_proj", (e, up_rows, h), "routed_experts", i)
@@ -142,7 +187,7 @@ def _feed_forward(spec: ModelSpec, i: int) -> Iterator[Tensor]:
             h,
             moe.shared_expert_intermediate_size,
             spec.mlp_gated,
-            False,
+            spec.mlp_bias,  # Ernie4_5_MoeMLP(config, ...) of the shared experts: bias=config.use_bias
             "shared_experts",
             i,
         )
@@ -152,6 +197,11 @@ def _feed_forward(spec: ModelSpec, i: int) -> Iterator[Tensor]:
 
 def text_tensors(spec: ModelSpec) -> Iterator[Tensor]:
     """Every parameter tensor of the text model, tied weights once."""
+    if spec.encoder is not None:  # an encoder and its task head (spec/encoder_params.py)
+        from gpumem_gui.core.spec.encoder_params import encoder_tensors
+
+        yield from encoder_tensors(spec)
+        return
     h, e_dim = spec.hidden_size, spec.token_embedding_dim
     yield Tensor("embed_tokens.weight", (spec.vocab_size, e_dim), "embedding")
     if spec.position_embedding == "learned":

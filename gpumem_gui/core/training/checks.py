@@ -94,8 +94,14 @@ def _check_model_parallel(spec: ModelSpec, run: TrainingRun) -> list[str]:
 def check_training(spec: ModelSpec, run: TrainingRun) -> tuple[str, ...]:
     """Cross-checks of ``run`` against ``spec``: errors raise :class:`GpumemInputError`, soft problems come
     back as warnings."""
-    warnings: list[str] = []
+    warnings: list[str] = [f"approximate: {spec.approximate}"] if spec.approximate else []
     check_degrees(spec, Degrees(tp=run.tp, pp=run.pp, ep=run.ep))
+    stateful = spec.linear_attention is not None or spec.short_conv is not None  # replay/linear_attention.py
+    if stateful and (run.tp > 1 or run.cp > 1):
+        raise GpumemInputError(
+            "tensor and context parallelism of linear-attention layers are not modelled yet; use tp 1, cp 1",
+            field="tp" if run.tp > 1 else "cp",
+        )
     if run.ep > 1 and (run.dp * run.tp) % run.ep:
         raise GpumemInputError(
             f"expert parallel degree {run.ep} must divide dp x tp = {run.dp * run.tp} (expert ranks are "

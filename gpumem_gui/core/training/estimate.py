@@ -126,6 +126,7 @@ def estimate_training(spec: ModelSpec, run: TrainingRun) -> Estimate:
         "optimizer": resolve(run.optimizer),
         "precision": run.precision,
         "method": run.method,
+        **({"task": spec.encoder.head} if spec.encoder is not None else {}),  # an encoder's task head
         "cpu_bytes": cpu,
         "gradient_bytes": worst_res.grad_bytes,
         "optimizer_state_bytes": worst_res.state_bytes,

@@ -30,6 +30,8 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
+from .encoders import TASKS, value_free_init
+
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 # modules that have a fused kernel in these packages and a pure-PyTorch fallback in transformers
 _KERNEL_PACKAGES = {"Mamba": "mamba_ssm", "Conv1d": "causal_conv1d", "GatedDeltaNet": "fla"}
@@ -239,9 +241,17 @@ def _is_moe(cfg: Any) -> bool:
     )
 
 
-def build(cfg: Any, dtype: Any, attn: str, trust_remote_code: bool, notes: list[str]) -> Any:
-    """The causal LM of ``cfg`` (its language model when ``cfg`` is multimodal) in ``dtype``."""
+def build(
+    cfg: Any, dtype: Any, attn: str, trust_remote_code: bool, notes: list[str], task: str | None = None
+) -> Any:
+    """The causal LM of ``cfg`` (its language model when ``cfg`` is multimodal) in ``dtype``; with ``task``,
+    the encoder with that head (:data:`TASKS`)."""
+    import transformers
     from transformers import AutoModelForCausalLM
+
+    if task is not None and task not in TASKS:
+        raise TraceError(f"unknown task {task!r}; tasks: {', '.join(TASKS)}", field="task")
+    auto = getattr(transformers, TASKS[task]) if task is not None else AutoModelForCausalLM
 
     if is_multimodal(cfg):
         notes.append(
@@ -261,8 +271,9 @@ def build(cfg: Any, dtype: Any, attn: str, trust_remote_code: bool, notes: list[
         kw["experts_implementation"] = "grouped_mm"
     for _ in range(3):
         try:
-            with same_device_to():
-                model = AutoModelForCausalLM.from_config(copy.deepcopy(cfg), **kw)
+            init = value_free_init() if task is not None else contextlib.nullcontext()  # encoders.py
+            with same_device_to(), init:
+                model = auto.from_config(copy.deepcopy(cfg), **kw)
             _kernel_notes(model, notes)
             return model
         except (TypeError, ValueError) as e:

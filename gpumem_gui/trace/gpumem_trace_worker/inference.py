@@ -74,18 +74,26 @@ def trace_inference(
     keep = 0 if run.get("logits", "last") == "all" else 1
     out: dict[str, Any] = {"notes": notes, "quantization": quantization_notes(raw, notes)}
     with FakeTensorMode(), readable_failures():
-        model = build(cfg, dtype, run.get("attn", "sdpa"), trust_remote_code, notes).eval()
+        task = run.get("task")
+        model = build(cfg, dtype, run.get("attn", "sdpa"), trust_remote_code, notes, task).eval()
         out["attn_implementation_used"] = attn_used(model)
         mt = memory_tracker()
         mt.track_external(model)
         with mt, torch.no_grad():
             mt.enter("prefill")
             ids = token_ids(cfg, batch, seq)
-            res = model(input_ids=ids, use_cache=True, logits_to_keep=keep)
-            out["logits_bytes"] = int(res.logits.numel() * res.logits.element_size())
-            cache = res.past_key_values
-            out["kv_cache_bytes"] = cache_bytes(cache)
-            del res, ids, cache
+            if task is not None:  # an encoder: one forward, its head's logits, no cache
+                res = model(input_ids=ids)
+                out["logits_bytes"] = int(res.logits.numel() * res.logits.element_size())
+                out["kv_cache_bytes"] = 0
+                del res, ids
+                new = 0
+            else:
+                res = model(input_ids=ids, use_cache=True, logits_to_keep=keep)
+                out["logits_bytes"] = int(res.logits.numel() * res.logits.element_size())
+                cache = res.past_key_values
+                out["kv_cache_bytes"] = cache_bytes(cache)
+                del res, ids, cache
             if new > 0:
                 _decode(model, mt, cfg, batch, seq + new - 1, out)
         out["phases"] = {k: v for k, v in mt.phase_peaks.items() if k != "warmup"}

@@ -31,7 +31,16 @@ _OPTIM = {
 # what the worker can trace (gpumem_gui/trace/request.py refuses the rest before a process starts)
 OPTIMIZERS = (*_OPTIM, "sgd", "sgd-momentum")
 # dropout keys of the config classes, all set when the run names a dropout
-_DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop", "dropout")
+_DROPOUT_KEYS = (
+    "attention_dropout",
+    "hidden_dropout",
+    "resid_pdrop",
+    "embd_pdrop",
+    "attn_pdrop",
+    "dropout",
+    "hidden_dropout_prob",  # BertConfig / RobertaConfig (classifier_dropout None follows hidden_dropout_prob)
+    "attention_probs_dropout_prob",
+)
 
 
 def optimizer(params: list[Any], name: str) -> Any:
@@ -45,6 +54,10 @@ def optimizer(params: list[Any], name: str) -> Any:
     if name == "sgd-momentum":
         return torch.optim.SGD(params, lr=1e-3, momentum=0.9, foreach=True)
     raise TraceError(f"optimizer {name!r} is not traced (torch's own optimizers only: AdamW, SGD)")
+
+
+# an encoder's head -> PEFT's task type (None: PeftModel, no head-specific modules_to_save)
+_PEFT_TASKS = {"sequence_classification": "SEQ_CLS", "token_classification": "TOKEN_CLS", "masked_lm": None}
 
 
 def lora(model: Any, run: dict[str, Any]) -> Any:
@@ -66,13 +79,34 @@ def lora(model: Any, run: dict[str, Any]) -> Any:
         lora_alpha=float(run.get("lora_alpha", 32)),
         lora_dropout=float(run.get("lora_dropout", 0.0)),
         target_modules=targets,
-        task_type="CAUSAL_LM",
+        task_type=_PEFT_TASKS.get(run.get("task"), "CAUSAL_LM"),
     )
     try:
         with same_device_to():
-            return get_peft_model(model, conf)
+            return _refake_saved_modules(get_peft_model(model, conf))
     except ValueError as e:
         raise TraceError(f"peft: {str(e).splitlines()[0][:200]}") from None
+
+
+def _refake_saved_modules(model: Any) -> Any:
+    """PEFT's ``ModulesToSaveWrapper`` (a classification head under SEQ_CLS / TOKEN_CLS) deep-copies the
+    module, which gives fake parameters a fake mode of their own; each copied parameter is made again, same
+    shape, dtype and requires_grad, in the mode in force (a real run's copy is an ordinary tensor)."""
+    import torch
+
+    try:
+        from peft.utils.other import ModulesToSaveWrapper
+    except ImportError:
+        return model
+    for wrapper in model.modules():
+        if not isinstance(wrapper, ModulesToSaveWrapper):
+            continue
+        for mod in wrapper.modules_to_save.modules():
+            for key, p in list(mod._parameters.items()):
+                if p is not None:
+                    fresh = torch.empty(p.shape, dtype=p.dtype)
+                    mod._parameters[key] = torch.nn.Parameter(fresh, requires_grad=p.requires_grad)
+    return model
 
 
 def precision_dtypes(run: dict[str, Any]) -> tuple[Any, Any]:
@@ -105,7 +139,7 @@ def prepare(
         if run.get("dropout") is not None and hasattr(cfg, k):
             setattr(cfg, k, float(run["dropout"]))
     weights, _ = precision_dtypes(run)
-    model = build(cfg, weights, run.get("attn", "sdpa"), trust, notes)
+    model = build(cfg, weights, run.get("attn", "sdpa"), trust, notes, run.get("task"))
     if is_multimodal(cfg):
         notes.append(
             "multimodal: a text-only step; the vision tower and projector get no gradient, so torch's "
@@ -130,6 +164,10 @@ def forward_loss(model: Any, ids: Any, run: dict[str, Any], offload: Any) -> Any
     """The loss of one micro-batch: the model's own (``labels=input_ids``), or the decoder under the
     offloading hooks and the head + loss after them, or torchtune's chunked losses (:mod:`.tricks`)."""
     loss_name = run.get("loss", "auto")
+    task = run.get("task")
+    if task is not None:  # an encoder's head: labels per sequence (a view of the first ids) or per token
+        labels = ids[:, 0] if task == "sequence_classification" else ids
+        return model(input_ids=ids, labels=labels).loss
     if loss_name in ("auto", "standard") and offload is None:
         return model(input_ids=ids, labels=ids, use_cache=False).loss
     if loss_name not in ("auto", "standard") and loss_name not in LOSSES:

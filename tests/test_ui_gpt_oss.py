@@ -1,0 +1,24 @@
+"""The window opens a checkpoint published quantized (gpt-oss's MXFP4 experts) from its config.json alone with
+the format its quantization_config names, and shows the window's estimate of it (issue 14 items 1 and 3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpumem_gui.ui.main_window import MainWindow
+from tests.conftest import REPO
+
+pytestmark = [pytest.mark.no_qt_log, pytest.mark.usefixtures("qt_warnings_fail")]
+
+CONFIG = REPO / "tests" / "reference" / "extra" / "configs" / "openai__gpt-oss-20b.json"
+
+
+def test_a_quantized_config_opens_in_its_published_format(main_window: MainWindow) -> None:
+    assert main_window.load_source(str(CONFIG))
+    assert main_window.model is not None and main_window.model.spec is not None
+    assert main_window.run_form.value().weights == "mxfp4-moe"
+    est = main_window.estimate
+    assert est is not None
+    weights = est.component("weights")
+    assert weights is not None and "mxfp4-moe" in weights.label
+    assert round(weights.bytes / 2**30, 1) == 12.8  # the model card's checkpoint size (arXiv:2508.10925)
