@@ -143,7 +143,7 @@ def _run(
     watchdog: Watchdog | None = None,
 ) -> int:
     """Build the poller and the window, wire them, run the event loop; the exit status."""
-    from PySide6.QtCore import QSettings
+    from PySide6.QtCore import QCoreApplication, QEvent, QSettings
 
     from gpumem_gui.ui.gpu_poller import PollerController
     from gpumem_gui.ui.main_window import MainWindow
@@ -181,7 +181,11 @@ def _run(
     finally:
         if controller.thread_running:
             shutdown()
+        # delete the window now, while the application exists: left to the interpreter's exit, the
+        # widgets' C++ objects could be destroyed after the QApplication (a segfault at exit, seen on the
+        # self-test's early-failure path)
         window.deleteLater()
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
         del settings
     return self_test.result if self_test is not None else int(rc)
 
