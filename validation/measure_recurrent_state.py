@@ -8,7 +8,8 @@ lengths are measured to show it); its bytes per sequence are what ``gpumem_gui.c
 
 Run with the ground-truth environment (torch 2.13 CPU, transformers 5.24):
 ``/tmp/gt-venv/bin/python validation/measure_recurrent_state.py <config key> ... > tests/reference/extra/
-recurrent_state.json``; keys are ``tests/reference/extra/configs/<key>.json``.
+recurrent_state.json`` (``--merge tests/reference/extra/recurrent_state.json <key> ...`` adds or replaces
+those keys only); keys are ``tests/reference/extra/configs/<key>.json``.
 """
 
 from __future__ import annotations
@@ -70,6 +71,13 @@ def measure(key: str, batch: int = 1) -> dict[str, Any]:
                 )
             cache = getattr(res, "past_key_values", None) or res.cache
             layers = [_layer(lay) for lay in cache.layers]
+            for i, st in enumerate(getattr(cache, "linear_cache", [])):  # MiniMaxCache: lightning KV sums
+                if isinstance(st, torch.Tensor):
+                    layers[i]["recurrent_states"] = {
+                        "shapes": [list(st.shape)],
+                        "dtype": str(st.dtype).replace("torch.", ""),
+                        "bytes": st.numel() * st.element_size(),
+                    }
         state = [
             sum(v["bytes"] for k, v in lay.items() if k in ("conv_states", "recurrent_states"))
             for lay in layers
@@ -88,6 +96,12 @@ def main(argv: list[str]) -> int:
     import torch
     import transformers
 
+    if argv[:1] == ["--merge"]:  # --merge FILE KEY ...: measure KEYs and update FILE's entries in place
+        path, keys = Path(argv[1]), argv[2:]
+        old = json.loads(path.read_text())
+        old["models"].update({k: measure(k) for k in keys})
+        path.write_text(json.dumps(old, indent=1) + "\n")
+        return 0
     res = {
         "about": "Fixed state per sequence of linear-attention layers, read from transformers' cache after a "
         "bf16 prefill under FakeTensorMode (validation/measure_recurrent_state.py). Bytes.",

@@ -76,6 +76,18 @@ TRAIN_MODELS = (
     "synthetic__qwen3_next-tiny",
     "synthetic__qwen3_5-tiny",
     "synthetic__lfm2-tiny",
+    # issue 14, group vlm
+    "synthetic__qwen2_5_vl-tiny",
+    "synthetic__qwen3_vl-tiny",
+    "synthetic__qwen3_vl_moe-tiny",
+    # issue 14, group linear
+    "synthetic__lfm2_moe-tiny",
+    # issue 14, group mla
+    "synthetic__deepseek_v32-tiny",
+    "synthetic__glm_moe_dsa-tiny",
+    # issue 14, group ssm
+    "synthetic__nemotron_h-tiny",
+    "synthetic__jamba-tiny",
 )
 
 

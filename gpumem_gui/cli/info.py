@@ -13,6 +13,7 @@ from gpumem_gui.core import (
     GiB,
     GpumemInputError,
     LoadedModel,
+    cross_cache_bytes_per_source_token,
     describe_linear_attention,
     fmt_count,
     kv_bytes_per_token_per_layer,
@@ -243,14 +244,23 @@ def _print_inspect(m: LoadedModel) -> None:
         print(f"checkpoint as published ({ck['format']}, its quantization_config): {ck['total_bytes']:,} B")
         print()
     if spec and spec.encoder is None:  # an encoder keeps no KV cache
-        kv = kv_bytes_per_token_per_layer(spec)
-        print(
-            f"KV cache (bf16, as transformers allocates it): {sum(kv):,} bytes per token "
-            f"({sum(kv) / 1024:.1f} KiB)"
-        )
-        print_state(spec)
+        _print_cache(spec)
     for n in m.notes:
         print(f"note: {n}")
+
+
+def _print_cache(spec: Any) -> None:
+    """The KV cache per token (an encoder-decoder: per target token, and its cross-attention cache per
+    source token) and a recurrent model's fixed state."""
+    kv = kv_bytes_per_token_per_layer(spec)
+    print(
+        f"KV cache (bf16, as transformers allocates it): {sum(kv):,} bytes per token "
+        f"({sum(kv) / 1024:.1f} KiB)" + (" of target (decoder self-attention)" if spec.seq2seq else "")
+    )
+    if spec.seq2seq is not None:  # EncoderDecoderCache: the cross-attention K/V of every source token
+        cross = cross_cache_bytes_per_source_token(spec)
+        print(f"cross-attention cache (bf16): {cross:,} bytes per source token ({cross / 1024:.1f} KiB)")
+    print_state(spec)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

@@ -49,7 +49,11 @@ def print_state(spec: ModelSpec) -> None:
     total = state_bytes_per_sequence(spec)
     print_table(rows, ["layer type", "layers", "KV B/token", "state B/sequence"], right={1, 2, 3})
     conv, rec = state_parts_per_sequence(spec)
-    parts = f"bf16 conv {conv:,} B + fp32 recurrent {rec:,} B" if rec else f"bf16 conv {conv:,} B"
+    la = spec.linear_attention
+    rec_dt = "bf16" if la is not None and not la.recurrent_state_fp32 else "fp32"
+    parts = f"bf16 conv {conv:,} B + {rec_dt} recurrent {rec:,} B" if rec else f"bf16 conv {conv:,} B"
+    if la is not None and not la.conv_kernel:  # lightning attention: no conv
+        parts = f"{rec_dt} recurrent {rec:,} B"
     print(
         f"fixed state ({parts} per stateful layer): {total:,} bytes per sequence ({total / MiB:.2f} MiB), "
         "whatever its length"

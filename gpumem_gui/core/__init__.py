@@ -109,6 +109,7 @@ from gpumem_gui.core.spec.encoder import ENCODER_HEADS, with_head
 from gpumem_gui.core.spec.kv import kv_bytes_per_token_per_layer, kv_cache_bytes_transformers
 from gpumem_gui.core.spec.model import MLASpec, ModelSpec, MoESpec, VisionSpec
 from gpumem_gui.core.spec.params import ParamCounts, count_params
+from gpumem_gui.core.spec.seq2seq import cross_cache_bytes_per_source_token
 from gpumem_gui.core.spec.state import (
     describe_linear_attention,
     has_state,
@@ -192,6 +193,7 @@ __all__ = [
     "command_args",
     "command_parsers",
     "count_params",
+    "cross_cache_bytes_per_source_token",
     "describe_linear_attention",
     "describe_validation_error",
     "engine_kv_dtypes",

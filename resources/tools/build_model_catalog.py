@@ -62,6 +62,10 @@ def compact_spec(cfg: dict, model_id: str, source: str) -> dict:
         cfg, name=model_id, source=source, provenance=Provenance(kind="catalog", source=source)
     )
     d = spec.model_dump(mode="json", exclude_defaults=True)
+    for key, value in d.items():  # a discriminated union's tag is a default, but loading needs it
+        kind = getattr(getattr(spec, key, None), "kind", None)
+        if isinstance(value, dict) and isinstance(kind, str):
+            value["kind"] = kind
     d.pop("name", None)
     d.pop("provenance", None)
     return d

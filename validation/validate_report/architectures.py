@@ -58,6 +58,39 @@ def _kv_exact(name: str, st: dict) -> bool:
     )
 
 
+def _other_traces(types: dict[str, _Type]) -> None:
+    """Encoders (``tests/reference/encoders``) and encoder-decoders (``tests/reference/seq2seq``): their own
+    traced points (each head; generation), compared as ``tests/test_encoders.py`` / ``test_seq2seq.py`` do."""
+    from gpumem_gui.core import estimate_inference, make_run, make_training_run
+    from gpumem_gui.core.spec.encoder import with_head
+    from gpumem_gui.core.training import simulate_rank
+
+    for sub in ("encoders", "seq2seq"):
+        d = EXTRA.parent / sub
+        if not (d / "trace.json").is_file():
+            continue
+        for p in json.loads((d / "trace.json").read_text())["points"]:
+            if "error" in p:
+                continue
+            r, spec = dict(p["run"]), load_config_file(d / "configs" / f"{p['model']}.json")
+            if "task" in r:
+                spec = with_head(spec, r.pop("task"))
+            t = types[spec.model_type]
+            t.configs.add(p["model"])
+            r["attn"] = p.get("attn_implementation_used") or r.get("attn", "sdpa")
+            if p["mode"] == "train":
+                res, _, _ = simulate_rank(spec, make_training_run(**r), cpu_dropout=True)
+                meas = max(m["Total"] for m in p["phases"].values())
+                t.train.append((max(ph.total for ph in res.phases.values()) - meas) / meas)
+                continue
+            if "compute_dtype" in r:
+                r["weights"] = r["compute_dtype"]
+            est = estimate_inference(spec, make_run(**r))
+            for ph, m in p["phases"].items():
+                if ph != "load":
+                    t.infer.append((est.phases[ph].peak_bytes - m["Total"]) / m["Total"])
+
+
 def collect(infer: Errors, train: Errors) -> dict[str, _Type]:
     types: dict[str, _Type] = defaultdict(_Type)
     names: dict[str, str] = {}
@@ -79,6 +112,7 @@ def collect(infer: Errors, train: Errors) -> dict[str, _Type]:
             mt = _model_type(name, names)
             types[mt].configs.add(name)
             getattr(types[mt], attr).append(err)
+    _other_traces(types)
     return types
 
 
@@ -111,8 +145,15 @@ def render_architectures(add: Callable[[str], None], infer: Errors, train: Error
         if t is None:
             add(f"| {mt} | 0 | – | – | – | – |")
             continue
-        add(
-            f"| {mt} | {len(t.configs)} | {t.params_exact}/{t.params_checked} | {t.kv_exact}/{t.kv_checked} "
-            f"| {_worst(t.infer)} | {_worst(t.train)} |"
-        )
+        params = f"{t.params_exact}/{t.params_checked}" if t.params_checked else "–"
+        kv = f"{t.kv_exact}/{t.kv_checked}" if t.kv_checked else "–"
+        add(f"| {mt} | {len(t.configs)} | {params} | {kv} | {_worst(t.infer)} | {_worst(t.train)} |")
+    add("")
+    add(
+        "Encoders (bert, roberta, deberta-v2, modernbert) and T5-family encoder-decoders are counted per "
+        "task head against `AutoModelFor...` built on the meta device by `tests/test_encoders.py` and "
+        "`tests/test_seq2seq.py` (`tests/reference/encoders/params.json`, `tests/reference/seq2seq/`), not "
+        "by the causal-LM reference above; they keep no KV cache of the decoder kind (T5's self- and "
+        "cross-attention caches are compared in its traced points)."
+    )
     add("")

@@ -11,9 +11,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from gpumem_gui.core.formats.gguf_mix import _allows_quantization, _category, _stays_f32
+from gpumem_gui.core.spec.altup import altup_layer_kinds
 from gpumem_gui.core.spec.encoder_params import modern_layer_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.params import Tensor, text_tensors
+from gpumem_gui.core.spec.seq2seq_params import seq2seq_layer_kinds
 from gpumem_gui.core.spec.state import hybrid_layer_kinds
 
 # ---- GGUF tensor names ----------------------------------------------------------------------------------
@@ -187,6 +189,10 @@ def _kinds(spec: ModelSpec) -> tuple[int, tuple[int, ...], ModelSpec]:
     """Dense and MoE layers (the kinds whose tensors differ), each layer's kind, one layer of each."""
     moe = spec.moe
     n = spec.num_layers
+    if spec.mla is not None and spec.mla.indexer is not None and spec.mla.indexer.shared_layers:
+        # GLM-5: layers that reuse the previous top-k have no indexer; their tensors differ by layer index
+        # too, so every layer is its own kind (sized once each)
+        return n, tuple(range(n)), spec
     if moe is None:
         kinds, layer_kind, mini_moe = 1, (0,) * n, None
     elif 0 < spec.num_moe_layers < n:
@@ -201,10 +207,14 @@ def _kinds(spec: ModelSpec) -> tuple[int, tuple[int, ...], ModelSpec]:
 
 
 def _build_layout(spec: ModelSpec) -> _Layout:
-    if spec.linear_attention is not None or spec.short_conv is not None:  # hybrid: one kind per layer type
+    if spec.linear_attention or spec.short_conv or spec.mamba:  # hybrid: one kind per layer type
         kinds, layer_kind, mini = hybrid_layer_kinds(spec)
     elif spec.encoder is not None and spec.encoder.block == "modernbert":  # layer 0: no attention norm
         kinds, layer_kind, mini = modern_layer_kinds(spec)
+    elif spec.seq2seq is not None:  # T5: first blocks own a bias table, decoder blocks a cross-attention
+        kinds, layer_kind, mini = seq2seq_layer_kinds(spec)
+    elif spec.altup is not None:  # Gemma 3n: KV-shared layers lack k/v (spec/altup.py)
+        kinds, layer_kind, mini = altup_layer_kinds(spec)
     else:
         kinds, layer_kind, mini = _kinds(spec)
     outside: list[Tensor] = []
@@ -214,6 +224,8 @@ def _build_layout(spec: ModelSpec) -> _Layout:
             outside.append(t)
         else:
             per_kind[t.layer].append(t)
+    if spec.altup is not None:  # the per-layer table and projection are num_layers wide
+        outside = [t for t in text_tensors(spec) if t.layer is None]
     # the same tensors under their GGUF names, each list sorted by name as llama-quantize visits them
     gguf_outside = tuple(sorted(_template(g.name, g.shape, g.component) for g in _gguf_names(spec, outside)))
     gguf_kinds = tuple(

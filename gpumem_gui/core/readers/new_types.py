@@ -11,21 +11,33 @@ from gpumem_gui.core.readers import (
     hf_encoders,
     hf_new_dense_a,
     hf_new_dense_b,
+    hf_new_gemma,
     hf_new_gpt_oss,
     hf_new_hybrid,
+    hf_new_linear,
     hf_new_llama4,
+    hf_new_mla,
     hf_new_moe,
+    hf_new_seq2seq,
+    hf_new_ssm,
+    hf_new_vlm,
 )
 from gpumem_gui.core.readers.config_fields import ConfigReader
 
 _GROUPS = (
+    hf_new_mla,
     hf_new_dense_a,
     hf_new_dense_b,
     hf_new_moe,
     hf_new_gpt_oss,
     hf_new_llama4,
     hf_new_hybrid,
+    hf_new_linear,
     hf_encoders,
+    hf_new_gemma,
+    hf_new_vlm,
+    hf_new_seq2seq,
+    hf_new_ssm,
 )
 
 NEW_READERS: dict[str, Callable[[ConfigReader, str, str], dict[str, Any]]] = {

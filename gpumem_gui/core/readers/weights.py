@@ -208,7 +208,19 @@ _EXPERT_SEGMENTS = frozenset({"experts", "block_sparse_moe"})
 
 _LM_HEAD_SEGMENTS = frozenset({"lm_head", "embed_out", "output_layer"})
 _POSITION_SEGMENTS = frozenset({"wpe", "embed_positions", "position_embd", "position_embeddings"})
-_EMBEDDING_EXTRA_SEGMENTS = frozenset({"project_in", "project_out"})
+# OPT-350m's project_in/out; Gemma 3n's per-layer embedding table, its projection and the AltUp stream
+# projections (Gemma3nTextModel; GGUF per_layer_token_embd), counted apart from the token embedding
+_EMBEDDING_EXTRA_SEGMENTS = frozenset(
+    {
+        "project_in",
+        "project_out",
+        "per_layer_token_embd",
+        "embed_tokens_per_layer",
+        "per_layer_model_projection",
+        "altup_projections",
+        "altup_unembed_projections",
+    }
+)
 _EMBEDDING_SEGMENTS = frozenset(
     {
         "embed_tokens",
@@ -217,8 +229,6 @@ _EMBEDDING_SEGMENTS = frozenset(
         "tok_embeddings",
         "embed_in",
         "token_embd",
-        "per_layer_token_embd",
-        "embed_tokens_per_layer",
     }
 )
 _ATTENTION_SEGMENTS = frozenset(
@@ -248,6 +258,12 @@ _ATTENTION_SEGMENTS = frozenset(
         # (Lfm2ShortConv ``conv``)
         "linear_attn",
         "conv",
+        # Mamba mixers (JambaMambaMixer ``mamba``, NemotronHMamba2Mixer ``mixer``), Gemma 3n's AltUp and
+        # Laurel blocks (counted with attention by spec/params.py)
+        "mamba",
+        "mixer",
+        "altup",
+        "laurel",
     }
 )
 _MLP_SEGMENTS = frozenset(
@@ -264,6 +280,8 @@ _MLP_SEGMENTS = frozenset(
         "gate_up_proj",
         "dense_h_to_4h",
         "dense_4h_to_h",
+        "per_layer_input_gate",  # Gemma 3n's per-layer input gate and projection (Gemma3nTextDecoderLayer)
+        "per_layer_projection",
         "w1",
         "w2",
         "w3",

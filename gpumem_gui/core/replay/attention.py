@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpumem_gui.core.replay import chunked, cohere, gptj, output_gate, rope_partial, sinks
+from gpumem_gui.core.replay import chunked, cohere, dsa, gptj, output_gate, rope_partial, sinks
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
@@ -53,7 +53,9 @@ def attention(m: CausalLM, i: int, x: T, cos: T | None, sin: T | None, mask: T |
     """One layer's self-attention from its normed input; returns (output, attention weights or None)."""
     s = m.s
     prev, s.region = s.region, "attention"
-    if m.spec.mla is not None:
+    if dsa.applies(m):  # DeepseekV32Attention: MLA with the sparse-attention indexer (replay/dsa.py)
+        out, weights = dsa.mla(m, i, x, cos, sin, mask)
+    elif m.spec.mla is not None:
         out, weights = _mla(m, i, x, cos, sin, mask)
     elif m.spec.traits.attention_code == "gptj":  # GPTJAttention (replay/gptj.py)
         out, weights = gptj.attention(m, i, x, cos, sin, mask)

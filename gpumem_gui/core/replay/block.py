@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
-from gpumem_gui.core.replay import attention, legacy, linear_attention, mlp
+from gpumem_gui.core.replay import attention, legacy, lightning, linear_attention, mamba2, mlp
 from gpumem_gui.core.replay.autograd import Sim
 from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
 
@@ -95,6 +95,10 @@ def decoder_layer(
         return legacy.falcon_layer(m, i, hidden_states, cos, sin, mask)
     if spec.traits.block == "bloom":
         return legacy.bloom_layer(m, i, hidden_states, m.alibi_bias, mask)
+    if spec.traits.block == "minimax":  # MiniMaxDecoderLayer: normed residuals, scaled sums (lightning.py)
+        return lightning.minimax_layer(m, i, hidden_states, cos, sin, mask)
+    if spec.traits.block == "single":  # NemotronHBlock: one norm, one mixer (replay/mamba2.py)
+        return mamba2.single_layer(m, i, hidden_states, cos, sin, mask)
     placement = spec.traits.norm_placement
     full = m.cfg.tokens * spec.hidden_size  # the residual stream of every token (inside the TP regions)
     residual = hidden_states

@@ -7,9 +7,25 @@ from gpumem_gui.core.spec.encoder_params import encoder_buffers_bytes
 from gpumem_gui.core.spec.model import ModelSpec
 
 
-def buffers_bytes(spec: ModelSpec) -> int:
+def buffers_bytes(spec: ModelSpec, param_bytes: float = 2) -> int:
     """Rotary ``inv_freq`` and ``original_inv_freq`` buffers (fp32, head_dim/2 each; one rotary module per
-    attention type with :attr:`ArchTraits.rotary_per_layer_type`): ``LlamaRotaryEmbedding.__init__``."""
+    attention type with :attr:`ArchTraits.rotary_per_layer_type`): ``LlamaRotaryEmbedding.__init__``; and
+    lightning attention's decay buffers in the weights' dtype (``param_bytes``)."""
+    return _rotary_bytes(spec) + _lightning_bytes(spec, param_bytes)
+
+
+def _lightning_bytes(spec: ModelSpec, param_bytes: float) -> int:
+    """MiniMaxLightningAttention.__init__: slope_rate [h, 1, 1], query_decay and key_decay [h, block, 1],
+    diagonal_decay [1, h, block, block] per lightning layer, built in the default dtype (the weights')."""
+    la = spec.linear_attention
+    if la is None or la.kind != "lightning":
+        return 0
+    n = spec.resolved_layer_types.count("linear_attention")
+    bs = la.chunk_size
+    return round(n * la.key_heads * (1 + 2 * bs + bs * bs) * param_bytes)
+
+
+def _rotary_bytes(spec: ModelSpec) -> int:
     if spec.encoder is not None:  # an encoder's own buffers (spec/encoder_params.py)
         return encoder_buffers_bytes(spec)
     if spec.traits.causal_mask_buffer:  # GPTBigCodeModel.bias: tril(ones(max_positions, max_positions), bool)

@@ -22,10 +22,19 @@ from gpumem_gui.core.spec.model import ModelSpec
 
 def cache_elems_per_token(spec: ModelSpec) -> tuple[int, int]:
     """(K, V) elements one token adds to one layer's cache as transformers stores them."""
-    if spec.mla is not None:
-        return spec.mla.kv_lora_rank, spec.mla.qk_rope_head_dim
+    if spec.mla is not None:  # DSA adds the indexer's key (DynamicIndexedLayer.indexer_keys) to K
+        return spec.mla.kv_lora_rank + indexer_elems(spec), spec.mla.qk_rope_head_dim
     kvh = spec.num_attention_heads if spec.transformers_expands_kv else spec.num_kv_heads
     return kvh * spec.head_dim, kvh * spec.head_dim
+
+
+def indexer_elems(spec: ModelSpec, layer: int | None = None) -> int:
+    """Elements one token adds to a layer's DSA indexer key cache (0 without an indexer, or in ``layer``
+    when it shares another layer's top-k)."""
+    ix = spec.mla.indexer if spec.mla is not None else None
+    if ix is None or (layer is not None and not ix.has_indexer(layer)):
+        return 0
+    return ix.head_dim
 
 
 def stored_tokens(spec: ModelSpec, past: int, window: int | None) -> int:
@@ -65,6 +74,10 @@ class KVCache:
         self.kv_bytes = kv_bytes
         self.dt = dt
         self.k_el, self.v_el = cache_elems_per_token(spec)
+        # the DSA indexer keys are a third tensor per layer (replay/dsa.py); k_el is the latent alone
+        self.ix_el = indexer_elems(spec)
+        self.k_el -= self.ix_el
+        self.index: dict[int, T] = {}
         # each layer's cache window (sliding_window, attention_chunk_size) or None (spec/kv.py cache_window)
         self.sliding = tuple(cache_window(spec, t) for t in spec.resolved_layer_types)
         self.layers: dict[int, tuple[T, T]] = {}
@@ -73,12 +86,15 @@ class KVCache:
         other = 0
         for i in range(spec.num_layers):
             toks = stored_tokens(spec, past, self.sliding[i])
-            if not toks or self.state.linear[i]:
+            if not toks or self.state.linear[i] or i in spec.kv_shared_layers:  # shared: no cache (Gemma 3n)
                 continue
             if i in replayed:
                 self.layers[i] = (self._tensor(toks * self.k_el), self._tensor(toks * self.v_el))
+                if indexer_elems(spec, i):
+                    self.index[i] = self._tensor(toks * self.ix_el)
             else:
                 other += self._bytes(toks * self.k_el) + self._bytes(toks * self.v_el)
+                other += self._bytes(toks * self.ix_el) if indexer_elems(spec, i) else 0
         self.other: Storage = sim.storage(other, "kv_cache")
 
     def _bytes(self, elems: int) -> int:
@@ -106,15 +122,26 @@ class KVCache:
         growth = 0
         self.state.skip(first, stop)
         for i in range(first, stop):
-            if self.state.linear[i]:
+            if self.state.linear[i] or i in self.spec.kv_shared_layers:
                 continue
             sl = self.sliding[i]
             before = stored_tokens(self.spec, self.past, sl)
             after = tokens_after(self.spec, self.past, q, sl)
             growth += self._bytes(after * self.k_el) + self._bytes(after * self.v_el)
             growth -= self._bytes(before * self.k_el) + self._bytes(before * self.v_el) if before else 0
+            if indexer_elems(self.spec, i):
+                growth += self._bytes(after * self.ix_el)
+                growth -= self._bytes(before * self.ix_el) if before else 0
         if growth:
             self.other.grow(growth)
 
+    def update_indexer(self, layer: int, q: int) -> T:
+        """``cache.update_indexer(k, layer)`` (DynamicIndexedLayer): the concatenated indexer keys."""
+        toks = tokens_after(self.spec, self.past, q, self.sliding[layer])
+        full = self._tensor(toks * self.ix_el)
+        self.index[layer] = full  # the old keys go once the new concatenation replaces them
+        return full
+
     def stored_bytes(self) -> int:
-        return self.other.nbytes + sum(k.st.nbytes + v.st.nbytes for k, v in self.layers.values())  # type: ignore[union-attr]
+        ix = sum(t.st.nbytes for t in self.index.values())  # type: ignore[union-attr]
+        return ix + self.other.nbytes + sum(k.st.nbytes + v.st.nbytes for k, v in self.layers.values())  # type: ignore[union-attr]

@@ -84,9 +84,14 @@ class LayerPlan:
         return frozenset(layer for _, layer in self.segments)
 
 
-def layer_kind(spec: ModelSpec, i: int) -> tuple[str, bool, bool]:
-    """Attention type, MoE or dense, and whether the layer skips the rotary embedding (NoPE)."""
-    return spec.resolved_layer_types[i], spec.is_moe_layer(i), i in spec.nope_layers
+def layer_kind(spec: ModelSpec, i: int) -> tuple[str, bool, bool, bool, bool]:
+    """Attention type, MoE or dense, whether the layer skips the rotary embedding (NoPE), whether it
+    reuses an earlier layer's keys and values (Gemma 3n), and whether it reuses the previous layer's DSA
+    top-k instead of running an indexer (GLM-5's shared layers)."""
+    types = spec.resolved_layer_types
+    ix = spec.mla.indexer if spec.mla is not None else None
+    shares_topk = ix is not None and not ix.has_indexer(i)
+    return types[i], spec.is_moe_layer(i), i in spec.nope_layers, i in spec.kv_shared_layers, shares_topk
 
 
 @lru_cache(maxsize=256)

@@ -123,4 +123,10 @@ def logical_cache_bytes(spec: ModelSpec, batch: int, tokens: int, kv_bytes: floa
         return 0
     k, v = cache_elems_per_token(spec)
     per_tok = batch * (k + v) * kv_bytes
-    return sum(round(per_tok * kept) for kept in tokens_kept_transformers(spec, tokens))
+    kept = tokens_kept_transformers(spec, tokens)
+    if spec.mla is not None and spec.mla.indexer is not None and spec.mla.indexer.shared_layers:
+        # a DSA layer sharing another's top-k caches no indexer key (replay/cache.py indexer_elems)
+        ix = spec.mla.indexer
+        less = batch * ix.head_dim * kv_bytes
+        return sum(round((per_tok - (0 if ix.has_indexer(i) else less)) * t) for i, t in enumerate(kept))
+    return sum(round(per_tok * t) for t in kept)

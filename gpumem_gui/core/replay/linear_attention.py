@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpumem_gui.core.replay import attention, delta_rule, short_conv
+from gpumem_gui.core.replay import attention, delta_rule, mamba1, short_conv
 from gpumem_gui.core.replay.delta_rule import new_op
 from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T, promote
 from gpumem_gui.core.spec.linear import STATE_LAYER_TYPES
@@ -38,6 +38,8 @@ class RecurrentStates:
 
     def __init__(self, sim: Sim, spec: ModelSpec, batch: int, past: int, dt: str, replayed: frozenset[int]):
         self.sim, self.batch, self.dt = sim, batch, dt
+        la = spec.linear_attention  # the recurrent state's dtype: fp32, or the activations' (lightning)
+        self.rec_dt = dt if la is not None and not la.recurrent_state_fp32 else "f32"
         self.linear = tuple(t in STATE_LAYER_TYPES for t in spec.resolved_layer_types)
         # per layer: (conv, recurrent) state elements of one sequence (spec/state.py layer_state_elems)
         self.elems = tuple(layer_state_elems(spec, t) for t in spec.resolved_layer_types)
@@ -48,7 +50,7 @@ class RecurrentStates:
             for i in range(spec.num_layers):
                 if self.linear[i] and i in replayed:
                     conv, rec = self.elems[i]
-                    rec_t = self._new(batch * rec, "f32") if rec else None
+                    rec_t = self._new(batch * rec, self.rec_dt) if rec else None
                     self.layers[i] = (self._new(batch * conv, dt), rec_t)
                 elif self.linear[i]:
                     other += self._bytes(i)
@@ -59,7 +61,7 @@ class RecurrentStates:
 
     def _bytes(self, i: int) -> object:
         conv, rec = self.elems[i]
-        return round(self.batch * conv * DT_BYTES[self.dt]) + self.batch * rec * 4
+        return round(self.batch * conv * DT_BYTES[self.dt]) + round(self.batch * rec * DT_BYTES[self.rec_dt])
 
     def skip(self, first: int, stop: int) -> None:
         """Unreplayed layers ``first`` to ``stop - 1``: a first forward allocates their states."""
@@ -81,9 +83,16 @@ class RecurrentStates:
         """lazy_initialization: zeros (b, conv channels, kernel) in the conv input's dtype."""
         self.layers[i] = (self._new(self.batch * self.elems[i][0], self.dt), None)
 
+    def new_state(self, i: int, n: object, dt: str) -> T:
+        """MiniMaxCache.set_linear_cache: the layer's state becomes a new tensor (lightning attention's final
+        KV, allocated here), the previous one dying with its last reference."""
+        t = self._new(n, dt)
+        self.layers[i] = (self._new(0, self.dt), t)
+        return t
+
     def init_recurrent(self, i: int) -> None:
         """lazy_initialization: zeros_like(the fp32 final state)."""
-        self.layers[i] = (self.layers[i][0], self._new(self.batch * self.elems[i][1], "f32"))
+        self.layers[i] = (self.layers[i][0], self._new(self.batch * self.elems[i][1], self.rec_dt))
 
 
 def mixer(m: CausalLM, i: int) -> Callable[..., tuple[T, T | None]]:
@@ -93,6 +102,8 @@ def mixer(m: CausalLM, i: int) -> Callable[..., tuple[T, T | None]]:
         return gated_deltanet
     if kind == "conv":
         return short_conv.short_conv
+    if kind == "mamba":  # JambaMambaMixer (replay/mamba1.py)
+        return mamba1.mamba1
     return attention.attention
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
-from gpumem_gui.core.replay import adapters, block, cohere, inputs, sinks, tricks
+from gpumem_gui.core.replay import adapters, altup, block, cohere, dsa, inputs, sinks, tricks
 from gpumem_gui.core.replay import loss as losses
 from gpumem_gui.core.replay.autograd import Node, Param, Sim
 from gpumem_gui.core.replay.cache import KVCache
@@ -243,6 +243,8 @@ class CausalLM:
         """LlamaModel.forward over the plan's layers; returns the final norm's output (a pipeline stage
         without the head: the last layer's output)."""
         s, spec, cfg = self.s, self.spec, self.cfg
+        if spec.altup is not None:  # Gemma3nTextModel (replay/altup.py)
+            return altup.model(self, ids, plan)
         s.tr.where = "embedding"
         s.region = "hidden_states"
         if s.offload is not None:  # torchtune: `with activations_handling_ctx: outputs = model(**batch)`
@@ -266,7 +268,7 @@ class CausalLM:
         s.region = "hidden_states"
         per_type = spec.traits.rotary_per_layer_type
         # FalconModel / BloomModel keep the previous layer's (hidden, attn_weights) until the next one returns
-        keeps_outputs = spec.traits.block != "llama"
+        keeps_outputs = spec.traits.block in ("falcon", "bloom")
         _previous: T | None = None  # held, not read: what the model's loop keeps alive
         for first, i in plan.segments:
             if i > first:  # layers first..i-1 run unreplayed: their output and their caches
@@ -300,6 +302,7 @@ class CausalLM:
             _previous = weights if keeps_outputs else None
             del weights
         self.alibi_bias = None
+        dsa.release(self)  # GlmMoeDsaModel's loop variable (the last top-k) dies with the model's forward
         s.tr.where = "final norm"
         s.hooks.enter_unit(s, -1)
         s.unit = None
@@ -334,6 +337,7 @@ class CausalLM:
         s.tr.retag(logits.st, logits.st.kind, "logits")  # type: ignore[arg-type]
         s.region = "logits"
         logits = self.o.mul(logits, None) if spec.traits.logits_scaled else logits  # Cohere2 logit_scale
+        logits = s.cast(logits, "f32") if spec.traits.logits_float else logits  # NemotronH .float()
         if spec.final_logit_softcapping:  # logits / cap; tanh; * cap (each replaces the previous)
             logits = self.o.mul(logits, None)
             logits = self.o.tanh(logits)

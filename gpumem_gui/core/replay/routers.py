@@ -177,3 +177,70 @@ def fp32_softmax_router(m: CausalLM, x: T, pre: str) -> tuple[T, T]:
 
 
 ROUTERS["fp32_softmax"] = fp32_softmax_router
+
+
+def sigmoid_scaled_router(m: CausalLM, x: T, pre: str) -> tuple[T, T]:
+    """Lfm2MoeTopKRouter.forward: ``F.linear`` logits and their sigmoid in the activation dtype; with the
+    expert bias (``sigmoid_bias``) the top-k of ``scores + expert_bias`` (an fp32 sum) and ``gather`` of the
+    scores, else (``sigmoid_topk``) the top-k of the scores; ``/ (sum + 1e-6)`` (norm_topk_prob) and
+    ``* routed_scaling_factor``: each a new tensor in the activation dtype."""
+    s = m.s
+    moe_spec = m.spec.moe
+    assert moe_spec is not None
+    t, e, k = m.cfg.tokens, moe_spec.num_experts, moe_spec.experts_per_token
+    router_logits = m.linear(x, f"{pre}.gate")
+    dt = router_logits.dt
+    scores = s.new(t * e, dt)  # router_logits.sigmoid()
+    s.node("copy", (router_logits,), (scores,), (scores,))
+    top, top_idx = s.new(t * k, dt), s.new(t * k, "i64")
+    if m.spec.traits.router == "sigmoid_bias":
+        del top
+        choice = s.new(t * e, "f32")  # routing_weights + expert_bias (fp32 buffer)
+        top_v, top_idx = s.new(t * k, "f32"), s.new(t * k, "i64")
+        del choice, top_v
+        top = s.new(t * k, dt)  # torch.gather(routing_weights, 1, selected_experts)
+    s.node("copy", (scores,), (top,), (top_idx,))
+    del scores
+    if m.spec.traits.router_renormalize:
+        total = s.new(t, dt)  # routing_weights.sum(dim=-1, keepdim=True)
+        s.node("copy", (top,), (total,))
+        eps = s.new(t, dt)  # + 1e-6
+        s.node("pass", (total,), (eps,))
+        del total
+        top = m.o.mul(top, eps, t * k)  # the division saves both operands
+        del eps
+    weights = m.o.mul(top, None)  # * routed_scaling_factor
+    del top, top_idx
+    return router_logits, weights
+
+
+ROUTERS["sigmoid_bias"] = ROUTERS["sigmoid_topk"] = sigmoid_scaled_router
+
+
+def softmax_fp32_weights_router(m: CausalLM, x: T, pre: str) -> tuple[T, T]:
+    """MiniMaxTopKRouter.forward: logits in the activation dtype, ``softmax(logits.float())``, top-k,
+    ``router_top_value /= sum`` in place (the in-place division saves a clone of the values and the sum),
+    the weights left in fp32 (so the experts' weighted outputs are fp32)."""
+    s = m.s
+    moe_spec = m.spec.moe
+    assert moe_spec is not None
+    t, e, k = m.cfg.tokens, moe_spec.num_experts, moe_spec.experts_per_token
+    router_logits = m.linear(x, f"{pre}.gate")
+    f32 = s.cast(router_logits, "f32")
+    probs = s.new(t * e, "f32")
+    s.node("copy", (f32,), (probs,), (probs,))
+    del f32
+    top, top_idx = s.new(t * k, "f32"), s.new(t * k, "i64")
+    s.node("copy", (probs,), (top,), (top_idx,))
+    del probs
+    total = s.new(t, "f32")
+    s.node("copy", (top,), (total,))
+    original = s.new(t * k, "f32")
+    s.node("pass", (top,), (original,))
+    top2 = T(top.st, top.n, top.dt)
+    s.node("mul", (original, total), (top2,), (original, total))
+    del original, total, top, top_idx
+    return router_logits, top2
+
+
+ROUTERS["softmax_fp32_weights"] = softmax_fp32_weights_router

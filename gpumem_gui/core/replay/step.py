@@ -17,7 +17,7 @@ from gpumem_gui.core.replay.buffers import buffers_bytes
 from gpumem_gui.core.replay.config import ReplayConfig
 from gpumem_gui.core.replay.encoder import EncoderModel
 from gpumem_gui.core.replay.engine import backward
-from gpumem_gui.core.replay.memory import Storage, T
+from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
 from gpumem_gui.core.replay.model import CausalLM
 from gpumem_gui.core.replay.optim import create_states, outside_allocator, states_total, step
 from gpumem_gui.core.replay.tricks import optimizer_in_backward
@@ -126,7 +126,7 @@ def _simulate_step(
     sim = Sim(hooks)
     tr = sim.tr
     model = (EncoderModel if spec.encoder is not None else CausalLM)(sim, spec, cfg)
-    buffers = sim.storage(buffers_bytes(spec), "buffers", "buffer")
+    buffers = sim.storage(buffers_bytes(spec, DT_BYTES.get(cfg.param_dt, 2)), "buffers", "buffer")
     trainable = [p for p in sim.params if p.rg]
     # torch's optimizers keep state only for parameters with a gradient (torch/optim/adam.py, _init_group)
     stepped = trainable if opts.states_for_unused else [p for p in trainable if p.name not in model.unused]

@@ -18,6 +18,7 @@ from gpumem_gui.core.runtimes.encoder import check_encoder_inference
 from gpumem_gui.core.runtimes.llamacpp import LLAMA_CPP
 from gpumem_gui.core.runtimes.ollama import OLLAMA
 from gpumem_gui.core.runtimes.run import ENGINES, InferenceRun, make_run
+from gpumem_gui.core.runtimes.seq2seq import check_seq2seq_inference
 from gpumem_gui.core.runtimes.sglang import SGLANG
 from gpumem_gui.core.runtimes.transformers import TRANSFORMERS
 from gpumem_gui.core.runtimes.vllm import VLLM
@@ -44,7 +45,7 @@ def check_recurrent_state(spec: ModelSpec, engine: str, tp: int) -> None:
     """Hybrid models (linear-attention layers with a fixed state per sequence) are modelled for transformers
     on one tensor-parallel rank only: the serving engines' recurrent-state pools (vLLM's hybrid allocator,
     SGLang's mamba pool, llama.cpp's recurrent cells) and sharded linear-attention projections are not."""
-    if spec.linear_attention is None and spec.short_conv is None:
+    if spec.linear_attention is None and spec.short_conv is None and spec.mamba is None:
         return
     if engine != "transformers":
         raise GpumemInputError(
@@ -63,6 +64,8 @@ def check_run(spec: ModelSpec, run: InferenceRun) -> tuple[str, ...]:
     warnings: list[str] = [f"approximate: {spec.approximate}"] if spec.approximate else []
     if spec.encoder is not None:  # one transformers forward, no cache (runtimes/encoder.py)
         check_encoder_inference(spec, run)
+    if spec.seq2seq is not None:  # generate() of an encoder-decoder on transformers (runtimes/seq2seq.py)
+        check_seq2seq_inference(spec, run)
     check_kv_dtype(run.engine, run.kv_dtype_resolved)
     check_degrees(spec, Degrees(tp=run.tp, pp=run.pp, ep=run.ep))
     check_recurrent_state(spec, run.engine, run.tp)
@@ -75,7 +78,7 @@ def check_run(spec: ModelSpec, run: InferenceRun) -> tuple[str, ...]:
             f"pp: {run.pp} stages do not divide {spec.num_layers} layers; the first stages get "
             f"{ceil(spec.num_layers / run.pp)} layers (the estimate uses the fullest stage)"
         )
-    if run.tokens > spec.max_position_embeddings:
+    if run.tokens > spec.max_position_embeddings and spec.seq2seq is None:  # T5: relative positions
         warnings.append(
             f"seq: {run.tokens} tokens exceed the model's max_position_embeddings "
             f"({spec.max_position_embeddings}); fine only with rope scaling"

@@ -20,6 +20,7 @@ from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, G
 from gpumem_gui.core.results.overheads import stage_share
 from gpumem_gui.core.runtimes.base import Runtime, load_phase
 from gpumem_gui.core.runtimes.run import InferenceRun
+from gpumem_gui.core.runtimes.seq2seq import seq2seq_phases
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, rank_spec
 from gpumem_gui.core.spec.params import count_params
@@ -113,6 +114,9 @@ class Transformers(Runtime):
         """The phases of TP rank 0 of pipeline stage ``stage``, its weights' bytes and its logical cache."""
         rspec = rank_spec(spec, degrees, stage)
         weights, load = load_phase(spec, run, self.quantizes_experts(run), degrees, stage, wb)
+        if spec.seq2seq is not None:  # an encoder-decoder's generate() (runtimes/seq2seq.py)
+            phases, cache = seq2seq_phases(spec, run, weights, load)
+            return phases, weights.bytes, cache
         last_stage = stage == run.pp - 1
         kvb = kv_bytes_per_element(run.kv_dtype_resolved)
         dt = _REPLAY_DTYPES[run.compute_dtype]
@@ -196,6 +200,7 @@ class Transformers(Runtime):
                 "params_total": count_params(spec).total,
                 "gpus": run.gpus,
                 **({"task": spec.encoder.head} if spec.encoder is not None else {}),  # an encoder's head
+                **({"seq2seq": True} if spec.seq2seq is not None else {}),  # an encoder-decoder
                 # linear-attention layers' fixed state (spec/state.py); nothing for other models
                 **state_facts(spec, run.batch, run.dt, kv_bytes_per_element(run.kv_dtype_resolved)),
             },
@@ -203,6 +208,7 @@ class Transformers(Runtime):
 
     def command(self, model: str, run: InferenceRun, est: Estimate) -> str:
         auto = _AUTO_CLASSES.get(str(est.facts.get("task")), "AutoModelForCausalLM")  # an encoder's head
+        auto = "AutoModelForSeq2SeqLM" if est.facts.get("seq2seq") else auto  # runtimes/seq2seq.py
         return (
             f"{auto}.from_pretrained({model!r}, dtype={_TORCH_DTYPES[run.compute_dtype]}, "
             f"attn_implementation={run.attn!r}, device_map='auto')"

@@ -97,7 +97,16 @@ class ArchTraits(Frozen):
         "eager attention keeps a mask and the dropped probabilities; fused SDPA kernels on a GPU keep only "
         "their RNG state",
     )
-    router: Literal["softmax", "fp32", "sparsemixer", "sigmoid", "fp32_softmax"] = Field(
+    router: Literal[
+        "softmax",
+        "fp32",
+        "sparsemixer",
+        "sigmoid",
+        "fp32_softmax",
+        "sigmoid_bias",
+        "sigmoid_topk",
+        "softmax_fp32_weights",
+    ] = Field(
         "softmax",
         description="softmax: router logits in the activation dtype, fp32 softmax, top-k weights cast back "
         "(TopKRouter); fp32: fp32 copies of the input and the router weight, scores and top-k weights kept "
@@ -106,7 +115,11 @@ class ArchTraits(Frozen):
         "sparsemixer); sigmoid: logits in the activation dtype, fp32 sigmoid + correction bias, top-k "
         "weights renormalised and kept in fp32 (MiniMaxM2TopKRouter); fp32_softmax: fp32 logits from an fp32 "
         "copy of the input, fp32 softmax, top-k of the scores plus a correction bias, gathered, renormalised "
-        "into a new tensor and cast to the activation dtype (Ernie4_5_MoeTopKRouter)",
+        "into a new tensor and cast to the activation dtype (Ernie4_5_MoeTopKRouter); sigmoid_bias / "
+        "sigmoid_topk: sigmoid scores in the activation dtype, the top-k chosen on scores + an fp32 expert "
+        "bias (gathered) or on the scores themselves, divided by their sum + eps and scaled, all new tensors "
+        "(Lfm2MoeTopKRouter); softmax_fp32_weights: TopKRouter's, the renormalised top-k weights left in "
+        "fp32 (MiniMaxTopKRouter)",
     )
     shared_expert_first: bool = Field(
         False, description="the shared expert runs before the router (Qwen2MoeSparseMoeBlock.forward)"
@@ -122,11 +135,14 @@ class ArchTraits(Frozen):
         description="the model builds the sliding-window mask beside the causal one even when no layer "
         "slides, and holds it through the forward (Qwen2MoeModel.forward causal_mask_mapping)",
     )
-    block: Literal["llama", "falcon", "bloom"] = Field(
+    block: Literal["llama", "falcon", "bloom", "single", "minimax"] = Field(
         "llama",
         description="the decoder block's code: the shared attention interface (llama and its descendants), "
         "or a modeling file's own (FalconDecoderLayer, BloomBlock: own attention kernels, in-place "
-        "residuals, the model's loop keeping the previous layer's outputs)",
+        "residuals, the model's loop keeping the previous layer's outputs); single: one norm and one "
+        "mixer per layer, Mamba-2, attention or MLP by layer type (NemotronHBlock); minimax: the normed "
+        "input is the residual and each sub-layer ends in residual * alpha + out * beta "
+        "(MiniMaxDecoderLayer)",
     )
     gguf_arch: str | None = Field(
         None,
@@ -222,4 +238,9 @@ class ArchTraits(Frozen):
         False,
         description="multimodal rotary over text positions: fp32 [3, b, q, d/2] frequency tables recomposed "
         "into [b, q, d] cos/sin per batch row (Qwen3_5TextRotaryEmbedding)",
+    )
+    logits_float: bool = Field(
+        False,
+        description="the head's output upcast to a new fp32 tensor whatever the loss (NemotronHForCausalLM "
+        "logits = self.lm_head(hidden_states).float())",
     )

@@ -33,10 +33,12 @@ def kv_elements_per_token(
     """
     if spec.mla is not None:
         m = spec.mla
+        # DSA: the indexer's own single-head key per token (DynamicIndexedLayer.indexer_keys) counted with K
+        ix = m.indexer.head_dim if m.indexer is not None else 0
         if mla_layout == "latent":
-            return m.kv_lora_rank, m.qk_rope_head_dim
+            return m.kv_lora_rank + ix, m.qk_rope_head_dim
         a = spec.num_attention_heads
-        return a * m.qk_head_dim, a * m.v_head_dim
+        return a * m.qk_head_dim + ix, a * m.v_head_dim
     if transformers and spec.transformers_expands_kv:
         width = spec.num_attention_heads * spec.head_dim
         return width, width
@@ -51,8 +53,19 @@ def kv_bytes_per_token_per_layer(
         return (0,) * spec.num_layers
     k, v = kv_elements_per_token(spec, mla_layout)
     per = round((k + v) * bytes_per_element)
+    ix = spec.mla.indexer if spec.mla is not None else None
+    if ix is not None and ix.shared_layers:  # a layer sharing another's top-k caches no indexer key
+        shared = round((k + v - ix.head_dim) * bytes_per_element)
+        return tuple(per if ix.has_indexer(i) else shared for i in range(spec.num_layers))
+    if spec.seq2seq is not None:  # encoder blocks cache nothing; decoder self-attention per target token
+        enc = spec.seq2seq.encoder_layers
+        return tuple(0 if i < enc else per for i in range(spec.num_layers))
     # linear-attention layers cache no keys or values, only a fixed state (spec/state.py)
-    return tuple(0 if lt in STATE_LAYER_TYPES else per for lt in spec.resolved_layer_types)
+    # a KV-shared layer reads an earlier layer's cache and keeps none (Gemma3nTextAttention)
+    return tuple(
+        0 if lt in STATE_LAYER_TYPES or i in spec.kv_shared_layers else per
+        for i, lt in enumerate(spec.resolved_layer_types)
+    )
 
 
 def cache_window(spec: ModelSpec, layer_type: str) -> int | None:
@@ -72,7 +85,8 @@ def tokens_kept_transformers(spec: ModelSpec, tokens: int) -> tuple[int, ...]:
     kept = tuple(min(tokens, w - 1) if w else tokens for w in windows)
     # a LinearAttentionLayer keeps no tokens, only its fixed state (spec/state.py)
     return tuple(
-        0 if lt in STATE_LAYER_TYPES else k for k, lt in zip(kept, spec.resolved_layer_types, strict=True)
+        0 if lt in STATE_LAYER_TYPES or i in spec.kv_shared_layers else k
+        for i, (k, lt) in enumerate(zip(kept, spec.resolved_layer_types, strict=True))
     )
 
 

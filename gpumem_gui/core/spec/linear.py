@@ -22,12 +22,19 @@ class LinearAttentionSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: Literal["gated_deltanet"] = "gated_deltanet"
+    kind: Literal["gated_deltanet", "lightning"] = Field(
+        "gated_deltanet",
+        description="gated_deltanet: Qwen3NextGatedDeltaNet; lightning: MiniMaxLightningAttention "
+        "(models/minimax/modeling_minimax.py): qkv_proj, SiLU, blockwise linear attention with a per-head "
+        "decay, no conv (conv_kernel 0), a [heads, head_dim, head_dim] state in the activation dtype",
+    )
     key_heads: _Size = Field(description="linear_num_key_heads (Qwen3NextConfig default 16)")
     value_heads: _Size = Field(description="linear_num_value_heads (Qwen3NextConfig default 32)")
     key_head_dim: _Size = Field(description="linear_key_head_dim (Qwen3NextConfig default 128)")
     value_head_dim: _Size = Field(description="linear_value_head_dim (Qwen3NextConfig default 128)")
-    conv_kernel: _Size = Field(description="linear_conv_kernel_dim (Qwen3NextConfig default 4)")
+    conv_kernel: Annotated[int, Field(ge=0, le=1 << 31)] = Field(
+        description="linear_conv_kernel_dim (Qwen3NextConfig default 4); 0: no conv (lightning)"
+    )
     chunk_size: _Size = Field(
         64, description="torch_chunk_gated_delta_rule(chunk_size=64): the prefill pads to a multiple of it"
     )
@@ -39,6 +46,12 @@ class LinearAttentionSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> LinearAttentionSpec:
+        if self.kind == "gated_deltanet" and self.conv_kernel < 1:
+            raise ValueError("a gated DeltaNet needs a conv kernel of at least 1")
+        if self.kind == "lightning" and (
+            self.key_heads != self.value_heads or self.key_head_dim != self.value_head_dim or self.conv_kernel
+        ):
+            raise ValueError("lightning attention has equal q/k/v heads and widths and no conv")
         if self.value_heads % self.key_heads:
             raise ValueError(
                 f"linear value heads ({self.value_heads}) must be a multiple of linear key heads "
@@ -70,6 +83,12 @@ class LinearAttentionSpec(BaseModel):
         return self.conv_dim * self.conv_kernel
 
     @property
+    def recurrent_state_fp32(self) -> bool:
+        """The gated delta rule returns an fp32 state; lightning attention keeps its ``K^T V`` sums in the
+        dtype of the values (``torch.zeros(..., dtype=value_states.dtype)``)."""
+        return self.kind == "gated_deltanet"
+
+    @property
     def recurrent_state_elems(self) -> int:
         """The recurrent state ``(batch, num_v_heads, k_head_dim, v_head_dim)`` per sequence."""
         return self.value_heads * self.key_head_dim * self.value_head_dim
@@ -86,6 +105,7 @@ class ShortConvSpec(BaseModel):
     bias: bool = Field(False, description="conv_bias: the conv, in_proj and out_proj carry biases")
 
 
-# the layer types that keep a fixed state per sequence instead of per-token keys and values (transformers
-# cache_utils.py: LinearAttentionLayer for both)
-STATE_LAYER_TYPES = frozenset({"linear_attention", "conv"})
+# the layer types that keep no per-token keys and values: a fixed state per sequence instead (transformers
+# cache_utils.py: LinearAttentionLayer for the gated DeltaNet, the short conv and Mamba-2), or nothing (an
+# MLP-only layer of NemotronHBlock, whose cache layer stays empty)
+STATE_LAYER_TYPES = frozenset({"linear_attention", "conv", "mamba", "mlp"})

@@ -14,10 +14,14 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from gpumem_gui.core.spec.altup import AltUpSpec
 from gpumem_gui.core.spec.arch_traits import ArchTraits
 from gpumem_gui.core.spec.base import MAX_LAYERS, MAX_SIZE, Frozen, NonNegInt, PositiveInt
+from gpumem_gui.core.spec.dsa import IndexerSpec
 from gpumem_gui.core.spec.encoder import EncoderSpec
 from gpumem_gui.core.spec.linear import LinearAttentionSpec, ShortConvSpec
+from gpumem_gui.core.spec.mamba import Mamba1Spec, Mamba2Spec
+from gpumem_gui.core.spec.seq2seq import Seq2SeqSpec
 
 # re-exported: the spec's building blocks are imported from here across the core
 __all__ = [
@@ -37,7 +41,10 @@ __all__ = [
 PositionEmbedding = Literal["rope", "learned", "alibi", "none"]
 NormKind = Literal["rmsnorm", "layernorm"]
 # chunked_attention: Llama 4's local layers (masking_utils create_chunked_causal_mask; cached as sliding)
-LayerType = Literal["full_attention", "sliding_attention", "chunked_attention", "linear_attention", "conv"]
+# mamba: a Mamba-2 mixer alone; mlp: an MLP alone (NemotronHBlock, one sub-layer per layer: spec/mamba.py)
+LayerType = Literal[
+    "full_attention", "sliding_attention", "chunked_attention", "linear_attention", "conv", "mamba", "mlp"
+]
 # l2: weightless L2 norm per head after the rotary, on the rotary layers only (Llama4TextL2Norm)
 QKNorm = Literal["none", "per_head", "full_width", "l2"]
 
@@ -89,6 +96,9 @@ class MLASpec(Frozen):
     qk_nope_head_dim: PositiveInt
     qk_rope_head_dim: PositiveInt
     v_head_dim: PositiveInt
+    indexer: IndexerSpec | None = Field(
+        None, description="DSA lightning indexer (DeepseekV32Attention.indexer); None: plain MLA"
+    )
 
     @property
     def qk_head_dim(self) -> int:
@@ -234,6 +244,20 @@ class ModelSpec(Frozen):
         "ids (spec/encoder.py); None for a causal decoder. An encoder keeps no KV cache and runs the encoder "
         "replay (replay/encoder.py)",
     )
+    seq2seq: Seq2SeqSpec | None = Field(
+        None,
+        description="set for an encoder-decoder (T5): num_layers counts both stacks, the encoder's blocks "
+        "first; the split, the relative attention bias and the cross-attention (spec/seq2seq.py)",
+    )
+    kv_shared_layers: tuple[NonNegInt, ...] = Field(
+        (),
+        description="layers that reuse an earlier layer's keys and values: no k/v projections or norms and "
+        "no cache of their own (Gemma3nTextAttention.is_kv_shared_layer; cache_utils "
+        "get_layer_types_and_kwargs makes them 'dummy' layers)",
+    )
+    altup: AltUpSpec | None = Field(
+        None, description="Gemma 3n's per-layer inputs, AltUp and Laurel blocks (spec/altup.py)"
+    )
 
     @model_validator(mode="after")
     def _check_rotary_dim(self) -> ModelSpec:
@@ -265,6 +289,21 @@ class ModelSpec(Frozen):
             raise ValueError("learned position embeddings need learned_position_rows > 0")
         if self.moe is not None and any(i >= self.num_layers for i in self.moe.dense_layers):
             raise ValueError(f"moe.dense_layers names a layer beyond num_layers ({self.num_layers})")
+        return self
+
+    mamba: Mamba2Spec | Mamba1Spec | None = Field(
+        None,
+        discriminator="kind",
+        description="the mamba layers' mixer and its conv + SSM state: Mamba-2 (NemotronHMamba2Mixer) or "
+        "Mamba-1 (JambaMambaMixer); required when layer_types names mamba layers",
+    )
+
+    @model_validator(mode="after")
+    def _check_mamba(self) -> ModelSpec:
+        if "mamba" in self.layer_types and self.mamba is None:
+            raise ValueError("layer_types has mamba layers but the mamba spec is not set")
+        if "mlp" in self.layer_types and self.traits.block != "single":
+            raise ValueError("mlp-only layers need the single-mixer block (traits.block single)")
         return self
 
     # ---- derived views -------------------------------------------------------------------------

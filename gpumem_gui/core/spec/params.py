@@ -14,6 +14,9 @@ from functools import lru_cache
 
 from pydantic import Field
 
+from gpumem_gui.core.spec.altup import altup_tensors
+from gpumem_gui.core.spec.dsa import IndexerSpec
+from gpumem_gui.core.spec.mamba import mamba_tensors, single_layer_tensors
 from gpumem_gui.core.spec.model import Frozen, ModelSpec
 
 COMPONENTS = (
@@ -81,11 +84,27 @@ def _linear(
         yield Tensor(f"{name}.bias", (n_out,), component, layer)
 
 
+def _dsa_indexer(ix: IndexerSpec, q_rank: int, h: int, p: str, i: int) -> Iterator[Tensor]:
+    """DeepseekV32Indexer.__init__: wq_b, wk, k_norm (nn.LayerNorm: weight and bias), weights_proj."""
+    yield from _linear(f"{p}.wq_b", q_rank, ix.n_heads * ix.head_dim, False, "attention", i)
+    yield from _linear(f"{p}.wk", h, ix.head_dim, False, "attention", i)
+    yield Tensor(f"{p}.k_norm.weight", (ix.head_dim,), "norms", i)
+    yield Tensor(f"{p}.k_norm.bias", (ix.head_dim,), "norms", i)
+    yield from _linear(f"{p}.weights_proj", h, ix.n_heads, False, "attention", i)
+
+
 def _linear_attention(spec: ModelSpec, i: int) -> Iterator[Tensor]:
     """Qwen3NextGatedDeltaNet.__init__: in_proj_qkvz, in_proj_ba, the depthwise conv1d (no bias), dt_bias,
     A_log, the gated RMSNorm over one value head, out_proj."""
     la, h, p = spec.linear_attention, spec.hidden_size, f"layers.{i}.linear_attn"
     assert la is not None
+    if la.kind == "lightning":  # MiniMaxLightningAttention.__init__: norm, qkv_proj, out_proj, output_gate
+        p, w = f"layers.{i}.self_attn", la.key_heads * la.key_head_dim
+        yield Tensor(f"{p}.norm.weight", (w,), "norms", i)
+        yield from _linear(f"{p}.qkv_proj", h, 3 * w, False, "attention", i)
+        yield from _linear(f"{p}.out_proj", w, h, False, "attention", i)
+        yield from _linear(f"{p}.output_gate", h, w, False, "attention", i)
+        return
     if la.split_projections:  # Qwen3_5GatedDeltaNet
         yield from _linear(f"{p}.in_proj_qkv", h, 2 * la.key_dim + la.value_dim, False, "attention", i)
         yield from _linear(f"{p}.in_proj_z", h, la.value_dim, False, "attention", i)
@@ -120,6 +139,9 @@ def _attention(spec: ModelSpec, i: int) -> Iterator[Tensor]:
     if spec.resolved_layer_types[i] == "conv":
         yield from _short_conv(spec, i)
         return
+    if spec.resolved_layer_types[i] == "mamba":  # JambaMambaMixer (spec/mamba.py)
+        yield from mamba_tensors(spec, i)
+        return
     if spec.mla is not None:
         m, a = spec.mla, spec.num_attention_heads
         if m.q_lora_rank is None:
@@ -136,18 +158,23 @@ def _attention(spec: ModelSpec, i: int) -> Iterator[Tensor]:
             f"{p}.kv_b_proj", m.kv_lora_rank, a * (m.qk_nope_head_dim + m.v_head_dim), False, "attention", i
         )
         yield from _linear(f"{p}.o_proj", a * m.v_head_dim, h, spec.o_bias, "attention", i)
+        if m.indexer is not None and m.q_lora_rank is not None and m.indexer.has_indexer(i):
+            yield from _dsa_indexer(m.indexer, m.q_lora_rank, h, f"{p}.indexer", i)
         return
     q, kv = spec.q_width, spec.kv_width
     # Qwen3NextAttention: q_proj yields the queries and an output gate of the same width
     yield from _linear(f"{p}.q_proj", h, 2 * q if spec.attn_output_gate else q, spec.qkv_bias, "attention", i)
-    yield from _linear(f"{p}.k_proj", h, kv, spec.qkv_bias, "attention", i)
-    yield from _linear(f"{p}.v_proj", h, kv, spec.qkv_bias, "attention", i)
+    shared = i in spec.kv_shared_layers  # Gemma3nTextAttention: no k/v weights on a KV-shared layer
+    if not shared:
+        yield from _linear(f"{p}.k_proj", h, kv, spec.qkv_bias, "attention", i)
+        yield from _linear(f"{p}.v_proj", h, kv, spec.qkv_bias, "attention", i)
     yield from _linear(f"{p}.o_proj", q, h, spec.o_bias, "attention", i)
     if spec.attention_sinks:  # GptOssAttention.sinks
         yield Tensor(f"{p}.sinks", (spec.num_attention_heads,), "attention", i)
     if spec.qk_norm == "per_head":
         yield from _norm_tensors(spec, f"{p}.q_norm", spec.head_dim, i)
-        yield from _norm_tensors(spec, f"{p}.k_norm", spec.head_dim, i)
+        if not shared:
+            yield from _norm_tensors(spec, f"{p}.k_norm", spec.head_dim, i)
     elif spec.qk_norm == "full_width":
         yield from _norm_tensors(spec, f"{p}.q_norm", q, i)
         yield from _norm_tensors(spec, f"{p}.k_norm", kv, i)
@@ -202,6 +229,11 @@ def text_tensors(spec: ModelSpec) -> Iterator[Tensor]:
 
         yield from encoder_tensors(spec)
         return
+    if spec.seq2seq is not None:  # an encoder-decoder (spec/seq2seq_params.py)
+        from gpumem_gui.core.spec.seq2seq_params import seq2seq_tensors
+
+        yield from seq2seq_tensors(spec)
+        return
     h, e_dim = spec.hidden_size, spec.token_embedding_dim
     yield Tensor("embed_tokens.weight", (spec.vocab_size, e_dim), "embedding")
     if spec.position_embedding == "learned":
@@ -212,12 +244,17 @@ def text_tensors(spec: ModelSpec) -> Iterator[Tensor]:
     if spec.embedding_norm:
         yield from _norm_tensors(spec, "embedding_norm", h, None)
     for i in range(spec.num_layers):
+        if spec.traits.block == "single":  # NemotronHBlock: one norm and one mixer (spec/mamba.py)
+            yield from single_layer_tensors(spec, i)
+            continue
         for k in range(spec.norms_per_layer):
             yield from _norm_tensors(spec, f"layers.{i}.norm{k}", h, i)
         yield from _attention(spec, i)
         yield from _feed_forward(spec, i)
     if spec.final_norm:
         yield from _norm_tensors(spec, "norm", h, None)
+    if spec.altup is not None:  # Gemma 3n (spec/altup.py)
+        yield from altup_tensors(spec, Tensor)
     if not spec.tie_word_embeddings:
         yield from _linear("lm_head", e_dim, spec.vocab_size, spec.lm_head_bias, "lm_head", None)
     elif spec.lm_head_bias:

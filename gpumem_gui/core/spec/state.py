@@ -25,7 +25,7 @@ RECURRENT_STATE_BYTES = 4  # fp32 (torch_chunk_gated_delta_rule / torch_recurren
 
 def has_state(spec: ModelSpec) -> bool:
     """Whether some layer keeps a fixed state per sequence (gated DeltaNet, LFM2's short convolutions)."""
-    return spec.linear_attention is not None or spec.short_conv is not None
+    return spec.linear_attention is not None or spec.short_conv is not None or spec.mamba is not None
 
 
 def layer_state_elems(spec: ModelSpec, layer_type: str) -> tuple[int, int]:
@@ -37,7 +37,16 @@ def layer_state_elems(spec: ModelSpec, layer_type: str) -> tuple[int, int]:
         return la.conv_state_elems, la.recurrent_state_elems
     if layer_type == "conv" and sc is not None:
         return spec.hidden_size * sc.kernel, 0
+    if layer_type == "mamba" and spec.mamba is not None:  # NemotronHMamba2Mixer: conv state, final state
+        return spec.mamba.conv_state_elems, spec.mamba.recurrent_state_elems
     return 0, 0
+
+
+def recurrent_state_bytes(spec: ModelSpec, activation_bytes: float = 2) -> float:
+    """Bytes of one recurrent-state element: fp32, except lightning attention's (MiniMaxLightningAttention:
+    ``torch.zeros(..., dtype=value_states.dtype)``, the activation dtype)."""
+    la = spec.linear_attention
+    return activation_bytes if la is not None and not la.recurrent_state_fp32 else RECURRENT_STATE_BYTES
 
 
 def state_bytes_per_sequence_per_layer(spec: ModelSpec, activation_bytes: float = 2) -> tuple[int, ...]:
@@ -46,7 +55,9 @@ def state_bytes_per_sequence_per_layer(spec: ModelSpec, activation_bytes: float 
     out = []
     for lt in spec.resolved_layer_types:
         conv, rec = layer_state_elems(spec, lt)
-        out.append(round(conv * activation_bytes) + rec * RECURRENT_STATE_BYTES)
+        out.append(
+            round(conv * activation_bytes) + round(rec * recurrent_state_bytes(spec, activation_bytes))
+        )
     return tuple(out)
 
 
@@ -58,9 +69,9 @@ def state_bytes_per_sequence(spec: ModelSpec, activation_bytes: float = 2) -> in
 def state_parts_per_sequence(spec: ModelSpec, activation_bytes: float = 2) -> tuple[int, int]:
     """(conv state bytes, recurrent state bytes) of one sequence in one stateful layer (a gated DeltaNet's,
     else a short conv's)."""
-    lt = "linear_attention" if spec.linear_attention is not None else "conv"
+    lt = "linear_attention" if spec.linear_attention is not None else "mamba" if spec.mamba else "conv"
     conv, rec = layer_state_elems(spec, lt)
-    return round(conv * activation_bytes), rec * RECURRENT_STATE_BYTES
+    return round(conv * activation_bytes), round(rec * recurrent_state_bytes(spec, activation_bytes))
 
 
 @dataclass(frozen=True)
@@ -121,6 +132,19 @@ def state_facts(spec: ModelSpec, batch: int, activation_bytes: float, kv_bytes: 
 def describe_linear_attention(spec: ModelSpec) -> str | None:
     """One line on a model's linear-attention layers for the CLI and the window (None without them)."""
     la, per = spec.linear_attention, state_bytes_per_sequence(spec)
+    if spec.mamba is not None and spec.mamba.kind == "mamba1":
+        mb1, n = spec.mamba, spec.resolved_layer_types.count("mamba")
+        return (
+            f"Mamba on {n} of {spec.num_layers} layers: {mb1.inner} channels, state {mb1.state_size}, conv "
+            f"{mb1.conv_kernel}; fixed state {per / (1 << 20):.1f} MiB per sequence (bf16)"
+        )
+    if spec.mamba is not None:
+        mb, n = spec.mamba, spec.resolved_layer_types.count("mamba")
+        return (
+            f"Mamba-2 on {n} of {spec.num_layers} layers: {mb.heads} heads of {mb.head_dim}, state "
+            f"{mb.state_size}, conv {mb.conv_kernel}; fixed state {per / (1 << 20):.1f} MiB per sequence "
+            "(bf16)"
+        )
     if spec.short_conv is not None:
         n = spec.resolved_layer_types.count("conv")
         return (
@@ -130,6 +154,12 @@ def describe_linear_attention(spec: ModelSpec) -> str | None:
     if la is None:
         return None
     n = spec.resolved_layer_types.count("linear_attention")
+    if la.kind == "lightning":
+        return (
+            f"lightning attention on {n} of {spec.num_layers} layers: {la.key_heads} heads of "
+            f"{la.key_head_dim}, blocks of {la.chunk_size}; fixed state {per / (1 << 20):.1f} MiB per "
+            "sequence (bf16)"
+        )
     dims = (
         f"{la.key_head_dim}"
         if la.key_head_dim == la.value_head_dim

@@ -192,7 +192,8 @@ class ZeroHooks(ShardingHooks):
         if unit < 0 or nxt not in self.unit_full:
             return
         prefetch_bucket, max_live, _ = self.stage3
-        room = max(0, max_live * self.dt_bytes - self.unit_full[unit])
+        # a unit whose parameters all persist (below the threshold) gathers nothing
+        room = max(0, max_live * self.dt_bytes - self.unit_full.get(unit, 0))
         n = min(prefetch_bucket * self.dt_bytes, self.unit_full[nxt], room)
         if n:
             self.gathered[-2] = sim.storage(n, "gathered parameters", "param")  # prefetched, in flight

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .encoders import TASKS, value_free_init
+from .seq2seq import auto_class
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 # modules that have a fused kernel in these packages and a pure-PyTorch fallback in transformers
@@ -247,13 +248,15 @@ def build(
     """The causal LM of ``cfg`` (its language model when ``cfg`` is multimodal) in ``dtype``; with ``task``,
     the encoder with that head (:data:`TASKS`)."""
     import transformers
-    from transformers import AutoModelForCausalLM
 
     if task is not None and task not in TASKS:
         raise TraceError(f"unknown task {task!r}; tasks: {', '.join(TASKS)}", field="task")
-    auto = getattr(transformers, TASKS[task]) if task is not None else AutoModelForCausalLM
+    auto = getattr(transformers, TASKS[task]) if task is not None else auto_class(cfg)  # seq2seq.py
 
-    if is_multimodal(cfg):
+    if is_multimodal(cfg) and task is None and whole_model(cfg):
+        auto = transformers.AutoModelForImageTextToText  # no causal LM of the text config alone
+        notes.append("multimodal: the whole model is built (its vision tower loaded) and run with text only")
+    elif is_multimodal(cfg):
         notes.append(
             "multimodal: the language model is traced (its forward with text only); the parameters of the "
             "vision tower and projector are added to every phase"
@@ -313,6 +316,13 @@ def vision_params(cfg: Any, dtype: Any, world: int = 1) -> tuple[int, int]:
     return sum(p.numel() for p in extra), nbytes
 
 
+def whole_model(cfg: Any) -> bool:
+    """A text config without a causal LM of its own (Qwen2_5_VLTextConfig, MllamaTextConfig): build whole."""
+    from transformers import AutoModelForCausalLM
+
+    return type(text_config(cfg)) not in AutoModelForCausalLM._model_mapping
+
+
 def add_vision(out: dict[str, Any], cfg: Any, dtype: Any, world: int = 1) -> None:
     """A multimodal model's vision tower and projector, which the text-only trace did not build, added to
     every phase as parameters (a text step gives them no gradient, so no optimizer state either)."""
@@ -320,6 +330,8 @@ def add_vision(out: dict[str, Any], cfg: Any, dtype: Any, world: int = 1) -> Non
         return
     n, nbytes = vision_params(cfg, dtype, world)
     out["vision_params"] = n
+    if whole_model(cfg):
+        return  # built with the model (build): its bytes are in every phase already
     for ph in out["phases"].values():
         ph["Parameter"] = ph.get("Parameter", 0) + nbytes
         ph["Total"] = ph.get("Total", 0) + nbytes

@@ -17,6 +17,7 @@ from .building import (
     readable_failures,
     token_ids,
 )
+from .seq2seq import is_seq2seq, trace_generate
 from .tracking import flat, memory_tracker
 
 
@@ -82,7 +83,11 @@ def trace_inference(
         with mt, torch.no_grad():
             mt.enter("prefill")
             ids = token_ids(cfg, batch, seq)
-            if task is not None:  # an encoder: one forward, its head's logits, no cache
+            if is_seq2seq(cfg):  # an encoder-decoder: generate()'s encoder pass and steps (seq2seq.py)
+                del ids
+                trace_generate(model, mt, cfg, batch, seq, new, out)
+                new = 0
+            elif task is not None:  # an encoder: one forward, its head's logits, no cache
                 res = model(input_ids=ids)
                 out["logits_bytes"] = int(res.logits.numel() * res.logits.element_size())
                 out["kv_cache_bytes"] = 0

@@ -18,6 +18,7 @@ from .building import (
     readable_failures,
     same_device_to,
     token_ids,
+    whole_model,
 )
 from .tracking import memory_tracker
 from .tricks import LOSSES, Offload, checkpoint_every, op_sac_context, optimizers_in_backward, standard_loss
@@ -60,8 +61,14 @@ def optimizer(params: list[Any], name: str) -> Any:
 _PEFT_TASKS = {"sequence_classification": "SEQ_CLS", "token_classification": "TOKEN_CLS", "masked_lm": None}
 
 
-def lora(model: Any, run: dict[str, Any]) -> Any:
-    """PEFT's LoRA on the model, as ``get_peft_model`` resolves ``target_modules``."""
+# a multimodal model built whole (building.whole_model): its text model's parameters, and the rest
+_TEXT_PARTS = {"language_model", "lm_head"}
+_NOT_TEXT = r"^(?!.*(language_model|lm_head)).*$"
+
+
+def lora(model: Any, run: dict[str, Any], exclude: str | None = None) -> Any:
+    """PEFT's LoRA on the model, as ``get_peft_model`` resolves ``target_modules`` (``exclude``: modules left
+    without adapters, the vision tower of a multimodal model built whole)."""
     try:
         from peft import LoraConfig, get_peft_model
         from peft.tuners.lora.layer import LoraLayer
@@ -79,6 +86,7 @@ def lora(model: Any, run: dict[str, Any]) -> Any:
         lora_alpha=float(run.get("lora_alpha", 32)),
         lora_dropout=float(run.get("lora_dropout", 0.0)),
         target_modules=targets,
+        exclude_modules=exclude,
         task_type=_PEFT_TASKS.get(run.get("task"), "CAUSAL_LM"),
     )
     try:
@@ -140,6 +148,11 @@ def prepare(
             setattr(cfg, k, float(run["dropout"]))
     weights, _ = precision_dtypes(run)
     model = build(cfg, weights, run.get("attn", "sdpa"), trust, notes, run.get("task"))
+    whole = is_multimodal(cfg) and run.get("task") is None and whole_model(cfg)
+    if whole:  # built with its vision tower: a text-only step leaves it without gradient or optimizer state
+        for name, p in model.named_parameters():
+            if not _TEXT_PARTS & set(name.split(".")):
+                p.requires_grad_(False)
     if is_multimodal(cfg):
         notes.append(
             "multimodal: a text-only step; the vision tower and projector get no gradient, so torch's "
@@ -153,7 +166,7 @@ def prepare(
         if int(run.get("ckpt_every", 1)) > 1:
             checkpoint_every(model, int(run["ckpt_every"]))
     if run.get("method") == "lora":
-        model = lora(model, run)
+        model = lora(model, run, _NOT_TEXT if whole else None)
     model.train()
     out["attn_implementation_used"] = attn_used(model)
     out["trainable_params"] = int(sum(p.numel() for p in model.parameters() if p.requires_grad))

@@ -1,0 +1,131 @@
+"""Readers of the encoder-decoder model types (issue 14, group seq2seq): T5 (original relu and v1.1
+gated-gelu), mT5 and UMT5.
+
+The config fields and defaults are those of transformers 5.24 ``models/t5/configuration_t5.py`` ``T5Config``,
+``models/mt5/configuration_mt5.py`` ``MT5Config`` and ``models/umt5/configuration_umt5.py`` ``UMT5Config``;
+the modules they build are in the ``modeling_*.py`` files next to them (see
+:mod:`gpumem_gui.core.spec.seq2seq_params`). The spec is a :class:`~gpumem_gui.core.spec.seq2seq.Seq2SeqSpec`
+on a ModelSpec whose ``num_layers`` counts both stacks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gpumem_gui.core.errors import GpumemInputError, short
+from gpumem_gui.core.readers.config_fields import ConfigReader
+from gpumem_gui.core.spec.seq2seq import Seq2SeqSpec
+
+# model_type -> reader (ConfigReader, name, model_type) -> ModelSpec field dict
+READERS: dict[str, Callable[[ConfigReader, str, str], dict[str, Any]]] = {}
+# model_type -> ArchTraits values that differ from Llama's
+TRAITS: dict[str, dict[str, Any]] = {}
+# model_type -> (config, source) -> trait values a config file sets
+CONFIG_TRAITS: dict[str, Callable[[Mapping[str, Any], str], dict[str, Any]]] = {}
+
+# T5Config / MT5Config / UMT5Config class defaults: (vocab_size, d_model, d_kv, d_ff, num_layers, num_heads,
+# feed_forward_proj)
+_DEFAULTS = {
+    "t5": (32128, 512, 64, 2048, 6, 8, "relu"),  # configuration_t5.py T5Config
+    "mt5": (250112, 512, 64, 1024, 8, 6, "gated-gelu"),  # configuration_mt5.py MT5Config
+    "umt5": (250112, 512, 64, 1024, 8, 6, "gated-gelu"),  # configuration_umt5.py UMT5Config
+}
+
+
+def _feed_forward(r: ConfigReader, default: str) -> tuple[bool, str]:
+    """T5Config.__post_init__ / validate_architecture: ``gated-{act}`` or ``{act}``; ``gated-gelu`` runs
+    ``gelu_new``. Returns (gated, ACT2FN name)."""
+    proj = r.get("feed_forward_proj", default=default)
+    parts = proj.split("-") if isinstance(proj, str) else []
+    if not parts or len(parts) > 2 or (len(parts) == 2 and parts[0] != "gated") or not all(parts):
+        raise GpumemInputError(
+            f"must be 'gated-{{act}}' or '{{act}}' (e.g. 'relu', 'gated-gelu'), got {short(proj)}",
+            source=r.source,
+            field="feed_forward_proj",
+        )
+    act = "gelu_new" if proj == "gated-gelu" else parts[-1]
+    return len(parts) == 2, act
+
+
+def _t5(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
+    vocab, d_model, d_kv, d_ff, layers, heads, proj = _DEFAULTS[mt]
+    if r.bool("is_decoder", default=False) or r.bool("is_encoder_decoder", default=True) is False:
+        raise GpumemInputError(
+            "only the encoder-decoder (ForConditionalGeneration) is modelled",
+            source=r.source,
+            field="is_decoder",
+        )
+    gated, act = _feed_forward(r, proj)
+    enc = r.int("num_layers", default=layers)
+    dec_raw = r.get("num_decoder_layers", default=None)
+    dec = enc if dec_raw is None else r.int("num_decoder_layers")
+    # T5Config / UMT5Config.__post_init__: scale_decoder_outputs = the config's tie_word_embeddings is not
+    # False; MT5ForConditionalGeneration.forward never rescales (modeling_mt5.py)
+    tie_in_file = r.get("tie_word_embeddings", default=None)
+    if tie_in_file is not None and not isinstance(tie_in_file, bool):
+        raise GpumemInputError(
+            f"must be true or false, got {short(tie_in_file)}", source=r.source, field="tie_word_embeddings"
+        )
+    s2s = Seq2SeqSpec(
+        encoder_layers=enc,
+        decoder_layers=dec,
+        relative_attention_num_buckets=r.int("relative_attention_num_buckets", default=32),
+        relative_attention_max_distance=r.int("relative_attention_max_distance", default=128),
+        bias_every_layer=mt == "umt5",
+        scale_decoder_outputs=mt != "mt5" and tie_in_file is not False,
+    )
+    heads_n = r.int("num_heads", default=heads)
+    return dict(
+        name=name,
+        model_type=mt,
+        hidden_size=r.int("d_model", default=d_model),
+        num_layers=enc + dec,
+        num_attention_heads=heads_n,
+        num_kv_heads=heads_n,
+        head_dim=r.int("d_kv", default=d_kv),
+        intermediate_size=r.int("d_ff", default=d_ff),
+        vocab_size=r.int("vocab_size", default=vocab),
+        # T5Config / MT5Config / UMT5Config.__post_init__ force tie_word_embeddings = True
+        tie_word_embeddings=True,
+        position_embedding="none",
+        # relative positions: no table limits the length (n_positions is informational)
+        max_position_embeddings=r.int("n_positions", default=512),
+        norm="rmsnorm",
+        norm_bias=False,
+        norms_per_layer=2,
+        final_norm=True,
+        qkv_bias=False,
+        o_bias=False,
+        mlp_bias=False,
+        mlp_gated=gated,
+        activation=act,
+        seq2seq=s2s,
+    )
+
+
+def _module_names(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """T5Attention q/k/v/o; T5DenseActDense wi/wo or T5DenseGatedActDense wi_0 (gate), wi_1 (up), wo: the
+    module names PEFT's target_modules match."""
+    gated = str(cfg.get("feed_forward_proj", "relu")).startswith("gated-")
+    return {
+        "module_names": (
+            ("q_proj", "q"),
+            ("k_proj", "k"),
+            ("v_proj", "v"),
+            ("o_proj", "o"),
+            ("gate_proj", "wi_0"),
+            ("up_proj", "wi_1" if gated else "wi"),
+            ("down_proj", "wo"),
+        )
+    }
+
+
+def _mt5_names(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
+    return _module_names({"feed_forward_proj": "gated-gelu", **cfg}, source)
+
+
+READERS.update({"t5": _t5, "mt5": _t5, "umt5": _t5})
+# T5LayerNorm: RMSNorm without bias, the variance in fp32 (pre-norm blocks, like Llama's)
+TRAITS.update({"t5": {}, "mt5": {}, "umt5": {}})
+CONFIG_TRAITS.update({"t5": _module_names, "mt5": _mt5_names, "umt5": _mt5_names})

@@ -1,0 +1,47 @@
+"""Catalog entries of the model types issue 14 adds, group mla (DeepSeek Sparse Attention): family, size
+label and the parameter count the publisher states, with its source; build_model_catalog checks each against
+the exact count."""
+
+from __future__ import annotations
+
+from catalog_published import LABEL_PRECISION, Model, components, label, stated
+
+MODELS: tuple[Model, ...] = (
+    Model(
+        "deepseek-ai/DeepSeek-V3.2-Exp",
+        "DeepSeek-V3.2",
+        "685B-A37B",
+        label(
+            "685B",
+            "https://huggingface.co/docs/transformers/model_doc/deepseek_v32 (overview: 'the same "
+            "685B-parameter Mixture-of-Experts (MoE) backbone')",
+            note="As DeepSeek-V3's 685B, the figure includes the multi-token-prediction layer, which "
+            "transformers does not build (DeepseekV32PreTrainedModel ignores model.layers.61); the main "
+            "model with its lightning indexers is 671.88B.",
+        ),
+    ),
+    Model(
+        "moonshotai/Kimi-K2.5",
+        "Kimi K2.5",
+        "1T-A32B",
+        # the card's '1T' is a size label (allowed the label's 6 %): one part of 10^12
+        components(
+            (1,),
+            10**12,
+            "https://huggingface.co/moonshotai/Kimi-K2.5 (model card, 'Total Parameters': '1T')",
+            note="Kimi_K25ForConditionalGeneration: the DeepSeek-V3-style text model (1026.41B) and the "
+            "MoonViT tower and projector (0.47B).",
+            precision=LABEL_PRECISION,
+        ),
+    ),
+    Model(
+        "zai-org/GLM-5",
+        "GLM-5",
+        "744B-A40B",
+        stated(
+            "744B",
+            "Z.ai 2026, 'GLM-5: from Vibe Coding to Agentic Engineering' (arXiv:2602.15763), architecture "
+            "table ('# Total Parameters')",
+        ),
+    ),
+)

@@ -1,0 +1,124 @@
+"""Issue 14, group ssm: Nemotron-H (Mamba-2 layers among attention and MLP layers, one sub-layer per layer).
+The fixed state per sequence equals what transformers' cache holds (tests/reference/extra/
+recurrent_state_ssm.json, validation/measure_recurrent_state.py); KV only on the attention layers; bad
+values give one line naming the field."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gpumem_gui.core import estimate_inference, make_run
+from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.readers.hf_config import spec_from_config
+from gpumem_gui.core.spec.kv import kv_bytes_per_token_per_layer
+from gpumem_gui.core.spec.params import count_params
+from gpumem_gui.core.spec.state import memory_by_layer_type, state_bytes_per_sequence_per_layer
+from tests.conftest import REPO
+
+EXTRA = REPO / "tests" / "reference" / "extra"
+KEY = "nvidia__Nemotron-H-8B-Base-8K"
+
+
+def _cfg(key: str = KEY) -> dict[str, Any]:
+    return json.loads((EXTRA / "configs" / f"{key}.json").read_text())
+
+
+def _spec(cfg: dict[str, Any]):
+    return spec_from_config(cfg, name="t", source="cfg.json")
+
+
+def test_state_and_kv_equal_transformers_cache() -> None:
+    """Per layer: the Mamba-2 layers' bf16 conv state (b, conv_dim, 4) and fp32 SSM state (b, 128, 64, 128),
+    the attention layers' keys and values, nothing for the MLP layers (DummyLayer)."""
+    measured = json.loads((EXTRA / "recurrent_state_ssm.json").read_text())["models"][KEY]
+    spec = _spec(_cfg())
+    for seq in ("16", "200"):
+        m = measured[seq]
+        assert list(state_bytes_per_sequence_per_layer(spec)) == m["state_bytes_per_layer"]
+        kv = [k * int(seq) for k in kv_bytes_per_token_per_layer(spec)]
+        assert kv == m["kv_bytes_per_layer"]
+    rows = {r.layer_type: r for r in memory_by_layer_type(spec)}
+    assert (rows["mamba"].layers, rows["mlp"].layers, rows["full_attention"].layers) == (24, 24, 4)
+    assert rows["mamba"].state_bytes_per_sequence == 102_629_376 and rows["mlp"].kv_bytes_per_token == 0
+
+
+def test_parameters_and_state_facts() -> None:
+    spec = _spec(_cfg())
+    assert count_params(spec).total == 8_100_852_736  # groundtruth_extra.json (transformers on meta)
+    est = estimate_inference(spec, make_run(batch=3, seq=100))
+    assert est.kv_cache_bytes == 3 * 100 * 4 * 2 * 8 * 128 * 2
+
+
+def test_the_pattern_and_the_layer_list_agree() -> None:
+    cfg = _cfg()
+    names = {"M": "mamba", "*": "attention", "-": "mlp"}
+    listed = {k: v for k, v in cfg.items() if k != "hybrid_override_pattern"}
+    listed["layers_block_type"] = [names[c] for c in cfg["hybrid_override_pattern"]]
+    assert _spec(listed).layer_types == _spec(cfg).layer_types
+
+
+@pytest.mark.parametrize(
+    ("update", "field", "words"),
+    [
+        ({"hybrid_override_pattern": "M*E-"}, "hybrid_override_pattern", "not modelled"),
+        ({"hybrid_override_pattern": 7}, "hybrid_override_pattern", "string"),
+        ({"layers_block_type": ["mamba", "moe"]}, "layers_block_type", "moe layers are not modelled"),
+        ({"mamba_num_heads": 100}, "n_groups", "divide"),
+        ({"mamba_hidden_act": "gelu"}, "mamba_hidden_act", "silu"),
+        ({"mlp_hidden_act": "tanh"}, "mlp_hidden_act", "relu2"),
+        ({"ssm_state_size": 0}, "ssm_state_size", ">= 1"),
+        ({"use_conv_bias": "yes"}, "use_conv_bias", "true or false"),
+    ],
+)
+def test_bad_values_name_the_field(update: dict, field: str, words: str) -> None:
+    with pytest.raises(GpumemInputError) as e:
+        _spec({**_cfg(), **update})
+    text = str(e.value)
+    assert field in text and words in text and "\n" not in text
+
+
+def test_engines_other_than_transformers_refuse_the_hybrid() -> None:
+    spec = _spec(_cfg())
+    with pytest.raises(GpumemInputError, match="recurrent-state pool") as e:
+        estimate_inference(spec, make_run(batch=1, seq=64, engine="vllm"))
+    assert e.value.field == "engine"
+
+
+# ---- Jamba (Mamba-1 mixers and experts in Llama-like layers) ----------------------------------------------
+JAMBA = "ai21labs__Jamba-v0.1"
+
+
+def test_jamba_state_and_kv_equal_transformers_cache() -> None:
+    """Mamba layers: a bf16 conv state (b, 8192, 4) and the scan's fp32 ssm_state (b, 8192, 16); attention
+    every 8th layer from the 5th."""
+    measured = json.loads((EXTRA / "recurrent_state_ssm.json").read_text())["models"]
+    for key in (JAMBA, "synthetic__jamba-tiny"):
+        spec = _spec(_cfg(key))
+        for seq in ("16", "200"):
+            m = measured[key][seq]
+            assert list(state_bytes_per_sequence_per_layer(spec)) == m["state_bytes_per_layer"]
+            assert [k * int(seq) for k in kv_bytes_per_token_per_layer(spec)] == m["kv_bytes_per_layer"]
+    spec = _spec(_cfg(JAMBA))
+    assert spec.resolved_layer_types.count("full_attention") == 4 and spec.num_moe_layers == 16
+    assert count_params(spec).total == 51_570_323_328
+
+
+@pytest.mark.parametrize(
+    ("update", "field", "words"),
+    [
+        ({"attn_layer_offset": 8}, "attn_layer_offset", "below"),
+        ({"expert_layer_period": 0}, "expert_layer_period", ">= 1"),
+        ({"mamba_dt_rank": "big"}, "mamba_dt_rank", "'auto'"),
+        ({"hidden_act": "gelu"}, "hidden_act", "silu"),
+        ({"num_experts_per_tok": 32}, "num_experts_per_tok", "more than"),
+        ({"mamba_d_state": 0}, "mamba_d_state", ">= 1"),
+    ],
+)
+def test_jamba_bad_values_name_the_field(update: dict, field: str, words: str) -> None:
+    with pytest.raises(GpumemInputError) as e:
+        _spec({**_cfg(JAMBA), **update})
+    text = str(e.value)
+    assert field in text and words in text and "\n" not in text
