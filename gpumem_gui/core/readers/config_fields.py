@@ -180,3 +180,17 @@ def common(r: ConfigReader, name: str, model_type: str, **over: Any) -> dict[str
     )
     fields.update(over)
     return fields
+
+
+def rotary_factor(r: ConfigReader, default: float) -> float:
+    """``partial_rotary_factor``: from ``rope_parameters`` (transformers 5 files), else the top level (4.x
+    files; ``PreTrainedConfig`` moves it into rope_parameters), else the config class's default."""
+    rp = r.get("rope_parameters", default={})
+    if not isinstance(rp, Mapping):
+        raise GpumemInputError("must be an object", source=r.source, field="rope_parameters")
+    v = rp.get("partial_rotary_factor", r.get("partial_rotary_factor", default=default))
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 1:
+        raise GpumemInputError(
+            f"must be a number in (0, 1], got {short(v)}", source=r.source, field="partial_rotary_factor"
+        )
+    return float(v)

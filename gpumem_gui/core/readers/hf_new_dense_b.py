@@ -8,23 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpumem_gui.core.errors import GpumemInputError, short
+from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.readers import hf_new_dense_b_2 as part2
-from gpumem_gui.core.readers.config_fields import ConfigReader, common
-
-
-def _rotary_factor(r: ConfigReader, default: float) -> float:
-    """``partial_rotary_factor``: from ``rope_parameters`` (transformers 5 files), else the top level (4.x
-    files; ``PreTrainedConfig`` moves it into rope_parameters), else the config class's default."""
-    rp = r.get("rope_parameters", default={})
-    if not isinstance(rp, Mapping):
-        raise GpumemInputError("must be an object", source=r.source, field="rope_parameters")
-    v = rp.get("partial_rotary_factor", r.get("partial_rotary_factor", default=default))
-    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 1:
-        raise GpumemInputError(
-            f"must be a number in (0, 1], got {short(v)}", source=r.source, field="partial_rotary_factor"
-        )
-    return float(v)
+from gpumem_gui.core.readers.config_fields import ConfigReader, common, rotary_factor
 
 
 def _glm(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
@@ -37,7 +23,7 @@ def _glm(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
     f["head_dim"] = r.int("head_dim", default=128)
     f["max_position_embeddings"] = r.int("max_position_embeddings", default=131072)
     f["tie_word_embeddings"] = r.bool("tie_word_embeddings", default=False)
-    rd = int(f["head_dim"] * _rotary_factor(r, 0.5))
+    rd = int(f["head_dim"] * rotary_factor(r, 0.5))
     if rd < 2 or rd % 2:
         raise GpumemInputError(
             f"gives {rd} rotary channels of head_dim {f['head_dim']}; need an even number",

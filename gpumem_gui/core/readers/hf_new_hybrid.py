@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpumem_gui.core.errors import GpumemInputError, short
-from gpumem_gui.core.readers.config_fields import ConfigReader
+from gpumem_gui.core.readers.config_fields import ConfigReader, rotary_factor
 from gpumem_gui.core.readers.hf_modern import _moe, _qwen_moe_layers
 from gpumem_gui.core.spec.linear import LinearAttentionSpec, ShortConvSpec
 from gpumem_gui.core.spec.model import MoESpec
@@ -22,20 +22,6 @@ TRAITS: dict[str, dict[str, Any]] = {}
 CONFIG_TRAITS: dict[str, Callable[[Mapping[str, Any], str], dict[str, Any]]] = {}
 
 _HYBRID_TYPES = ("linear_attention", "full_attention")
-
-
-def _rotary_factor(r: ConfigReader, default: float) -> float:
-    """``partial_rotary_factor`` from ``rope_parameters`` (transformers 5 files) or the top level (4.x files,
-    which ``PreTrainedConfig`` moves into rope_parameters), else the config class's default."""
-    rp = r.get("rope_parameters", default={})
-    if not isinstance(rp, Mapping):
-        raise GpumemInputError("must be an object", source=r.source, field="rope_parameters")
-    v = rp.get("partial_rotary_factor", r.get("partial_rotary_factor", default=default))
-    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 1:
-        raise GpumemInputError(
-            f"must be a number in (0, 1], got {short(v)}", source=r.source, field="partial_rotary_factor"
-        )
-    return float(v)
 
 
 def _hybrid_layer_types(r: ConfigReader, n_layers: int) -> tuple[str, ...]:
@@ -118,7 +104,7 @@ def _hybrid(r: ConfigReader, name: str, mt: str, family: str) -> dict[str, Any]:
             source=r.source,
             field="hidden_act",
         )
-    rd = int(f["head_dim"] * _rotary_factor(r, 0.25))
+    rd = int(f["head_dim"] * rotary_factor(r, 0.25))
     if rd < 2 or rd % 2:
         raise GpumemInputError(
             f"gives {rd} rotary channels of head_dim {f['head_dim']}; need an even number",

@@ -8,9 +8,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpumem_gui.core.errors import GpumemInputError, short
-from gpumem_gui.core.readers.config_fields import ConfigReader, common, layer_types_explicit, uniform_sliding
+from gpumem_gui.core.readers.config_fields import (
+    ConfigReader,
+    common,
+    layer_types_explicit,
+    rotary_factor,
+    uniform_sliding,
+)
 from gpumem_gui.core.readers.hf_modern import _moe
-from gpumem_gui.core.readers.hf_new_dense_b import _rotary_factor
 from gpumem_gui.core.spec.model import MoESpec
 
 # model_type -> reader (ConfigReader, name, model_type) -> ModelSpec fields
@@ -111,7 +116,7 @@ CONFIG_TRAITS["phimoe"] = lambda cfg, source: {
 def _rotary_dim(r: ConfigReader, head_dim: int, default: float) -> int | None:
     """``int(head_dim x partial_rotary_factor)`` rotary channels (None: the whole head), e.g.
     Glm4MoeRotaryEmbedding / MiniMaxM2RotaryEmbedding ``dim = int(head_dim * partial_rotary_factor)``."""
-    rd = int(head_dim * _rotary_factor(r, default))
+    rd = int(head_dim * rotary_factor(r, default))
     if rd < 2 or rd % 2:
         raise GpumemInputError(
             f"gives {rd} rotary channels of head_dim {head_dim}; need an even number",
