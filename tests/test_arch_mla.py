@@ -1,6 +1,6 @@
-"""Group mla of issue 14 (DeepSeek-V3.2's and GLM-5's DeepSeek Sparse Attention): what the readers take from a
-config, the lightning indexer's weights and its key cache, GLM-5's layers that share the previous layer's
-top-k, and one-line errors naming the field for bad values."""
+"""Group mla of issue 14 (DeepSeek-V3.2's and GLM-5's DeepSeek Sparse Attention, Kimi-K2.5, Mistral-Small-4's
+MLA): what the readers take from a config, the lightning indexer's weights and its key cache, GLM-5's layers
+that share the previous layer's top-k, and one-line errors naming the field for bad values."""
 
 from __future__ import annotations
 
@@ -12,6 +12,12 @@ from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.readers.hf_config import spec_from_config
 from gpumem_gui.core.replay.config import ReplayConfig
 from gpumem_gui.core.replay.forward import replay_forward
+from gpumem_gui.core.spec.compressed import (
+    CompressedAttentionSpec,
+    DeepseekV4Shape,
+    cache_bytes,
+    deepseek_v4_params,
+)
 from gpumem_gui.core.spec.kv import kv_bytes_per_token_per_layer, kv_cache_bytes_transformers
 from gpumem_gui.core.spec.params import count_params
 from tests.conftest import REPO
@@ -28,6 +34,8 @@ GLM5 = _cfg("zai-org__GLM-5")
 V32_TINY = _cfg("synthetic__deepseek_v32-tiny")
 GLM_TINY = _cfg("synthetic__glm_moe_dsa-tiny")
 KIMI = _cfg("moonshotai__Kimi-K2.5")
+SMALL4 = _cfg("mistralai__Mistral-Small-4-119B-2603")
+M4_TINY = _cfg("synthetic__mistral4-tiny")
 
 
 def test_v32_indexer_weights_and_key_cache() -> None:
@@ -96,6 +104,26 @@ def test_kimi_k25_text_model_and_moonvit() -> None:
     assert count_params(spec_from_config(odd, name="k")).total == count_params(spec).total
 
 
+def test_mistral4_mla_moe_and_query_scale() -> None:
+    spec = spec_from_config(M4_TINY, name="m4")
+    assert spec.mla is not None and spec.moe is not None and spec.traits.query_position_scale
+    assert spec.moe.dense_layers == (0,) and spec.moe.shared_expert_intermediate_size == 64
+    # the latent (64) and the rope key (16) in bf16 per layer (DeepseekV3Attention's cache, 5.24)
+    assert kv_bytes_per_token_per_layer(spec) == (2 * (64 + 16),) * 3
+    # Mistral4Attention scales the queries (get_llama_4_attn_scale) in place of the cat's tensor, a transient
+    # the traced points (tests/reference/trace, synthetic__mistral4-tiny) check with the rest of the replay
+
+
+def test_mistral_small_4_wrapper() -> None:
+    spec = spec_from_config(SMALL4, name="small4")
+    assert spec.model_type == "mistral3" and spec.mla is not None and spec.vision is not None
+    assert spec.traits.query_position_scale and spec.traits.gguf_arch is None
+    assert spec.moe is not None and (spec.moe.num_experts, spec.moe.experts_per_token) == (128, 4)
+    # the class defaults fill a bare mistral4 text_config; moe_layer_freq is not Mistral4Config's
+    bare = {**SMALL4, "text_config": {"model_type": "mistral4", "moe_layer_freq": 2}}
+    assert count_params(spec_from_config(bare, name="b")).total == count_params(spec).total
+
+
 @pytest.mark.parametrize(
     ("cfg", "change", "field"),
     [
@@ -111,6 +139,9 @@ def test_kimi_k25_text_model_and_moonvit() -> None:
         (KIMI, {"vision_config": [1]}, "vision_config"),
         (KIMI, {"vision_config": {"merge_kernel_size": [2]}}, "merge_kernel_size"),
         (KIMI, {"vision_config": {"hidden_size": 0}}, "hidden_size"),
+        (M4_TINY, {"kv_lora_rank": 0}, "kv_lora_rank"),
+        (M4_TINY, {"first_k_dense_replace": -1}, "first_k_dense_replace"),
+        (SMALL4, {"text_config": {**SMALL4["text_config"], "n_routed_experts": "many"}}, "n_routed_experts"),
     ],
 )
 def test_bad_values_name_the_field(cfg: dict, change: dict, field: str) -> None:
@@ -118,3 +149,58 @@ def test_bad_values_name_the_field(cfg: dict, change: dict, field: str) -> None:
         spec_from_config({**cfg, **change}, name="bad")
     msg = str(e.value)
     assert field in msg and "\n" not in msg
+
+
+V4_REF = json.loads((CONFIGS.parent / "compressed_cache.json").read_text())
+_V4_KINDS = {0: "sliding_attention", 4: "compressed_sparse_attention", 128: "heavily_compressed_attention"}
+
+
+def _v4_shape(c: dict) -> DeepseekV4Shape:
+    """DeepseekV4Config.__post_init__: layer_types, else the legacy compress_ratios (cut to the layers)."""
+    rates = c.get("compress_rates", {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128})
+    kinds = c.get("layer_types") or [_V4_KINDS[r] for r in c["compress_ratios"][: c["num_hidden_layers"]]]
+    attention = CompressedAttentionSpec(
+        layer_types=tuple(kinds),
+        head_dim=c["head_dim"],
+        index_head_dim=c["index_head_dim"],
+        sliding_window=c["sliding_window"],
+        csa_rate=rates["compressed_sparse_attention"],
+        hca_rate=rates["heavily_compressed_attention"],
+    )
+    fields = ("hidden_size", "vocab_size", "num_attention_heads", "q_lora_rank", "o_groups", "o_lora_rank")
+    more = ("index_n_heads", "moe_intermediate_size", "n_routed_experts", "hc_mult")
+    return DeepseekV4Shape(attention=attention, **{k: c[k] for k in fields + more})
+
+
+def test_deepseek_v4_cache_is_a_rule_of_the_length() -> None:
+    for p in V4_REF["points"]:
+        spec = _v4_shape(V4_REF["configs"][p["config"]]).attention
+        assert list(cache_bytes(spec, p["tokens"], p["batch"])) == p["per_layer_bytes"], p
+    # DeepSeek-V4-Flash: 6,880 B per token once the windows are full (21 CSA layers x 320 + 20 HCA x 8),
+    # against 1,024 B per token and layer (2,048 on the two sliding-only layers) for the first ones
+    flash = _v4_shape(V4_REF["configs"]["deepseek-ai__DeepSeek-V4-Flash-Base"]).attention
+    assert sum(cache_bytes(flash, 1024 + 512)) - sum(cache_bytes(flash, 1024)) == 512 * 6880
+    assert sum(cache_bytes(flash, 1 << 20)) == 7_220_377_600
+
+
+def test_deepseek_v4_parameters_equal_transformers() -> None:
+    for key, want in V4_REF["parameters"].items():
+        if key != "about":
+            assert deepseek_v4_params(_v4_shape(V4_REF["configs"][key])) == (want["total"], want["fp32"]), key
+
+
+def test_deepseek_v4_is_refused_not_estimated_per_token() -> None:
+    cfg = {**V4_REF["configs"]["deepseek-ai__DeepSeek-V4-Flash-Base"], "intermediate_size": 2048}
+    with pytest.raises(GpumemInputError) as e:
+        spec_from_config(cfg, name="v4")
+    msg = str(e.value)
+    assert "compress_ratios" in msg and "not supported" in msg and "\n" not in msg
+
+
+def test_the_trace_worker_builds_mistral4_by_its_pretraining_class() -> None:
+    """transformers 5.24 maps mistral4 under AutoModelForPreTraining only (Mistral4ForCausalLM)."""
+    transformers = pytest.importorskip("transformers")
+    from gpumem_gui.trace.gpumem_trace_worker.seq2seq import auto_class
+
+    assert auto_class(transformers.Mistral4Config()) is transformers.AutoModelForPreTraining
+    assert auto_class(transformers.DeepseekV3Config()) is transformers.AutoModelForCausalLM

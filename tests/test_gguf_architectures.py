@@ -146,6 +146,7 @@ def test_deepseek2_mla(tmp_path: Path) -> None:
         "qk_rope_head_dim": rope,
         "v_head_dim": v,
         "indexer": None,  # DeepSeek-V3.2's sparse-attention indexer: not in a deepseek2 GGUF
+        "head_gate": False,  # Bailing's g_proj output gate: not in a deepseek2 GGUF
     }
     assert (spec.num_kv_heads, spec.head_dim, spec.norms_per_layer) == (a, nope + rope, 2)
     assert spec.moe is not None

@@ -38,13 +38,17 @@ CASES = _static_entries(reference_dir()) + _extra_entries()
 def test_counts_equal_transformers(config: Path, truth: dict) -> None:
     spec = load_config_file(config)
     c = count_params(spec)
-    vision_pos = spec.vision.position_embedding_params if spec.vision else 0
+    # a tower's learned position table and a projector's embedding tables are nn.Embedding modules too
+    v = spec.vision
+    vision_pos = v.position_embedding_params + v.embedding_table_params if v else 0
     assert c.total == truth["total_params"]
     assert c.embedding == truth["input_embedding_params"]
     assert c.lm_head == truth["lm_head_params"]
     assert c.lm_head_tied == truth["lm_head_tied_to_input_embedding"]
     # Gemma 3n's embed_tokens_per_layer, an nn.Embedding counted under embedding_extra (spec/altup.py)
     per_layer = spec.altup.table_params * spec.num_layers if spec.altup else 0
+    if spec.gemma4 is not None:  # Gemma 4's embed_tokens_per_layer (spec/gemma4.py)
+        per_layer = spec.gemma4.per_layer_vocab_size * spec.num_layers * spec.gemma4.per_layer_input_size
     assert c.position_embedding + vision_pos + per_layer == truth["other_embedding_params"]
     assert c.routed_experts == truth["routed_expert_params"]
     if "active_params_per_token" in truth:

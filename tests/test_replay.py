@@ -128,6 +128,7 @@ def _known(point: dict) -> str | None:
         point["model"],
         f"{point['model']}/{r.get('method', 'full')}",
         f"{point['model']}/{r.get('attn')}",
+        f"{point['model']}/ckpt" if r.get("grad_ckpt") else "",
     )
     return next((_KNOWN[k] for k in keys if k in _KNOWN), None)
 

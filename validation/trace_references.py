@@ -82,12 +82,22 @@ TRAIN_MODELS = (
     "synthetic__qwen3_vl_moe-tiny",
     # issue 14, group linear
     "synthetic__lfm2_moe-tiny",
+    "synthetic__kimi_linear-tiny",
+    "synthetic__bailing_hybrid-tiny",
     # issue 14, group mla
     "synthetic__deepseek_v32-tiny",
+    "synthetic__mistral4-tiny",
     "synthetic__glm_moe_dsa-tiny",
     # issue 14, group ssm
     "synthetic__nemotron_h-tiny",
     "synthetic__jamba-tiny",
+    "synthetic__granitemoehybrid-tiny",
+    "synthetic__falcon_h1-tiny",
+    # issue 14, group mllama
+    "synthetic__mllama-tiny",
+    # issue 14, group gemma
+    "synthetic__gemma4-tiny",
+    "synthetic__gemma4-moe-tiny",
 )
 
 

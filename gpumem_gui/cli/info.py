@@ -13,6 +13,9 @@ from gpumem_gui.core import (
     GiB,
     GpumemInputError,
     LoadedModel,
+    ModelSpec,
+    cross_attention_layers,
+    cross_cache_bytes,
     cross_cache_bytes_per_source_token,
     describe_linear_attention,
     fmt_count,
@@ -160,6 +163,8 @@ def inspect_json(m: LoadedModel) -> dict[str, Any]:
         "kv_cache_bytes_per_token_per_layer": kv_layers,
         # linear-attention layers' fixed conv + recurrent state per sequence (bf16 activations; spec/state.py)
         **(state_json(spec) if spec and spec.encoder is None else {}),
+        # Llama 3.2 Vision: each image's vision keys and values in the cross-attention layers (0 text only)
+        **({"cross_attention_cache_bytes_per_image": cross_cache_bytes(spec, 1)} if _cross(spec) else {}),
         "notes": list(m.notes),
     }
 
@@ -172,6 +177,19 @@ def _checkpoint(m: LoadedModel) -> dict[str, Any] | None:
     return {"format": m.checkpoint_weights, "total_bytes": wb.total_bytes}
 
 
+def _attention_text(spec: ModelSpec) -> str:
+    """Heads of the attention; Gemma 4's full-attention layers have their own (spec/gemma4.py)."""
+    text = (
+        f"{spec.attention_kind}: {spec.num_attention_heads} query heads, {spec.num_kv_heads} KV heads, "
+        f"head_dim {spec.head_dim}"
+    )
+    g = spec.gemma4
+    if g is not None:
+        text += f"; full layers {g.global_kv_heads} KV heads, head_dim {g.global_head_dim}"
+        text += " (k = v)" if g.k_eq_v else ""
+    return text
+
+
 def _print_inspect(m: LoadedModel) -> None:
     spec, p, w = m.spec, m.params, m.weights
     print(f"{m.name}   ({m.source_kind}: {m.source})")
@@ -182,12 +200,7 @@ def _print_inspect(m: LoadedModel) -> None:
             ("model_type", spec.model_type),
             ("layers", str(spec.num_layers)),
             ("hidden size", str(spec.hidden_size)),
-            (
-                "attention",
-                f"{spec.attention_kind}: {spec.num_attention_heads} query heads, "
-                f"{spec.num_kv_heads} KV heads, "
-                f"head_dim {spec.head_dim}",
-            ),
+            ("attention", _attention_text(spec)),
             (
                 "MLP",
                 f"{'gated' if spec.mlp_gated else 'plain'} {spec.activation}, width {spec.intermediate_size}",
@@ -260,7 +273,17 @@ def _print_cache(spec: Any) -> None:
     if spec.seq2seq is not None:  # EncoderDecoderCache: the cross-attention K/V of every source token
         cross = cross_cache_bytes_per_source_token(spec)
         print(f"cross-attention cache (bf16): {cross:,} bytes per source token ({cross / 1024:.1f} KiB)")
+    if n := _cross(spec):  # Llama 3.2 Vision's cross-attention layers (spec/cross_attention.py)
+        per = cross_cache_bytes(spec, 1)
+        print(
+            f"cross-attention cache (bf16, {n} layers): none for text only; {per:,} bytes per image "
+            f"({per / (1 << 20):.1f} MiB, --images), whatever the length"
+        )
     print_state(spec)
+
+
+def _cross(spec: Any) -> int:
+    return cross_attention_layers(spec) if spec is not None else 0
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

@@ -105,6 +105,7 @@ from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase, RankClass
 from gpumem_gui.core.runtimes.base import Runtime
 from gpumem_gui.core.runtimes.inference import RUNTIMES, InferenceRun, estimate_inference, make_run, runtime
+from gpumem_gui.core.spec.cross_attention import cross_attention_layers, cross_cache_bytes
 from gpumem_gui.core.spec.encoder import ENCODER_HEADS, with_head
 from gpumem_gui.core.spec.kv import kv_bytes_per_token_per_layer, kv_cache_bytes_transformers
 from gpumem_gui.core.spec.model import MLASpec, ModelSpec, MoESpec, VisionSpec
@@ -193,6 +194,8 @@ __all__ = [
     "command_args",
     "command_parsers",
     "count_params",
+    "cross_attention_layers",
+    "cross_cache_bytes",
     "cross_cache_bytes_per_source_token",
     "describe_linear_attention",
     "describe_validation_error",

@@ -132,8 +132,7 @@ def _order(phase: str) -> int:
 
 
 def _analytic(model: LoadedModel, run: InferenceRun | TrainingRun) -> tuple[Estimate | None, dict]:
-    seq2seq_train = model.spec is not None and model.spec.seq2seq and isinstance(run, TrainingRun)
-    if model.spec is None or seq2seq_train:  # encoder-decoder training: traced, not estimated
+    if model.spec is None:
         return None, {}
     est = estimate_any(model.spec, run, None, model.weights)
     return est, tracked_breakdown(model.spec, run, est)

@@ -311,8 +311,8 @@ class MainWindow(QMainWindow):
         pending = self.documents.take_pending()
         if pending is not None:
             self._apply_scenario_settings(pending)
-        elif m.weights is not None or m.checkpoint_weights:  # the files, or the format as published
-            self.run_panel.use_file_weights(None if m.weights is not None else m.checkpoint_weights)
+        else:  # the files, the format as published, or the format chosen before the last checkpoint's
+            self.run_panel.adopt_weights(m.weights is not None, m.checkpoint_weights)
         self.run_panel.fit_to_model(m.spec if pending is None else None)
         if m.spec is None:
             self.results.show_unknown_architecture()

@@ -64,6 +64,8 @@ class RunPanel(QWidget):
             1, "Training memory: parameters, gradients, optimizer states, activations, per phase"
         )
         self._file_weights = False
+        # the weight format a model's own files or quantization_config set, and the user's choice it replaced
+        self._auto_weights: tuple[str, str] | None = None
         v = QVBoxLayout(self)
         v.setContentsMargins(0, 0, 0, 0)
         v.addWidget(self.target_form)
@@ -121,17 +123,46 @@ class RunPanel(QWidget):
         """Estimate the model's own weight files (a model just opened from them), or ``fmt``: the format its
         config's quantization_config names (a checkpoint as published, opened from its config alone)."""
         run = self.run_form.value() if not self.run_form.has_errors() else InferenceRun()
-        self.run_form.set_value(run.model_copy(update={"weights": fmt or FILE_WEIGHTS}))
+        auto = fmt or FILE_WEIGHTS
+        before = self._auto_weights[1] if self._auto_weights is not None else run.weights
+        self._auto_weights = (auto, before)
+        self.run_form.set_value(run.model_copy(update={"weights": auto}))
+
+    def adopt_weights(self, files: bool, checkpoint_format: str | None) -> None:
+        """A model was opened: estimate its weight ``files``, else the format its quantization_config names,
+        else give back the format the previous checkpoint replaced."""
+        if files or checkpoint_format:
+            self.use_file_weights(None if files else checkpoint_format)
+        else:
+            self.release_file_weights()
+
+    def release_file_weights(self) -> None:
+        """A model without files or a quantization_config was opened: a format the previous model's checkpoint
+        set (and the user left alone) gives way to the format chosen before it."""
+        if self._auto_weights is None or self.run_form.has_errors():
+            return
+        auto, before = self._auto_weights
+        self._auto_weights = None
+        run = self.run_form.value()
+        if run.weights == auto:
+            self.run_form.set_value(run.model_copy(update={"weights": before}))
 
     def fit_to_model(self, spec: ModelSpec | None) -> None:
         """An encoder (BERT, RoBERTa, ...) generates nothing and reads at most its position table: new tokens
         0 and sequences capped at ``max_position_embeddings``, so that opening one from a decoder's settings
-        (a 4,096-token prompt and 512 new tokens) shows its estimate instead of an error."""
-        if spec is None or spec.encoder is None:
+        (a 4,096-token prompt and 512 new tokens) shows its estimate instead of an error. BART's encoder and
+        decoder each stop at their learned position table too: both lengths are capped at it."""
+        if spec is None:
+            return
+        learned = (
+            spec.seq2seq is not None and spec.seq2seq.block == "bart"
+        )  # BART: learned positions per stack
+        if spec.encoder is None and not learned:
             return
         cap = spec.max_position_embeddings
         run = self.run_form.value() if not self.run_form.has_errors() else InferenceRun()
-        self.run_form.set_value(run.model_copy(update={"seq": min(run.seq, cap), "new_tokens": 0}))
+        new_tokens = min(run.new_tokens, cap) if learned else 0
+        self.run_form.set_value(run.model_copy(update={"seq": min(run.seq, cap), "new_tokens": new_tokens}))
         train = self.train_form.value() if not self.train_form.has_errors() else TrainingRun()
         self.train_form.set_value(train.model_copy(update={"seq": min(train.seq, cap)}))
 

@@ -1,6 +1,6 @@
-"""Catalog entries of the model types issue 14 adds, group mla (DeepSeek Sparse Attention): family, size
-label and the parameter count the publisher states, with its source; build_model_catalog checks each against
-the exact count."""
+"""Catalog entries of the model types issue 14 adds, group mla (DeepSeek Sparse Attention, MLA variants):
+family, size label and the parameter count the publisher states, with its source; build_model_catalog checks
+each against the exact count."""
 
 from __future__ import annotations
 
@@ -32,6 +32,18 @@ MODELS: tuple[Model, ...] = (
             note="Kimi_K25ForConditionalGeneration: the DeepSeek-V3-style text model (1026.41B) and the "
             "MoonViT tower and projector (0.47B).",
             precision=LABEL_PRECISION,
+        ),
+    ),
+    Model(
+        "mistralai/Mistral-Small-4-119B-2603",
+        "Mistral Small 4",
+        "119B-A6.5B",
+        label(
+            "119B",
+            "https://huggingface.co/mistralai/Mistral-Small-4-119B-2603 (model name)",
+            note="Mistral3ForConditionalGeneration around a Mistral4 text model (MLA, 128 experts top-4): "
+            "118.86B as transformers 5.24 builds it (lm_head tied by Mistral3Config's default), 118.97B "
+            "untied.",
         ),
     ),
     Model(

@@ -129,6 +129,15 @@ def _check_decoder(cfg: Mapping[str, Any], mt: str, source: str, named: str | No
             source,
             key,
         )
+    for key in ("compress_ratios", "compress_rates"):  # DeepseekV4Config (CSA / HCA layers)
+        if cfg.get(key) is not None:
+            raise _refuse(
+                mt,
+                f"{key} describes compressed attention, whose cache grows by a rule of the length "
+                "(spec/compressed.py), not by a per-token figure",
+                source,
+                key,
+            )
     lt = cfg.get("layer_types")
     if isinstance(lt, list):
         other = sorted({str(t) for t in lt} - ATTENTION_LAYERS)

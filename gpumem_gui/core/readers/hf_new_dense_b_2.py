@@ -8,8 +8,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.readers import hf_legacy, hf_modern
+from gpumem_gui.core.readers import hf_legacy, hf_modern, hf_new_mla
 from gpumem_gui.core.readers.config_fields import ConfigReader, common, uniform_sliding
+from gpumem_gui.core.readers.vision_tower import pixtral_tower
 from gpumem_gui.core.spec.model import MAX_SIZE, VisionSpec
 
 
@@ -74,6 +75,7 @@ _TEXT_READERS: dict[str, Callable[[ConfigReader, str, str], dict[str, Any]]] = {
     "mistral": hf_modern._mistral,
     "ministral": _ministral,
     "ministral3": _ministral3,
+    "mistral4": hf_new_mla.mistral4,  # Mistral-Small-4: MLA and MoE (Mistral3Model's language_model)
 }
 
 
@@ -136,6 +138,7 @@ def _mistral3(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
         projector_params=projector,
         # a full-size image: side x side merged patches, an [IMG_BREAK] ending each row ([IMG_END] the last)
         image_tokens=side * side + side,
+        tower=pixtral_tower(vr, merge, th) if isinstance(layers, int) else None,  # replay/vision_pixtral.py
     )
     # Mistral3ForConditionalGeneration ties lm_head to the text embedding by the top-level key
     # (Mistral3Config.tie_word_embeddings, default True; measured: a file without it builds a tied head)
@@ -170,6 +173,8 @@ def _mistral3_text_traits(cfg: Mapping[str, Any], source: str) -> dict[str, Any]
     text = cfg.get("text_config")
     if isinstance(text, Mapping) and text.get("model_type") == "ministral3":
         return dict(TRAITS["ministral3"])
+    if isinstance(text, Mapping) and text.get("model_type") == "mistral4":
+        return {**hf_new_mla.TRAITS["mistral4"], "gguf_arch": None}  # not llama's: an MLA model
     return {}
 
 

@@ -7,8 +7,9 @@ its defaults (``models/<type>/configuration_<type>.py``, transformers 5.24), and
   of ``num_layers x hidden_size_per_layer_input`` columns, AltUp's ``altup_num_inputs`` copies of the hidden
   state, a Laurel low-rank residual per layer (spec/altup.py) and KV sharing: the last
   ``num_kv_shared_layers`` layers have no k/v weights and no cache (Gemma3nTextConfig.kv_sharing_modes).
-* The multimodal ``gemma3n`` (Gemma3nForConditionalGeneration) is not read: its vision tower is a timm
-  MobileNetV5 (``vision_config.architecture``) whose weights the config does not describe.
+* ``gemma4_text`` and ``gemma4``: readers/hf_new_gemma4.py.
+* ``gemma3n`` (Gemma3nForConditionalGeneration): the ``text_config``'s ``gemma3n_text`` model plus the
+  timm vision tower, the audio tower and their embedders (readers/hf_new_gemma3n.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpumem_gui.core.errors import GpumemInputError, short
+from gpumem_gui.core.readers import hf_new_gemma3n, hf_new_gemma4
 from gpumem_gui.core.readers.config_fields import ConfigReader, common, layer_types_explicit, positive_number
 from gpumem_gui.core.spec.altup import AltUpSpec
 
@@ -143,6 +145,22 @@ def _gemma3n_text(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
     return f
 
 
+def _gemma3n(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
+    """Gemma3nConfig: Gemma3nTextConfig from ``text_config`` (class defaults when absent: the E4B geometry),
+    the lm_head tied to the text embeddings (the wrapper's ``tie_word_embeddings``, default True), and the
+    towers."""
+    tc = r.get("text_config", default=None)
+    if tc is not None and not isinstance(tc, Mapping):
+        raise GpumemInputError("must be an object", source=r.source, field="text_config")
+    tr = ConfigReader(
+        {**(tc or {}), "tie_word_embeddings": r.bool("tie_word_embeddings", default=True)},
+        f"{r.source} (text_config)",
+    )
+    f = _gemma3n_text(tr, name, mt)
+    f["vision"] = hf_new_gemma3n.towers(r, f["hidden_size"])
+    return f
+
+
 # Gemma3nTextScaledWordEmbedding (scaled embeddings); Gemma3nRMSNorm multiplies by weight (no 1 + weight);
 # Gemma3nRotaryEmbedding: one table per layer type; the four norms of Gemma3nTextDecoderLayer; llama.cpp
 # LLM_ARCH_GEMMA3N
@@ -153,3 +171,13 @@ TRAITS["gemma3n_text"] = {
     "rotary_per_layer_type": True,
     "gguf_arch": "gemma3n",
 }
+READERS["gemma3n"] = _gemma3n
+TRAITS["gemma3n"] = dict(TRAITS["gemma3n_text"])
+
+# Gemma 4 (readers/hf_new_gemma4.py): Gemma4TextScaledWordEmbedding, Gemma4RMSNorm (weight, no 1 +), one
+# rotary table per layer type (Gemma4TextRotaryEmbedding), the four norms of Gemma4TextDecoderLayer
+_GEMMA4_TRAITS = {"embedding_scale": True, "norm_placement": "sandwich", "rotary_per_layer_type": True}
+READERS["gemma4_text"] = hf_new_gemma4.gemma4_text
+READERS["gemma4"] = hf_new_gemma4.gemma4
+TRAITS["gemma4_text"] = dict(_GEMMA4_TRAITS)
+TRAITS["gemma4"] = dict(_GEMMA4_TRAITS)

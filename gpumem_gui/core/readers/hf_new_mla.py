@@ -1,7 +1,8 @@
 """Readers of the model types issue 14 adds, group mla: MLA variants (transformers 5.24
 ``models/<type>/configuration_<type>.py`` for the fields and defaults, ``modeling_<type>.py`` for the
 layers): DeepSeek-V3.2's sparse attention (``deepseek_v32``: MLA plus a lightning indexer per layer) and
-GLM-5's (``glm_moe_dsa``: the same, with layers that may share the previous layer's top-k)."""
+GLM-5's (``glm_moe_dsa``: the same, with layers that may share the previous layer's top-k), Kimi-K2.5's
+wrapped DeepSeek-V3 text model and MoonViT (``kimi_k25``), and Mistral-Small-4's MLA (``mistral4``)."""
 
 from __future__ import annotations
 
@@ -249,3 +250,44 @@ def _kimi_k25(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
 READERS["kimi_k25"] = _kimi_k25
 # the language model is DeepseekV3ForCausalLM's (fp32 router)
 TRAITS["kimi_k25"] = {"router": "fp32"}
+
+
+# models/mistral4/configuration_mistral4.py Mistral4Config: the class defaults (the config of
+# mistralai/Mistral-Small-4-119B-2603, the checkpoint its docstring names)
+_MISTRAL4_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 131072,
+    "hidden_size": 4096,
+    "intermediate_size": 12288,
+    "moe_intermediate_size": 2048,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 32,
+    "n_shared_experts": 1,
+    "n_routed_experts": 128,
+    "kv_lora_rank": 256,
+    "q_lora_rank": 1024,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "qk_nope_head_dim": 64,
+    "num_experts_per_tok": 4,
+    "first_k_dense_replace": 0,
+    "max_position_embeddings": 1048576,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+}
+
+
+def mistral4(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
+    """Mistral4ForCausalLM (DeepseekV3ForCausalLM's code): Mistral4Attention is DeepseekV3Attention (the MLA
+    latent cached) whose queries are scaled by get_llama_4_attn_scale; Mistral4DecoderLayer builds
+    Mistral4MoE from layer ``first_k_dense_replace`` on (no ``moe_layer_freq``: a file's key is ignored);
+    Mistral4TopkRouter's weight has the model dtype and no correction bias (no parameter either way)."""
+    cfg = {k: v for k, v in r.cfg.items() if k != "moe_layer_freq"}
+    return _deepseek(_with_defaults(ConfigReader(cfg, r.source), _MISTRAL4_DEFAULTS), name, mt)
+
+
+READERS["mistral4"] = mistral4
+# Mistral4TopkRouter: logits in the activation dtype, replayed as TopKRouter's (the router's softmax and group
+# mask stay in that dtype: a few [tokens, experts] tensors, within 0.05 % on the traces of
+# synthetic__mistral4-tiny); Mistral4Attention: query_states * get_llama_4_attn_scale(...)
+TRAITS["mistral4"] = {"query_position_scale": True}

@@ -1,8 +1,9 @@
 """Readers of the encoder-decoder model types (issue 14, group seq2seq): T5 (original relu and v1.1
-gated-gelu), mT5 and UMT5.
+gated-gelu), mT5, UMT5 and BART.
 
 The config fields and defaults are those of transformers 5.24 ``models/t5/configuration_t5.py`` ``T5Config``,
-``models/mt5/configuration_mt5.py`` ``MT5Config`` and ``models/umt5/configuration_umt5.py`` ``UMT5Config``;
+``models/mt5/configuration_mt5.py`` ``MT5Config``, ``models/umt5/configuration_umt5.py`` ``UMT5Config`` and
+``models/bart/configuration_bart.py`` ``BartConfig``;
 the modules they build are in the ``modeling_*.py`` files next to them (see
 :mod:`gpumem_gui.core.spec.seq2seq_params`). The spec is a :class:`~gpumem_gui.core.spec.seq2seq.Seq2SeqSpec`
 on a ModelSpec whose ``num_layers`` counts both stacks.
@@ -104,6 +105,13 @@ def _t5(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
     )
 
 
+def _probability(cfg: Mapping[str, Any], source: str, key: str, default: float) -> float:
+    v = cfg.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1:
+        raise GpumemInputError(f"must be a probability in [0, 1), got {short(v)}", source=source, field=key)
+    return float(v)
+
+
 def _module_names(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
     """T5Attention q/k/v/o; T5DenseActDense wi/wo or T5DenseGatedActDense wi_0 (gate), wi_1 (up), wo: the
     module names PEFT's target_modules match."""
@@ -121,11 +129,96 @@ def _module_names(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
     }
 
 
-def _mt5_names(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
-    return _module_names({"feed_forward_proj": "gated-gelu", **cfg}, source)
+def _t5_traits(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The module names and T5Config.dropout_rate: every nn.Dropout of the model and the attention
+    probabilities' (T5Attention.dropout)."""
+    p = _probability(cfg, source, "dropout_rate", 0.1)
+    return {**_module_names(cfg, source), "hidden_dropout": p, "attention_dropout": p}
 
 
-READERS.update({"t5": _t5, "mt5": _t5, "umt5": _t5})
+def _mt5_traits(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
+    return _t5_traits({"feed_forward_proj": "gated-gelu", **cfg}, source)
+
+
+def _same(r: ConfigReader, key: str, default: int) -> int:
+    """BartConfig's ``encoder_{key}`` and ``decoder_{key}``: one value for both stacks (the ModelSpec's)."""
+    enc = r.int(f"encoder_{key}", default=default)
+    if r.int(f"decoder_{key}", default=default) != enc:
+        raise GpumemInputError(
+            f"must equal encoder_{key} ({enc}): stacks of different widths are not modelled",
+            source=r.source,
+            field=f"decoder_{key}",
+        )
+    return enc
+
+
+def _bart(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
+    """BartConfig (defaults: bart-large's dimensions): BartForConditionalGeneration, post-norm blocks with
+    biases everywhere, learned positions (offset 2) and ``layernorm_embedding`` per stack."""
+    if r.bool("is_decoder", default=False) or r.bool("is_encoder_decoder", default=True) is False:
+        raise GpumemInputError(
+            "only the encoder-decoder (BartForConditionalGeneration) is modelled",
+            source=r.source,
+            field="is_decoder",
+        )
+    for key in ("encoder_layerdrop", "decoder_layerdrop"):  # BartEncoder.forward: torch.rand per layer
+        if r.get(key, default=0.0) not in (0, 0.0, None):
+            raise GpumemInputError("LayerDrop is not modelled; set it to 0.0", source=r.source, field=key)
+    heads = _same(r, "attention_heads", 16)
+    hidden = r.int("d_model", default=1024)
+    if hidden % heads:
+        raise GpumemInputError(
+            f"must divide d_model ({hidden})", source=r.source, field="encoder_attention_heads"
+        )
+    enc, dec = r.int("encoder_layers", default=12), r.int("decoder_layers", default=12)
+    positions = r.int("max_position_embeddings", default=1024)
+    act = r.get("activation_function", default="gelu")
+    return dict(
+        name=name,
+        model_type=mt,
+        hidden_size=hidden,
+        num_layers=enc + dec,
+        num_attention_heads=heads,
+        num_kv_heads=heads,
+        head_dim=hidden // heads,
+        intermediate_size=_same(r, "ffn_dim", 4096),
+        vocab_size=r.int("vocab_size", default=50265),
+        tie_word_embeddings=r.bool("tie_word_embeddings", default=True),
+        position_embedding="learned",
+        learned_position_rows=positions + 2,  # BartLearnedPositionalEmbedding: offset 2
+        max_position_embeddings=positions,
+        norm="layernorm",
+        norm_bias=True,
+        norms_per_layer=2,
+        final_norm=False,
+        qkv_bias=True,
+        o_bias=True,
+        mlp_bias=True,
+        mlp_gated=False,
+        activation=act if isinstance(act, str) else "gelu",
+        seq2seq=Seq2SeqSpec(
+            encoder_layers=enc,
+            decoder_layers=dec,
+            block="bart",
+            scale_decoder_outputs=False,
+            embed_scale=r.bool("scale_embedding", default=False),
+            # BartConfig.activation_dropout: after the feed-forward activation (the run's dropout leaves it)
+            activation_dropout=_probability(r.cfg, r.source, "activation_dropout", 0.0),
+        ),
+    )
+
+
+def _bart_traits(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """BartConfig.dropout (hidden states) and attention_dropout (probabilities); the module names PEFT's
+    target_modules match (BartAttention out_proj, the layers' fc1 and fc2)."""
+    return {
+        "hidden_dropout": _probability(cfg, source, "dropout", 0.1),
+        "attention_dropout": _probability(cfg, source, "attention_dropout", 0.0),
+        "module_names": (("o_proj", "out_proj"), ("up_proj", "fc1"), ("down_proj", "fc2")),
+    }
+
+
+READERS.update({"t5": _t5, "mt5": _t5, "umt5": _t5, "bart": _bart})
 # T5LayerNorm: RMSNorm without bias, the variance in fp32 (pre-norm blocks, like Llama's)
-TRAITS.update({"t5": {}, "mt5": {}, "umt5": {}})
-CONFIG_TRAITS.update({"t5": _module_names, "mt5": _mt5_names, "umt5": _mt5_names})
+TRAITS.update({"t5": {}, "mt5": {}, "umt5": {}, "bart": {}})
+CONFIG_TRAITS.update({"t5": _t5_traits, "mt5": _mt5_traits, "umt5": _mt5_traits, "bart": _bart_traits})

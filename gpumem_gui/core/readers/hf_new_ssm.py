@@ -139,6 +139,7 @@ TRAITS["nemotron_h"] = {
     "norm_product_fp32": True,
     "logits_float": True,
     "gguf_arch": "nemotron_h",
+    "vllm_ssm_state_fp32": True,  # vLLM NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype
 }
 
 

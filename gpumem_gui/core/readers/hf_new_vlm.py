@@ -24,6 +24,7 @@ from typing import Any
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.readers.config_fields import ConfigReader, common, qwen_sliding
 from gpumem_gui.core.readers.hf_modern import _moe, _qwen_moe_layers
+from gpumem_gui.core.readers.vision_tower import qwen_tower
 from gpumem_gui.core.spec.model import MAX_SIZE, VisionSpec
 
 # Qwen2_5_VLTextConfig class defaults (the 72B's shape), for the fields a text config leaves out
@@ -51,6 +52,8 @@ _QWEN2_5_VL_VISION = {
     "spatial_merge_size": 2,
     "temporal_patch_size": 2,
     "out_hidden_size": 3584,
+    "window_size": 112,
+    "fullatt_block_indexes": [7, 15, 23, 31],
 }
 # The largest image Qwen2VLImageProcessor passes (``max_pixels`` 12845056 = 16384 x 28 x 28 in the Qwen2.5-VL
 # checkpoints' preprocessor_config.json): 16384 tokens after the 2 x 2 merge; vLLM's encoder-cache profile
@@ -129,6 +132,7 @@ def _qwen2_5_vl(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
         tower_params=tower,
         projector_params=merger,
         image_tokens=_QWEN2_5_VL_MAX_PIXELS // (side * side),
+        tower=qwen_tower(vr, "qwen2_5_vl", _QWEN2_5_VL_MAX_PIXELS),  # the activations' replay
     )
     return f
 
@@ -221,6 +225,7 @@ def _qwen3_vl(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
         projector_params=mergers,
         position_embedding_params=pos,
         image_tokens=_QWEN3_VL_MAX_PIXELS // (side * side),
+        tower=qwen_tower(vr, "qwen3_vl", _QWEN3_VL_MAX_PIXELS),  # the activations' replay
     )
     return f
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from gpumem_gui.core.readers import (
     hf_encoders,
+    hf_new_bamba,
     hf_new_dense_a,
     hf_new_dense_b,
     hf_new_gemma,
@@ -17,6 +18,7 @@ from gpumem_gui.core.readers import (
     hf_new_linear,
     hf_new_llama4,
     hf_new_mla,
+    hf_new_mllama,
     hf_new_moe,
     hf_new_seq2seq,
     hf_new_ssm,
@@ -38,6 +40,8 @@ _GROUPS = (
     hf_new_vlm,
     hf_new_seq2seq,
     hf_new_ssm,
+    hf_new_mllama,
+    hf_new_bamba,
 )
 
 NEW_READERS: dict[str, Callable[[ConfigReader, str, str], dict[str, Any]]] = {

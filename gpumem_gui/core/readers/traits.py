@@ -146,6 +146,24 @@ def _dropouts(cfg: Mapping[str, Any], source: str) -> dict[str, float]:
     return out
 
 
+def _ssm_state_dtype(cfg: Mapping[str, Any], source: str) -> dict[str, bool]:
+    """A config naming the SSM state's dtype (Qwen3.5 ``mamba_ssm_dtype``, in its text_config too; Nemotron-H
+    ``mamba_ssm_cache_dtype``), which vLLM's config hooks take when --mamba-ssm-cache-dtype is auto."""
+    text = cfg.get("text_config")
+    for where in (cfg, text if isinstance(text, Mapping) else {}):
+        for key in ("mamba_ssm_dtype", "mamba_ssm_cache_dtype"):
+            if key in where:
+                v = where[key]
+                if v not in ("float32", "float16", "bfloat16", "auto"):
+                    raise GpumemInputError(
+                        f"must be float32, float16, bfloat16 or auto, got {short(v)}",
+                        source=source,
+                        field=key,
+                    )
+                return {"vllm_ssm_state_fp32": v == "float32"}
+    return {}
+
+
 def traits_for(
     model_type: str, config: Mapping[str, Any] | None = None, source: str = "config"
 ) -> ArchTraits:
@@ -158,6 +176,7 @@ def traits_for(
         values["sglang_hybrid_swa"] = True
     if model_type in NEW_CONFIG_TRAITS:
         values.update(NEW_CONFIG_TRAITS[model_type](cfg, source))
+    values.update(_ssm_state_dtype(cfg, source))
     if model_type == "gemma2":
         cap = cfg.get("attn_logit_softcapping", 50.0)
         values["attn_logit_softcapping"] = (

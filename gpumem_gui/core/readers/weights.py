@@ -264,6 +264,11 @@ _ATTENTION_SEGMENTS = frozenset(
         "mixer",
         "altup",
         "laurel",
+        # Llama 3.2 Vision's cross-attention layers (MllamaCrossAttentionDecoderLayer: ``cross_attn`` and
+        # its two tanh gates, counted with attention by spec/params.py)
+        "cross_attn",
+        "cross_attn_attn_gate",
+        "cross_attn_mlp_gate",
     }
 )
 _MLP_SEGMENTS = frozenset(

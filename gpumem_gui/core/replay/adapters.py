@@ -34,7 +34,16 @@ if TYPE_CHECKING:
 # PEFT's shorthand for every linear but the output layer
 ALL_LINEAR = "all-linear"
 # parameter tensors of 2-D shape that are not nn.Linear weights in transformers 5.24
-_NOT_LINEAR = ("embed_tokens", "embed_positions", "gate", "token_type_embeddings")  # + BertEmbeddings
+# + BertEmbeddings; T5Attention.relative_attention_bias (an nn.Embedding)
+# embed_tokens_per_layer: Gemma 3n / Gemma 4's per-layer table, an nn.Embedding (ScaledWordEmbedding)
+_NOT_LINEAR = (
+    "embed_tokens",
+    "embed_tokens_per_layer",
+    "embed_positions",
+    "gate",
+    "token_type_embeddings",
+    "relative_attention_bias",
+)
 _BNB_SKIP = ("lm_head", "embed_tokens", "embed_positions", ".gate.weight", "shared_expert_gate", "norm")
 
 

@@ -218,16 +218,16 @@ def _attention(
     kind = spec.resolved_layer_types[i]
     prev, s.region = s.region, "attention"
     q = norm(m, m.linear(x, f"{pre}.q_proj"), f"{pre}.q_norm", d)
-    q = _rope(m, q, cos, sin)
+    q = rope_one(m, q, cos, sin)
     if i in spec.kv_shared_layers:
         k, v = shared[kind]
     else:
         k = norm(m, o.view(m.linear(x, f"{pre}.k_proj"), copy_grad=True), f"{pre}.k_norm", d)
-        k = _rope(m, k, cos, sin)
+        k = rope_one(m, k, cos, sin)
         v = norm(m, o.view(m.linear(x, f"{pre}.v_proj"), copy_grad=True), None, d)
         if m.cache is not None:
             k, v = m.cache.update(i, k, v, cfg.q)
-        if _stores(spec, i):
+        if stores_kv(spec, i):
             shared[kind] = (k, v)
     out, _weights = attention.kernel(m, q, k, v, mask, a, kvh, d, d, layer=i)
     del q, k, v, _weights
@@ -236,14 +236,14 @@ def _attention(
     return result
 
 
-def _rope(m: CausalLM, x: T, cos: T, sin: T) -> T:
+def rope_one(m: CausalLM, x: T, cos: T, sin: T) -> T:
     """apply_rotary_pos_emb on one tensor: ``(x * cos) + (rotate_half(x) * sin)``."""
     o = m.o
     x1, x2 = o.slice_half(x), o.slice_half(x)
     return o.add(o.mul(x, cos, x.n), o.mul(o.cat(o.neg(x2), x1), sin, x.n))
 
 
-def _stores(spec: object, i: int) -> bool:
+def stores_kv(spec: object, i: int) -> bool:
     """Gemma3nTextConfig.kv_sharing_modes 'store': the last unshared layer of its type."""
     types = spec.resolved_layer_types  # type: ignore[attr-defined]
     unshared = [j for j in range(len(types)) if j not in spec.kv_shared_layers]  # type: ignore[attr-defined]

@@ -89,6 +89,8 @@ def _mha(m: CausalLM, i: int, x: T, cos: T | None, sin: T | None, mask: T | None
         if norm_first:
             k = m.norm(k, f"{pre}.k_norm")
         v = o.view(m.linear(x, f"{pre}.v_proj"), copy_grad=True)
+    if spec.traits.key_scaled:  # FalconH1Attention: key_states * key_multiplier
+        k = o.mul(k, None)
     if chunked.applies(m):  # Llama4TextAttention: complex rotary, L2 q/k norm, temperature tuning
         q, k = chunked.rotate_and_scale(m, i, q, k, cos)
     elif cos is not None and sin is not None and i not in spec.nope_layers:  # NoPE layers skip the rotary
@@ -137,7 +139,9 @@ def _split(m: CausalLM, x: T, sizes: tuple[int, ...]) -> tuple[T, ...]:
 
 
 def _mla(m: CausalLM, i: int, x: T, cos: T | None, sin: T | None, mask: T | None) -> tuple[T, T | None]:
-    """DeepseekV3Attention.forward and expand_kv (transformers 5.24)."""
+    """DeepseekV3Attention.forward and expand_kv (transformers 5.24). Every local of forward (q_states and
+    its split views, compressed_kv, the normed latent or the cache's, the rotated parts, the query and the
+    expanded key/value) lives until it returns, after o_proj; as ``replay/dsa.mla`` does for V3.2."""
     o, s, spec, cfg = m.o, m.s, m.spec, m.cfg
     ml = spec.mla
     assert ml is not None
@@ -149,30 +153,38 @@ def _mla(m: CausalLM, i: int, x: T, cos: T | None, sin: T | None, mask: T | None
     else:
         q_states = m.linear(x, f"{pre}.q_proj")
     q_states = o.view(q_states, copy_grad=True)
-    q_pass, q_rot = _split(m, q_states, (t * a * nope, t * a * rot))
-    del q_states
+    # KimiLinearAttention (no rotary): the viewed q_states are the query, not split
+    q_pass, q_rot = _split(m, q_states, (t * a * nope, t * a * rot)) if cos is not None else (q_states, None)
     compressed_kv = m.linear(x, f"{pre}.kv_a_proj_with_mqa")
     kv_nope, k_rot = _split(m, compressed_kv, (t * r, t * rot))
-    del compressed_kv
     kv_nope = m.norm(kv_nope, f"{pre}.kv_a_layernorm")
     if cos is not None and sin is not None:
         q_rot, k_rot = rope(m, q_rot, k_rot, cos, sin)
     if m.cache is not None:
         kv_nope, k_rot = m.cache.update(i, kv_nope, k_rot, cfg.q)
-    query_states = o.cat(q_pass, q_rot)
-    del q_pass, q_rot
+    query_states = o.cat(q_pass, q_rot) if q_rot is not None else q_pass
+    if spec.traits.query_position_scale:  # Mistral4Attention: query_states * get_llama_4_attn_scale(...)
+        query_states = rope_partial.position_scale(m, query_states)
     # expand_kv: kv_b_proj over every cached token, k_nope/value split into views, the rope key broadcast to
     # every head and copied with k_nope into a new key tensor
     kv = b * cfg.kv_len
     expanded = o.view(m.linear(kv_nope, f"{pre}.kv_b_proj"), copy_grad=True)
     k_nope, value_states = _split(m, expanded, (kv * a * nope, kv * a * vd))
-    del expanded, kv_nope
+    del expanded
     key_states = s.new(kv * a * (nope + rot), query_states.dt)
     s.node("copy", (k_nope, k_rot), (key_states,))
-    del k_nope, k_rot
+    del k_nope
     out, weights = kernel(m, query_states, key_states, value_states, mask, a, a, nope + rot, vd)
-    del query_states, key_states, value_states
-    return m.linear(out, f"{pre}.o_proj"), weights
+    if ml.head_gate:  # BailingHybridAttention: out * sigmoid(g_proj(x).float()).to(dtype), per head
+        g32 = s.cast(m.linear(x, f"{pre}.g_proj"), "f32")
+        sig = s.new(g32.n, "f32")
+        s.node("copy", (g32,), (sig,), (sig,))
+        del g32
+        out = o.mul(out, s.cast(sig, out.dt), out.n)
+        del sig
+    out = m.linear(out, f"{pre}.o_proj")
+    del q_states, q_pass, q_rot, compressed_kv, kv_nope, k_rot, query_states, key_states, value_states
+    return out, weights
 
 
 def kernel(
@@ -249,10 +261,9 @@ def _math(m: CausalLM, q: T, k: T, v: T, mask: T | None, a: int, kvh: int, kd: i
     probs32 = s.new(n, "f32")
     del scores
     probs = s.new(n, q.dt)
-    del probs32
     out32 = s.new(b * a * sq * vd, "f32")
-    s.node("multi", (q, k, v), (out32,), (q32s, k32, v32, probs))
-    del probs, q32, k32, v32, q32s, causal, bias
+    s.node("multi", (q, k, v), (out32,), (q32s, k32, v32, probs32))
+    del probs, probs32, q32, k32, v32, q32s, causal, bias
     raw = s.cast(out32, q.dt)
     del out32
     out = s.new(raw.n, raw.dt)
@@ -288,6 +299,11 @@ def _eager(m: CausalLM, q: T, k: T, v: T, mask: T | None, a: int, kvh: int, vd: 
         attn_weights = sm
         del sm
     attn_weights = o.dropout(attn_weights, cfg.attn_dropout)
+    if spec.mla is not None and b > 1 and kv > 1:
+        # MLA's value is a split view of kv_b_proj's [b, h, kv, nope + vd] output (DeepseekV3Attention.
+        # expand_kv): matmul's reshape to [b * h, kv, vd] cannot view it, so it copies (measured on the
+        # eager decode of a batch of 2: -2.9 % without it)
+        value_states = o.clone(value_states)
     attn_output = o.bmm(attn_weights, value_states, b * sq * a * vd)
     del key_states, value_states
     # the probabilities are returned as attn_weights; the decoder layer holds them until it returns

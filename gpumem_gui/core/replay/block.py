@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
-from gpumem_gui.core.replay import attention, legacy, lightning, linear_attention, mamba2, mlp
+from gpumem_gui.core.replay import attention, falcon_h1, legacy, lightning, linear_attention, mamba2, mlp
 from gpumem_gui.core.replay.autograd import Sim
 from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
 
@@ -99,6 +99,8 @@ def decoder_layer(
         return lightning.minimax_layer(m, i, hidden_states, cos, sin, mask)
     if spec.traits.block == "single":  # NemotronHBlock: one norm, one mixer (replay/mamba2.py)
         return mamba2.single_layer(m, i, hidden_states, cos, sin, mask)
+    if spec.traits.block == "parallel_mamba":  # FalconH1DecoderLayer (replay/falcon_h1.py)
+        return falcon_h1.layer(m, i, hidden_states, cos, sin, mask)
     placement = spec.traits.norm_placement
     full = m.cfg.tokens * spec.hidden_size  # the residual stream of every token (inside the TP regions)
     residual = hidden_states
@@ -125,6 +127,8 @@ def decoder_layer(
         hidden_states = m.region_norm(hidden_states, f"layers.{i}.norm{n}")
     s.region = "hidden_states"
     _attn_output = hidden_states if spec.traits.attn_output_kept else None  # held to the layer's end
+    if spec.traits.residual_scaled:  # GraniteMoeHybridDecoderLayer: hidden_states * residual_multiplier
+        hidden_states = o.mul(hidden_states, None)
     hidden_states = o.add(residual, hidden_states)
     residual = hidden_states
     s.tr.where = f"layer {i} MLP"
@@ -134,4 +138,6 @@ def decoder_layer(
     if placement != "pre":
         hidden_states = m.region_norm(hidden_states, f"layers.{i}.norm{n + 2 if n else 1}")
     s.region = "hidden_states"
+    if spec.traits.residual_scaled:
+        hidden_states = o.mul(hidden_states, None)
     return o.add(residual, hidden_states), _weights

@@ -16,12 +16,16 @@ from __future__ import annotations
 from gpumem_gui.core.replay.autograd import Sim
 from gpumem_gui.core.replay.linear_attention import RecurrentStates
 from gpumem_gui.core.replay.memory import Storage, T
+from gpumem_gui.core.spec.gemma4 import kv_elems
 from gpumem_gui.core.spec.kv import cache_window
 from gpumem_gui.core.spec.model import ModelSpec
 
 
-def cache_elems_per_token(spec: ModelSpec) -> tuple[int, int]:
-    """(K, V) elements one token adds to one layer's cache as transformers stores them."""
+def cache_elems_per_token(spec: ModelSpec, layer: int | None = None) -> tuple[int, int]:
+    """(K, V) elements one token adds to one layer's cache as transformers stores them (Gemma 4: to
+    ``layer``'s, whose head dim and KV heads depend on its type; spec/gemma4.py)."""
+    if spec.gemma4 is not None and layer is not None:
+        return kv_elems(spec, layer)
     if spec.mla is not None:  # DSA adds the indexer's key (DynamicIndexedLayer.indexer_keys) to K
         return spec.mla.kv_lora_rank + indexer_elems(spec), spec.mla.qk_rope_head_dim
     kvh = spec.num_attention_heads if spec.transformers_expands_kv else spec.num_kv_heads
@@ -88,14 +92,19 @@ class KVCache:
             toks = stored_tokens(spec, past, self.sliding[i])
             if not toks or self.state.linear[i] or i in spec.kv_shared_layers:  # shared: no cache (Gemma 3n)
                 continue
+            k_el, v_el = self._el(i)
             if i in replayed:
-                self.layers[i] = (self._tensor(toks * self.k_el), self._tensor(toks * self.v_el))
+                self.layers[i] = (self._tensor(toks * k_el), self._tensor(toks * v_el))
                 if indexer_elems(spec, i):
                     self.index[i] = self._tensor(toks * self.ix_el)
             else:
-                other += self._bytes(toks * self.k_el) + self._bytes(toks * self.v_el)
+                other += self._bytes(toks * k_el) + self._bytes(toks * v_el)
                 other += self._bytes(toks * self.ix_el) if indexer_elems(spec, i) else 0
         self.other: Storage = sim.storage(other, "kv_cache")
+
+    def _el(self, layer: int) -> tuple[int, int]:
+        """(K, V) elements per token of ``layer``'s cache (the same for every layer but Gemma 4's)."""
+        return kv_elems(self.spec, layer) if self.spec.gemma4 is not None else (self.k_el, self.v_el)
 
     def _bytes(self, elems: int) -> int:
         return round(self.batch * elems * self.kv_bytes)
@@ -108,10 +117,11 @@ class KVCache:
         """``cache.update(key_states, value_states, layer)``: the concatenations the attention reads."""
         toks = tokens_after(self.spec, self.past, q, self.sliding[layer])
         prev = self.layers.pop(layer, None)
-        k_full = self._tensor(toks * self.k_el)
+        k_el, v_el = self._el(layer)
+        k_full = self._tensor(toks * k_el)
         prev_v = prev[1] if prev is not None else None
         del prev  # the old keys go once the new concatenation replaces them
-        v_full = self._tensor(toks * self.v_el)
+        v_full = self._tensor(toks * v_el)
         del prev_v
         self.layers[layer] = (k_full, v_full)
         return k_full, v_full
@@ -127,8 +137,9 @@ class KVCache:
             sl = self.sliding[i]
             before = stored_tokens(self.spec, self.past, sl)
             after = tokens_after(self.spec, self.past, q, sl)
-            growth += self._bytes(after * self.k_el) + self._bytes(after * self.v_el)
-            growth -= self._bytes(before * self.k_el) + self._bytes(before * self.v_el) if before else 0
+            k_el, v_el = self._el(i)
+            growth += self._bytes(after * k_el) + self._bytes(after * v_el)
+            growth -= self._bytes(before * k_el) + self._bytes(before * v_el) if before else 0
             if indexer_elems(self.spec, i):
                 growth += self._bytes(after * self.ix_el)
                 growth -= self._bytes(before * self.ix_el) if before else 0

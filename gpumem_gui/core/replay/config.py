@@ -61,6 +61,8 @@ class ReplayConfig:
     offload_ckpt_inputs: bool = False  # unsloth: only the checkpointed layers' inputs go to CPU RAM
     float8: bool = False  # torchao Float8Linear (tensorwise) on the decoder's linears
     compile: bool = False  # torch.compile'd decoder layers: fused RMSNorm (replay/tricks.py, modelled)
+    images: int = 0  # images in each sequence's prompt, run through the vision tower (replay/vision.py)
+    image_size: int = 0  # their side in pixels
 
     @property
     def kv_len(self) -> int:
@@ -96,8 +98,10 @@ def layer_kind(spec: ModelSpec, i: int) -> tuple[str, bool, bool, bool, bool]:
 
 @lru_cache(maxsize=256)
 def last_of_each_kind(spec: ModelSpec) -> LayerPlan:
-    """Replay the last layer of each kind (attention type x dense/MoE); skip the rest."""
-    last = {layer_kind(spec, i): i for i in range(spec.num_layers)}
+    """Replay the last layer of each kind (attention type x dense/MoE); skip the rest (and every
+    cross-attention layer, which a text-only forward skips: replay/cross_attention.py)."""
+    types = spec.resolved_layer_types
+    last = {layer_kind(spec, i): i for i in range(spec.num_layers) if types[i] != "cross_attention"}
     first, segments = 0, []
     for layer in sorted(last.values()):
         segments.append((first, layer))

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpumem_gui.core.replay import encoder
+from gpumem_gui.core.replay import encoder, vision
 from gpumem_gui.core.replay.autograd import Sim
 from gpumem_gui.core.replay.cache import KVCache, cache_elems_per_token
 from gpumem_gui.core.replay.config import ReplayConfig, last_of_each_kind
@@ -38,6 +38,7 @@ KINDS = (
     "mask",
     "inputs",
     "recurrent_state",  # linear-attention layers' conv and recurrent states (replay/linear_attention.py)
+    "vision",  # a prompt's images: the vision tower's activations and outputs (replay/vision.py)
 )
 _TAPE_KEYS = 512  # (model, structure) pairs whose tapes are kept
 _POINT = ("batch", "q", "past")  # what a tape is evaluated for; every other field of the config is its key
@@ -64,7 +65,10 @@ def _run(sim: Sim, spec: ModelSpec, cfg: ReplayConfig) -> dict[str, Any]:
     sim.tr.start_phase("forward")
     sim.tr.where = "embedding"
     ids = sim.new(cfg.tokens, "i64", "inputs")
+    # a prompt with images: what the vision tower leaves alive through the text forward (replay/vision.py)
+    held = vision.hold(sim, spec, cfg, cfg.batch, cfg.q) if cfg.images else None
     logits = model.forward_logits(ids, plan)
+    del held
     return {"kv": cache.stored_bytes(), "logits": logits.st.nbytes if logits is not None else 0}
 
 
@@ -90,6 +94,9 @@ def replay_forward(spec: ModelSpec, cfg: ReplayConfig) -> ForwardResult:
         tapes.append(tape)
         m = tape.monomials(point)
     res = tape.evaluate(m)
+    if cfg.images:  # the vision tower's stretch of the prefill, when it is the higher (replay/vision.py)
+        tw = vision.tower_peak(spec, cfg)
+        res = replace(res, peak=tw.peak, where=tw.where, by_tag=tw.by_tag) if tw.peak > res.peak else res
     return ForwardResult(
         peak=res.peak,
         where=res.where,
@@ -106,6 +113,8 @@ def replay_forward_direct(spec: ModelSpec, cfg: ReplayConfig) -> ForwardResult:
     sim.grad_enabled = False
     named = _run(sim, spec, cfg)
     at = sim.tr.peaks["forward"]
+    if cfg.images and (tw := vision.tower_peak(spec, cfg)).peak > at[0]:  # replay/vision.py
+        at = (tw.peak, {}, tw.by_tag, tw.where)
     return ForwardResult(
         peak=at[0],
         where=at[3],
@@ -121,6 +130,10 @@ def logical_cache_bytes(spec: ModelSpec, batch: int, tokens: int, kv_bytes: floa
     (a sliding layer shows its last ``window - 1`` tokens)."""
     if spec.encoder is not None:  # an encoder keeps no cache
         return 0
+    if spec.gemma4 is not None:  # per-layer head dims (spec/gemma4.py)
+        kept = tokens_kept_transformers(spec, tokens)
+        per = (sum(cache_elems_per_token(spec, i)) for i in range(spec.num_layers))
+        return sum(round(batch * e * kv_bytes * t) for e, t in zip(per, kept, strict=True))
     k, v = cache_elems_per_token(spec)
     per_tok = batch * (k + v) * kv_bytes
     kept = tokens_kept_transformers(spec, tokens)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpumem_gui.core.replay import attention, delta_rule, mamba1, short_conv
+from gpumem_gui.core.replay import attention, delta_rule, kda, mamba1, mamba2, short_conv
 from gpumem_gui.core.replay.delta_rule import new_op
 from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T, promote
 from gpumem_gui.core.spec.linear import STATE_LAYER_TYPES
@@ -40,19 +40,21 @@ class RecurrentStates:
         self.sim, self.batch, self.dt = sim, batch, dt
         la = spec.linear_attention  # the recurrent state's dtype: fp32, or the activations' (lightning)
         self.rec_dt = dt if la is not None and not la.recurrent_state_fp32 else "f32"
-        self.linear = tuple(t in STATE_LAYER_TYPES for t in spec.resolved_layer_types)
+        self.linear = tuple(t in STATE_LAYER_TYPES for t in spec.resolved_layer_types)  # no KV cache
         # per layer: (conv, recurrent) state elements of one sequence (spec/state.py layer_state_elems)
         self.elems = tuple(layer_state_elems(spec, t) for t in spec.resolved_layer_types)
+        # a state: the linear layers, and Falcon-H1's hybrid ones (KV and a Mamba-2 state in one layer)
+        self.stateful = tuple(lin or any(e) for lin, e in zip(self.linear, self.elems, strict=True))
         self.layers: dict[int, tuple[T, T | None]] = {}
-        self.cached = bool(past) if any(self.linear) else False
+        self.cached = bool(past) if any(self.stateful) else False
         other = 0
         if self.cached:
             for i in range(spec.num_layers):
-                if self.linear[i] and i in replayed:
+                if self.stateful[i] and i in replayed:
                     conv, rec = self.elems[i]
                     rec_t = self._new(batch * rec, self.rec_dt) if rec else None
                     self.layers[i] = (self._new(batch * conv, dt), rec_t)
-                elif self.linear[i]:
+                elif self.stateful[i]:
                     other += self._bytes(i)
         self.other: Storage = sim.storage(other, TAG)
 
@@ -68,7 +70,7 @@ class RecurrentStates:
         if self.cached:
             return
         for i in range(first, stop):
-            if self.linear[i]:
+            if self.stateful[i]:
                 self.other.grow(self._bytes(i))
 
     def conv_state(self, i: int) -> T | None:
@@ -98,10 +100,13 @@ class RecurrentStates:
 def mixer(m: CausalLM, i: int) -> Callable[..., tuple[T, T | None]]:
     """The token mixer of layer ``i``: the gated DeltaNet for a linear-attention layer, else attention."""
     kind = m.spec.resolved_layer_types[i]
-    if kind == "linear_attention":
-        return gated_deltanet
+    if kind == "linear_attention":  # Kimi Delta Attention (replay/kda.py), else the gated DeltaNet
+        la = m.spec.linear_attention
+        return kda.kda if la is not None and la.kind == "kda" else gated_deltanet
     if kind == "conv":
         return short_conv.short_conv
+    if kind == "mamba" and m.spec.mamba is not None and m.spec.mamba.kind == "mamba2":
+        return mamba2.mixer  # GraniteMoeHybridMambaLayer (replay/mamba2.py)
     if kind == "mamba":  # JambaMambaMixer (replay/mamba1.py)
         return mamba1.mamba1
     return attention.attention
@@ -129,14 +134,15 @@ def _reorder(m: CausalLM, qkvz: T, ba: T) -> tuple[T, T, T, T, T, T]:
     return query, key, value, z, beta_in, a
 
 
-def _conv(m: CausalLM, i: int, mixed: T) -> T:
+def conv(m: CausalLM, i: int, mixed: T, pre: str | None = None) -> T:
     """The causal conv over [b, conv_dim, s], with the cache's conv state (update_conv_state /
-    causal_conv1d_update); returns the SiLU'd conv output of the new tokens."""
+    causal_conv1d_update); returns the SiLU'd conv output of the new tokens. ``pre``: the module holding
+    ``conv1d`` (``layers.{i}.linear_attn``; KimiLinearDeltaAttention's ``layers.{i}.self_attn``)."""
     la, cfg = m.spec.linear_attention, m.cfg
     assert la is not None
     b, q, c, k = cfg.batch, cfg.q, la.conv_dim, la.conv_kernel
     st = m.cache.state if m.cache is not None else None
-    w = m.param(f"layers.{i}.linear_attn.conv1d.weight")
+    w = m.param(f"{pre or f'layers.{i}.linear_attn'}.conv1d.weight")
     if st is not None and st.conv_state(i) is not None and q == 1:
         full = new_op(m, b * c * (k + 1), mixed.dt, st.conv_state(i), mixed)  # cat([conv_state, x])
         conv = new_op(m, b * c * 2, mixed.dt, full, w)
@@ -212,11 +218,12 @@ def gated_deltanet(m: CausalLM, i: int, x: T, *_: object) -> tuple[T, None]:
         query, key, value, z, beta_in, a = _reorder(m, qkvz, ba)
         held = [new_op(m, query.n + key.n + value.n, query.dt, query, key, value)]  # torch.cat
     # mixed_qkv is held only by the conv call's argument: rebound (padded, concatenated) or dropped there
-    conv = _conv(m, i, held.pop())
+    conv_out = conv(m, i, held.pop())
     t = m.cfg.tokens
-    query = T(conv.st, t * la.key_dim, conv.dt, conv.rg, conv.fn, conv.idx)  # torch.split: views
-    key = T(conv.st, t * la.key_dim, conv.dt, conv.rg, conv.fn, conv.idx)
-    value = T(conv.st, t * la.value_dim, conv.dt, conv.rg, conv.fn, conv.idx)
+    c = conv_out
+    query = T(c.st, t * la.key_dim, c.dt, c.rg, c.fn, c.idx)  # torch.split: views
+    key = T(c.st, t * la.key_dim, c.dt, c.rg, c.fn, c.idx)
+    value = T(c.st, t * la.value_dim, c.dt, c.rg, c.fn, c.idx)
     beta = new_op(m, beta_in.n, beta_in.dt, beta_in, keep_out=True)  # b.sigmoid()
     g = _decay(m, i, a)
     st = m.cache.state if m.cache is not None else None
@@ -231,6 +238,6 @@ def gated_deltanet(m: CausalLM, i: int, x: T, *_: object) -> tuple[T, None]:
         z = new_op(m, z.n, z.dt, z)
     core = _gated_norm(m, i, core, z)
     out = m.linear(core, f"{pre}.out_proj")
-    del core, last, qkvz, ba, z, query, key, value, conv
+    del core, last, qkvz, ba, z, query, key, value, conv_out, c
     s.region = prev
     return out, None

@@ -65,6 +65,13 @@ def conv(m: CausalLM, i: int, pre: str, xbc: T, ck: tuple[int, int]) -> T:
     return m.s.cast(out, dt)
 
 
+def _for_grad(p: T, x: T) -> tuple[T, ...]:
+    """What a product with ``p`` (a parameter, or A = -exp(A_log)) saves for ``p``'s gradient: the other
+    operand ``x`` when ``p`` needs one, nothing when it is frozen (LoRA): MulBackward saves ``other`` only
+    for ``self``'s gradient."""
+    return (x,) if p.fn is not None else ()
+
+
 def _bmm(m: CausalLM, n: object, *operands: tuple[T, object | None]) -> T:
     """One einsum of the scan: each operand's contiguous copy when its permuted layout cannot be viewed
     (``(tensor, elements)``; None: viewed), autocast's cast of it (bmm runs in the lower precision), the
@@ -106,13 +113,14 @@ def _prepare(
         reps.append(new_op(m, t * hn, "f32", yf))  # repeat_interleave over the heads of a group
         del yf
     d_pad = new_op(m, sp * mb.inner, "f32", xf)  # pad_tensor_by_size(hidden_states)
-    d_res = new_op(m, sp * mb.inner, "f32", m.param(f"{pre}.D"), d_pad, saved=(d_pad,))
+    d = m.param(f"{pre}.D")
+    d_res = new_op(m, sp * mb.inner, "f32", d, d_pad, saved=_for_grad(d, d_pad))
     del d_pad
     dtf = new_op(m, t * h, "f32", dt)  # dt[..., None].float()
     xd = new_op(m, t * mb.inner, "f32", xf, dtf, saved=(xf, dtf))
     del xf, dtf
     dtf = new_op(m, t * h, "f32", dt)
-    ad = new_op(m, t * h, "f32", a, dtf, saved=(dtf,))
+    ad = new_op(m, t * h, "f32", a, dtf, saved=_for_grad(a, dtf))
     del dtf
     padded = tuple(
         new_op(m, sp * n, "f32", src) for src, n in ((xd, mb.inner), (ad, h), (reps[0], hn), (reps[1], hn))
@@ -222,7 +230,7 @@ def _gated_norm(m: CausalLM, mb: Mamba2Spec, pre: str, y: T, gate: T) -> T:
     normed = new_op(m, hs.n, "f32", hs, inv, saved=(hs, inv))
     del hs, inv
     w = m.param(f"{pre}.norm.weight")
-    return new_op(m, normed.n, promote(w.dt, normed.dt), w, normed, saved=(w, normed))
+    return new_op(m, normed.n, promote(w.dt, normed.dt), w, normed, saved=(w, *_for_grad(w, normed)))
 
 
 def mamba2(m: CausalLM, i: int, x: T) -> T:
@@ -233,13 +241,19 @@ def mamba2(m: CausalLM, i: int, x: T) -> T:
     prev, s.region = s.region, "attention"
     pre = f"layers.{i}.mixer"
     t, q = m.cfg.tokens, m.cfg.q
+    if mb.mup:  # FalconH1Mixer: hidden_states * ssm_in_multiplier, a new tensor (the mixer's input dtype)
+        x = m.o.mul(x, None)
     proj = m.linear(x, f"{pre}.in_proj")
+    if mb.mup:  # projected_states * mup_vector: a buffer in the weights' dtype, which MulBackward saves
+        proj = new_op(m, proj.n, promote(proj.dt, m.cfg.param_dt), proj)
     a_log = s.cast(m.param(f"{pre}.A_log"), "f32")
     a = new_op(m, mb.heads, "f32", new_op(m, mb.heads, "f32", a_log, keep_out=True))  # -exp(A_log)
     del a_log
     gate, xbc, dt = _view(proj, t * mb.inner), _view(proj, t * mb.conv_dim), _view(proj, t * mb.heads)
     conv_out = conv(m, i, f"{pre}.conv1d", xbc, (mb.conv_dim, mb.conv_kernel))
     del xbc
+    dtype = x.dt
+    del x  # split() rebinds hidden_states: FalconH1Mixer's scaled input dies here (the caller keeps its own)
     n_bc = t * mb.groups * mb.state_size
     xs, bc = _view(conv_out, t * mb.inner), (_view(conv_out, n_bc), _view(conv_out, n_bc))
     st = m.cache.state if m.cache is not None else None
@@ -253,13 +267,24 @@ def mamba2(m: CausalLM, i: int, x: T) -> T:
             final = None  # return_final_states=False: the states die with the scan
         elif init is None:
             st.init_recurrent(i)  # update_recurrent_state copies the final state into it
-    normed = _gated_norm(m, mb, pre, y, gate)
+    if mb.gated_norm:
+        normed = _gated_norm(m, mb, pre, y, gate)
+    else:  # FalconH1Mixer without mamba_rms_norm: scan_output * silu(gate)
+        sig = m.o.silu(gate)
+        normed = m.o.mul(y, sig, y.n)
+        del sig
     del y
-    low = s.cast(normed, x.dt)  # scan_output.to(dtype), the mixer input's dtype
+    low = s.cast(normed, dtype)  # scan_output.to(dtype), the mixer input's dtype
     out = m.linear(low, f"{pre}.out_proj")
     del low, normed, xs, bc, conv_out, dt, gate, proj, final, a
     s.region = prev
     return out
+
+
+def mixer(m: CausalLM, i: int, x: T, *_: object) -> tuple[T, None]:
+    """The same mixer as the token mixer of a two-sub-layer layer (GraniteMoeHybridMambaLayer, BambaMixer:
+    NemotronHMamba2Mixer's ops): (output, None)."""
+    return mamba2(m, i, x), None
 
 
 def single_layer(

@@ -229,5 +229,7 @@ def moe(m: CausalLM, i: int, x: T) -> T:
 def _shared(m: CausalLM, pre: str, x: T) -> T:
     """The shared expert: a gated MLP of ``shared_expert_intermediate_size`` on every token."""
     sh = f"{pre}.shared_experts"
+    if m.has(f"{sh}.gate_up_proj.weight"):  # GraniteMoeHybridMLP: one input_linear chunked (fused_gate_up)
+        return _dense(m, sh, x)
     prod = m.o.mul(act(m, m.linear(x, f"{sh}.gate_proj")), m.linear(x, f"{sh}.up_proj"))
     return m.linear(prod, f"{sh}.down_proj")

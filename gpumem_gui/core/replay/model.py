@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
-from gpumem_gui.core.replay import adapters, altup, block, cohere, dsa, inputs, sinks, tricks
+from gpumem_gui.core.replay import adapters, altup, block, cohere, cross_attention, dsa, inputs, sinks, tricks
 from gpumem_gui.core.replay import loss as losses
 from gpumem_gui.core.replay.autograd import Node, Param, Sim
 from gpumem_gui.core.replay.cache import KVCache
@@ -245,6 +245,10 @@ class CausalLM:
         s, spec, cfg = self.s, self.spec, self.cfg
         if spec.altup is not None:  # Gemma3nTextModel (replay/altup.py)
             return altup.model(self, ids, plan)
+        if spec.gemma4 is not None:  # Gemma4TextModel (replay/gemma4.py)
+            from gpumem_gui.core.replay import gemma4
+
+            return gemma4.model(self, ids, plan)
         s.tr.where = "embedding"
         s.region = "hidden_states"
         if s.offload is not None:  # torchtune: `with activations_handling_ctx: outputs = model(**batch)`
@@ -355,7 +359,7 @@ class CausalLM:
     def forward_loss(self, ids: T, layers: Sequence[int]) -> T:
         """LlamaForCausalLM.forward(input_ids, labels=input_ids) -> loss (ForCausalLMLoss, mean reduction)."""
         s, spec, cfg = self.s, self.spec, self.cfg
-        last_hidden_state = self.model(ids, every_layer(layers))
+        last_hidden_state = self.model(ids, every_layer(cross_attention.run(self, layers)))
         if s.offload is not None:  # the head and the loss run outside the offloading hooks
             s.offload.active = False
         if not cfg.lm_head:

@@ -19,6 +19,7 @@ The attention and the bias are in :mod:`.seq2seq_attention`. Parameters and line
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpumem_gui.core.errors import GpumemInputError
@@ -63,10 +64,10 @@ class Seq2SeqLM(CausalLM):
     """An encoder-decoder: ``encode`` over ``source`` tokens, ``decode`` over ``cfg.q`` target tokens after
     ``cfg.past`` cached ones."""
 
-    def __init__(self, sim: Sim, spec: ModelSpec, cfg: ReplayConfig, source: int) -> None:
+    def __init__(self, sim: Sim, spec: ModelSpec, cfg: ReplayConfig, source: int | None = None) -> None:
         check_seq2seq_run(cfg)
         assert spec.seq2seq is not None
-        self.source = source
+        self.source = cfg.q if source is None else source  # training: labels = input ids, one length
         self.s2s = spec.seq2seq
         super().__init__(sim, spec, cfg, None)
 
@@ -101,29 +102,45 @@ class Seq2SeqLM(CausalLM):
         if self.spec.mlp_gated:  # T5DenseGatedActDense
             hidden_gelu = mlp.act(self, self.linear(forwarded, f"{pre}.gate_proj"))
             hidden_linear = self.linear(forwarded, f"{pre}.up_proj")
-            h = o.dropout(o.mul(hidden_gelu, hidden_linear), cfg.dropout)
+            h = self._to_wo(o.dropout(o.mul(hidden_gelu, hidden_linear), cfg.dropout), pre)
             out = self.linear(h, f"{pre}.down_proj")
             del hidden_gelu, hidden_linear, h
         else:  # T5DenseActDense
             h = o.dropout(mlp.act(self, self.linear(forwarded, f"{pre}.up_proj")), cfg.dropout)
+            h = self._to_wo(h, pre)
             out = self.linear(h, f"{pre}.down_proj")
             del h
         del forwarded
         s.region = "hidden_states"
         return o.add(x, o.dropout(out, cfg.dropout))
 
+    def _to_wo(self, h: T, pre: str) -> T:
+        """``hidden_states.to(self.wo.weight.dtype)`` when they differ (autocast: a bf16 activation, an fp32
+        weight): a copy the ``wo`` linear casts back."""
+        return self.s.cast(h, self.param(f"{pre}.down_proj.weight").dt)
+
     def _attention(
         self, i: int, x: T, src: T | None, bias: T | None, cache: Seq2SeqCache | None
-    ) -> tuple[T, T, T | None]:
-        """T5LayerSelfAttention / T5LayerCrossAttention (``src``: the encoder output): (output, the position
-        bias, eager's probabilities)."""
+    ) -> tuple[T, T | None, T | None]:
+        """T5LayerSelfAttention / T5LayerCrossAttention (``src``: the encoder output): norm, attention,
+        ``x + dropout(out)``; (output, the position bias, eager's probabilities)."""
+        normed = self.region_norm(x, f"layers.{i}.{'norm_cross' if src is not None else 'norm0'}")
+        out, bias, weights = self.attend(i, normed, src, bias, cache)
+        del normed
+        return self.o.add(x, self.o.dropout(out, self.cfg.dropout)), bias, weights
+
+    def attend(
+        self, i: int, normed: T, src: T | None, bias: T | None, cache: Seq2SeqCache | None
+    ) -> tuple[T, T | None, T | None]:
+        """T5Attention / BartAttention of block ``i`` over ``normed`` (keys and values from ``src`` for the
+        cross-attention, or from the cache): (the output projection, the position bias, eager's
+        probabilities). BART has no position bias (None throughout)."""
         o, s, cfg = self.o, self.s, self.cfg
         cross = src is not None
         pre = f"layers.{i}.{'cross_attn' if cross else 'self_attn'}"
         decoder = i >= self.s2s.encoder_layers
         q = cfg.q if decoder else self.source
         kv = self.source if cross else (cfg.past + q if decoder else q)
-        normed = self.region_norm(x, f"layers.{i}.{'norm_cross' if cross else 'norm0'}")
         s.region = "attention"
         qs = o.view(self.linear(normed, f"{pre}.q_proj"), copy_grad=True)
         if cross and cache is not None and i in cache.cross_kv:  # is_updated: the cached keys and values
@@ -134,7 +151,7 @@ class Seq2SeqLM(CausalLM):
             v = o.view(self.linear(kv_in, f"{pre}.v_proj"), copy_grad=True)
             if cache is not None:
                 k, v = self._update(cache.cross_kv if cross else cache.self_kv, i, k, v)
-        if bias is None:
+        if bias is None and self.s2s.block == "t5":
             if self.has(f"{pre}.relative_attention_bias.weight"):
                 bias = attn.compute_bias(self, i, q, kv, bidirectional=not decoder)
             else:
@@ -145,12 +162,12 @@ class Seq2SeqLM(CausalLM):
             del mask
         else:  # the self-attention bias is a permuted lookup (copied by contiguous()), the cross one zeros
             out, weights = attn.sdpa(self, qs, k, v, bias, q, kv, not cross, decoder and not cross), None
-        del qs, k, v, normed
+        del qs, k, v
         out = self.linear(out, f"{pre}.o_proj")
         if self.s2s.bias_every_layer:  # UMT5Attention: its own bias, a local gone when it returns
             bias = None
         s.region = "hidden_states"
-        return o.add(x, o.dropout(out, cfg.dropout)), bias, weights
+        return out, bias, weights
 
     def _eager_mask(self, q: int, kv: int, dt: str) -> T | None:
         """create_causal_mask for eager attention: a float [b, 1, q, kv] mask (none for a single query)."""
@@ -204,11 +221,10 @@ class Seq2SeqLM(CausalLM):
         return x, bias, cross_bias
 
     def _stack(self, ids: T, rows: int, layers: range, src: T | None, cache: Seq2SeqCache | None) -> T:
-        """T5Stack.forward over ``layers``: the final norm's output."""
+        """T5Stack.forward (BartEncoder / BartDecoder) over ``layers``: the stack's output."""
         s, cfg = self.s, self.cfg
         s.tr.where = "embedding"
-        hidden_states = self._embed(ids, rows)
-        inputs_embeds = hidden_states  # T5Stack.forward's local: alive until the stack returns
+        hidden_states, kept = self._stack_input(ids, rows, src is not None)
         bias: T | None = None
         cross_bias: T | None = None
         for i in layers:
@@ -222,12 +238,25 @@ class Seq2SeqLM(CausalLM):
         s.hooks.enter_unit(s, -1)
         s.unit = None
         del bias, cross_bias
+        out = self._stack_output(hidden_states, src is not None)
+        del hidden_states, kept
+        s.region = "hidden_states"
+        if self.s2s.block == "t5":  # T5Stack: dropout after the final norm, once its locals are gone
+            out = self.o.dropout(out, cfg.dropout)
+        return out
+
+    def _stack_input(self, ids: T, rows: int, decoder: bool) -> tuple[T, list[T]]:
+        """The embedded input of a stack and the locals T5Stack.forward keeps until it returns
+        (``inputs_embeds``)."""
+        hidden_states = self._embed(ids, rows)
+        return hidden_states, [hidden_states]
+
+    def _stack_output(self, hidden_states: T, decoder: bool) -> T:
+        """T5Stack.final_layer_norm."""
+        s = self.s
         s.tr.where = "final norm"
         s.region = "norm"
-        out = self.norm(hidden_states, "encoder_norm" if src is None else "norm")
-        del hidden_states, inputs_embeds
-        s.region = "hidden_states"
-        return self.o.dropout(out, cfg.dropout)
+        return self.norm(hidden_states, "norm" if decoder else "encoder_norm")
 
     def encode(self, ids: T) -> T:
         """``model.get_encoder()(input_ids)``: the encoder's last hidden state [b, source, d]."""
@@ -242,10 +271,50 @@ class Seq2SeqLM(CausalLM):
         s.region = "hidden_states"
         if self.s2s.scale_decoder_outputs:
             out = self.o.mul(out, None)
-        logits = self.o.linear(
-            out, self.param("embed_tokens.weight"), None, spec.vocab_size, spec.hidden_size
-        )
+        if self.has("lm_head.weight"):  # an untied head (BartConfig.tie_word_embeddings false)
+            logits = self.linear(out, "lm_head")
+        else:
+            w = self.param("embed_tokens.weight")
+            logits = self.o.linear(out, w, None, spec.vocab_size, spec.hidden_size)
         del out
+        logits = self._logits_bias(logits)
         s.tr.retag(logits.st, logits.st.kind, "logits")  # type: ignore[arg-type]
         s.region = "logits"
         return logits
+
+    def _logits_bias(self, logits: T) -> T:
+        """What follows ``lm_head`` (T5: nothing)."""
+        return logits
+
+    # ---- training ---------------------------------------------------------------------------------------
+    def forward_loss(self, ids: T, layers: Sequence[int]) -> T:
+        """``model(input_ids=ids, labels=ids, use_cache=False).loss`` (T5ForConditionalGeneration.forward;
+        BartForConditionalGeneration.forward shifts first): the encoder, ``_shift_right(labels)``
+        (``new_zeros``, a clone of ``labels[..., :-1]``, the ``== -100`` mask), the teacher-forced decoder and
+        ``lm_head``, ``CrossEntropyLoss`` over the logits (``log_softmax``, in fp32 under autocast, then
+        ``nll_loss``). ``layers``: every block (one rank)."""
+        s, cfg = self.s, self.cfg
+        encoder_out = self.encode(ids) if self.s2s.block == "t5" else None
+        s.tr.where = "shift right"  # BART's shift_tokens_right runs before the encoder
+        s.region = "inputs"
+        decoder_ids = s.new(cfg.tokens, "i64")
+        clone = s.new(cfg.batch * (cfg.q - 1), "i64")
+        del clone
+        pad = s.new(cfg.tokens, "bool")
+        del pad
+        encoder_out = self.encode(ids) if encoder_out is None else encoder_out
+        logits = self.decode(decoder_ids, encoder_out, None)
+        del decoder_ids
+        s.tr.where = "loss"
+        dt = "f32" if s.autocast is not None else logits.dt
+        x = s.cast(logits, dt)
+        ls = s.new(cfg.tokens * self.spec.vocab_size, dt)
+        s.node("copy", (x,), (ls,), (ls,))
+        del x
+        s.region = "hidden_states"
+        loss = s.new(1, dt)
+        total_weight = s.new(1, dt)
+        s.node("copy", (ls,), (loss,), (ids, total_weight))  # labels.view(-1): the input ids
+        del ls, total_weight
+        self._logits, self._last = logits, encoder_out  # Seq2SeqLMOutput: logits, encoder_last_hidden_state
+        return loss

@@ -100,12 +100,17 @@ def zero_bias(m: Seq2SeqLM, q: int, k: int, dt: str) -> T:
     return out
 
 
-def sdpa(m: Seq2SeqLM, qs: T, k: T, v: T, bias: T, q: int, kv: int, contiguous: bool, causal: bool) -> T:
-    """``sdpa_attention_forward`` with T5's position bias; output [b, q, heads * d_kv]."""
+def sdpa(
+    m: Seq2SeqLM, qs: T, k: T, v: T, bias: T | None, q: int, kv: int, contiguous: bool, causal: bool
+) -> T:
+    """``sdpa_attention_forward`` with T5's position bias (BART: none, ``is_causal`` in the decoder's
+    self-attention); output [b, q, heads * d_kv]."""
     s, spec = m.s, m.spec
     b, a, d = m.cfg.batch, spec.num_attention_heads, spec.head_dim
     prev, s.region = s.region, "mask"
-    if causal and q > 1:  # create_position_bias_mask: torch.where(causal_mask, position_bias, min_dtype)
+    if bias is None:  # BART: no mask at all
+        mask = None
+    elif causal and q > 1:  # create_position_bias_mask: torch.where(causal_mask, position_bias, min_dtype)
         ar_q, ar_k = s.new(q, "i64"), s.new(kv, "i64")
         grid = s.new(q * kv, "bool")
         del ar_q, ar_k
@@ -135,7 +140,7 @@ def _flat(m: Seq2SeqLM, x: T, view: bool) -> T | None:
 
 
 def eager(
-    m: Seq2SeqLM, qs: T, k: T, v: T, bias: T, mask: T | None, q: int, kv: int, kv_views: bool
+    m: Seq2SeqLM, qs: T, k: T, v: T, bias: T | None, mask: T | None, q: int, kv: int, kv_views: bool
 ) -> tuple[T, T]:
     """T5's ``eager_attention_forward``: (output [b, q, heads * d_kv], probabilities). ``kv_views``: the keys
     and values are the projections' transposed views (no cache), which ``matmul`` copies."""
@@ -148,7 +153,8 @@ def eager(
     del q_flat, k_flat
     scores = o.mul(raw, None)  # * scaling
     del raw
-    scores = o.add(scores, bias, n)
+    if bias is not None:  # T5's position bias (BartAttention has none)
+        scores = o.add(scores, bias, n)
     if mask is not None:
         scores = o.add(scores, mask, n)
     probs = s.new(n, scores.dt)

@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 from gpumem_gui.core.replay.autograd import Sim
 from gpumem_gui.core.replay.config import ReplayConfig
 from gpumem_gui.core.replay.forward import KINDS
-from gpumem_gui.core.replay.seq2seq import Seq2SeqCache, Seq2SeqLM
+from gpumem_gui.core.replay.seq2seq import Seq2SeqCache
+from gpumem_gui.core.replay.seq2seq_bart import seq2seq_lm
 from gpumem_gui.core.spec.model import ModelSpec
 
 
@@ -53,7 +54,7 @@ def replay_prefill(spec: ModelSpec, cfg: ReplayConfig, source: int) -> StepResul
     """The encoder over ``source`` tokens and the first decoder step (see the module docstring)."""
     sim = Sim()
     sim.grad_enabled = False
-    model = Seq2SeqLM(sim, spec, replace(cfg, q=1, past=0), source)
+    model = seq2seq_lm(sim, spec, replace(cfg, q=1, past=0), source)
     sim.tr.start_phase("forward")
     inputs = sim.new(cfg.batch * source, "i64", "inputs")
     encoder_out = model.encode(inputs)
@@ -69,7 +70,7 @@ def replay_decode(spec: ModelSpec, cfg: ReplayConfig, source: int, past: int) ->
     assert spec.seq2seq is not None
     sim = Sim()
     sim.grad_enabled = False
-    model = Seq2SeqLM(sim, spec, replace(cfg, q=1, past=past), source)
+    model = seq2seq_lm(sim, spec, replace(cfg, q=1, past=past), source)
     b, dt = cfg.batch, cfg.param_dt
     width = spec.num_attention_heads * spec.head_dim
     inputs = sim.new(b * source, "i64", "inputs")

@@ -20,6 +20,7 @@ from gpumem_gui.core.replay.engine import backward
 from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
 from gpumem_gui.core.replay.model import CausalLM
 from gpumem_gui.core.replay.optim import create_states, outside_allocator, states_total, step
+from gpumem_gui.core.replay.seq2seq_bart import seq2seq_lm
 from gpumem_gui.core.replay.tricks import optimizer_in_backward
 from gpumem_gui.core.spec.model import ModelSpec
 
@@ -125,7 +126,9 @@ def _simulate_step(
 ) -> StepResult:
     sim = Sim(hooks)
     tr = sim.tr
-    model = (EncoderModel if spec.encoder is not None else CausalLM)(sim, spec, cfg)
+    # an encoder with its head (replay/encoder.py), an encoder-decoder (replay/seq2seq.py), a decoder
+    kind = EncoderModel if spec.encoder is not None else seq2seq_lm if spec.seq2seq is not None else CausalLM
+    model = kind(sim, spec, cfg)
     buffers = sim.storage(buffers_bytes(spec, DT_BYTES.get(cfg.param_dt, 2)), "buffers", "buffer")
     trainable = [p for p in sim.params if p.rg]
     # torch's optimizers keep state only for parameters with a gradient (torch/optim/adam.py, _init_group)

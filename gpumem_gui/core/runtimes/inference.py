@@ -14,14 +14,17 @@ from gpumem_gui.core.formats import check_kv_dtype
 from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.results.estimate import Estimate
 from gpumem_gui.core.runtimes.base import Runtime, run_weight_bytes
+from gpumem_gui.core.runtimes.cross_attention import check_cross_attention
 from gpumem_gui.core.runtimes.encoder import check_encoder_inference
 from gpumem_gui.core.runtimes.llamacpp import LLAMA_CPP
 from gpumem_gui.core.runtimes.ollama import OLLAMA
 from gpumem_gui.core.runtimes.run import ENGINES, InferenceRun, make_run
 from gpumem_gui.core.runtimes.seq2seq import check_seq2seq_inference
 from gpumem_gui.core.runtimes.sglang import SGLANG
+from gpumem_gui.core.runtimes.state_pools import check_engine_state
 from gpumem_gui.core.runtimes.transformers import TRANSFORMERS
 from gpumem_gui.core.runtimes.vllm import VLLM
+from gpumem_gui.core.spec import gemma4
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, check_degrees
 
@@ -41,18 +44,14 @@ def runtime(engine: str) -> Runtime:
         ) from None
 
 
-def check_recurrent_state(spec: ModelSpec, engine: str, tp: int) -> None:
-    """Hybrid models (linear-attention layers with a fixed state per sequence) are modelled for transformers
-    on one tensor-parallel rank only: the serving engines' recurrent-state pools (vLLM's hybrid allocator,
-    SGLang's mamba pool, llama.cpp's recurrent cells) and sharded linear-attention projections are not."""
+def check_recurrent_state(spec: ModelSpec, engine: str, tp: int, pp: int = 1) -> None:
+    """Hybrid models (linear-attention layers with a fixed state per sequence) are modelled on one
+    tensor-parallel rank only, for transformers and for the engines whose state pools are modelled
+    (:mod:`.state_pools`: vLLM's hybrid allocator, llama.cpp's recurrent cells); SGLang's mamba pool, Ollama's
+    placement and sharded linear-attention projections are not."""
     if spec.linear_attention is None and spec.short_conv is None and spec.mamba is None:
         return
-    if engine != "transformers":
-        raise GpumemInputError(
-            f"{engine}: the recurrent-state pool of a hybrid model (linear-attention layers) is not modelled "
-            "for this engine yet; use the transformers engine",
-            field="engine",
-        )
+    check_engine_state(spec, engine, pp)
     if tp > 1:
         raise GpumemInputError(
             "tensor parallelism of linear-attention layers is not modelled yet; use tp 1", field="tp"
@@ -68,7 +67,9 @@ def check_run(spec: ModelSpec, run: InferenceRun) -> tuple[str, ...]:
         check_seq2seq_inference(spec, run)
     check_kv_dtype(run.engine, run.kv_dtype_resolved)
     check_degrees(spec, Degrees(tp=run.tp, pp=run.pp, ep=run.ep))
-    check_recurrent_state(spec, run.engine, run.tp)
+    check_recurrent_state(spec, run.engine, run.tp, run.pp)
+    gemma4.check_run(spec, run.engine, tp=run.tp, pp=run.pp, ep=run.ep)  # Gemma 4: transformers, one GPU
+    warnings += check_cross_attention(spec, run)  # Llama 3.2 Vision (runtimes/cross_attention.py)
     if run.ep > run.gpus:
         raise GpumemInputError(
             f"expert parallel degree {run.ep} exceeds the {run.gpus} GPUs (tp x pp)", field="ep"

@@ -18,13 +18,19 @@ from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase
 from gpumem_gui.core.runtimes.base import Lever, Runtime, component
 from gpumem_gui.core.runtimes.run import InferenceRun
+from gpumem_gui.core.runtimes.state_pools import llamacpp_state_buffers
+from gpumem_gui.core.spec.linear import STATE_LAYER_TYPES
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.params import count_params
+from gpumem_gui.core.spec.state import has_state
 from gpumem_gui.core.units import MiB
 
 # llama-server's -ctk/-ctv spell the float types f16/f32 (common/arg.cpp kv_cache_types)
 _KV_FLAGS = {"fp16": "f16", "fp32": "f32", "bf16": "bf16"}
 _FLOAT_KV = ("fp16", "f16", "fp32", "f32", "bf16")
+# layers without KV cells in llama_memory_hybrid (filter_attn = !is_recurrent(il), and Nemotron-H's MLP-only
+# layers, n_ff(il) != 0); cross-attention layers keep their cells as before
+_NO_KV = STATE_LAYER_TYPES - {"cross_attention"}
 
 
 def _offload(spec: ModelSpec, run: InferenceRun, wb: WeightBytes) -> tuple[int, int, int]:
@@ -82,6 +88,8 @@ def kv_buffers(spec: ModelSpec, run: InferenceRun, offloaded: int) -> tuple[int,
     first_gpu = spec.num_layers - offloaded
     gpu = host = 0
     for i, kind in enumerate(spec.resolved_layer_types):
+        if kind in _NO_KV:  # llama_memory_hybrid: KV cells for the attention layers only
+            continue
         cells = swa_cells if kind == "sliding_attention" and spec.sliding_window else n_ctx
         size = round(cells * row)
         if i >= first_gpu and run.kv_offload:
@@ -130,6 +138,28 @@ def _compute_buffer(spec: ModelSpec, run: InferenceRun, output: bool = True) -> 
         flash_attn=run.flash_attn,
         stage=stage,
     )
+
+
+def _state_component(rs: dict[str, int]) -> Component:
+    """llama_memory_recurrent's RS buffer on the GPU (the recurrent layers offloaded, with KV offload)."""
+    return component(
+        "recurrent_state",
+        "recurrent state (RS buffer)",
+        rs["gpu_bytes"],
+        "max(1, n_seq_max) cells x (n_embd_r + n_embd_s) x 4 B (f32) per recurrent layer on the GPU",
+        "llama.cpp src/llama-memory-recurrent.cpp (r_l, s_l); llama-hparams.cpp n_embd_r / n_embd_s; "
+        "llama-model.cpp create_memory (llama_memory_hybrid, recurrent types F32)",
+        cells=rs["cells"],
+        r_bytes=rs["r_bytes"],
+        s_bytes=rs["s_bytes"],
+        host_bytes=rs["host_bytes"],
+    )
+
+
+def _state_facts(rs: dict[str, int]) -> dict[str, int]:
+    """The RS buffer as llama.cpp logs it (R and S over all recurrent layers) and its host part."""
+    out = {"rs_cells": rs["cells"], "rs_r_bytes": rs["r_bytes"], "rs_s_bytes": rs["s_bytes"]}
+    return out | ({"rs_host_bytes": rs["host_bytes"]} if rs["host_bytes"] else {})
 
 
 class LlamaCpp(Runtime):
@@ -194,6 +224,8 @@ class LlamaCpp(Runtime):
             host_bytes=kv_host,
         )
         compute_c = _compute_buffer(spec, run)
+        rs = llamacpp_state_buffers(spec, run.batch, spec.num_layers - offloaded, run.kv_offload)
+        state_c = _state_component(rs) if has_state(spec) else None
         ctx = component(
             "cuda_context",
             "CUDA context",
@@ -201,12 +233,13 @@ class LlamaCpp(Runtime):
             "fixed per process",
             "see gpumem_gui/core/results/overheads.py",
         )
-        comps = (weights_c, kv_c, compute_c, ctx)
-        peak = model_gpu + kv_gpu + compute_c.bytes
+        caches = (kv_c,) if state_c is None else (kv_c, state_c)
+        comps = (weights_c, *caches, compute_c, ctx)
+        peak = model_gpu + kv_gpu + rs["gpu_bytes"] + compute_c.bytes
         total = peak + ctx.bytes
         phases = {
-            "load": Phase(name="load", peak_bytes=model_gpu + kv_gpu, components=(weights_c, kv_c)),
-            "decode": Phase(name="decode", peak_bytes=peak, components=(weights_c, kv_c, compute_c)),
+            "load": Phase(name="load", peak_bytes=peak - compute_c.bytes, components=(weights_c, *caches)),
+            "decode": Phase(name="decode", peak_bytes=peak, components=(weights_c, *caches, compute_c)),
         }
         return Estimate(
             mode="inference",
@@ -225,6 +258,7 @@ class LlamaCpp(Runtime):
                 "params_total": count_params(spec).total,
                 # the KV of layers left on the CPU (or all of it with --no-kv-offload), when there is any
                 **({"kv_host_bytes": kv_host} if kv_host else {}),
+                **(_state_facts(rs) if state_c is not None else {}),
             },
         )
 

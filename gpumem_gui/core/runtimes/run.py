@@ -162,6 +162,33 @@ class InferenceRun(Frozen):
             engines=("transformers",),
         ),
     ] = "last"
+    images: Annotated[
+        int,
+        Field(ge=0, le=1024),
+        UI(
+            "Images",
+            "transformers",
+            "images per sequence: a replayed vision tower (Qwen2.5-VL, Qwen3-VL, Mistral 3) runs on them and "
+            "their tokens join the prompt; cross-attention layers (Llama 3.2 Vision) keep their vision "
+            "tokens' keys and values for the whole generation; 0: text only",
+            unit=" images",
+            engines=("transformers",),
+        ),
+    ] = 0
+    image_size: Annotated[
+        int,
+        Field(ge=1, le=16384),
+        UI(
+            "Image size",
+            "transformers",
+            "side in pixels of each (square) image as the model's processor resizes it, rounded down to "
+            "whole merged patches; a vision tower (Qwen2.5-VL, Qwen3-VL, Mistral 3) runs on them and their "
+            "tokens join the prompt",
+            unit=" px",
+            step=112,
+            engines=("transformers",),
+        ),
+    ] = 1024
     tp: Annotated[
         int,
         Field(ge=1, le=4096),

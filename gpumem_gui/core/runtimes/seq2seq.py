@@ -1,5 +1,5 @@
-"""What an inference run of an encoder-decoder (T5, mT5: :attr:`ModelSpec.seq2seq`) is, and its phases under
-transformers' ``generate()`` (replayed by :mod:`gpumem_gui.core.replay.seq2seq_run`).
+"""What an inference run of an encoder-decoder (T5, mT5, UMT5, BART: :attr:`ModelSpec.seq2seq`) is, and its
+phases under transformers' ``generate()`` (replayed by :mod:`gpumem_gui.core.replay.seq2seq_run`).
 
 The run's ``seq`` is the source length (the encoder's input), ``new_tokens`` the target tokens generated.
 ``prefill``: the encoder and the first decoder step, which fills the cross-attention cache (``generate()``
@@ -17,6 +17,7 @@ from gpumem_gui.core.replay.seq2seq_run import StepResult, replay_decode, replay
 from gpumem_gui.core.results.estimate import Component, Explanation, Phase
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.spec.model import ModelSpec
+from gpumem_gui.core.spec.seq2seq import check_positions
 
 _REPLAY_DTYPES = {"bf16": "bf16", "fp32": "f32"}
 _KIND_LABELS = {
@@ -45,9 +46,11 @@ def check_seq2seq_inference(spec: ModelSpec, run: InferenceRun) -> None:
             raise GpumemInputError(f"{name} > 1 is not modelled for encoder-decoders (one GPU)", field=name)
     if run.compute_dtype not in _REPLAY_DTYPES:
         raise GpumemInputError(
-            "fp16 is not modelled for T5 (T5Block clamps inf values in fp16); use bf16 or fp32",
+            "fp16 is not modelled for encoder-decoders (T5Block and BartEncoderLayer clamp inf values in "
+            "fp16); use bf16 or fp32",
             field="compute_dtype",
         )
+    check_positions(spec, run.seq, run.new_tokens)
     if run.weights not in ("bf16", "fp32", "file") or run.kv_dtype_resolved not in (
         "auto",
         run.compute_dtype,

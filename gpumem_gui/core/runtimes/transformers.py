@@ -16,9 +16,12 @@ from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.formats import WeightBytes, get_weight_format, kv_bytes_per_element
 from gpumem_gui.core.replay.config import ReplayConfig
 from gpumem_gui.core.replay.forward import KINDS, ForwardResult, replay_forward
+from gpumem_gui.core.replay.vision import has_tower as _has_tower
+from gpumem_gui.core.replay.vision import image_tokens
 from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase, tp_ranks
 from gpumem_gui.core.results.overheads import stage_share
 from gpumem_gui.core.runtimes.base import Runtime, load_phase
+from gpumem_gui.core.runtimes.cross_attention import cross_cache_component
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.seq2seq import seq2seq_phases
 from gpumem_gui.core.spec.model import ModelSpec
@@ -45,6 +48,7 @@ _KIND_LABELS = {
     "mask": "attention mask",
     "inputs": "input ids",
     "recurrent_state": "recurrent state (conv + linear-attention state)",
+    "vision": "vision tower (images)",
 }
 
 
@@ -120,9 +124,15 @@ class Transformers(Runtime):
         last_stage = stage == run.pp - 1
         kvb = kv_bytes_per_element(run.kv_dtype_resolved)
         dt = _REPLAY_DTYPES[run.compute_dtype]
+        # a vision tower's images: their tokens join the prompt, the tower runs on the first stage
+        # (replay/vision.py); nothing without a replayed tower
+        image_tok = image_tokens(spec, run.images, run.image_size) if _has_tower(spec) else 0
+        images = run.images if image_tok and stage == 0 else 0
         fwd = ReplayConfig(
             batch=run.batch,
-            q=run.seq,
+            q=run.seq + image_tok,
+            images=images,
+            image_size=run.image_size if images else 0,
             param_dt=dt,
             attn=run.attn,
             logits_to_keep=0 if run.logits == "all" else 1,
@@ -131,18 +141,21 @@ class Transformers(Runtime):
             weights_counted=False,
         )
         pre = replay_forward(rspec, fwd)
+        # the images' keys and values in the cross-attention layers (runtimes/cross_attention.py)
+        cross = [c] if (c := cross_cache_component(rspec, run, kvb)) is not None else []
+        held = sum(c.bytes for c in cross)
         phases = {
             "load": load,
             "prefill": Phase(
                 name="prefill",
-                peak_bytes=weights.bytes + pre.peak,
-                components=(weights, *_kind_components(pre, run.compute_dtype)),
+                peak_bytes=weights.bytes + pre.peak + held,
+                components=(weights, *_kind_components(pre, run.compute_dtype), *cross),
                 note=f"peak at {pre.where}",
             ),
         }
         logical = pre.kv_cache_logical
         if run.new_tokens > 0:
-            past = run.tokens - 1
+            past = run.tokens + image_tok - 1
             step = ReplayConfig(
                 batch=run.batch,
                 q=1,
@@ -156,6 +169,7 @@ class Transformers(Runtime):
             )
             dec = replay_forward(rspec, step)
             extra = [_generate_scores(run, rspec.vocab_size)] if last_stage else []
+            extra += cross
             phases["decode"] = Phase(
                 name="decode",
                 peak_bytes=weights.bytes + dec.peak + sum(c.bytes for c in extra),
@@ -163,7 +177,7 @@ class Transformers(Runtime):
                 note=f"last step: 1 token after {past} cached; peak at {dec.where}",
             )
             logical = max(logical, dec.kv_cache_logical)
-        return phases, weights.bytes, logical
+        return phases, weights.bytes, logical + held
 
     def estimate(
         self,

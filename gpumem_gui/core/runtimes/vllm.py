@@ -6,8 +6,10 @@ activation peak and the memory outside torch, captures CUDA graphs, and gives th
 of ``gpu_memory_utilization x total``. KV pages hold 16 tokens per layer (``vllm/v1/kv_cache_interface.py``
 ``FullAttentionSpec.page_size_bytes``); MLA layers store the latent. Models with sliding-window layers
 go through vLLM's hybrid allocator (:mod:`.vllm_kv`: KV groups sharing one pool of blocks; a sliding group
-keeps only the window's blocks of a request). Without a GPU capacity the estimate sizes the KV for
-``batch`` sequences of ``seq + new_tokens`` tokens.
+keeps only the window's blocks of a request). A hybrid model with state layers (gated DeltaNet, Mamba,
+short conv) goes through it too: the attention block size is raised until one attention page holds one
+state page (:mod:`.state_pools`), the state layers form their own groups of one page per request. Without
+a GPU capacity the estimate sizes the KV for ``batch`` sequences of ``seq + new_tokens`` tokens.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from math import ceil
 
 from gpumem_gui.core.formats import WeightBytes, kv_bytes_per_element
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase
+from gpumem_gui.core.runtimes import state_pools as sp
 from gpumem_gui.core.runtimes import vllm_kv as vk
 from gpumem_gui.core.runtimes import vllm_profile as vp
 from gpumem_gui.core.runtimes.base import Runtime, component, load_phase, weights_per_rank
@@ -25,6 +28,7 @@ from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees
 from gpumem_gui.core.spec.params import count_params
+from gpumem_gui.core.spec.state import has_state
 
 VLLM_BLOCK_SIZE = 16  # tokens per KV page (vLLM --block-size default; the run's block_size)
 
@@ -83,12 +87,12 @@ def _kv_pool(
     if blocks < per_request:
         warnings = (
             f"max_model_len: vLLM would refuse to start: the KV pool holds {blocks} blocks, fewer than the "
-            f"{per_request} one request of max_model_len {max_len} takes over its {len(lay.windows)} KV "
+            f"{per_request} one request of max_model_len {max_len} takes over its {lay.groups} KV "
             "groups",
         )
     formula = head + (
         f"in whole blocks of {bs} tokens x {lay.group_size} layers (one page per layer of a KV group; "
-        f"{len(lay.windows)} groups share the blocks)"
+        f"{lay.groups} groups share the blocks)"
     )
     return blocks * lay.block_bytes, formula, facts, warnings
 
@@ -97,10 +101,31 @@ def _layout(spec: ModelSpec, run: InferenceRun, kv_elem: float, per_tok: int) ->
     """The rank's KV groups: vLLM's hybrid allocator when some layers slide, else one group of the
     fullest stage's layers (also with the hybrid manager off: ``unify_hybrid_kv_cache_specs`` turns the
     sliding layers of a mixed model into full-attention ones; an all-sliding model stays one group)."""
+    if has_state(spec):  # state layers: their own groups, pages padded to the raised attention page
+        page = run.block_size * kv_per_token(spec, kv_elem, run.tp, 1)
+        return vk.state_layout(sp.attention_layer_count(spec), len(sp.state_layer_indices(spec)), page)
     types = set(spec.resolved_layer_types)
     if "sliding_attention" in types and (run.hybrid_kv_cache or len(types) == 1):
         return vk.layout(spec, run.pp, run.block_size * kv_per_token(spec, kv_elem, run.tp, 1))
     return vk.KvLayout(windows=(None,), group_size=1, layer_page_bytes=run.block_size * per_tok)
+
+
+def _state_run(spec: ModelSpec, run: InferenceRun, kv_elem: float) -> tuple[InferenceRun, dict[str, int]]:
+    """A hybrid state model: the run with vLLM's raised attention block size (one attention page of one layer
+    at least one state page, which is padded to it) and the facts of its state pages; else the run as is."""
+    if not has_state(spec):
+        return run, {}
+    attn_1 = kv_per_token(spec, kv_elem, run.tp, 1)
+    page = sp.vllm_state_page(spec, run.tp, run.dt)
+    bs = sp.vllm_attention_block_size(page, attn_1, run.block_size)
+    facts = {
+        "attention_layers": sp.attention_layer_count(spec),
+        "state_layers": len(sp.state_layer_indices(spec)),
+        "state_page_bytes": page,
+        "state_page_padded_bytes": bs * attn_1,
+        "attention_block_size": bs,
+    }
+    return run.model_copy(update={"block_size": bs}), facts
 
 
 def _batch_need(
@@ -118,7 +143,7 @@ def _batch_need(
         need_blocks = run.batch * ceil(run.tokens / bs)
         return False, need_blocks, need_blocks * bs * per_tok
     facts |= {
-        "kv_groups": len(lay.windows),
+        "kv_groups": lay.groups,
         "kv_sliding_groups": sum(w is not None for w in lay.windows),
         "kv_group_layers": lay.group_size,
         "kv_block_bytes": lay.block_bytes,
@@ -147,7 +172,7 @@ def _kv_component(
         per_token_bytes=per_tok,
         batch=run.batch,
         tokens=run.tokens,
-        **({"kv_groups": len(lay.windows), "group_layers": lay.group_size} if windowed else {}),
+        **({"kv_groups": lay.groups, "group_layers": lay.group_size} if windowed else {}),
     )
 
 
@@ -207,7 +232,8 @@ class Vllm(Runtime):
     ) -> Estimate:
         layers = vp.stage_layers(spec, run.pp)
         kv_elem = kv_bytes_per_element(run.kv_dtype_resolved)
-        per_tok = kv_per_token(spec, kv_elem, run.tp, layers)
+        run, state_facts = _state_run(spec, run, kv_elem)
+        per_tok = kv_per_token(spec, kv_elem, run.tp, state_facts.get("attention_layers", layers))
         lay = _layout(spec, run, kv_elem, per_tok)
         max_len = run.max_model_len or run.tokens
         tokens, seqs = vp.batch_defaults(run, capacity)
@@ -224,6 +250,7 @@ class Vllm(Runtime):
             "max_num_batched_tokens": tokens,
             "max_num_seqs": seqs,
             "stage_layers": layers,
+            **state_facts,
         }
         bs = run.block_size
         windowed, need_blocks, need_kv = _batch_need(lay, run, tokens, max_len, per_tok, facts)

@@ -20,6 +20,11 @@
 a block); ``single_type_kv_cache_manager.py`` ``SlidingWindowManager`` frees the blocks that fall out of the
 window. With pipeline stages the groups are formed over the whole model and projected on each stage
 (``_project_kv_cache_groups_to_worker``); every stage takes the smallest ``num_blocks``.
+
+A hybrid state model (:func:`state_layout`): the state layers (``MambaSpec``, their page padded to the
+attention page, ``mamba_page_size_padded``) are a second kind of layers grouped by the same rule; a state
+group takes one block per request (``MambaSpec.max_memory_usage_bytes``: one page), which vLLM counts in
+the groups of "GPU KV cache size" and in the blocks of "Maximum concurrency".
 """
 
 from __future__ import annotations
@@ -42,15 +47,22 @@ class KvLayout:
     windows: tuple[int | None, ...]  # one per group: None for full attention, else the sliding window
     group_size: int  # layers of the rank per group (tensors sharing each block id)
     layer_page_bytes: int  # one page (block_size tokens) of one layer on the rank
+    state_groups: int = 0  # groups of state layers (MambaSpec): one page per request each
 
     @property
     def hybrid(self) -> bool:
-        return len(self.windows) > 1
+        return self.groups > 1
+
+    @property
+    def groups(self) -> int:
+        """KV groups of attention layers and of state layers."""
+        return len(self.windows) + self.state_groups
 
     @property
     def windowed(self) -> bool:
-        """Some group slides: requests take blocks by the groups' own rules (vLLM's hybrid manager)."""
-        return any(w is not None for w in self.windows)
+        """Some group slides or keeps a state: requests take blocks by the groups' own rules (vLLM's hybrid
+        manager)."""
+        return any(w is not None for w in self.windows) or self.state_groups > 0
 
     @property
     def block_bytes(self) -> int:
@@ -63,7 +75,7 @@ class KvLayout:
 
     def reported_tokens(self, blocks: int, block_size: int) -> int:
         """vLLM's "GPU KV cache size": the blocks split evenly over the groups, in tokens."""
-        return blocks // len(self.windows) * block_size
+        return blocks // self.groups * block_size
 
     def blocks_per_request(
         self, tokens: int, block_size: int, batched_tokens: int, held: bool = False
@@ -79,7 +91,7 @@ class KvLayout:
             bound = ceil(min(w - 1 + batched_tokens, tokens) / block_size) + 1
             return min(full, bound) if held else bound
 
-        return sum(group(w) for w in self.windows)
+        return sum(group(w) for w in self.windows) + self.state_groups  # MambaSpec: one page per request
 
 
 def _groups(spec: ModelSpec) -> list[tuple[int | None, tuple[int, ...]]]:
@@ -91,13 +103,30 @@ def _groups(spec: ModelSpec) -> list[tuple[int | None, tuple[int, ...]]]:
     if len(kinds) == 1:
         ((w, layers),) = kinds.items()
         return [(w, tuple(layers))]
-    counts = [len(v) for v in kinds.values()]
-    size = max(counts) if max(counts) < min(counts) * GROUP_SIZE_SLACK else min(counts)
+    size = _group_size([len(v) for v in kinds.values()])
     out: list[tuple[int | None, tuple[int, ...]]] = []
     for w, layers in kinds.items():
         n = ceil(len(layers) / size)
         out += [(w, tuple(layers[i::n])) for i in range(n)]
     return out
+
+
+def _group_size(counts: list[int]) -> int:
+    """Layers per group when kinds of ``counts`` layers share the pool: the larger count when under
+    ``GROUP_SIZE_SLACK`` times the smaller, else the smaller (fewer padding layers)."""
+    return max(counts) if max(counts) < min(counts) * GROUP_SIZE_SLACK else min(counts)
+
+
+def state_layout(attention_layers: int, state_layers: int, layer_page_bytes: int) -> KvLayout:
+    """A hybrid state model on one stage: full-attention layers and state layers (one ``MambaSpec``, its page
+    padded to the attention page) form two kinds of groups of one group size."""
+    size = _group_size([attention_layers, state_layers])
+    return KvLayout(
+        windows=(None,) * ceil(attention_layers / size),
+        group_size=size,
+        layer_page_bytes=layer_page_bytes,
+        state_groups=ceil(state_layers / size),
+    )
 
 
 def layout(spec: ModelSpec, pp: int, layer_page_bytes: int) -> KvLayout:

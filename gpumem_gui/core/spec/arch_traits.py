@@ -135,14 +135,16 @@ class ArchTraits(Frozen):
         description="the model builds the sliding-window mask beside the causal one even when no layer "
         "slides, and holds it through the forward (Qwen2MoeModel.forward causal_mask_mapping)",
     )
-    block: Literal["llama", "falcon", "bloom", "single", "minimax"] = Field(
+    block: Literal["llama", "falcon", "bloom", "single", "minimax", "parallel_mamba"] = Field(
         "llama",
         description="the decoder block's code: the shared attention interface (llama and its descendants), "
         "or a modeling file's own (FalconDecoderLayer, BloomBlock: own attention kernels, in-place "
         "residuals, the model's loop keeping the previous layer's outputs); single: one norm and one "
         "mixer per layer, Mamba-2, attention or MLP by layer type (NemotronHBlock); minimax: the normed "
         "input is the residual and each sub-layer ends in residual * alpha + out * beta "
-        "(MiniMaxDecoderLayer)",
+        "(MiniMaxDecoderLayer)"
+        "; parallel_mamba: a Mamba-2 mixer and attention side by side on one normed input, each output "
+        "scaled, then a scaled MLP (FalconH1DecoderLayer)",
     )
     gguf_arch: str | None = Field(
         None,
@@ -155,6 +157,13 @@ class ArchTraits(Frozen):
         "is_hybrid_swa_model: an architecture allowlist, Llama4 / GPT-OSS / Gemma4 / MiMo-V2 ..., or a "
         "config with is_hybrid_swa; sglang/srt/configs/model_config.py); otherwise SGLang sizes every layer "
         "as full attention, Gemma-2/3 and Mistral included",
+    )
+    vllm_ssm_state_fp32: bool = Field(
+        False,
+        description="vLLM keeps the Mamba layers' temporal state in float32 when --mamba-ssm-cache-dtype is "
+        "auto (vllm/model_executor/models/config.py NemotronHForCausalLMConfig: the config's "
+        "mamba_ssm_cache_dtype, else float32); otherwise auto is the model dtype (mamba_utils.py "
+        "MambaStateDtypeCalculator)",
     )
     rope_interleaved: bool = Field(
         False,
@@ -238,6 +247,16 @@ class ArchTraits(Frozen):
         False,
         description="multimodal rotary over text positions: fp32 [3, b, q, d/2] frequency tables recomposed "
         "into [b, q, d] cos/sin per batch row (Qwen3_5TextRotaryEmbedding)",
+    )
+    key_scaled: bool = Field(
+        False,
+        description="the keys are multiplied by a float into a new tensor before the rotary "
+        "(FalconH1Attention key_states * key_multiplier)",
+    )
+    residual_scaled: bool = Field(
+        False,
+        description="each sub-layer's output is multiplied by a float into a new tensor before the residual "
+        "add (GraniteMoeHybridDecoderLayer residual + hidden_states * residual_multiplier)",
     )
     logits_float: bool = Field(
         False,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from gpumem_gui.core.spec.gemma4 import kv_elems
 from gpumem_gui.core.spec.linear import STATE_LAYER_TYPES
 from gpumem_gui.core.spec.model import ModelSpec
 
@@ -51,6 +52,8 @@ def kv_bytes_per_token_per_layer(
     """Cache bytes one token costs in each layer (before any sliding-window cap)."""
     if spec.encoder is not None:  # an encoder keeps no KV cache (BertModel.forward: use_cache = False)
         return (0,) * spec.num_layers
+    if spec.gemma4 is not None:  # Gemma 4: the full layers' own head dim and KV heads (spec/gemma4.py)
+        return tuple(round(sum(kv_elems(spec, i)) * bytes_per_element) for i in range(spec.num_layers))
     k, v = kv_elements_per_token(spec, mla_layout)
     per = round((k + v) * bytes_per_element)
     ix = spec.mla.indexer if spec.mla is not None else None

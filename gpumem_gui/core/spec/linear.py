@@ -22,11 +22,13 @@ class LinearAttentionSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: Literal["gated_deltanet", "lightning"] = Field(
+    kind: Literal["gated_deltanet", "lightning", "kda"] = Field(
         "gated_deltanet",
         description="gated_deltanet: Qwen3NextGatedDeltaNet; lightning: MiniMaxLightningAttention "
         "(models/minimax/modeling_minimax.py): qkv_proj, SiLU, blockwise linear attention with a per-head "
-        "decay, no conv (conv_kernel 0), a [heads, head_dim, head_dim] state in the activation dtype",
+        "decay, no conv (conv_kernel 0), a [heads, head_dim, head_dim] state in the activation dtype; kda: "
+        "Kimi Delta Attention (models/kimi_linear/modeling_kimi_linear.py KimiLinearDeltaAttention, "
+        "BailingHybridDeltaAttention): q/k/v projections of equal heads, a per-channel decay, an fp32 state",
     )
     key_heads: _Size = Field(description="linear_num_key_heads (Qwen3NextConfig default 16)")
     value_heads: _Size = Field(description="linear_num_value_heads (Qwen3NextConfig default 32)")
@@ -44,10 +46,22 @@ class LinearAttentionSpec(BaseModel):
         "of the fused, head-interleaved in_proj_qkvz / in_proj_ba (Qwen3NextGatedDeltaNet)",
     )
 
+    kda_gates: Literal["low_rank", "full", "full_safe"] = Field(
+        "low_rank",
+        description="KDA only: low_rank: forget and output gates through a head_dim bottleneck (KimiLinear"
+        "ForgetGate f_a_proj/f_b_proj, g_a_proj/g_b_proj, fp32 decay); full: one hidden -> heads x head_dim "
+        "projection each (BailingHybridForgetGate f_proj, g_proj; the decay cast to the activation dtype); "
+        "full_safe: the same, bounded (kda_safe_gate: lower_bound * sigmoid)",
+    )
+
     @model_validator(mode="after")
     def _check(self) -> LinearAttentionSpec:
-        if self.kind == "gated_deltanet" and self.conv_kernel < 1:
-            raise ValueError("a gated DeltaNet needs a conv kernel of at least 1")
+        if self.kind in ("gated_deltanet", "kda") and self.conv_kernel < 1:
+            raise ValueError(f"a {self.kind} layer needs a conv kernel of at least 1")
+        if self.kind == "kda" and (
+            self.key_heads != self.value_heads or self.key_head_dim != self.value_head_dim
+        ):
+            raise ValueError("KDA has equal q/k/v heads and widths (linear_num_heads x linear_head_dim)")
         if self.kind == "lightning" and (
             self.key_heads != self.value_heads or self.key_head_dim != self.value_head_dim or self.conv_kernel
         ):
@@ -85,8 +99,9 @@ class LinearAttentionSpec(BaseModel):
     @property
     def recurrent_state_fp32(self) -> bool:
         """The gated delta rule returns an fp32 state; lightning attention keeps its ``K^T V`` sums in the
-        dtype of the values (``torch.zeros(..., dtype=value_states.dtype)``)."""
-        return self.kind == "gated_deltanet"
+        dtype of the values (``torch.zeros(..., dtype=value_states.dtype)``); KDA's cache keeps
+        ``last_recurrent_state.to(torch.float32)`` (KimiLinearDeltaAttention.forward)."""
+        return self.kind != "lightning"
 
     @property
     def recurrent_state_elems(self) -> int:
@@ -107,5 +122,6 @@ class ShortConvSpec(BaseModel):
 
 # the layer types that keep no per-token keys and values: a fixed state per sequence instead (transformers
 # cache_utils.py: LinearAttentionLayer for the gated DeltaNet, the short conv and Mamba-2), or nothing (an
-# MLP-only layer of NemotronHBlock, whose cache layer stays empty)
-STATE_LAYER_TYPES = frozenset({"linear_attention", "conv", "mamba", "mlp"})
+# MLP-only layer of NemotronHBlock, whose cache layer stays empty; a cross-attention layer, which a text-only
+# forward skips and whose cache layer stays empty too: MllamaTextModel.forward, spec/cross_attention.py)
+STATE_LAYER_TYPES = frozenset({"linear_attention", "conv", "mamba", "mlp", "cross_attention"})

@@ -40,6 +40,16 @@ class Mamba2Spec(BaseModel):
     )
     conv_bias: bool = Field(description="use_conv_bias (NemotronHConfig default True)")
     proj_bias: bool = Field(description="use_bias (NemotronHConfig default False): in_proj and out_proj")
+    gated_norm: bool = Field(
+        True,
+        description="the grouped gated RMSNorm (and its weight); without it the scan output is multiplied by "
+        "silu(gate) (FalconH1Mixer with mamba_rms_norm false)",
+    )
+    mup: bool = Field(
+        False,
+        description="FalconH1Mixer: the input times ssm_in_multiplier and in_proj's output times the "
+        "mup_vector buffer (projection-wide, the weights' dtype), each a new tensor",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Mamba2Spec:
@@ -142,7 +152,8 @@ def mamba2_tensors(spec: ModelSpec, i: int) -> Iterator[Tensor]:
     yield from _linear(f"{p}.in_proj", h, mb.projection, mb.proj_bias, "attention", i)
     yield Tensor(f"{p}.dt_bias", (mb.heads,), "attention", i)
     yield Tensor(f"{p}.A_log", (mb.heads,), "attention", i)
-    yield Tensor(f"{p}.norm.weight", (mb.inner,), "norms", i)
+    if mb.gated_norm:
+        yield Tensor(f"{p}.norm.weight", (mb.inner,), "norms", i)
     yield Tensor(f"{p}.D", (mb.heads,), "attention", i)
     yield from _linear(f"{p}.out_proj", mb.inner, h, mb.proj_bias, "attention", i)
 

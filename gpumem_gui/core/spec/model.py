@@ -19,9 +19,11 @@ from gpumem_gui.core.spec.arch_traits import ArchTraits
 from gpumem_gui.core.spec.base import MAX_LAYERS, MAX_SIZE, Frozen, NonNegInt, PositiveInt
 from gpumem_gui.core.spec.dsa import IndexerSpec
 from gpumem_gui.core.spec.encoder import EncoderSpec
+from gpumem_gui.core.spec.gemma4 import Gemma4Spec
 from gpumem_gui.core.spec.linear import LinearAttentionSpec, ShortConvSpec
 from gpumem_gui.core.spec.mamba import Mamba1Spec, Mamba2Spec
 from gpumem_gui.core.spec.seq2seq import Seq2SeqSpec
+from gpumem_gui.core.spec.vision import VisionTower
 
 # re-exported: the spec's building blocks are imported from here across the core
 __all__ = [
@@ -43,7 +45,15 @@ NormKind = Literal["rmsnorm", "layernorm"]
 # chunked_attention: Llama 4's local layers (masking_utils create_chunked_causal_mask; cached as sliding)
 # mamba: a Mamba-2 mixer alone; mlp: an MLP alone (NemotronHBlock, one sub-layer per layer: spec/mamba.py)
 LayerType = Literal[
-    "full_attention", "sliding_attention", "chunked_attention", "linear_attention", "conv", "mamba", "mlp"
+    "full_attention",
+    "sliding_attention",
+    "chunked_attention",
+    "linear_attention",
+    "conv",
+    "mamba",
+    "hybrid",  # FalconH1DecoderLayer: a Mamba-2 mixer and attention side by side (KV cache and state)
+    "mlp",
+    "cross_attention",  # MllamaCrossAttentionDecoderLayer: attends to vision tokens (spec/cross_attention.py)
 ]
 # l2: weightless L2 norm per head after the rotary, on the rotary layers only (Llama4TextL2Norm)
 QKNorm = Literal["none", "per_head", "full_width", "l2"]
@@ -99,6 +109,11 @@ class MLASpec(Frozen):
     indexer: IndexerSpec | None = Field(
         None, description="DSA lightning indexer (DeepseekV32Attention.indexer); None: plain MLA"
     )
+    head_gate: bool = Field(
+        False,
+        description="g_proj (hidden -> heads): the attention output times sigmoid(g_proj(x).float()) per "
+        "head before o_proj (BailingHybridAttention)",
+    )
 
     @property
     def qk_head_dim(self) -> int:
@@ -114,7 +129,13 @@ class VisionSpec(Frozen):
     position_embedding_params: NonNegInt = Field(
         0, description="learned patch-position table inside the tower"
     )
+    embedding_table_params: NonNegInt = Field(
+        0, description="nn.Embedding tables among the projector's parameters (Gemma 3n's hard-token tables)"
+    )
     image_tokens: NonNegInt = Field(0, description="tokens one image adds to the text sequence")
+    tower: VisionTower | None = Field(
+        None, description="the tower's forward, for its activations (spec/vision.py); None: not modelled"
+    )
 
     @property
     def params(self) -> int:
@@ -152,6 +173,9 @@ class ModelSpec(Frozen):
         None, description="token-embedding width when it differs from hidden_size (OPT-350m: project_in/out)"
     )
     embedding_norm: bool = Field(False, description="a norm right after the token embedding (BLOOM)")
+    embedding_padding_rows: NonNegInt = Field(
+        0, description="rows the token embedding holds beyond vocab_size (MllamaTextModel: vocab_size + 8)"
+    )
     position_embedding: PositionEmbedding = "rope"
     learned_position_rows: NonNegInt = Field(0, description="rows of a learned absolute position table")
     max_position_embeddings: PositiveInt = 2048
@@ -258,6 +282,9 @@ class ModelSpec(Frozen):
     altup: AltUpSpec | None = Field(
         None, description="Gemma 3n's per-layer inputs, AltUp and Laurel blocks (spec/altup.py)"
     )
+    gemma4: Gemma4Spec | None = Field(
+        None, description="Gemma 4's per-layer-type heads, k = v attention, PLE, MoE block (spec/gemma4.py)"
+    )
 
     @model_validator(mode="after")
     def _check_rotary_dim(self) -> ModelSpec:
@@ -300,7 +327,7 @@ class ModelSpec(Frozen):
 
     @model_validator(mode="after")
     def _check_mamba(self) -> ModelSpec:
-        if "mamba" in self.layer_types and self.mamba is None:
+        if ("mamba" in self.layer_types or "hybrid" in self.layer_types) and self.mamba is None:
             raise ValueError("layer_types has mamba layers but the mamba spec is not set")
         if "mlp" in self.layer_types and self.traits.block != "single":
             raise ValueError("mlp-only layers need the single-mixer block (traits.block single)")

@@ -16,6 +16,7 @@ from pydantic import Field
 
 from gpumem_gui.core.spec.altup import altup_tensors
 from gpumem_gui.core.spec.dsa import IndexerSpec
+from gpumem_gui.core.spec.gemma4 import gemma4_tensors
 from gpumem_gui.core.spec.mamba import mamba_tensors, single_layer_tensors
 from gpumem_gui.core.spec.model import Frozen, ModelSpec
 
@@ -93,11 +94,42 @@ def _dsa_indexer(ix: IndexerSpec, q_rank: int, h: int, p: str, i: int) -> Iterat
     yield from _linear(f"{p}.weights_proj", h, ix.n_heads, False, "attention", i)
 
 
+def _kda(spec: ModelSpec, i: int) -> Iterator[Tensor]:
+    """KimiLinearDeltaAttention.__init__ (BailingHybridDeltaAttention's where ``kda_gates`` is full): q/k/v
+    projections, the depthwise conv1d (no bias), the forget gate (f_a_proj/f_b_proj or f_proj, dt_bias,
+    A_log [1, 1, H, 1] or [H]), b_proj, the output gate (g_a_proj/g_b_proj or g_proj), o_norm, o_proj."""
+    la, h, p = spec.linear_attention, spec.hidden_size, f"layers.{i}.self_attn"
+    assert la is not None
+    hd, heads, w = la.key_head_dim, la.key_heads, la.key_dim
+    for name in ("q_proj", "k_proj", "v_proj"):
+        yield from _linear(f"{p}.{name}", h, w, False, "attention", i)
+    yield Tensor(f"{p}.conv1d.weight", (la.conv_dim, 1, la.conv_kernel), "attention", i)
+    if la.kda_gates == "low_rank":
+        yield from _linear(f"{p}.forget_gate.f_a_proj", h, hd, False, "attention", i)
+        yield from _linear(f"{p}.forget_gate.f_b_proj", hd, w, False, "attention", i)
+        yield Tensor(f"{p}.forget_gate.A_log", (1, 1, heads, 1), "attention", i)
+    else:
+        yield from _linear(f"{p}.forget_gate.f_proj", h, w, False, "attention", i)
+        yield Tensor(f"{p}.forget_gate.A_log", (heads,), "attention", i)
+    yield Tensor(f"{p}.forget_gate.dt_bias", (w,), "attention", i)
+    yield from _linear(f"{p}.b_proj", h, heads, False, "attention", i)
+    if la.kda_gates == "low_rank":
+        yield from _linear(f"{p}.g_a_proj", h, hd, False, "attention", i)
+        yield from _linear(f"{p}.g_b_proj", hd, w, False, "attention", i)
+    else:
+        yield from _linear(f"{p}.g_proj", h, w, False, "attention", i)
+    yield Tensor(f"{p}.o_norm.weight", (hd,), "norms", i)
+    yield from _linear(f"{p}.o_proj", w, h, False, "attention", i)
+
+
 def _linear_attention(spec: ModelSpec, i: int) -> Iterator[Tensor]:
     """Qwen3NextGatedDeltaNet.__init__: in_proj_qkvz, in_proj_ba, the depthwise conv1d (no bias), dt_bias,
     A_log, the gated RMSNorm over one value head, out_proj."""
     la, h, p = spec.linear_attention, spec.hidden_size, f"layers.{i}.linear_attn"
     assert la is not None
+    if la.kind == "kda":
+        yield from _kda(spec, i)
+        return
     if la.kind == "lightning":  # MiniMaxLightningAttention.__init__: norm, qkv_proj, out_proj, output_gate
         p, w = f"layers.{i}.self_attn", la.key_heads * la.key_head_dim
         yield Tensor(f"{p}.norm.weight", (w,), "norms", i)
@@ -142,6 +174,8 @@ def _attention(spec: ModelSpec, i: int) -> Iterator[Tensor]:
     if spec.resolved_layer_types[i] == "mamba":  # JambaMambaMixer (spec/mamba.py)
         yield from mamba_tensors(spec, i)
         return
+    if spec.resolved_layer_types[i] == "hybrid":  # FalconH1DecoderLayer: the Mamba-2 mixer beside attention
+        yield from mamba_tensors(spec, i)
     if spec.mla is not None:
         m, a = spec.mla, spec.num_attention_heads
         if m.q_lora_rank is None:
@@ -158,6 +192,8 @@ def _attention(spec: ModelSpec, i: int) -> Iterator[Tensor]:
             f"{p}.kv_b_proj", m.kv_lora_rank, a * (m.qk_nope_head_dim + m.v_head_dim), False, "attention", i
         )
         yield from _linear(f"{p}.o_proj", a * m.v_head_dim, h, spec.o_bias, "attention", i)
+        if m.head_gate:  # BailingHybridAttention.g_proj
+            yield from _linear(f"{p}.g_proj", h, a, False, "attention", i)
         if m.indexer is not None and m.q_lora_rank is not None and m.indexer.has_indexer(i):
             yield from _dsa_indexer(m.indexer, m.q_lora_rank, h, f"{p}.indexer", i)
         return
@@ -169,6 +205,11 @@ def _attention(spec: ModelSpec, i: int) -> Iterator[Tensor]:
         yield from _linear(f"{p}.k_proj", h, kv, spec.qkv_bias, "attention", i)
         yield from _linear(f"{p}.v_proj", h, kv, spec.qkv_bias, "attention", i)
     yield from _linear(f"{p}.o_proj", q, h, spec.o_bias, "attention", i)
+    if spec.resolved_layer_types[i] == "cross_attention":  # MllamaCrossAttentionDecoderLayer
+        yield from _norm_tensors(spec, f"{p}.q_norm", spec.head_dim, i)  # MllamaTextCrossAttention
+        yield from _norm_tensors(spec, f"{p}.k_norm", spec.head_dim, i)
+        yield Tensor(f"layers.{i}.cross_attn_attn_gate", (1,), "attention", i)
+        yield Tensor(f"layers.{i}.cross_attn_mlp_gate", (1,), "attention", i)
     if spec.attention_sinks:  # GptOssAttention.sinks
         yield Tensor(f"{p}.sinks", (spec.num_attention_heads,), "attention", i)
     if spec.qk_norm == "per_head":
@@ -234,8 +275,11 @@ def text_tensors(spec: ModelSpec) -> Iterator[Tensor]:
 
         yield from seq2seq_tensors(spec)
         return
+    if spec.gemma4 is not None:  # Gemma4TextModel (spec/gemma4.py)
+        yield from gemma4_tensors(spec, Tensor)
+        return
     h, e_dim = spec.hidden_size, spec.token_embedding_dim
-    yield Tensor("embed_tokens.weight", (spec.vocab_size, e_dim), "embedding")
+    yield Tensor("embed_tokens.weight", (spec.vocab_size + spec.embedding_padding_rows, e_dim), "embedding")
     if spec.position_embedding == "learned":
         yield Tensor("embed_positions.weight", (spec.learned_position_rows, h), "position_embedding")
     if e_dim != h:

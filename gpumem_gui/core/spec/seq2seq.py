@@ -1,5 +1,5 @@
 """``Seq2SeqSpec``: what makes a :class:`~gpumem_gui.core.spec.model.ModelSpec` an encoder-decoder (T5, mT5,
-UMT5) rather than a decoder-only model.
+UMT5, BART) rather than a decoder-only model.
 
 The ModelSpec's ordinary fields describe one block of the model (``hidden_size`` = ``d_model``, the heads,
 ``head_dim`` = ``d_kv``, ``intermediate_size`` = ``d_ff``, the gated or plain MLP, RMSNorm without bias); its
@@ -15,6 +15,11 @@ block's attention owns ``relative_attention_bias``), a decoder ``T5Stack`` (the 
 ``models/umt5/modeling_umt5.py``: every self-attention owns a bias table
 (``has_relative_attention_bias=True``).
 
+``models/bart/modeling_bart.py`` ``BartForConditionalGeneration`` (``block`` = ``bart``): the shared embedding
+(tied to ``lm_head`` unless the config unties it), per stack a learned position table (max positions + 2 rows)
+and ``layernorm_embedding``, post-norm layers with biases everywhere (``fc1`` / ``fc2`` as the plain MLP), no
+bias table and no final norm; ``final_logits_bias`` is a buffer.
+
 The generation cache is ``EncoderDecoderCache`` (``cache_utils.py``): a ``DynamicCache`` of the decoder's
 self-attention keys and values per target token, and one of the cross-attention keys and values, computed once
 from the encoder's output (source tokens) per decoder layer.
@@ -22,7 +27,7 @@ from the encoder's output (source tokens) per decoder layer.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,12 +46,25 @@ class Seq2SeqSpec(BaseModel):
     decoder_layers: Annotated[int, Field(gt=0, le=1 << 12)] = Field(
         description="blocks of the decoder stack (T5Config.num_decoder_layers, default num_layers)"
     )
+    block: Literal["t5", "bart"] = Field(
+        "t5",
+        description="t5: T5Block (pre-norm RMSNorm, relative position bias, no biases); bart: "
+        "BartEncoderLayer / BartDecoderLayer (post-norm LayerNorm, biases, learned positions and "
+        "layernorm_embedding per stack)",
+    )
     relative_attention_num_buckets: Annotated[int, Field(gt=0, le=1 << 16)] = Field(
+        32,
         description="rows of each relative_attention_bias table (nn.Embedding(num_buckets, n_heads); "
-        "T5Config default 32)"
+        "T5Config default 32)",
     )
     relative_attention_max_distance: Annotated[int, Field(gt=0, le=1 << 24)] = Field(
-        description="distance beyond which all relative positions share a bucket (T5Config default 128)"
+        128, description="distance beyond which all relative positions share a bucket (T5Config default 128)"
+    )
+    embed_scale: bool = Field(
+        False, description="BartScaledWordEmbedding multiplies by sqrt(d_model) (BartConfig.scale_embedding)"
+    )
+    activation_dropout: Annotated[float, Field(ge=0, lt=1)] = Field(
+        0.0, description="dropout after the feed-forward activation (BartConfig.activation_dropout)"
     )
     bias_every_layer: bool = Field(
         False,
@@ -73,17 +91,21 @@ def is_decoder_layer(spec: ModelSpec, i: int) -> bool:
     return spec.seq2seq is not None and i >= spec.seq2seq.encoder_layers
 
 
-def refuse_seq2seq(spec: ModelSpec, field: str = "model") -> None:
-    """Fine-tuning memory of encoder-decoders is not modelled yet (inference is: runtimes/seq2seq.py): a
-    training run refuses rather than replaying them as a decoder-only model."""
+def check_positions(spec: ModelSpec, source: int, target: int) -> None:
+    """BART's learned position tables hold ``max_position_embeddings`` rows per stack (T5's relative positions
+    have no limit): longer source or target sequences are refused, naming the field."""
     from gpumem_gui.core.errors import GpumemInputError
 
-    if spec.seq2seq is not None:
-        raise GpumemInputError(
-            f"{spec.name} is an encoder-decoder: its inference is modelled, its "
-            "fine-tuning not yet; measure it with `gpumem trace --mode train`",
-            field=field,
-        )
+    s2s = spec.seq2seq
+    if s2s is None or s2s.block != "bart":
+        return
+    limit = spec.max_position_embeddings
+    for field, n in (("seq", source), ("new_tokens", target)):
+        if n > limit:
+            raise GpumemInputError(
+                f"{n} tokens exceed {spec.name}'s {limit} learned positions (max_position_embeddings)",
+                field=field,
+            )
 
 
 def cross_cache_bytes_per_source_token(spec: ModelSpec, bytes_per_element: float = 2) -> int:

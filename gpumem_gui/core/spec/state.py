@@ -37,7 +37,7 @@ def layer_state_elems(spec: ModelSpec, layer_type: str) -> tuple[int, int]:
         return la.conv_state_elems, la.recurrent_state_elems
     if layer_type == "conv" and sc is not None:
         return spec.hidden_size * sc.kernel, 0
-    if layer_type == "mamba" and spec.mamba is not None:  # NemotronHMamba2Mixer: conv state, final state
+    if layer_type in ("mamba", "hybrid") and spec.mamba is not None:  # Mamba-2: conv state, final state
         return spec.mamba.conv_state_elems, spec.mamba.recurrent_state_elems
     return 0, 0
 
@@ -138,8 +138,8 @@ def describe_linear_attention(spec: ModelSpec) -> str | None:
             f"Mamba on {n} of {spec.num_layers} layers: {mb1.inner} channels, state {mb1.state_size}, conv "
             f"{mb1.conv_kernel}; fixed state {per / (1 << 20):.1f} MiB per sequence (bf16)"
         )
-    if spec.mamba is not None:
-        mb, n = spec.mamba, spec.resolved_layer_types.count("mamba")
+    if spec.mamba is not None:  # hybrid: beside attention in the same layer (FalconH1DecoderLayer)
+        mb, n = spec.mamba, sum(t in ("mamba", "hybrid") for t in spec.resolved_layer_types)
         return (
             f"Mamba-2 on {n} of {spec.num_layers} layers: {mb.heads} heads of {mb.head_dim}, state "
             f"{mb.state_size}, conv {mb.conv_kernel}; fixed state {per / (1 << 20):.1f} MiB per sequence "
@@ -159,6 +159,12 @@ def describe_linear_attention(spec: ModelSpec) -> str | None:
             f"lightning attention on {n} of {spec.num_layers} layers: {la.key_heads} heads of "
             f"{la.key_head_dim}, blocks of {la.chunk_size}; fixed state {per / (1 << 20):.1f} MiB per "
             "sequence (bf16)"
+        )
+    if la.kind == "kda":  # KimiLinearDeltaAttention / BailingHybridDeltaAttention
+        return (
+            f"Kimi Delta Attention on {n} of {spec.num_layers} layers: {la.key_heads} heads of "
+            f"{la.key_head_dim}, conv {la.conv_kernel}; fixed state {per / (1 << 20):.1f} MiB per sequence "
+            "(bf16)"
         )
     dims = (
         f"{la.key_head_dim}"

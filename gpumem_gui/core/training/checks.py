@@ -8,14 +8,15 @@ from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.replay import adapters
 from gpumem_gui.core.replay.adapters import ALL_LINEAR
 from gpumem_gui.core.replay.model import model_tensors
+from gpumem_gui.core.spec import gemma4
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, check_degrees
-from gpumem_gui.core.spec.seq2seq import refuse_seq2seq
 from gpumem_gui.core.training.frameworks import framework
 from gpumem_gui.core.training.precision import precision
 from gpumem_gui.core.training.profiles import check as check_profile
 from gpumem_gui.core.training.profiles import profile
 from gpumem_gui.core.training.run import TrainingRun
+from gpumem_gui.core.training.seq2seq import check_seq2seq_training
 
 
 def lora_targets(run: TrainingRun) -> tuple[str, ...]:
@@ -117,8 +118,9 @@ def check_training(spec: ModelSpec, run: TrainingRun) -> tuple[str, ...]:
     la = spec.linear_attention
     if la is not None and la.kind == "lightning" and run.grad_ckpt:
         warnings.append(f"approximate: {LIGHTNING_TRAINING}")
-    refuse_seq2seq(spec)  # encoder-decoders: inference only (spec/seq2seq.py)
+    check_seq2seq_training(spec, run)  # encoder-decoders: one GPU, full or LoRA (training/seq2seq.py)
     check_degrees(spec, Degrees(tp=run.tp, pp=run.pp, ep=run.ep))
+    gemma4.check_run(spec, tp=run.tp, pp=run.pp, ep=run.ep, cp=run.cp)  # Gemma 4: one GPU (spec/gemma4.py)
     stateful = spec.linear_attention is not None or spec.short_conv is not None or spec.mamba is not None
     if stateful and (run.tp > 1 or run.cp > 1):
         raise GpumemInputError(

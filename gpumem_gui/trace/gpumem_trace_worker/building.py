@@ -150,6 +150,7 @@ def same_device_to() -> Iterator[None]:
 
 # the local folder whose .py files a config's auto_map names (set per request by handle())
 CODE_DIR: contextvars.ContextVar[str | None] = contextvars.ContextVar("CODE_DIR", default=None)
+WHOLE_MODEL = contextvars.ContextVar("WHOLE_MODEL", default=False)  # a prompt with images (vision.py)
 
 
 def _replace_params(module: Any, *args: Any, **kwargs: Any) -> Any:
@@ -253,7 +254,7 @@ def build(
         raise TraceError(f"unknown task {task!r}; tasks: {', '.join(TASKS)}", field="task")
     auto = getattr(transformers, TASKS[task]) if task is not None else auto_class(cfg)  # seq2seq.py
 
-    if is_multimodal(cfg) and task is None and whole_model(cfg):
+    if is_multimodal(cfg) and task is None and (WHOLE_MODEL.get() or whole_model(cfg)):
         auto = transformers.AutoModelForImageTextToText  # no causal LM of the text config alone
         notes.append("multimodal: the whole model is built (its vision tower loaded) and run with text only")
     elif is_multimodal(cfg):

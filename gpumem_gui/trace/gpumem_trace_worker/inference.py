@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from typing import Any
 
 from .building import (
     DTYPES,
+    WHOLE_MODEL,
     add_vision,
     attn_used,
     build,
@@ -19,17 +21,27 @@ from .building import (
 )
 from .seq2seq import is_seq2seq, trace_generate
 from .tracking import flat, memory_tracker
+from .vision import constant_grids, image_inputs, image_request
+
+# DeepseekV4HCACache / DeepseekV4CSACache (models/deepseek_v4/modeling_deepseek_v4.py): the compressors'
+# state, dicts of tensors keyed by entry ("compressor", "indexer")
+_COMPRESSOR_STATE = ("buffer_kv", "buffer_gate", "compressed_kv", "overlap_kv", "overlap_gate")
 
 
 def cache_bytes(cache: Any) -> int:
     """Bytes of the tensors a transformers cache holds, as views (a sliding layer's window, not the storage
-    of the concatenation it is a view of): what ``DynamicCache`` reports."""
+    of the concatenation it is a view of): what ``DynamicCache`` reports; DeepSeek-V4's layers add their
+    compressors' state and hold ``values is keys`` (counted once)."""
     import torch
 
     tot = 0
     for lay in getattr(cache, "layers", None) or []:
-        for t in vars(lay).values():
-            if isinstance(t, torch.Tensor) and t.numel() > 1:
+        held = list(vars(lay).values())
+        held += [t for name in _COMPRESSOR_STATE for t in (getattr(lay, name, None) or {}).values()]
+        seen: set[int] = set()
+        for t in held:
+            if isinstance(t, torch.Tensor) and t.numel() > 1 and id(t) not in seen:
+                seen.add(id(t))
                 tot += t.numel() * t.element_size()
     return tot
 
@@ -74,13 +86,19 @@ def trace_inference(
     dtype = getattr(torch, DTYPES[run.get("compute_dtype", "bf16")])
     keep = 0 if run.get("logits", "last") == "all" else 1
     out: dict[str, Any] = {"notes": notes, "quantization": quantization_notes(raw, notes)}
+    req = image_request(cfg, run)  # images in the prompt (vision.py); None: text only
+    grids = constant_grids() if req is not None else contextlib.nullcontext()
     with FakeTensorMode(), readable_failures():
         task = run.get("task")
-        model = build(cfg, dtype, run.get("attn", "sdpa"), trust_remote_code, notes, task).eval()
+        whole = WHOLE_MODEL.set(req is not None)  # images: the whole model, its vision tower run on them
+        try:
+            model = build(cfg, dtype, run.get("attn", "sdpa"), trust_remote_code, notes, task).eval()
+        finally:
+            WHOLE_MODEL.reset(whole)
         out["attn_implementation_used"] = attn_used(model)
         mt = memory_tracker()
         mt.track_external(model)
-        with mt, torch.no_grad():
+        with mt, torch.no_grad(), grids:  # grids: after the build imported the modeling code
             mt.enter("prefill")
             ids = token_ids(cfg, batch, seq)
             if is_seq2seq(cfg):  # an encoder-decoder: generate()'s encoder pass and steps (seq2seq.py)
@@ -94,15 +112,24 @@ def trace_inference(
                 del res, ids
                 new = 0
             else:
-                res = model(input_ids=ids, use_cache=True, logits_to_keep=keep)
+                extra: dict[str, Any] = {}
+                if req is not None:  # the processor's outputs for the images, their tokens before the text
+                    del ids
+                    ids, extra = image_inputs(model, cfg, batch, seq, req)
+                    out["image_tokens"] = int(ids.shape[1]) - seq
+                    notes[:] = [n for n in notes if "run with text only" not in n]
+                    notes.append(f"images: {req[0]} of {req[1]} x {req[1]} pixels per sequence (vision.py)")
+                    seq = int(ids.shape[1])
+                res = model(input_ids=ids, use_cache=True, logits_to_keep=keep, **extra)
                 out["logits_bytes"] = int(res.logits.numel() * res.logits.element_size())
                 cache = res.past_key_values
                 out["kv_cache_bytes"] = cache_bytes(cache)
-                del res, ids, cache
+                del res, ids, cache, extra
             if new > 0:
                 _decode(model, mt, cfg, batch, seq + new - 1, out)
         out["phases"] = {k: v for k, v in mt.phase_peaks.items() if k != "warmup"}
         out["phases"]["load"] = flat(mt.get_tracker_snapshot("current"))
-        add_vision(out, cfg, dtype)
+        if req is None:  # with images the whole model was built: its vision tower is in every phase
+            add_vision(out, cfg, dtype)
         del model
     return out

@@ -22,10 +22,15 @@ def is_seq2seq(cfg: Any) -> bool:
 
 def auto_class(cfg: Any) -> Any:
     """The Auto class of a model without a task head: ``AutoModelForSeq2SeqLM`` for an encoder-decoder,
-    ``AutoModelForCausalLM`` otherwise."""
+    ``AutoModelForCausalLM`` otherwise; ``AutoModelForPreTraining`` for a config that only it maps to a causal
+    LM (transformers 5.24 lists Mistral4ForCausalLM under MODEL_FOR_PRETRAINING_MAPPING_NAMES alone)."""
     import transformers
 
-    return transformers.AutoModelForSeq2SeqLM if is_seq2seq(cfg) else transformers.AutoModelForCausalLM
+    if is_seq2seq(cfg):
+        return transformers.AutoModelForSeq2SeqLM
+    causal, pretraining = transformers.AutoModelForCausalLM, transformers.AutoModelForPreTraining
+    own = pretraining._model_mapping.get(type(cfg), None) if type(cfg) not in causal._model_mapping else None
+    return pretraining if own is not None and own.__name__.endswith("ForCausalLM") else causal
 
 
 def _cache_of(res: Any) -> Any:

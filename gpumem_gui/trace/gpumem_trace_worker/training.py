@@ -41,6 +41,7 @@ _DROPOUT_KEYS = (
     "dropout",
     "hidden_dropout_prob",  # BertConfig / RobertaConfig (classifier_dropout None follows hidden_dropout_prob)
     "attention_probs_dropout_prob",
+    "dropout_rate",  # T5Config / MT5Config / UMT5Config: every dropout of the model
 )
 
 

@@ -1,0 +1,74 @@
+"""The vision tower's forward shape (:class:`~gpumem_gui.core.spec.vision.VisionTower`) from a Qwen-VL
+``vision_config`` (Qwen2_5_VLVisionConfig / Qwen3VLVisionConfig, transformers 5.24), for the replay of its
+activations (:mod:`gpumem_gui.core.replay.vision`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.readers.config_fields import ConfigReader
+from gpumem_gui.core.spec.vision import VisionTower
+
+
+def _indexes(v: ConfigReader, key: str) -> tuple[int, ...]:
+    """Block indices (an index past the last block never matches, as in the modeling code)."""
+    raw = v.get(key, default=[])
+    if not isinstance(raw, list | tuple) or not all(isinstance(i, int) and i >= 0 for i in raw):
+        raise GpumemInputError("must be a list of vision block indices", source=v.source, field=key)
+    return tuple(raw)
+
+
+def qwen_tower(v: ConfigReader, kind: Literal["qwen2_5_vl", "qwen3_vl"], max_pixels: int) -> VisionTower:
+    """The tower of ``v`` (its class defaults merged in); ``max_pixels``: the processor's largest image."""
+    depth, h, heads = v.int("depth"), v.int("hidden_size"), v.int("num_heads")
+    if h % heads:
+        raise GpumemInputError(
+            f"hidden_size ({h}) must be divisible by num_heads ({heads}) (the vision attention's head_dim)",
+            source=v.source,
+            field="num_heads",
+        )
+    windowed = kind == "qwen2_5_vl"
+    return VisionTower(
+        kind=kind,
+        hidden_size=h,
+        depth=depth,
+        num_heads=heads,
+        intermediate_size=v.int("intermediate_size"),
+        patch_size=v.int("patch_size"),
+        temporal_patch_size=v.int("temporal_patch_size"),
+        in_channels=v.int("in_channels"),
+        spatial_merge_size=v.int("spatial_merge_size"),
+        out_hidden_size=v.int("out_hidden_size"),
+        window_size=v.int("window_size") if windowed else 0,
+        fullatt_block_indexes=_indexes(v, "fullatt_block_indexes") if windowed else (),
+        deepstack_visual_indexes=() if windowed else _indexes(v, "deepstack_visual_indexes"),
+        max_side=math.isqrt(max_pixels),
+    )
+
+
+def pixtral_tower(v: ConfigReader, merge: int, text_hidden: int) -> VisionTower:
+    """PixtralVisionConfig (defaults merged in) and Mistral3Config's ``spatial_merge_size``; the projector
+    ends in the text model's width; the processor passes images up to ``image_size`` a side."""
+    h, heads = v.int("hidden_size"), v.int("num_attention_heads")
+    hd = v.int("head_dim", default=h // heads)
+    if hd * heads != h:
+        raise GpumemInputError(
+            f"head_dim x num_attention_heads ({hd} x {heads}) must be hidden_size ({h}) (PixtralAttention)",
+            source=v.source,
+            field="head_dim",
+        )
+    return VisionTower(
+        kind="pixtral",
+        hidden_size=h,
+        depth=v.int("num_hidden_layers"),
+        num_heads=heads,
+        intermediate_size=v.int("intermediate_size"),
+        patch_size=v.int("patch_size"),
+        temporal_patch_size=1,
+        in_channels=v.int("num_channels"),
+        spatial_merge_size=merge,
+        out_hidden_size=text_hidden,
+        max_side=v.int("image_size"),
+    )

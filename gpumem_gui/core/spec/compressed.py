@@ -1,0 +1,127 @@
+"""DeepSeek-V4's compressed attention: what its cache holds after ``tokens`` tokens, a rule of the length.
+
+transformers 5.24 (``models/deepseek_v4/modeling_deepseek_v4.py``) gives every layer a sliding-window K=V
+branch (one shared-KV head of ``head_dim``) and, on ``compressed_sparse_attention`` (CSA, rate m = 4) and
+``heavily_compressed_attention`` (HCA, rate m' = 128) layers, a compressor that turns each closed window of
+m source tokens into one ``head_dim`` entry. The cache layers:
+
+* ``DynamicSlidingWindowLayer`` (``sliding_attention``): keys and values, two tensors, ``window - 1`` tokens
+  at most.
+* ``DeepseekV4HCACache``: the same window, but ``values`` is ``keys`` (one tensor); ``buffer_kv`` /
+  ``buffer_gate`` hold the ``tokens mod m`` projected tokens not yet compressed (``kv_proj`` / ``gate_proj``,
+  ``head_dim`` each, activation dtype); ``compressed_kv`` the ``tokens // m`` entries.
+* ``DeepseekV4CSACache``: an HCA cache whose compressor projects ``2 x head_dim`` per token (the overlapping
+  series Ca / Cb) and a second entry, the indexer's own compressor (``2 x index_head_dim``, entries of
+  ``index_head_dim``); once a window has closed, ``update_overlap_state`` keeps the last window's Ca slice:
+  ``overlap_kv`` [m, dim] in the activation dtype and ``overlap_gate`` [m, dim] in fp32 (the gate plus the
+  fp32 ``position_bias``), for each of the two.
+
+The state is the same after one prefill of L tokens as after any prefill / decode split of them (measured:
+tests/reference/extra/compressed_cache.json). Its bytes grow by (head_dim + index_head_dim) x 2 / 4 per
+token on each CSA layer and head_dim x 2 / 128 on each HCA layer (DeepSeek-V4-Flash: 6,880 B per token),
+while the first ``window - 1`` tokens also fill the window (1,024 B per token and layer, 2,048 on the
+sliding-only layers): no per-token figure describes it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from gpumem_gui.core.spec.base import Frozen, PositiveInt
+
+CompressedLayer = Literal["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"]
+# DeepseekV4CSACache.update_overlap_state: overlap_gate is chunk_gate (+ the fp32 position_bias), fp32
+_FP32 = 4
+
+
+class CompressedAttentionSpec(Frozen):
+    """DeepseekV4Config's attention fields (configuration_deepseek_v4.py)."""
+
+    layer_types: tuple[CompressedLayer, ...] = Field(description="layer_types (or legacy compress_ratios)")
+    head_dim: PositiveInt = Field(description="head_dim (DeepseekV4Config: 512), the one shared-KV head")
+    index_head_dim: PositiveInt = Field(description="index_head_dim (128): the indexer's compressed entries")
+    sliding_window: PositiveInt = Field(
+        description="sliding_window (128): the window branch keeps window - 1"
+    )
+    csa_rate: PositiveInt = Field(4, description="compress_rates['compressed_sparse_attention']")
+    hca_rate: PositiveInt = Field(128, description="compress_rates['heavily_compressed_attention']")
+
+
+def _compressor(tokens: int, rate: int, dim: int, width: int, dt: int) -> int:
+    """One compressor entry: the buffered projections (kv and gate, ``width`` each) of the tokens after the
+    last closed window, and one ``dim`` entry per closed window."""
+    return 2 * (tokens % rate) * width * dt + (tokens // rate) * dim * dt
+
+
+def layer_cache_bytes(spec: CompressedAttentionSpec, kind: str, tokens: int, dt: int = 2) -> int:
+    """Bytes of one sequence's cache layer of ``kind`` after ``tokens`` tokens (activation dtype ``dt``)."""
+    d, di = spec.head_dim, spec.index_head_dim
+    window = min(tokens, spec.sliding_window - 1) * d * dt
+    if kind == "sliding_attention":
+        return 2 * window  # DynamicSlidingWindowLayer: keys and values are two tensors
+    if kind == "heavily_compressed_attention":
+        return window + _compressor(tokens, spec.hca_rate, d, d, dt)
+    m = spec.csa_rate
+    overlap = m * (d + di) * (dt + _FP32) if tokens >= m else 0
+    return window + _compressor(tokens, m, d, 2 * d, dt) + _compressor(tokens, m, di, 2 * di, dt) + overlap
+
+
+def cache_bytes(spec: CompressedAttentionSpec, tokens: int, batch: int = 1, dt: int = 2) -> tuple[int, ...]:
+    """Per-layer bytes of transformers' DeepSeek-V4 cache for ``batch`` sequences of ``tokens`` tokens."""
+    return tuple(batch * layer_cache_bytes(spec, k, tokens, dt) for k in spec.layer_types)
+
+
+class DeepseekV4Shape(Frozen):
+    """The DeepseekV4Config fields its parameter count reads (configuration_deepseek_v4.py)."""
+
+    attention: CompressedAttentionSpec
+    hidden_size: PositiveInt
+    vocab_size: PositiveInt
+    num_attention_heads: PositiveInt
+    q_lora_rank: PositiveInt
+    o_groups: PositiveInt
+    o_lora_rank: PositiveInt
+    index_n_heads: PositiveInt
+    moe_intermediate_size: PositiveInt = Field(description="the experts' and the shared MLP's width")
+    n_routed_experts: PositiveInt
+    hc_mult: PositiveInt = Field(description="hc_mult: the residual streams of the hyper-connections")
+    tie_word_embeddings: bool = False
+
+
+def _attention_params(s: DeepseekV4Shape, kind: str) -> tuple[int, int]:
+    """(parameters, of which fp32) of a DeepseekV4Attention: q_a_proj, q_a_norm (fp32), q_b_proj, kv_proj,
+    kv_norm (fp32), o_a_proj (DeepseekV4GroupedLinear: o_groups x o_lora_rank rows of heads x head_dim /
+    o_groups), o_b_proj, sinks (fp32); its compressor: kv_proj / gate_proj (2 x head_dim on CSA),
+    position_bias [rate, width] (fp32), kv_norm (fp32); CSA's DeepseekV4Indexer the same at index_head_dim
+    plus q_b_proj and the scorer's weights_proj."""
+    at, h, q = s.attention, s.hidden_size, s.q_lora_rank
+    d, di, a = at.head_dim, at.index_head_dim, s.num_attention_heads
+    n = h * q + q * a * d + h * d + s.o_lora_rank * a * d + s.o_groups * s.o_lora_rank * h
+    f32 = q + d + a
+    if kind == "heavily_compressed_attention":
+        n, f32 = n + 2 * h * d, f32 + at.hca_rate * d + d
+    elif kind == "compressed_sparse_attention":
+        n += 4 * h * d + 4 * h * di + q * s.index_n_heads * di + h * s.index_n_heads
+        f32 += at.csa_rate * 2 * (d + di) + d + di
+    return n + f32, f32
+
+
+def deepseek_v4_params(s: DeepseekV4Shape) -> tuple[int, int]:
+    """(parameters, of which fp32) of DeepseekV4ForCausalLM: per layer the attention, two fp32 RMSNorms, two
+    fp32 DeepseekV4HyperConnection (fn [(2 + n) n, n h], base, 3 scales), the MoE block (router weight
+    [experts, h], DeepseekV4Experts gate_up / down, one DeepseekV4MLP of moe_intermediate_size: the config's
+    attribute_map reads intermediate_size from it); the embedding, the fp32 final norm and
+    DeepseekV4HyperHead (hc_fn [n, n h], hc_base, hc_scale), lm_head. The routers' e_score_correction_bias and
+    the hash layers' tid2eid table are buffers."""
+    h, f, e, nh = s.hidden_size, s.moe_intermediate_size, s.n_routed_experts, s.hc_mult
+    hc = (2 + nh) * nh * (nh * h + 1) + 3
+    total = fp32 = 0
+    for kind in s.attention.layer_types:
+        n, f32 = _attention_params(s, kind)
+        total += n + 2 * h + 2 * hc + e * h + 3 * e * h * f + 3 * h * f
+        fp32 += f32 + 2 * h + 2 * hc
+    head = nh * nh * h + nh + 1
+    embed = s.vocab_size * h * (1 if s.tie_word_embeddings else 2)
+    return total + embed + h + head, fp32 + h + head

@@ -1,0 +1,89 @@
+"""A vision tower's forward shape (:class:`VisionTower`) and what ``images`` square images of ``image_size``
+pixels become: patches for the tower, placeholder tokens in the text sequence (:func:`image_grid`).
+
+An image is taken as the model sees it after its processor's resize: a side of ``image_size`` pixels rounded
+down to whole merged patches (``patch_size * spatial_merge_size``), ``g = side / patch_size`` patches a side.
+Per image (``Qwen2VLProcessor``): ``g^2`` patches, ``(g / merge)^2`` image tokens between ``<|vision_start|>``
+and ``<|vision_end|>``. The trace worker builds the same inputs (``gpumem_trace_worker/vision.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field
+
+from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.spec.base import Frozen, NonNegInt, PositiveInt
+
+
+class VisionTower(Frozen):
+    """The vision encoder's forward, as far as its activations depend on it."""
+
+    kind: Literal["qwen2_5_vl", "qwen3_vl", "pixtral"] = Field(
+        description="Qwen2_5_VisionTransformerPretrainedModel (RMSNorm, gated MLP, windowed blocks), "
+        "Qwen3VLVisionModel (LayerNorm, GELU MLP, learned position table, deepstack mergers) or "
+        "PixtralVisionModel + Mistral3MultiModalProjector (every image in one sequence, a block mask)"
+    )
+    hidden_size: PositiveInt
+    depth: PositiveInt
+    num_heads: PositiveInt
+    intermediate_size: PositiveInt
+    patch_size: PositiveInt
+    temporal_patch_size: PositiveInt
+    in_channels: PositiveInt
+    spatial_merge_size: PositiveInt
+    out_hidden_size: PositiveInt
+    window_size: NonNegInt = Field(0, description="window side in pixels (Qwen2.5-VL); 0: every block full")
+    fullatt_block_indexes: tuple[int, ...] = Field((), description="blocks with full attention (Qwen2.5-VL)")
+    deepstack_visual_indexes: tuple[int, ...] = Field((), description="blocks feeding a deepstack merger")
+    max_side: PositiveInt = Field(description="largest image side in pixels the processor passes")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def unit(self) -> int:
+        """Pixels of one merged patch's side."""
+        return self.patch_size * self.spatial_merge_size
+
+
+@dataclass(frozen=True)
+class ImageGrid:
+    """One image as the tower and the text model see it."""
+
+    side: int  # pixels after rounding down to whole merged patches
+    grid: int  # patches a side
+    patches: int  # patches of the image (rows of the tower's sequence)
+    features: int  # merged patches: rows of the projector's output
+    tokens: int  # placeholder tokens it adds to the text sequence
+
+
+def image_grid(tower: VisionTower, image_size: int) -> ImageGrid:
+    """The grid of one square image of ``image_size`` pixels (one-line error when out of range)."""
+    if image_size < tower.unit or image_size > tower.max_side:
+        raise GpumemInputError(
+            f"must be between {tower.unit} (one merged patch) and {tower.max_side} pixels for this model, "
+            f"got {image_size}",
+            field="image_size",
+        )
+    side = image_size // tower.unit * tower.unit
+    g = side // tower.patch_size
+    features = (g // tower.spatial_merge_size) ** 2
+    # Qwen: <|vision_start|> ... <|vision_end|>; Pixtral: an [IMG_BREAK] ending each row ([IMG_END] the last)
+    extra = g // tower.spatial_merge_size if tower.kind == "pixtral" else 2
+    return ImageGrid(side=side, grid=g, patches=g * g, features=features, tokens=features + extra)
+
+
+def window_chunks(tower: VisionTower, grid: int) -> tuple[int, int]:
+    """(patches of the last window, windows) of one image in a windowed block
+    (``transformers.vision_utils.get_vision_window_index``: windows of ``window_size / merge / patch`` merged
+    patches a side, the grid padded to whole windows, empty windows dropped)."""
+    m = tower.spatial_merge_size
+    w = tower.window_size // m // tower.patch_size
+    llm = grid // m
+    rem = llm % w or w
+    n = -(-llm // w)
+    return rem * rem * m * m, n * n

@@ -1,0 +1,178 @@
+"""Images in an inference prefill: the processor's outputs for ``images`` square images per sequence of
+``image_size`` pixels, and the grid arithmetic fake tensors cannot do.
+
+The run's ``images`` and ``image_size`` (a side in pixels as the model sees it: rounded down to whole merged
+patches, ``patch_size * spatial_merge_size``) give, per sequence, the placeholder tokens the processor writes
+and the tensors it returns:
+
+* Qwen2.5-VL / Qwen3-VL (``Qwen2VLImageProcessor``): ``pixel_values`` as flattened patches
+  ``[images * g * g, channels * temporal_patch_size * patch * patch]`` (fp32), ``image_grid_thw``
+  ``[[1, g, g], ...]`` with ``g = side / patch``; ``<|vision_start|>``, ``(g / merge)^2`` image tokens,
+  ``<|vision_end|>`` per image; ``mm_token_type_ids`` (1 on image tokens) as the processor returns them, and
+  the ``[4, batch, tokens]`` position ids ``generate()`` computes before the forward.
+* Mistral 3 / Pixtral (``PixtralImageProcessor``, ``PixtralProcessor``): ``pixel_values``
+  ``[images, channels, side, side]`` (fp32), ``image_sizes``; ``rows x cols`` image tokens (one per merged
+  patch), each row followed by ``[IMG_BREAK]`` (the last by ``[IMG_END]``).
+
+Fake tensors have no values, and the vision towers read the grid's values (window indices, cumulative
+sequence lengths, position ids, ``torch.split`` sizes). The grid, the token ids and what is computed from
+them alone are made *constant* fake tensors (torch's own constant propagation, ``CONSTANT_NUMEL_LIMIT``
+raised while the prefill runs), and ``transformers.vision_utils.get_vision_*`` (which build index tensors
+with ``arange`` from the grid) run on the constants' real values and return constant fake tensors. Nothing
+allocated changes: the same tensors of the same shapes exist, and they are counted as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from .building import TraceError, text_config
+
+# PixtralProcessor's break / end tokens: any id but the image token (only the count matters)
+_TEXT_ID = 1
+
+
+def _unit(cfg: Any) -> tuple[str, int, int] | None:
+    """(kind, patch size, spatial merge) of the model's vision tower; None for a vision model whose images
+    are not fed here (the run's ``images`` may mean something else to it, e.g. Llama 3.2 Vision's
+    cross-attention cache)."""
+    vc = getattr(cfg, "vision_config", None)
+    if vc is None:
+        return None
+    if (
+        getattr(vc, "temporal_patch_size", None) is not None
+        and getattr(cfg, "image_token_id", None) is not None
+    ):
+        return "qwen", int(vc.patch_size), int(vc.spatial_merge_size)
+    if getattr(cfg, "image_token_index", None) is not None and getattr(cfg, "spatial_merge_size", None):
+        return "pixtral", int(vc.patch_size), int(cfg.spatial_merge_size)
+    return None  # another kind of vision model: its images are not fed here
+
+
+def image_request(cfg: Any, run: dict[str, Any]) -> tuple[int, int] | None:
+    """(images per sequence, side in pixels after rounding) of the run, None without images."""
+    images = int(run.get("images", 0) or 0)
+    if images < 0:
+        raise TraceError(f"images must be 0 or more, got {images}", field="images")
+    unit = _unit(cfg) if images else None
+    if unit is None:
+        return None
+    _, patch, merge = unit
+    size = int(run.get("image_size", 0) or 0)
+    side = size // (patch * merge) * patch * merge
+    if side <= 0:
+        raise TraceError(
+            f"image_size must be at least {patch * merge} pixels (one merged patch), got {size}",
+            field="image_size",
+        )
+    return images, side
+
+
+def _qwen(cfg: Any, batch: int, seq: int, images: int, side: int) -> tuple[list[int], dict[str, Any]]:
+    import torch
+
+    vc = cfg.vision_config
+    g = side // int(vc.patch_size)
+    per = g * g // int(vc.spatial_merge_size) ** 2
+    block = [cfg.vision_start_token_id] + [cfg.image_token_id] * per + [cfg.vision_end_token_id]
+    row = block * images + [_TEXT_ID] * seq
+    width = int(getattr(vc, "in_channels", 3)) * int(vc.temporal_patch_size) * int(vc.patch_size) ** 2
+    kw: dict[str, Any] = {
+        "pixel_values": torch.randn(batch * images * g * g, width),
+        "image_grid_thw": torch.tensor([[1, g, g]] * (batch * images)),
+    }
+    return row, kw
+
+
+def _pixtral(cfg: Any, batch: int, seq: int, images: int, side: int) -> tuple[list[int], dict[str, Any]]:
+    import torch
+
+    vc = cfg.vision_config
+    cols = side // (int(vc.patch_size) * int(cfg.spatial_merge_size))
+    block = ([cfg.image_token_index] * cols + [_TEXT_ID]) * cols
+    row = block * images + [_TEXT_ID] * seq
+    kw = {
+        "pixel_values": torch.randn(batch * images, int(getattr(vc, "num_channels", 3)), side, side),
+        "image_sizes": torch.tensor([[side, side]] * (batch * images)),
+    }
+    return row, kw
+
+
+def image_inputs(
+    model: Any, cfg: Any, batch: int, seq: int, req: tuple[int, int]
+) -> tuple[Any, dict[str, Any]]:
+    """(input_ids, the processor's other outputs) for ``seq`` text tokens after the images of ``req`` in each
+    of ``batch`` sequences; call inside :func:`constant_grids`."""
+    import torch
+
+    images, side = req
+    kind = _unit(cfg)[0]  # type: ignore[index]
+    row, kw = (_qwen if kind == "qwen" else _pixtral)(cfg, batch, seq, images, side)
+    if max(row) >= int(text_config(cfg).vocab_size):
+        raise TraceError("the config's image token ids are outside its vocabulary", field="images")
+    ids = torch.tensor([row] * batch)
+    if kind == "qwen":
+        if "mm_token_type_ids" in inspect.signature(model.forward).parameters:
+            kw["mm_token_type_ids"] = torch.tensor([[int(t == cfg.image_token_id) for t in row]] * batch)
+        # generate() computes the [4, batch, tokens] text + 3-D rotary positions before the forward
+        # (Qwen2_5_VLForConditionalGeneration._prepare_position_ids_for_generation: get_rope_index's values)
+        kw["position_ids"] = torch.zeros(4, batch, len(row), dtype=torch.long)
+    return ids, kw
+
+
+def _on_constants(fn: Any) -> Any:
+    """``fn`` run on the real values of its constant fake-tensor arguments; its tensors come back as constant
+    fake tensors of the same mode (``fn`` builds index tensors from the grid alone)."""
+    import torch
+    from torch._subclasses import fake_tensor as ft
+    from torch.utils import _pytree as pytree
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        fakes = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, ft.FakeTensor)]
+        if not fakes or any(x.constant is None for x in fakes):
+            return fn(*args, **kwargs)
+        mode = fakes[0].fake_mode
+        real_args, real_kwargs = pytree.tree_map_only(ft.FakeTensor, lambda x: x.constant, (args, kwargs))
+        with ft.unset_fake_temporarily():
+            out = pytree.tree_map_only(torch.Tensor, lambda x: x.clone(), fn(*real_args, **real_kwargs))
+        conv = mode.fake_tensor_converter
+        return pytree.tree_map_only(
+            torch.Tensor, lambda x: conv.from_real_tensor(mode, x, make_constant=True), out
+        )
+
+    run._gpumem = True  # type: ignore[attr-defined]
+    return run
+
+
+@contextlib.contextmanager
+def constant_grids() -> Iterator[None]:
+    """Constant propagation for the grid and token ids (tensors up to 2^22 elements), and
+    ``transformers.vision_utils.get_vision_*`` (wherever a modeling module imported them) on constants."""
+    from torch._subclasses import fake_tensor as ft
+
+    try:
+        import transformers.vision_utils as vu
+    except ImportError:  # a transformers before vision_utils: the towers compute the grid inline
+        vu = None
+    names = [n for n in dir(vu) if n.startswith("get_vision_")] if vu is not None else []
+    orig = {n: getattr(vu, n) for n in names}
+    swapped: list[tuple[Any, str, Any]] = []
+    for mod in [m for k, m in list(sys.modules.items()) if k.startswith("transformers") and m is not None]:
+        for n in names:
+            if getattr(mod, n, None) is orig[n]:
+                swapped.append((mod, n, orig[n]))
+                setattr(mod, n, _on_constants(orig[n]))
+    limit = ft.CONSTANT_NUMEL_LIMIT
+    ft.CONSTANT_NUMEL_LIMIT = 1 << 22
+    try:
+        yield
+    finally:
+        ft.CONSTANT_NUMEL_LIMIT = limit
+        for mod, n, f in swapped:
+            setattr(mod, n, f)

@@ -1,0 +1,77 @@
+"""Trace the prefill (and decode) of multimodal models with images: ``tests/reference/vision/points.json``.
+
+Each point runs the trace worker (``gpumem_gui/trace/gpumem_trace_worker``: the real transformers model under
+FakeTensorMode, counted by torch's MemTracker, the images fed as the processor returns them,
+``gpumem_trace_worker/vision.py``) on a config of ``tests/reference/vision/configs`` (scaled-down copies of
+``tests/reference/extra/configs/synthetic__*-tiny.json`` whose image token ids lie inside their vocabulary,
+as a real checkpoint's do; README.md).
+
+    .venv/bin/python tests/reference/vision/make_points.py [--python /tmp/gt-venv/bin/python] [--only KEY]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+WORKER_PARENT = REPO / "gpumem_gui" / "trace"
+OUT = HERE / "points.json"
+
+_RUNS = (
+    {"batch": 1, "seq": 64, "images": 2, "image_size": 224},
+    {"batch": 2, "seq": 100, "images": 1, "image_size": 448},
+    {"batch": 1, "seq": 2000, "images": 2, "image_size": 336},
+    {"batch": 1, "seq": 30, "images": 3, "image_size": 700, "new_tokens": 20},
+    {"batch": 1, "seq": 64, "images": 1, "image_size": 1024, "logits": "all"},
+)
+POINTS: dict[str, tuple[dict, ...]] = {
+    "qwen2_5_vl-vision-tiny": _RUNS,
+    "qwen3_vl-vision-tiny": _RUNS,
+    "qwen3_vl_moe-vision-tiny": _RUNS[:2],
+    "mistral3-vision-tiny": _RUNS,
+}
+
+
+def trace(python: str, key: str, run: dict) -> dict:
+    config = json.loads((HERE / "configs" / f"{key}.json").read_text())
+    request = {"config": config, "mode": "inference", "run": {"attn": "sdpa", **run}}
+    env = {**os.environ, "PYTHONPATH": str(WORKER_PARENT)}
+    proc = subprocess.run(
+        [python, "-m", "gpumem_trace_worker"],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    res = json.loads(proc.stdout)
+    if "error" in res:
+        raise SystemExit(f"{key} {run}: {res['error']}")
+    keep = ("versions", "peak_bytes", "peak_phase", "notes", "image_tokens", "kv_cache_bytes", "phases")
+    return {"model": key, "mode": "inference", "run": request["run"], **{k: res[k] for k in keep if k in res}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--python", default=sys.executable, help="the Python with torch and transformers")
+    ap.add_argument("--only", help="one config key")
+    args = ap.parse_args()
+    old = json.loads(OUT.read_text())["points"] if OUT.is_file() else []
+    points = [p for p in old if args.only and p["model"] != args.only]
+    for key, runs in POINTS.items():
+        if args.only and key != args.only:
+            continue
+        for run in runs:
+            points.append(trace(args.python, key, run))
+            print(key, run, points[-1]["peak_bytes"], flush=True)
+    OUT.write_text(json.dumps({"points": points}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

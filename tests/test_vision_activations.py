@@ -1,0 +1,153 @@
+"""A prompt's images: the vision tower's activations and the image tokens, against the trace.
+
+``tests/reference/vision/points.json`` holds prefills (and decodes) with images traced by
+``tests/reference/vision/make_points.py`` (the real transformers model under FakeTensorMode with the
+processor's ``pixel_values`` and grid, ``gpumem_trace_worker/vision.py``). The Qwen2.5-VL and Qwen3-VL towers
+and Mistral 3's Pixtral tower are replayed (``gpumem_gui/core/replay/vision.py``, ``vision_pixtral.py``) and
+must match within 1 %.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from gpumem_gui.core import (
+    GpumemInputError,
+    ModelSpec,
+    estimate_inference,
+    load_config_file,
+    make_run,
+    spec_from_config,
+)
+from gpumem_gui.core.reference_points import TRACED_INFERENCE_TOLERANCE
+from gpumem_gui.core.replay.config import ReplayConfig
+from gpumem_gui.core.replay.forward import replay_forward, replay_forward_direct
+from gpumem_gui.core.replay.vision import has_tower, image_tokens
+from gpumem_gui.core.spec.vision import image_grid, window_chunks
+from tests.conftest import REPO
+
+HERE = REPO / "tests" / "reference" / "vision"
+POINTS = json.loads((HERE / "points.json").read_text())["points"]
+
+
+@cache
+def _spec(key: str) -> ModelSpec:
+    return load_config_file(Path(HERE / "configs" / f"{key}.json"))
+
+
+def _run(point: dict) -> object:
+    r = point["run"]
+    return make_run(
+        batch=r["batch"],
+        seq=r["seq"],
+        new_tokens=r.get("new_tokens", 0),
+        attn=r.get("attn", "sdpa"),
+        logits=r.get("logits", "last"),
+        images=r["images"],
+        image_size=r["image_size"],
+    )
+
+
+REPLAYED = [p for p in POINTS if has_tower(_spec(p["model"]))]
+
+
+@pytest.mark.parametrize("point", REPLAYED, ids=[f"{p['model']}-{p['run']}" for p in REPLAYED])
+def test_prefill_and_decode_with_images_match_the_trace(point: dict) -> None:
+    """The peaks within 1 % (inference tolerance), the image tokens and the KV cache exactly."""
+    spec, run = _spec(point["model"]), _run(point)
+    r = point["run"]
+    assert image_tokens(spec, r["images"], r["image_size"]) == point["image_tokens"]
+    est = estimate_inference(spec, run)
+    for phase in ("prefill", "decode"):
+        if phase in point["phases"]:
+            meas = point["phases"][phase]["Total"]
+            err = (est.phases[phase].peak_bytes - meas) / meas
+            assert abs(err) < TRACED_INFERENCE_TOLERANCE, f"{phase}: {err:+.3%}"
+    assert est.kv_cache_bytes == point["kv_cache_bytes"]
+    assert not est.warnings
+
+
+def test_every_replayed_tower_is_traced() -> None:
+    models = {p["model"] for p in REPLAYED}
+    assert models == {p["model"] for p in POINTS}
+    assert {"qwen2_5_vl-vision-tiny", "qwen3_vl-vision-tiny", "mistral3-vision-tiny"} <= models
+    # the vision tower's stretch is the peak of some points, the text forward's of others
+    wheres = {estimate_inference(_spec(p["model"]), _run(p)).phases["prefill"].note for p in REPLAYED}
+    assert any("vision" in w for w in wheres) and any("vision" not in w for w in wheres)
+
+
+def test_the_tape_equals_the_replay_with_images() -> None:
+    spec = _spec("qwen2_5_vl-vision-tiny")
+    q = 40 + image_tokens(spec, 2, 448)
+    for batch in (1, 3):
+        cfg = ReplayConfig(batch=batch, q=q, param_dt="bf16", images=2, image_size=448, weights_counted=False)
+        assert replay_forward(spec, cfg) == replay_forward_direct(spec, cfg)
+
+
+def test_a_tower_that_is_not_replayed_is_said_so() -> None:
+    """Mistral 3 with several vision feature layers (concatenated): no tower replay, the images are reported
+    as not counted."""
+    cfg = json.loads((HERE / "configs" / "mistral3-vision-tiny.json").read_text())
+    cfg["vision_feature_layer"] = [-1, -2]
+    spec = spec_from_config(cfg, name="mistral3-two-feature-layers", source="test")
+    assert not has_tower(spec)
+    est = estimate_inference(spec, make_run(images=1, image_size=224))
+    assert any("images" in w and "not counted" in w for w in est.warnings)
+
+
+def test_window_and_grid_arithmetic() -> None:
+    """Qwen2.5-VL-7B's tower: 448 px -> 32 x 32 patches, 256 image tokens (+ start/end), windows of 8 x 8
+    patches (window_size 112 px / 14), the last one full; 700 px -> 50 patches a side, 4 x 4 windows whose
+    last has 1 x 1 merged patches."""
+    spec = load_config_file(
+        REPO / "tests" / "reference" / "extra" / "configs" / "Qwen__Qwen2.5-VL-7B-Instruct.json"
+    )
+    tower = spec.vision.tower
+    g = image_grid(tower, 448)
+    assert (g.grid, g.patches, g.features, g.tokens) == (32, 1024, 256, 258)
+    assert window_chunks(tower, 32) == (64, 16)
+    assert image_grid(tower, 700).grid == 50
+    assert window_chunks(tower, 50) == (4, 49)
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"images": -1}, "images"),
+        ({"images": 1, "image_size": 0}, "image_size"),
+        ({"images": 1, "image_size": 20000}, "image_size"),
+    ],
+)
+def test_bad_image_fields_are_one_line_errors(fields: dict, field: str) -> None:
+    with pytest.raises(GpumemInputError) as e:
+        make_run(**fields)
+    assert e.value.field == field or field in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_image_size_out_of_the_models_range() -> None:
+    spec = _spec("qwen2_5_vl-vision-tiny")
+    for size in (27, 3585):  # below one merged patch (28 px), above max_pixels (3584^2)
+        with pytest.raises(GpumemInputError) as e:
+            estimate_inference(spec, make_run(images=1, image_size=size))
+        assert e.value.field == "image_size" and "\n" not in str(e.value)
+
+
+def test_eager_attention_with_images_is_refused() -> None:
+    with pytest.raises(GpumemInputError) as e:
+        estimate_inference(_spec("qwen3_vl-vision-tiny"), make_run(images=1, image_size=224, attn="eager"))
+    assert e.value.field == "attn"
+
+
+def test_worker_rejects_a_negative_image_count() -> None:
+    worker = pytest.importorskip("gpumem_gui.trace.gpumem_trace_worker.vision")
+    from gpumem_gui.trace.gpumem_trace_worker.building import TraceError
+
+    cfg = type("Cfg", (), {"vision_config": None})()
+    with pytest.raises(TraceError) as e:
+        worker.image_request(cfg, {"images": -2})
+    assert e.value.field == "images"
