@@ -16,29 +16,16 @@ from __future__ import annotations
 from gpumem_gui.core.replay.autograd import Sim
 from gpumem_gui.core.replay.linear_attention import RecurrentStates
 from gpumem_gui.core.replay.memory import Storage, T
-from gpumem_gui.core.spec.gemma4 import kv_elems
-from gpumem_gui.core.spec.kv import cache_window
+from gpumem_gui.core.spec.kinds import LatentAttention, model_kinds
+from gpumem_gui.core.spec.kv import kv_elements_per_layer, layer_windows
 from gpumem_gui.core.spec.model import ModelSpec
 
 
-def cache_elems_per_token(spec: ModelSpec, layer: int | None = None) -> tuple[int, int]:
-    """(K, V) elements one token adds to one layer's cache as transformers stores them (Gemma 4: to
-    ``layer``'s, whose head dim and KV heads depend on its type; spec/gemma4.py)."""
-    if spec.gemma4 is not None and layer is not None:
-        return kv_elems(spec, layer)
-    if spec.mla is not None:  # DSA adds the indexer's key (DynamicIndexedLayer.indexer_keys) to K
-        return spec.mla.kv_lora_rank + indexer_elems(spec), spec.mla.qk_rope_head_dim
-    kvh = spec.num_attention_heads if spec.transformers_expands_kv else spec.num_kv_heads
-    return kvh * spec.head_dim, kvh * spec.head_dim
-
-
-def indexer_elems(spec: ModelSpec, layer: int | None = None) -> int:
-    """Elements one token adds to a layer's DSA indexer key cache (0 without an indexer, or in ``layer``
-    when it shares another layer's top-k)."""
-    ix = spec.mla.indexer if spec.mla is not None else None
-    if ix is None or (layer is not None and not ix.has_indexer(layer)):
-        return 0
-    return ix.head_dim
+def indexer_elems_per_layer(spec: ModelSpec) -> tuple[int, ...]:
+    """Elements one token adds to each layer's DSA indexer key cache (``DynamicIndexedLayer.indexer_keys``;
+    0 without an indexer, or in a layer sharing another's top-k): the layer kinds' ``indexer_dim``."""
+    kinds = model_kinds(spec)
+    return kinds.per_layer(lambda k: k.indexer_dim, kinds.of(LatentAttention))
 
 
 def stored_tokens(spec: ModelSpec, past: int, window: int | None) -> int:
@@ -77,13 +64,12 @@ class KVCache:
         self.past = past
         self.kv_bytes = kv_bytes
         self.dt = dt
-        self.k_el, self.v_el = cache_elems_per_token(spec)
-        # the DSA indexer keys are a third tensor per layer (replay/dsa.py); k_el is the latent alone
-        self.ix_el = indexer_elems(spec)
-        self.k_el -= self.ix_el
+        # the DSA indexer keys are a third tensor per layer (replay/dsa.py); K is the latent alone
+        self.ix = indexer_elems_per_layer(spec)
+        self.els = tuple((k - ix, v) for (k, v), ix in zip(kv_elements_per_layer(spec), self.ix, strict=True))
         self.index: dict[int, T] = {}
-        # each layer's cache window (sliding_window, attention_chunk_size) or None (spec/kv.py cache_window)
-        self.sliding = tuple(cache_window(spec, t) for t in spec.resolved_layer_types)
+        # each layer's cache window (sliding_window, attention_chunk_size) or None (spec/kv.py layer_windows)
+        self.sliding = layer_windows(spec)
         self.layers: dict[int, tuple[T, T]] = {}
         # linear-attention layers keep no keys or values, a fixed state instead (replay/linear_attention.py)
         self.state = RecurrentStates(sim, spec, batch, past, dt, replayed)
@@ -95,16 +81,16 @@ class KVCache:
             k_el, v_el = self._el(i)
             if i in replayed:
                 self.layers[i] = (self._tensor(toks * k_el), self._tensor(toks * v_el))
-                if indexer_elems(spec, i):
-                    self.index[i] = self._tensor(toks * self.ix_el)
+                if self.ix[i]:
+                    self.index[i] = self._tensor(toks * self.ix[i])
             else:
                 other += self._bytes(toks * k_el) + self._bytes(toks * v_el)
-                other += self._bytes(toks * self.ix_el) if indexer_elems(spec, i) else 0
+                other += self._bytes(toks * self.ix[i]) if self.ix[i] else 0
         self.other: Storage = sim.storage(other, "kv_cache")
 
     def _el(self, layer: int) -> tuple[int, int]:
-        """(K, V) elements per token of ``layer``'s cache (the same for every layer but Gemma 4's)."""
-        return kv_elems(self.spec, layer) if self.spec.gemma4 is not None else (self.k_el, self.v_el)
+        """(K, V) elements per token of ``layer``'s cache (its layer kind's; spec/kinds.py)."""
+        return self.els[layer]
 
     def _bytes(self, elems: int) -> int:
         return round(self.batch * elems * self.kv_bytes)
@@ -140,16 +126,16 @@ class KVCache:
             k_el, v_el = self._el(i)
             growth += self._bytes(after * k_el) + self._bytes(after * v_el)
             growth -= self._bytes(before * k_el) + self._bytes(before * v_el) if before else 0
-            if indexer_elems(self.spec, i):
-                growth += self._bytes(after * self.ix_el)
-                growth -= self._bytes(before * self.ix_el) if before else 0
+            if self.ix[i]:
+                growth += self._bytes(after * self.ix[i])
+                growth -= self._bytes(before * self.ix[i]) if before else 0
         if growth:
             self.other.grow(growth)
 
     def update_indexer(self, layer: int, q: int) -> T:
         """``cache.update_indexer(k, layer)`` (DynamicIndexedLayer): the concatenated indexer keys."""
         toks = tokens_after(self.spec, self.past, q, self.sliding[layer])
-        full = self._tensor(toks * self.ix_el)
+        full = self._tensor(toks * self.ix[layer])
         self.index[layer] = full  # the old keys go once the new concatenation replaces them
         return full
 

@@ -19,11 +19,11 @@ from typing import Any
 
 from gpumem_gui.core.replay import encoder, vision
 from gpumem_gui.core.replay.autograd import Sim
-from gpumem_gui.core.replay.cache import KVCache, cache_elems_per_token
+from gpumem_gui.core.replay.cache import KVCache
 from gpumem_gui.core.replay.config import ReplayConfig, last_of_each_kind
 from gpumem_gui.core.replay.model import CausalLM
 from gpumem_gui.core.replay.tape import Tape, record
-from gpumem_gui.core.spec.kv import tokens_kept_transformers
+from gpumem_gui.core.spec.kv import kv_elements_per_layer, tokens_kept_transformers
 from gpumem_gui.core.spec.model import ModelSpec
 
 # what the inference breakdown names: the cache, the forward's regions, the logits
@@ -127,19 +127,7 @@ def replay_forward_direct(spec: ModelSpec, cfg: ReplayConfig) -> ForwardResult:
 
 def logical_cache_bytes(spec: ModelSpec, batch: int, tokens: int, kv_bytes: float) -> int:
     """The cache as transformers reports it after ``tokens`` tokens: every layer's keys and values as views
-    (a sliding layer shows its last ``window - 1`` tokens)."""
-    if spec.encoder is not None:  # an encoder keeps no cache
-        return 0
-    if spec.gemma4 is not None:  # per-layer head dims (spec/gemma4.py)
-        kept = tokens_kept_transformers(spec, tokens)
-        per = (sum(cache_elems_per_token(spec, i)) for i in range(spec.num_layers))
-        return sum(round(batch * e * kv_bytes * t) for e, t in zip(per, kept, strict=True))
-    k, v = cache_elems_per_token(spec)
-    per_tok = batch * (k + v) * kv_bytes
+    (a sliding layer shows its last ``window - 1`` tokens; a layer without a per-token cache none)."""
     kept = tokens_kept_transformers(spec, tokens)
-    if spec.mla is not None and spec.mla.indexer is not None and spec.mla.indexer.shared_layers:
-        # a DSA layer sharing another's top-k caches no indexer key (replay/cache.py indexer_elems)
-        ix = spec.mla.indexer
-        less = batch * ix.head_dim * kv_bytes
-        return sum(round((per_tok - (0 if ix.has_indexer(i) else less)) * t) for i, t in enumerate(kept))
-    return sum(round(per_tok * t) for t in kept)
+    per = kv_elements_per_layer(spec)
+    return sum(round(batch * (k + v) * kv_bytes * t) for (k, v), t in zip(per, kept, strict=True))

@@ -19,6 +19,7 @@ from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phas
 from gpumem_gui.core.runtimes.base import Lever, Runtime, component
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.state_pools import llamacpp_state_buffers
+from gpumem_gui.core.spec.kinds import model_kinds
 from gpumem_gui.core.spec.linear import STATE_LAYER_TYPES
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.params import count_params
@@ -64,13 +65,11 @@ def kv_row_widths(spec: ModelSpec, run: InferenceRun) -> tuple[int, int]:
     """(K, V) elements one token stores per layer: GQA heads x head size; MLA models store the latent
     (K = kv_lora_rank + rope, V = kv_lora_rank, published log) or, with an older GGUF conversion, full
     per-head K (nope + rope) and V (``n_embd_k_gqa = 24576, n_embd_v_gqa = 16384`` for DeepSeek-R1)."""
-    if spec.mla is None:
+    latent = model_kinds(spec).latent
+    if latent is None:
         w = spec.num_kv_heads * spec.head_dim
         return w, w
-    if run.mla_cache == "full":
-        heads = spec.num_attention_heads
-        return heads * spec.mla.qk_head_dim, heads * spec.mla.v_head_dim
-    return spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim, spec.mla.kv_lora_rank
+    return latent.llamacpp_elems(full=run.mla_cache == "full")
 
 
 def kv_buffers(spec: ModelSpec, run: InferenceRun, offloaded: int) -> tuple[int, int]:

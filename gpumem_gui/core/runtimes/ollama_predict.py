@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpumem_gui.core.formats import WeightBytes
+from gpumem_gui.core.spec.kinds import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.units import MiB
 
@@ -53,12 +54,8 @@ class Placement:
 
 def _kv(spec: ModelSpec, ctx: int, batch: int, parallel: int, elem: float) -> list[int]:
     arch = spec.traits.gguf_arch or ""
-    if spec.mla is not None:  # Ollama's deepseek2 GGUFs: K = nope + rope, V = v_head per head
-        width = (
-            spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim + spec.mla.v_head_dim
-        ) * spec.num_kv_heads
-    else:
-        width = 2 * spec.head_dim * spec.num_kv_heads
+    latent = model_kinds(spec).latent  # Ollama's deepseek2 GGUFs: K = nope + rope, V = v_head per head
+    width = latent.ollama_width if latent is not None else 2 * spec.head_dim * spec.num_kv_heads
     kv = [int(ctx * width * elem)] * spec.num_layers
     if arch == "gemma3" and spec.sliding_window:
         swa = parallel * spec.sliding_window + batch

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpumem_gui.core.spec.kinds import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 
 
@@ -50,8 +51,9 @@ def per_layer_bytes(spec: ModelSpec, kv_elem: float, attn_tp: int) -> float:
     """KV bytes of one token in one layer of one rank: KV heads per attention-TP rank (at least one) x
     (head_dim + v_head_dim) x element bytes; MLA: the latent kv_lora_rank + qk_rope_head_dim, replicated
     (pool_configurator.py DefaultPoolConfigurator._compute_cell_size)."""
-    if spec.mla is not None:
-        return (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) * kv_elem
+    latent = model_kinds(spec).latent
+    if latent is not None:  # DSA: the indexer's bytes on every layer (get_cell_size_per_token)
+        return latent.sglang_cell_bytes(kv_elem)
     return max(1, spec.num_kv_heads // attn_tp) * 2 * spec.head_dim * kv_elem
 
 

@@ -25,6 +25,7 @@ from gpumem_gui.core.runtimes import vllm_kv as vk
 from gpumem_gui.core.runtimes import vllm_profile as vp
 from gpumem_gui.core.runtimes.base import Runtime, component, load_phase, weights_per_rank
 from gpumem_gui.core.runtimes.run import InferenceRun
+from gpumem_gui.core.spec.kinds import LatentAttention, model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees
 from gpumem_gui.core.spec.params import count_params
@@ -35,10 +36,14 @@ VLLM_BLOCK_SIZE = 16  # tokens per KV page (vLLM --block-size default; the run's
 
 def kv_per_token(spec: ModelSpec, kv_elem: float, tp: int, layers: int | None = None) -> int:
     """KV bytes one token costs over ``layers`` layers (default: all) on one TP rank (K and V, KV heads
-    split, at least one; MLA layers store the latent and its rope part, replicated)."""
+    split, at least one; MLA layers store the latent and its rope part, replicated, DSA layers their
+    indexer's keys too: spec/kinds.py LatentAttention.vllm_bytes)."""
     n = spec.num_layers if layers is None else layers
-    if spec.mla is not None:
-        return round(n * (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) * kv_elem)
+    mla = model_kinds(spec).of(LatentAttention)
+    if mla:  # a stage of n layers: its share of the layers with and without an indexer (none differ on a
+        # published checkpoint: GLM-5 and DeepSeek-V3.2 index every layer)
+        total = sum(len(k.layers) for k in mla)
+        return round(n * sum(len(k.layers) * k.vllm_bytes(kv_elem) for k in mla) / total)
     kvh = max(1, spec.num_kv_heads // tp)
     return round(n * 2 * kvh * spec.head_dim * kv_elem)
 

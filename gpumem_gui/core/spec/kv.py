@@ -15,82 +15,63 @@ tokens: 4095 per layer).
 
 from __future__ import annotations
 
-from typing import Literal
-
-from gpumem_gui.core.spec.gemma4 import kv_elems
-from gpumem_gui.core.spec.linear import STATE_LAYER_TYPES
+from gpumem_gui.core.spec.kinds import Attention, LatentAttention, MLALayout, model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 
-MLALayout = Literal["latent", "decompressed"]
+__all__ = [
+    "MLALayout",
+    "kv_bytes_per_token_per_layer",
+    "kv_cache_bytes_transformers",
+    "kv_elements_per_layer",
+    "layer_windows",
+    "tokens_kept_transformers",
+]
 
 
-def kv_elements_per_token(
+def kv_elements_per_layer(
     spec: ModelSpec, mla_layout: MLALayout = "latent", *, transformers: bool = True
-) -> tuple[int, int]:
-    """(K elements, V elements) one token adds to one attention layer's cache.
+) -> tuple[tuple[int, int], ...]:
+    """(K elements, V elements) one token adds to each layer's cache, from the layer kinds (spec/kinds.py):
+    (0, 0) where a layer keeps no per-token cache (state, shared-KV, cross-attention, encoder layers).
 
     ``transformers=True`` follows what transformers stores, including Falcon's K/V broadcast to every
     query head (:attr:`ModelSpec.transformers_expands_kv`); runtimes with GQA-aware kernels store KV heads.
     """
-    if spec.mla is not None:
-        m = spec.mla
-        # DSA: the indexer's own single-head key per token (DynamicIndexedLayer.indexer_keys) counted with K
-        ix = m.indexer.head_dim if m.indexer is not None else 0
-        if mla_layout == "latent":
-            return m.kv_lora_rank + ix, m.qk_rope_head_dim
-        a = spec.num_attention_heads
-        return a * m.qk_head_dim + ix, a * m.v_head_dim
-    if transformers and spec.transformers_expands_kv:
-        width = spec.num_attention_heads * spec.head_dim
-        return width, width
-    return spec.kv_width, spec.kv_width
+    out = [(0, 0)] * spec.num_layers
+    for kind in model_kinds(spec).attention:
+        if isinstance(kind, LatentAttention):
+            elems = kind.kv_elems(mla_layout)
+        else:
+            elems = kind.kv_elems(transformers=transformers)
+        for i in kind.layers:
+            out[i] = elems
+    return tuple(out)
 
 
 def kv_bytes_per_token_per_layer(
     spec: ModelSpec, bytes_per_element: float = 2, mla_layout: MLALayout = "latent"
 ) -> tuple[int, ...]:
     """Cache bytes one token costs in each layer (before any sliding-window cap)."""
-    if spec.encoder is not None:  # an encoder keeps no KV cache (BertModel.forward: use_cache = False)
-        return (0,) * spec.num_layers
-    if spec.gemma4 is not None:  # Gemma 4: the full layers' own head dim and KV heads (spec/gemma4.py)
-        return tuple(round(sum(kv_elems(spec, i)) * bytes_per_element) for i in range(spec.num_layers))
-    k, v = kv_elements_per_token(spec, mla_layout)
-    per = round((k + v) * bytes_per_element)
-    ix = spec.mla.indexer if spec.mla is not None else None
-    if ix is not None and ix.shared_layers:  # a layer sharing another's top-k caches no indexer key
-        shared = round((k + v - ix.head_dim) * bytes_per_element)
-        return tuple(per if ix.has_indexer(i) else shared for i in range(spec.num_layers))
-    if spec.seq2seq is not None:  # encoder blocks cache nothing; decoder self-attention per target token
-        enc = spec.seq2seq.encoder_layers
-        return tuple(0 if i < enc else per for i in range(spec.num_layers))
-    # linear-attention layers cache no keys or values, only a fixed state (spec/state.py)
-    # a KV-shared layer reads an earlier layer's cache and keeps none (Gemma3nTextAttention)
-    return tuple(
-        0 if lt in STATE_LAYER_TYPES or i in spec.kv_shared_layers else per
-        for i, lt in enumerate(spec.resolved_layer_types)
-    )
+    return tuple(round((k + v) * bytes_per_element) for k, v in kv_elements_per_layer(spec, mla_layout))
 
 
-def cache_window(spec: ModelSpec, layer_type: str) -> int | None:
-    """The window of a layer kind's cache in transformers: ``sliding_window`` for sliding layers,
-    ``attention_chunk_size`` for chunked ones (cache_utils DYNAMIC_LAYER_TYPE_MAPPING: both are a
-    DynamicSlidingWindowLayer), None for full attention."""
-    if layer_type == "sliding_attention":
-        return spec.sliding_window
-    if layer_type == "chunked_attention":
-        return spec.attention_chunk_size
-    return None
+def layer_windows(spec: ModelSpec) -> tuple[int | None, ...]:
+    """Each layer's cache window in transformers (``sliding_window`` for sliding layers,
+    ``attention_chunk_size`` for chunked ones: cache_utils DYNAMIC_LAYER_TYPE_MAPPING makes both a
+    DynamicSlidingWindowLayer), None for a full-attention layer or one without a per-token cache."""
+    out: list[int | None] = [None] * spec.num_layers
+    for kind in model_kinds(spec).attention:
+        if isinstance(kind, Attention):
+            for i in kind.layers:
+                out[i] = kind.window
+    return tuple(out)
 
 
 def tokens_kept_transformers(spec: ModelSpec, tokens: int) -> tuple[int, ...]:
-    """Tokens each layer of transformers' DynamicCache holds after ``tokens`` tokens."""
-    windows = (cache_window(spec, lt) for lt in spec.resolved_layer_types)
-    kept = tuple(min(tokens, w - 1) if w else tokens for w in windows)
-    # a LinearAttentionLayer keeps no tokens, only its fixed state (spec/state.py)
-    return tuple(
-        0 if lt in STATE_LAYER_TYPES or i in spec.kv_shared_layers else k
-        for i, (k, lt) in enumerate(zip(kept, spec.resolved_layer_types, strict=True))
-    )
+    """Tokens each layer of transformers' DynamicCache holds after ``tokens`` tokens (0 in a layer without
+    a per-token cache: a LinearAttentionLayer keeps only its fixed state, spec/state.py)."""
+    kinds = model_kinds(spec)
+    return kinds.per_layer(lambda k: k.kept(tokens) if isinstance(k, Attention) else tokens, kinds.attention)
 
 
 def kv_cache_bytes_transformers(

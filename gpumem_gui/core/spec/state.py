@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpumem_gui.core.spec.kinds import RECURRENT_STATE_BYTES, model_kinds
 from gpumem_gui.core.spec.kv import kv_bytes_per_token_per_layer
 from gpumem_gui.core.spec.model import ModelSpec
-
-RECURRENT_STATE_BYTES = 4  # fp32 (torch_chunk_gated_delta_rule / torch_recurrent_gated_delta_rule)
 
 
 def has_state(spec: ModelSpec) -> bool:
@@ -51,14 +50,10 @@ def recurrent_state_bytes(spec: ModelSpec, activation_bytes: float = 2) -> float
 
 def state_bytes_per_sequence_per_layer(spec: ModelSpec, activation_bytes: float = 2) -> tuple[int, ...]:
     """Bytes of fixed state one sequence holds in each layer (0 for attention layers): the conv state in
-    the activation dtype (``activation_bytes``) plus the fp32 recurrent state."""
-    out = []
-    for lt in spec.resolved_layer_types:
-        conv, rec = layer_state_elems(spec, lt)
-        out.append(
-            round(conv * activation_bytes) + round(rec * recurrent_state_bytes(spec, activation_bytes))
-        )
-    return tuple(out)
+    the activation dtype (``activation_bytes``) plus the recurrent state (the state kinds of
+    spec/kinds.py)."""
+    kinds = model_kinds(spec)
+    return kinds.per_layer(lambda k: k.state_bytes(activation_bytes), kinds.state)
 
 
 def state_bytes_per_sequence(spec: ModelSpec, activation_bytes: float = 2) -> int:

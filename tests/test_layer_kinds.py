@@ -1,0 +1,189 @@
+"""Layer kinds as types (issue 27, first steps): what ``model_kinds`` makes of real configs, and that the
+per-layer views built on it (spec/kv.py, spec/state.py, the replay's cache) cover every layer once."""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from gpumem_gui.core import load_config_file
+from gpumem_gui.core.spec.kinds import (
+    Attention,
+    Bidirectional,
+    CrossAttention,
+    LatentAttention,
+    MLPOnly,
+    RecurrentState,
+    SharedKV,
+    model_kinds,
+)
+from gpumem_gui.core.spec.kv import kv_bytes_per_token_per_layer, tokens_kept_transformers
+from gpumem_gui.core.spec.state import state_bytes_per_sequence_per_layer
+from tests.conftest import REPO
+
+RES = REPO / "resources" / "configs"
+EXTRA = REPO / "tests" / "reference" / "extra" / "configs"
+
+
+def _kinds(path: Path):
+    spec = load_config_file(path)
+    return spec, model_kinds(spec)
+
+
+def _summary(kinds) -> list[tuple[str, int]]:
+    return [(k.kind, len(k.layers)) for k in kinds.layers]
+
+
+def test_dense_decoder_is_one_full_attention_kind() -> None:
+    _, k = _kinds(RES / "meta-llama__Llama-3.1-8B.json")
+    assert k.model == "decoder"
+    (a,) = k.layers
+    assert isinstance(a, Attention) and a.kind == "full_attention"
+    assert (a.layers, a.kv_heads, a.head_dim, a.window) == (tuple(range(32)), 8, 128, None)
+    assert a.kv_elems() == (1024, 1024) and a.kv_elems(tp=16) == (128, 128)  # at least one KV head per rank
+
+
+def test_sliding_and_chunked_kinds_own_their_window() -> None:
+    _, g = _kinds(RES / "google__gemma-3-27b-it.json")
+    sliding = [x for x in g.attention if x.kind == "sliding_attention"]
+    full = [x for x in g.attention if x.kind == "full_attention"]
+    assert len(sliding) == 1 and len(full) == 1
+    assert sliding[0].window == 1024 and sliding[0].kept(5000) == 1023 and full[0].kept(5000) == 5000
+    assert len(sliding[0].layers) + len(full[0].layers) == 62
+    _, scout = _kinds(RES / "meta-llama__Llama-4-Scout-17B-16E-Instruct.json")
+    chunked = [x for x in scout.attention if x.kind == "chunked_attention"]
+    assert chunked and chunked[0].window == 8192 and len(chunked[0].layers) == 36
+
+
+def test_mla_with_indexer_and_shared_layers() -> None:
+    _, v32 = _kinds(EXTRA / "deepseek-ai__DeepSeek-V3.2-Exp.json")
+    (mla,) = v32.attention
+    assert isinstance(mla, LatentAttention) and len(mla.layers) == 61
+    assert (mla.latent_elems, mla.indexer_dim) == (576, 128)
+    assert mla.kv_elems("latent") == (
+        512 + 128,
+        64,
+    )  # transformers' DynamicIndexedLayer: latent + indexer key
+    assert mla.llamacpp_elems(full=False) == (576, 512)
+    _, glm = _kinds(EXTRA / "synthetic__glm_moe_dsa-tiny.json")
+    dims = sorted({x.indexer_dim for x in glm.of(LatentAttention)})
+    assert dims[0] == 0 and dims[-1] > 0  # layers sharing another's top-k cache no indexer key
+    assert glm.latent is not None and glm.latent.indexer_dim == dims[-1]
+
+
+def test_hybrids_are_typed_per_mixer() -> None:
+    _, nxt = _kinds(RES / "Qwen__Qwen3-Next-80B-A3B-Instruct.json")
+    assert nxt.model == "hybrid"
+    assert _summary(nxt)[:2] == [("recurrent", 36), ("full_attention", 12)]
+    (st,) = nxt.state
+    assert st.mixer == "gated_deltanet" and st.recurrent_fp32
+    _, fh1 = _kinds(RES / "tiiuae__Falcon-H1-0.5B-Instruct.json")
+    (att,), (mamba,) = fh1.attention, fh1.state
+    assert mamba.mixer == "mamba2" and att.layers == mamba.layers  # attention and Mamba-2 side by side
+    _, nem = _kinds(RES / "nvidia__Nemotron-H-8B-Base-8K.json")
+    assert {type(x) for x in nem.layers} == {Attention, RecurrentState, MLPOnly}
+    _, lfm = _kinds(RES / "LiquidAI__LFM2-1.2B.json")
+    assert lfm.state[0].mixer == "short_conv" and lfm.state[0].recurrent_elems == 0
+
+
+def test_cross_attention_shared_kv_and_encoders() -> None:
+    _, ml = _kinds(RES / "meta-llama__Llama-3.2-11B-Vision.json")
+    (cross,) = ml.of(CrossAttention)
+    assert cross.layers == (3, 8, 13, 18, 23, 28, 33, 38)
+    assert not set(cross.layers) & {i for a in ml.attention for i in a.layers}
+    _, g3n = _kinds(RES / "google__gemma-3n-E2B-it.json")
+    (shared,) = g3n.of(SharedKV)
+    assert shared.layers and not set(shared.layers) & {i for a in g3n.attention for i in a.layers}
+    _, bert = _kinds(RES / "google-bert__bert-base-uncased.json")
+    assert bert.model == "encoder" and _summary(bert) == [("bidirectional", 12)] and not bert.attention
+    _, t5 = _kinds(REPO / "tests" / "reference" / "seq2seq" / "configs" / "google-t5__t5-small.json")
+    assert t5.model == "encoder-decoder"
+    assert isinstance(t5.layers[0], Bidirectional) and t5.layers[0].layers == tuple(range(6))
+    assert t5.attention[0].layers == tuple(range(6, 12))
+
+
+CONFIGS = sorted(
+    {
+        *glob.glob(str(REPO / "tests/reference/**/configs/*.json"), recursive=True),
+        *map(str, RES.glob("*.json")),
+    }
+)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: Path(p).stem)
+def test_every_layer_is_cached_by_at_most_one_kind(path: str) -> None:
+    """Over every reference and catalog config: no layer is in two per-token-cache kinds or two state kinds;
+    the per-layer views equal the kinds' own answers."""
+    try:
+        spec = load_config_file(Path(path))
+    except Exception:  # configs kept to test refusals
+        pytest.skip("not read")
+    k = model_kinds(spec)
+    for group in (k.attention, k.state):
+        seen = [i for x in group for i in x.layers]
+        assert len(seen) == len(set(seen))
+        assert all(0 <= i < spec.num_layers for i in seen)
+    per_token = kv_bytes_per_token_per_layer(spec)
+    kept = tokens_kept_transformers(spec, 10_000)
+    states = state_bytes_per_sequence_per_layer(spec)
+    for x in k.attention:
+        elems = x.kv_elems() if isinstance(x, LatentAttention) else x.kv_elems(transformers=True)
+        assert all(per_token[i] == 2 * sum(elems) for i in x.layers)
+        assert all(kept[i] == (x.kept(10_000) if isinstance(x, Attention) else 10_000) for i in x.layers)
+    cached = {i for x in k.attention for i in x.layers}
+    assert all(per_token[i] == 0 and kept[i] == 0 for i in range(spec.num_layers) if i not in cached)
+    assert sum(states) == sum(x.state_bytes(2) * len(x.layers) for x in k.state)
+    assert (k.model == "hybrid") == bool(k.state)
+
+
+def test_kinds_are_frozen_and_validated() -> None:
+    a = Attention(kind="full_attention", layers=(0,), query_heads=8, kv_heads=8, head_dim=64)
+    with pytest.raises(ValidationError):
+        Attention.model_validate({**a.model_dump(), "x": 1})  # extra="forbid"
+    with pytest.raises(ValidationError):
+        Attention(kind="full_attention", layers=(0,), query_heads=8, kv_heads=0, head_dim=64)
+    with pytest.raises(ValidationError):
+        a.window = 4  # type: ignore[misc]
+
+
+# DeepSeek-V3.2 (61 layers, every one with an indexer of 128 dims) on the serving engines, as their source
+# allocates (vLLM deepseek_v2.py Indexer / DeepseekV32IndexerCache, MLAAttentionSpec.real_page_size_bytes;
+# SGLang NSATokenToKVPool, ModelRunnerKVCacheMixin.get_cell_size_per_token)
+V32 = EXTRA / "deepseek-ai__DeepSeek-V3.2-Exp.json"
+
+
+@pytest.mark.parametrize(
+    ("engine", "kv_dtype", "per_token"),
+    [
+        (
+            "vllm",
+            "auto",
+            61 * (576 * 2 + 132),
+        ),  # bf16 latent + the uint8 indexer cache (128 fp8 + 1 fp32 scale)
+        ("vllm", "fp8", 61 * (656 + 132)),  # fp8_ds_mla: 512 fp8, 4 fp32 scales, 64 bf16 rope
+        ("sglang", "auto", 61 * (576 * 2 + 132)),
+        ("sglang", "fp8_e4m3", 61 * (576 + 132)),  # what SGLang counts (its pool then allocates 656 + 132)
+    ],
+)
+def test_dsa_indexer_cache_on_serving_engines(engine: str, kv_dtype: str, per_token: int) -> None:
+    from gpumem_gui.core import estimate_inference, make_run
+
+    spec = load_config_file(V32)
+    est = estimate_inference(spec, make_run(engine=engine, kv_dtype=kv_dtype, seq=4096, tp=8))
+    assert est.facts["kv_bytes_per_token"] == per_token
+
+
+def test_dsa_fp8_pool_matches_a_published_sglang_log() -> None:
+    """SGLang PR #11309 (8 x B200, DeepSeek-V3.2-Exp, fp8 cache): "KV Cache is allocated. #tokens: 975424, KV
+    size: 43.67 GB" (GB: 2^30 bytes), the indexer included; 54.52 GB for 1,462,784 tokens before the PR,
+    which left the indexer out."""
+    (mla,) = model_kinds(load_config_file(V32)).attention
+    assert isinstance(mla, LatentAttention)
+    page = 64  # NSATokenToKVPool asserts page_size == 64 on CUDA; each buffer has size + page_size rows
+    main, ix = mla.fp8_ds_mla_bytes, mla.indexer_cache_bytes
+    with_indexer = 61 * ((975_424 + page) * main + (975_424 + page + 1) // page * page * ix)
+    assert round(with_indexer / 2**30, 2) == 43.67
+    assert round(61 * (1_462_784 + page) * main / 2**30, 2) == 54.52
