@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.model import CausalLM
+    from gpumem_gui.core.replay.context import CausalLM
 
 
 def relu2(m: CausalLM, x: T, pre: str) -> T:

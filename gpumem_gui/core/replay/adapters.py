@@ -29,7 +29,7 @@ from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.params import Tensor
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.model import CausalLM
+    from gpumem_gui.core.replay.context import CausalLM
 
 # PEFT's shorthand for every linear but the output layer
 ALL_LINEAR = "all-linear"

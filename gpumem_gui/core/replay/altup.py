@@ -13,7 +13,7 @@ from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.config import LayerPlan
-    from gpumem_gui.core.replay.model import CausalLM
+    from gpumem_gui.core.replay.context import CausalLM
 
 
 def _unary(m: CausalLM, x: T, dt: str | None = None) -> T:

@@ -25,7 +25,7 @@ from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.config import ReplayConfig
-    from gpumem_gui.core.replay.model import CausalLM
+    from gpumem_gui.core.replay.context import CausalLM
     from gpumem_gui.core.spec.model import ModelSpec
 
 # SDPA takes grouped K/V heads (enable_gqa) only up to this head dim (use_gqa_in_sdpa)

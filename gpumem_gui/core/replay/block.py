@@ -13,7 +13,7 @@ from gpumem_gui.core.replay.autograd import Sim
 from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.model import CausalLM
+    from gpumem_gui.core.replay.context import CausalLM
 
 # Megatron-LM's global memory buffer ("mpu"): one all-gather buffer per replay, allocated at first use and
 # reused by every sequence-parallel all-gather of the step (megatron/core/parallel_state.py

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from gpumem_gui.core.replay.memory import T, promote
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.model import CausalLM
+    from gpumem_gui.core.replay.context import CausalLM
     from gpumem_gui.core.spec.linear import LinearAttentionSpec
 
 

@@ -20,7 +20,7 @@ from gpumem_gui.core.replay import attention
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.model import CausalLM
+    from gpumem_gui.core.replay.context import CausalLM
 
 
 def applies(m: CausalLM) -> bool:

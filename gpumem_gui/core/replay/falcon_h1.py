@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from gpumem_gui.core.replay import attention, mamba2, mlp
 
 if TYPE_CHECKING:
+    from gpumem_gui.core.replay.context import CausalLM
     from gpumem_gui.core.replay.memory import T
-    from gpumem_gui.core.replay.model import CausalLM
 
 
 def _mlp(m: CausalLM, i: int, x: T) -> T:

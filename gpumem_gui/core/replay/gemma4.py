@@ -18,7 +18,7 @@ from gpumem_gui.core.spec import gemma4 as g4
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.config import LayerPlan
-    from gpumem_gui.core.replay.model import CausalLM
+    from gpumem_gui.core.replay.context import CausalLM
 
 
 def _per_layer_inputs(m: CausalLM, inputs_embeds: T) -> T:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.model import CausalLM
+    from gpumem_gui.core.replay.context import CausalLM
     from gpumem_gui.core.spec.model import ModelSpec
 
 

@@ -11,7 +11,7 @@ from gpumem_gui.core.replay.memory import T
 from gpumem_gui.core.spec.linear import STATE_LAYER_TYPES
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.model import CausalLM
+    from gpumem_gui.core.replay.context import CausalLM
 
 
 def embed(m: CausalLM, ids: T) -> tuple[T, list[T]]:

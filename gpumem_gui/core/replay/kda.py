@@ -19,8 +19,8 @@ from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.autograd import Node, Sim
+    from gpumem_gui.core.replay.context import CausalLM
     from gpumem_gui.core.replay.memory import Storage
-    from gpumem_gui.core.replay.model import CausalLM
     from gpumem_gui.core.spec.linear import LinearAttentionSpec
 
 

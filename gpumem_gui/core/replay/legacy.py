@@ -22,7 +22,7 @@ from gpumem_gui.core.replay.attention import kernel, rope
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.model import CausalLM
+    from gpumem_gui.core.replay.context import CausalLM
 
 
 def _split_heads(m: CausalLM, qkv: T) -> tuple[T, T, T]:

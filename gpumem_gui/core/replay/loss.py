@@ -34,7 +34,7 @@ from gpumem_gui.core.replay.autograd import Node, Sim
 from gpumem_gui.core.replay.memory import Storage, T
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.model import CausalLM
+    from gpumem_gui.core.replay.context import CausalLM
 
 
 def _head(m: CausalLM, x: T) -> T:

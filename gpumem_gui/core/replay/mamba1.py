@@ -24,7 +24,7 @@ from gpumem_gui.core.replay.mamba2 import conv as causal_conv
 from gpumem_gui.core.replay.memory import T, promote
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.model import CausalLM
+    from gpumem_gui.core.replay.context import CausalLM
     from gpumem_gui.core.spec.mamba import Mamba1Spec
 
 

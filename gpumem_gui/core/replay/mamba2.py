@@ -25,7 +25,7 @@ from gpumem_gui.core.replay.delta_rule import chunks, new_op
 from gpumem_gui.core.replay.memory import T, promote
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.model import CausalLM
+    from gpumem_gui.core.replay.context import CausalLM
     from gpumem_gui.core.spec.mamba import Mamba2Spec
 
 

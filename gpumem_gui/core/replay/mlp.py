@@ -19,7 +19,7 @@ from gpumem_gui.core.replay import activations, chunked, moe_bias, routers
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.model import CausalLM
+    from gpumem_gui.core.replay.context import CausalLM
 
 
 def act(m: CausalLM, x: T, pre: str = "") -> T:

@@ -19,7 +19,7 @@ from gpumem_gui.core.replay import mlp
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.model import CausalLM
+    from gpumem_gui.core.replay.context import CausalLM
 
 
 def _route(m: CausalLM, x: T, pre: str, k: int) -> tuple[T, T, T]:

@@ -15,7 +15,7 @@ from gpumem_gui.core.replay import rope_partial
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.model import CausalLM
+    from gpumem_gui.core.replay.context import CausalLM
 
 
 def _scaled(m: CausalLM, freqs: T) -> T:

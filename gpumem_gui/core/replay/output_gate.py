@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.model import CausalLM
+    from gpumem_gui.core.replay.context import CausalLM
 
 
 def split_q(m: CausalLM, x: T, pre: str) -> tuple[T, T | None]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.model import CausalLM
+    from gpumem_gui.core.replay.context import CausalLM
 
 
 def _threshold_mask(m: CausalLM, t: int, e: int, dt: str) -> tuple[T, T, T]:

@@ -17,7 +17,7 @@ from gpumem_gui.core.replay.delta_rule import new_op
 from gpumem_gui.core.replay.memory import T, promote
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.model import CausalLM
+    from gpumem_gui.core.replay.context import CausalLM
 
 
 def _conv(m: CausalLM, i: int, bx: T) -> T:

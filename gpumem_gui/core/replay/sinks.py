@@ -22,7 +22,7 @@ from gpumem_gui.core.replay.memory import T, promote
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.config import ReplayConfig
-    from gpumem_gui.core.replay.model import CausalLM
+    from gpumem_gui.core.replay.context import CausalLM
     from gpumem_gui.core.spec.model import ModelSpec
 
 

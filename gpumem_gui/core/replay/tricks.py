@@ -34,7 +34,7 @@ from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
 from gpumem_gui.core.replay.optim import create_states, step
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.model import CausalLM
+    from gpumem_gui.core.replay.context import CausalLM
 
 OFFLOAD_MIN_BYTES = 1024  # OffloadActivations(min_offload_size=1024)
 OFFLOAD_STASH = 5  # OffloadActivations(max_fwd_stash_size=5)
