@@ -187,3 +187,37 @@ def test_dsa_fp8_pool_matches_a_published_sglang_log() -> None:
     with_indexer = 61 * ((975_424 + page) * main + (975_424 + page + 1) // page * page * ix)
     assert round(with_indexer / 2**30, 2) == 43.67
     assert round(61 * (1_462_784 + page) * main / 2**30, 2) == 54.52
+
+
+def test_engines_answer_by_capability() -> None:
+    """Which engine models which kind is a capability of its runtime module (Runtime.supports / serves)."""
+    from gpumem_gui.core.runtimes.inference import RUNTIMES
+
+    def able(path: Path) -> list[str]:
+        k = model_kinds(load_config_file(path))
+        return [
+            name
+            for name, rt in RUNTIMES.items()
+            if rt.serves(k.model) and all(rt.supports(kind) for kind in k.layers)
+        ]
+
+    assert able(RES / "Qwen__Qwen3-Next-80B-A3B-Instruct.json") == ["transformers", "vllm", "llama.cpp"]
+    assert able(RES / "moonshotai__Kimi-Linear-48B-A3B-Instruct.json") == ["transformers", "vllm"]
+    assert able(RES / "google-bert__bert-base-uncased.json") == ["transformers"]
+    assert able(RES / "meta-llama__Llama-3.2-11B-Vision.json") == ["transformers"]
+    assert len(able(RES / "meta-llama__Llama-3.1-8B.json")) == len(RUNTIMES)
+
+
+def test_no_check_tests_an_engine_name() -> None:
+    """The runtimes and the spec ask capabilities; an engine's name is only its own module's label."""
+    import re
+
+    pattern = re.compile(r"""(engine|\.name)\s*(==|!=)\s*["']|engine\s+(not\s+)?in\s+\(""")
+    hits = [
+        f"{p.relative_to(REPO)}:{n}"
+        for folder in ("gpumem_gui/core/runtimes", "gpumem_gui/core/spec")
+        for p in sorted((REPO / folder).glob("*.py"))
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert hits == []

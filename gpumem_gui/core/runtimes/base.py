@@ -16,6 +16,7 @@ from gpumem_gui.core.formats import WeightBytes, WeightFormat, list_weight_forma
 from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.replay.buffers import buffers_bytes
 from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase
+from gpumem_gui.core.spec.kinds import CrossAttention, LayerKind, RecurrentState
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, stage_layers
 from gpumem_gui.core.spec.params import COMPONENTS, count_params
@@ -37,6 +38,29 @@ class Runtime(ABC):
     fallback_format: str = "nf4"  # the common 4-bit format a fit names when no format fits
     sizes_from_capacity: bool = False  # the estimate depends on the GPU's memory (vLLM's KV pool)
     even_stages: bool = True  # pp stages take equal layer counts (Ollama splits them by free memory)
+    # What this engine's profile models, by kind (spec/kinds.py): the model kinds it serves, the recurrent
+    # mixers whose per-sequence state it sizes, whether it holds cross-attention layers' vision cache and
+    # attention layers of several head shapes (Gemma 4). Checks ask these, never the engine's name.
+    model_kinds: frozenset[str] = frozenset({"decoder", "hybrid"})
+    state_mixers: frozenset[str] = frozenset()
+    cross_attention_cache: bool = False
+    mixed_head_shapes: bool = False
+
+    def serves(self, model_kind: str) -> bool:
+        """Whether this engine runs a model of ``model_kind`` (ModelKinds.model)."""
+        return model_kind in self.model_kinds
+
+    def supports(self, kind: LayerKind) -> bool:
+        """Whether this engine's profile models layers of ``kind``: a recurrent state when it sizes that
+        mixer's pool, cross-attention when it keeps the vision cache; every kind of attention."""
+        if isinstance(kind, RecurrentState):
+            return kind.mixer in self.state_mixers
+        if isinstance(kind, CrossAttention):
+            return self.cross_attention_cache
+        return True
+
+    def check_state(self, spec: ModelSpec, pp: int) -> None:  # noqa: B027 (a hook: none by default)
+        """This engine's own limits on a hybrid whose mixers it supports (one-line errors)."""
 
     def formats(self) -> list[WeightFormat]:
         """The weight formats this engine loads."""

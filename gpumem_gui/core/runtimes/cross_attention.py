@@ -3,6 +3,8 @@ engines are modelled, and the cross-attention cache ``run.images`` images add (s
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.replay.vision import has_tower
 from gpumem_gui.core.results.estimate import Component, Explanation
@@ -12,17 +14,21 @@ from gpumem_gui.core.spec.cross_attention import (
     cross_cache_bytes,
     cross_tokens_per_image,
 )
+from gpumem_gui.core.spec.kinds import CrossAttention, model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 
+if TYPE_CHECKING:
+    from gpumem_gui.core.runtimes.base import Runtime
 
-def check_cross_attention(spec: ModelSpec, run: InferenceRun) -> list[str]:
+
+def check_cross_attention(spec: ModelSpec, run: InferenceRun, rt: Runtime) -> list[str]:
     """One-line errors and the warnings of ``run`` on ``spec``: the cross-attention cache is modelled for
     transformers only; images on a model without cross-attention layers are not counted."""
     if not cross_attention_layers(spec):
         if run.images and not has_tower(spec):  # a replayed vision tower counts them (replay/vision.py)
             return ["images: the model has no cross-attention layers; the images are not counted"]
         return []
-    if run.engine != "transformers":
+    if not all(rt.supports(k) for k in model_kinds(spec).of(CrossAttention)):
         raise GpumemInputError(
             f"{run.engine}: the cross-attention cache of a model with cross-attention layers (Llama 3.2 "
             "Vision) is not modelled for this engine yet; use the transformers engine",

@@ -8,16 +8,21 @@ and SGLang serve encoders only as pooling / embedding models, llama.cpp and Olla
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.spec.encoder import check_positions
 from gpumem_gui.core.spec.model import ModelSpec
 
+if TYPE_CHECKING:
+    from gpumem_gui.core.runtimes.base import Runtime
 
-def check_encoder_inference(spec: ModelSpec, run: InferenceRun) -> None:
-    """Refuse, in one line naming the field, what an encoder run cannot be."""
+
+def check_encoder_inference(spec: ModelSpec, run: InferenceRun, rt: Runtime) -> None:
+    """Refuse, in one line naming the field, what an encoder run cannot be (on engine ``rt``)."""
     check_positions(spec, run.seq)
-    if run.engine != "transformers":
+    if not rt.serves("encoder"):
         raise GpumemInputError(
             f"{run.engine} is not modelled for encoder models (BERT, RoBERTa: no generation, no KV cache); "
             "use --engine transformers",

@@ -51,7 +51,7 @@ def check_recurrent_state(spec: ModelSpec, engine: str, tp: int, pp: int = 1) ->
     placement and sharded linear-attention projections are not."""
     if spec.linear_attention is None and spec.short_conv is None and spec.mamba is None:
         return
-    check_engine_state(spec, engine, pp)
+    check_engine_state(spec, runtime(engine), pp, RUNTIMES.values())
     if tp > 1:
         raise GpumemInputError(
             "tensor parallelism of linear-attention layers is not modelled yet; use tp 1", field="tp"
@@ -61,15 +61,17 @@ def check_recurrent_state(spec: ModelSpec, engine: str, tp: int, pp: int = 1) ->
 def check_run(spec: ModelSpec, run: InferenceRun) -> tuple[str, ...]:
     """Cross-checks of run against model: errors raise, soft problems come back as warnings."""
     warnings: list[str] = [f"approximate: {spec.approximate}"] if spec.approximate else []
+    rt = runtime(run.engine)
     if spec.encoder is not None:  # one transformers forward, no cache (runtimes/encoder.py)
-        check_encoder_inference(spec, run)
+        check_encoder_inference(spec, run, rt)
     if spec.seq2seq is not None:  # generate() of an encoder-decoder on transformers (runtimes/seq2seq.py)
-        check_seq2seq_inference(spec, run)
+        check_seq2seq_inference(spec, run, rt)
     check_kv_dtype(run.engine, run.kv_dtype_resolved)
     check_degrees(spec, Degrees(tp=run.tp, pp=run.pp, ep=run.ep))
     check_recurrent_state(spec, run.engine, run.tp, run.pp)
-    gemma4.check_run(spec, run.engine, tp=run.tp, pp=run.pp, ep=run.ep)  # Gemma 4: transformers, one GPU
-    warnings += check_cross_attention(spec, run)  # Llama 3.2 Vision (runtimes/cross_attention.py)
+    # Gemma 4: transformers, one GPU
+    gemma4.check_run(spec, run.engine, heads_ok=rt.mixed_head_shapes, tp=run.tp, pp=run.pp, ep=run.ep)
+    warnings += check_cross_attention(spec, run, rt)  # Llama 3.2 Vision (runtimes/cross_attention.py)
     if run.ep > run.gpus:
         raise GpumemInputError(
             f"expert parallel degree {run.ep} exceeds the {run.gpus} GPUs (tp x pp)", field="ep"
@@ -84,7 +86,7 @@ def check_run(spec: ModelSpec, run: InferenceRun) -> tuple[str, ...]:
             f"seq: {run.tokens} tokens exceed the model's max_position_embeddings "
             f"({spec.max_position_embeddings}); fine only with rope scaling"
         )
-    warnings += runtime(run.engine).check(spec, run)
+    warnings += rt.check(spec, run)
     return tuple(warnings)
 
 

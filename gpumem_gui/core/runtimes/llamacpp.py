@@ -164,6 +164,8 @@ def _state_facts(rs: dict[str, int]) -> dict[str, int]:
 class LlamaCpp(Runtime):
     name = "llama.cpp"
     label = "llama.cpp"
+    # llama_memory_recurrent's r / s widths (runtimes/state_pools.py llamacpp_state_widths)
+    state_mixers = frozenset({"gated_deltanet", "mamba1", "mamba2", "short_conv"})
     gguf = True
     fallback_format = "gguf-Q4_K_M"
 

@@ -11,6 +11,8 @@ Serving engines (vLLM, SGLang, llama.cpp, Ollama) have their own encoder-decoder
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.replay.config import ReplayConfig
 from gpumem_gui.core.replay.seq2seq_run import StepResult, replay_decode, replay_prefill
@@ -18,6 +20,9 @@ from gpumem_gui.core.results.estimate import Component, Explanation, Phase
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.seq2seq import check_positions
+
+if TYPE_CHECKING:
+    from gpumem_gui.core.runtimes.base import Runtime
 
 _REPLAY_DTYPES = {"bf16": "bf16", "fp32": "f32"}
 _KIND_LABELS = {
@@ -32,11 +37,11 @@ _KIND_LABELS = {
 }
 
 
-def check_seq2seq_inference(spec: ModelSpec, run: InferenceRun) -> None:
-    """Refuse, in one line naming the field, what an encoder-decoder run cannot be."""
+def check_seq2seq_inference(spec: ModelSpec, run: InferenceRun, rt: Runtime) -> None:
+    """Refuse, in one line naming the field, what an encoder-decoder run cannot be (on engine ``rt``)."""
     s2s = spec.seq2seq
     assert s2s is not None
-    if run.engine != "transformers":
+    if not rt.serves("encoder-decoder"):
         raise GpumemInputError(
             f"{run.engine} is not modelled for encoder-decoders (T5); use --engine transformers",
             field="engine",

@@ -28,13 +28,19 @@ model's config hook says so: Nemotron-H, ``NemotronHForCausalLMConfig``, and a c
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from math import ceil
+from typing import TYPE_CHECKING
 
 from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.spec.kinds import model_kinds
 from gpumem_gui.core.spec.linear import STATE_LAYER_TYPES
 from gpumem_gui.core.spec.mamba import Mamba1Spec
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.state import has_state, layer_state_elems
+
+if TYPE_CHECKING:
+    from gpumem_gui.core.runtimes.base import Runtime
 
 # llama-model.cpp create_memory: recurrent_type_k / recurrent_type_v = GGML_TYPE_F32
 LLAMACPP_STATE_BYTES = 4
@@ -54,39 +60,26 @@ def attention_layer_count(spec: ModelSpec) -> int:
     return sum(1 for lt in spec.resolved_layer_types if lt not in STATE_LAYER_TYPES)
 
 
-def check_engine_state(spec: ModelSpec, engine: str, pp: int) -> None:
-    """The hybrids an engine's profile models (one-line error otherwise): llama.cpp's recurrent cells for the
-    gated DeltaNet, Mamba-1/2 and short convolutions; vLLM's hybrid allocator on one pipeline stage."""
+def check_engine_state(spec: ModelSpec, rt: Runtime, pp: int, engines: Iterable[Runtime]) -> None:
+    """The hybrids an engine's profile models (one-line error otherwise), asked of the engine's capabilities
+    (:meth:`Runtime.supports` on each state kind, :meth:`Runtime.check_state` for its own limits): llama.cpp's
+    recurrent cells for the gated DeltaNet, Mamba-1/2 and short convolutions; vLLM's hybrid allocator;
+    ``engines``: every runtime, to name those that size some state."""
     if not has_state(spec):
         return
-    la = spec.linear_attention
-    if engine == "llama.cpp" and la is not None and la.kind != "gated_deltanet":
+    unsupported = [k for k in model_kinds(spec).state if not rt.supports(k)]
+    if unsupported and rt.state_mixers:
         raise GpumemInputError(
-            f"llama.cpp: the recurrent state of {la.kind} linear attention (its n_embd_r / n_embd_s) is not "
-            "modelled; use the transformers engine",
+            f"{rt.name}: the recurrent state of {unsupported[0].mixer} linear attention (its n_embd_r / "
+            "n_embd_s) is not modelled; use the transformers engine",
             field="engine",
         )
-    if engine == "vllm" and spec.mla is not None:  # vLLM logs 944-token blocks for Kimi-Linear-48B
+    rt.check_state(spec, pp)
+    if unsupported:
+        names = [r.name for r in engines if r.state_mixers]
         raise GpumemInputError(
-            "vllm: the page alignment of a hybrid with MLA attention (Kimi-Linear) is not modelled; use the "
-            "transformers engine",
-            field="engine",
-        )
-    if engine == "vllm" and not attention_layer_count(spec):
-        raise GpumemInputError(
-            "vllm: a model of state layers only (no attention page to align to) is not modelled",
-            field="engine",
-        )
-    if engine == "vllm" and (pp > 1 or "sliding_attention" in spec.resolved_layer_types):
-        raise GpumemInputError(
-            "vllm: the hybrid allocator of a state model is modelled on one pipeline stage without "
-            "sliding-window layers; use pp 1",
-            field="pp" if pp > 1 else "engine",
-        )
-    if engine not in ("transformers", "llama.cpp", "vllm"):
-        raise GpumemInputError(
-            f"{engine}: the recurrent-state pool of a hybrid model (linear-attention layers) is not modelled "
-            "for this engine yet; use the transformers, vllm or llama.cpp engine",
+            f"{rt.name}: the recurrent-state pool of a hybrid model (linear-attention layers) is not "
+            f"modelled for this engine yet; use the {', '.join(names[:-1])} or {names[-1]} engine",
             field="engine",
         )
 

@@ -24,6 +24,7 @@ from gpumem_gui.core.runtimes.base import Runtime, load_phase
 from gpumem_gui.core.runtimes.cross_attention import cross_cache_component
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.seq2seq import seq2seq_phases
+from gpumem_gui.core.spec.kinds import STATE_MIXERS
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, rank_spec
 from gpumem_gui.core.spec.params import count_params
@@ -101,6 +102,10 @@ def _generate_scores(run: InferenceRun, vocab: int) -> Component:
 class Transformers(Runtime):
     name = "transformers"
     label = "transformers (PyTorch)"
+    model_kinds = frozenset({"decoder", "hybrid", "encoder", "encoder-decoder"})
+    state_mixers = STATE_MIXERS  # the state of every mixer, measured from its cache (spec/state.py)
+    cross_attention_cache = True
+    mixed_head_shapes = True
 
     def quantizes_experts(self, run: InferenceRun) -> bool:
         """bitsandbytes replaces only ``nn.Linear``: fused 3-D expert tensors stay 16-bit (bitsandbytes

@@ -18,6 +18,7 @@ import json
 import shlex
 from math import ceil
 
+from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.formats import WeightBytes, kv_bytes_per_element
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase
 from gpumem_gui.core.runtimes import state_pools as sp
@@ -25,7 +26,7 @@ from gpumem_gui.core.runtimes import vllm_kv as vk
 from gpumem_gui.core.runtimes import vllm_profile as vp
 from gpumem_gui.core.runtimes.base import Runtime, component, load_phase, weights_per_rank
 from gpumem_gui.core.runtimes.run import InferenceRun
-from gpumem_gui.core.spec.kinds import LatentAttention, model_kinds
+from gpumem_gui.core.spec.kinds import STATE_MIXERS, LatentAttention, model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees
 from gpumem_gui.core.spec.params import count_params
@@ -214,6 +215,29 @@ def _phases(weights_c: Component, activation: Component, kv_c: Component) -> dic
 class Vllm(Runtime):
     name = "vllm"
     label = "vLLM"
+    state_mixers = STATE_MIXERS  # the hybrid KV-cache manager's state groups (runtimes/state_pools.py)
+
+    def check_state(self, spec: ModelSpec, pp: int) -> None:
+        """The hybrids vLLM's allocator is modelled for: attention beside the state layers, not MLA, one
+        pipeline stage, no sliding-window layers (one-line errors otherwise)."""
+        if spec.mla is not None:  # vLLM logs 944-token blocks for Kimi-Linear-48B
+            raise GpumemInputError(
+                "vllm: the page alignment of a hybrid with MLA attention (Kimi-Linear) is not modelled; use "
+                "the transformers engine",
+                field="engine",
+            )
+        if not sp.attention_layer_count(spec):
+            raise GpumemInputError(
+                "vllm: a model of state layers only (no attention page to align to) is not modelled",
+                field="engine",
+            )
+        if pp > 1 or "sliding_attention" in spec.resolved_layer_types:
+            raise GpumemInputError(
+                "vllm: the hybrid allocator of a state model is modelled on one pipeline stage without "
+                "sliding-window layers; use pp 1",
+                field="pp" if pp > 1 else "engine",
+            )
+
     sizes_from_capacity = True
 
     def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:

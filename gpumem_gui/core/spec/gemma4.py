@@ -159,13 +159,16 @@ def rotary_buffer_bytes(spec: ModelSpec) -> int:
     return sum(2 * (head_dim(spec, spec.resolved_layer_types.index(t)) // 2) * 4 for t in types)
 
 
-def check_run(spec: ModelSpec, engine: str = "transformers", **degrees: int) -> None:
+def check_run(
+    spec: ModelSpec, engine: str = "transformers", *, heads_ok: bool = True, **degrees: int
+) -> None:
     """What is modelled for Gemma 4: transformers on one GPU. The engines' KV pools and a sharded or staged
     model (rank_spec does not split the full layers' heads nor renumber the KV-shared layers) are refused in
-    one line naming the field."""
+    one line naming the field; ``heads_ok``: whether ``engine`` models attention layers of several head
+    shapes."""
     if spec.gemma4 is None:
         return
-    if engine != "transformers":
+    if not heads_ok:  # the engine's capability (Runtime.mixed_head_shapes)
         raise GpumemInputError(
             f"{engine}: Gemma 4's per-layer-type KV heads and KV sharing are not modelled for this engine; "
             "use the transformers engine",

@@ -198,6 +198,8 @@ class MLPOnly(Frozen):
     layers: Layers
 
 
+# every RecurrentState.mixer
+STATE_MIXERS = frozenset({"gated_deltanet", "kda", "lightning", "mamba1", "mamba2", "short_conv"})
 RECURRENT_STATE_BYTES = 4  # fp32 (torch_chunk_gated_delta_rule / torch_recurrent_gated_delta_rule)
 
 LayerKind = Annotated[
