@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpumem_gui.core.replay import mlp
+from gpumem_gui.core.replay import ffn
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ def _experts(m: CausalLM, pre: str, routed_in: T) -> T:
     s.node("pass", (gate_up,), (gate,))
     up = T(gate_up.st, rows * fe, gate_up.dt)
     s.node("pass", (gate_up,), (up,))
-    prod = o.mul(up, mlp.act(m, gate))
+    prod = o.mul(up, ffn.act(m, gate))
     del gate, up
     out = o.bmm(prod, m.param(f"{pre}.experts.down_proj"), rows * h)
     del prod, gate_up
@@ -175,7 +175,7 @@ def scaled_input_moe(m: CausalLM, i: int, x: T) -> T:
     del repeated, column
     # router_scores, routed_in and routed_out are locals of the forward: they live until it returns
     routed_out = _experts(m, pre, routed_in)
-    out = mlp._shared(m, pre, x)  # Llama4TextMLP of the expert width
+    out = ffn.shared(m, pre, x)  # Llama4TextMLP of the expert width
     summed = s.new(t * h, routed_out.dt)  # routed_out.reshape(E, -1, h).sum(dim=0)
     s.node("pass", (routed_out,), (summed,))
     added = T(out.st, out.n, out.dt)  # out.add_(...): in place

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from gpumem_gui.core.replay.memory import T
     from gpumem_gui.core.replay.ops import Ops
     from gpumem_gui.core.spec.model import ModelSpec
+    from gpumem_gui.core.spec.seq2seq import Seq2SeqSpec
 
 
 class CausalLM(Protocol):
@@ -52,3 +53,17 @@ class CausalLM(Protocol):
     def model(self, ids: T, plan: LayerPlan) -> T: ...
 
     def head(self, last_hidden_state: T) -> T: ...
+
+
+class EncoderLike(CausalLM, Protocol):
+    """An encoder model (``replay/encoder.py`` EncoderModel) as its DeBERTa and ModernBERT blocks use it."""
+
+    def _first_token(self, last: T) -> T: ...
+
+    def _classifier_dropout(self) -> float: ...
+
+
+class Seq2SeqLike(CausalLM, Protocol):
+    """An encoder-decoder (``replay/seq2seq.py`` Seq2SeqLM) as its attention blocks use it."""
+
+    s2s: Seq2SeqSpec

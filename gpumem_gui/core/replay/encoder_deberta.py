@@ -25,7 +25,7 @@ from gpumem_gui.core.replay import mlp
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.encoder import EncoderModel
+    from gpumem_gui.core.replay.context import EncoderLike as EncoderModel
 
 
 def _relative_positions(m: EncoderModel) -> T:

@@ -26,7 +26,7 @@ from gpumem_gui.core.replay import attention, mlp
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.encoder import EncoderModel
+    from gpumem_gui.core.replay.context import EncoderLike as EncoderModel
 
 
 def _rotary(m: EncoderModel, dt: str) -> tuple[T, T]:

@@ -185,7 +185,7 @@ def _feed_forward(m: CausalLM, i: int, residual: T) -> tuple[T, list[T]]:
     s.region = "norm"
     x = norm(m, residual, f"{pre}.norm2", h)
     s.region = "mlp"
-    dense = mlp._dense(m, f"{pre}.mlp", x)
+    dense = mlp.dense(m, f"{pre}.mlp", x)
     del x
     if spec.moe is None:
         s.region = "hidden_states"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gpumem_gui.core.replay import causal_conv
 from gpumem_gui.core.replay.delta_rule import _l2norm, _to_f32, chunks, new_op
 from gpumem_gui.core.replay.memory import T
 
@@ -118,9 +119,7 @@ def kda(m: CausalLM, i: int, x: T, *_: object) -> tuple[T, None]:
     q, k, v = (m.linear(x, f"{pre}.{p}") for p in ("q_proj", "k_proj", "v_proj"))
     held = [new_op(m, q.n + k.n + v.n, q.dt, q, k, v)]  # torch.cat(...).transpose(1, 2): a view of the cat
     del q, k, v
-    from gpumem_gui.core.replay.linear_attention import conv as causal_conv  # imports this module
-
-    conv = causal_conv(m, i, held.pop(), pre)
+    conv = causal_conv.conv(m, i, held.pop(), pre)
     query, key, value = (T(conv.st, t * la.key_dim, conv.dt, conv.rg, conv.fn, conv.idx) for _ in range(3))
     g = _forget_gate(m, pre, x, la)
     beta = new_op(m, t * la.key_heads, x.dt, m.linear(x, f"{pre}.b_proj"), keep_out=True)  # sigmoid

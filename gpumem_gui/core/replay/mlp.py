@@ -8,86 +8,28 @@
   (grouped_mm is not autocast-enabled: the input is cast to the weight dtype), routing weights applied, rows
   un-permuted and summed over k; a shared expert (Qwen2-MoE, DeepSeek) runs beside them.
 
-The functions take the :class:`~gpumem_gui.core.replay.model.CausalLM` they run in as ``m``.
+The functions take the :class:`~gpumem_gui.core.replay.model.CausalLM` they run in as ``m``; the building
+blocks the MoE variants share (activation, dense MLP, grouped matmul, shared expert) are in :mod:`.ffn`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpumem_gui.core.replay import activations, chunked, moe_bias, routers
+from gpumem_gui.core.replay import chunked, moe_bias, routers
+from gpumem_gui.core.replay.ffn import act, dense, grouped, shared
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM
 
 
-def act(m: CausalLM, x: T, pre: str = "") -> T:
-    """The activation: SiLU, NewGELU (GPT-2: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))), the
-    ones in :mod:`.activations` (``pre``: the MLP's parameter prefix), or a fused GELU kernel."""
-    name = m.spec.activation
-    o = m.o
-    if name in ("silu", "swish"):
-        return o.silu(x)
-    if name in activations.ACTIVATIONS:
-        return activations.ACTIVATIONS[name](m, x, pre)
-    if name == "gelu_new":
-        half = o.mul(x, None)
-        inner = o.mul(o.add(x, o.mul(o.pow3(x), None)), None)
-        th = o.tanh(inner)
-        del inner
-        one_plus = o.add(th, None)
-        del th
-        return o.mul(half, one_plus)
-    return o.gelu_tanh(x)
-
-
 def mlp(m: CausalLM, i: int, x: T) -> T:
     """The feed-forward of layer ``i`` from its normed input."""
     s = m.s
     prev, s.region = s.region, "mlp"
-    out = moe(m, i, x) if m.spec.is_moe_layer(i) else _dense(m, f"layers.{i}.mlp", x)
+    out = moe(m, i, x) if m.spec.is_moe_layer(i) else dense(m, f"layers.{i}.mlp", x)
     s.region = prev
-    return out
-
-
-def _dense(m: CausalLM, pre: str, x: T) -> T:
-    o, spec = m.o, m.spec
-    if not spec.mlp_gated:
-        h = act(m, m.linear(x, f"{pre}.up_proj"), pre)
-        out = m.linear(h, f"{pre}.down_proj")
-        del h
-        return o.dropout(out, m.cfg.dropout) if spec.traits.residual_dropout else out
-    if spec.traits.fused_gate_up and m.has(f"{pre}.gate_up_proj.weight"):
-        up_states = m.linear(x, f"{pre}.gate_up_proj")
-        n = up_states.n // 2
-        gate, up = T(up_states.st, n, up_states.dt), T(up_states.st, n, up_states.dt)
-        m.s.node("split", (up_states,), (gate, up))
-        del up_states
-        up = o.mul(up, act(m, gate))
-        out = m.linear(up, f"{pre}.down_proj")
-        del up
-        return out
-    prod = o.mul(act(m, m.linear(x, f"{pre}.gate_proj")), m.linear(x, f"{pre}.up_proj"))
-    if not spec.traits.residual_dropout:
-        return m.linear(prod, f"{pre}.down_proj")
-    out = m.linear(prod, f"{pre}.down_proj")  # SeedOssMLP: dropout(residual_dropout) on the output
-    del prod
-    return o.dropout(out, m.cfg.dropout)
-
-
-def _grouped(m: CausalLM, x: T, w: T, n_out: int) -> T:
-    """_grouped_mm(input.to(weight.dtype), weight, offs): saves the input and the (3-D) weight; backward
-    gives the input's gradient and one for the whole expert tensor."""
-    s = m.s
-    x = s.cast(x, w.dt)
-    out = s.new(n_out, w.dt)
-    saved = []
-    if x.fn is not None:
-        saved.append(w)
-    if w.fn is not None:
-        saved.append(x)
-    s.node("linear", (x, w), (out,), tuple(saved))
     return out
 
 
@@ -144,7 +86,7 @@ def _experts(m: CausalLM, pre: str, x: T, routing_weights: T) -> T:
     tokens_per_expert = s.new(e, "f32")
     offsets = s.new(e, "i32")
     up_rows = 2 * fe if spec.mlp_gated else fe
-    proj_out = _grouped(m, selected, m.param(f"{pre}.experts.gate_up_proj"), n_s * up_rows)
+    proj_out = grouped(m, selected, m.param(f"{pre}.experts.gate_up_proj"), n_s * up_rows)
     if spec.mlp_gated:  # _default_apply_gate: chunk into gate/up views, act(gate) * up
         gate = T(proj_out.st, n_s * fe, proj_out.dt)
         s.node("pass", (proj_out,), (gate,))
@@ -154,7 +96,7 @@ def _experts(m: CausalLM, pre: str, x: T, routing_weights: T) -> T:
         del gate, up
     else:
         proj_out = act(m, proj_out)
-    proj_out = _grouped(m, proj_out, m.param(f"{pre}.experts.down_proj"), n_s * h)
+    proj_out = grouped(m, proj_out, m.param(f"{pre}.experts.down_proj"), n_s * h)
     weighted_out = o.mul(proj_out, sample_weights_g, n_s * h)
     inv_perm = s.new(n_s, "i64")
     arange = s.new(n_s, "i64")
@@ -208,12 +150,12 @@ def moe(m: CausalLM, i: int, x: T) -> T:
     pre = f"layers.{i}.mlp"
     x = routers.input_jitter(m, x)  # Phi-MoE / MiniMax-M2 training: the input scaled by noise in place
     first = m.spec.traits.shared_expert_first and moe_spec.shared_expert_intermediate_size
-    sh_out = _shared(m, pre, x) if first else None  # Qwen2MoeSparseMoeBlock: the shared expert runs first
+    sh_out = shared(m, pre, x) if first else None  # Qwen2MoeSparseMoeBlock: the shared expert runs first
     router_logits, routing_weights = _route(m, x, pre)
     final = _experts(m, pre, x, routing_weights)
     if moe_spec.shared_expert_intermediate_size:
         if sh_out is None:
-            sh_out = _shared(m, pre, x)
+            sh_out = shared(m, pre, x)
         if moe_spec.shared_expert_gate:
             g = m.linear(x, f"{pre}.shared_expert_gate")
             sig = s.new(g.n, g.dt)
@@ -224,12 +166,3 @@ def moe(m: CausalLM, i: int, x: T) -> T:
         final = o.add(final, sh_out)
     del router_logits, routing_weights
     return final
-
-
-def _shared(m: CausalLM, pre: str, x: T) -> T:
-    """The shared expert: a gated MLP of ``shared_expert_intermediate_size`` on every token."""
-    sh = f"{pre}.shared_experts"
-    if m.has(f"{sh}.gate_up_proj.weight"):  # GraniteMoeHybridMLP: one input_linear chunked (fused_gate_up)
-        return _dense(m, sh, x)
-    prod = m.o.mul(act(m, m.linear(x, f"{sh}.gate_proj")), m.linear(x, f"{sh}.up_proj"))
-    return m.linear(prod, f"{sh}.down_proj")

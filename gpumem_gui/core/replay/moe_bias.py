@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpumem_gui.core.replay import mlp
+from gpumem_gui.core.replay import ffn
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
@@ -83,12 +83,12 @@ def _gate(m: CausalLM, proj: T, fe: int, rows: int) -> T:
     if m.spec.traits.experts_gate == "clamped_swiglu":
         return _clamped_swiglu(m, proj)
     if not m.spec.mlp_gated:
-        return mlp.act(m, proj)
+        return ffn.act(m, proj)
     s = m.s
     gate, up = T(proj.st, rows * fe, proj.dt), T(proj.st, rows * fe, proj.dt)
     s.node("pass", (proj,), (gate,))
     s.node("pass", (proj,), (up,))
-    return m.o.mul(mlp.act(m, gate), up)
+    return m.o.mul(ffn.act(m, gate), up)
 
 
 def _experts(m: CausalLM, pre: str, x: T, weights: T) -> T:
@@ -113,10 +113,10 @@ def _experts(m: CausalLM, pre: str, x: T, weights: T) -> T:
     offsets = s.new(e, "i32")
     biases = _gather_bias(m, f"{pre}.experts.gate_up_proj_bias", n_s, up_rows)
     gate_up = m.param(f"{pre}.experts.gate_up_proj")
-    proj_out = _add_(m, mlp._grouped(m, selected, gate_up, n_s * up_rows), biases)
+    proj_out = _add_(m, ffn.grouped(m, selected, gate_up, n_s * up_rows), biases)
     proj_out = _gate(m, proj_out, fe, n_s)
     biases = _gather_bias(m, f"{pre}.experts.down_proj_bias", n_s, h)
-    proj_out = _add_(m, mlp._grouped(m, proj_out, m.param(f"{pre}.experts.down_proj"), n_s * h), biases)
+    proj_out = _add_(m, ffn.grouped(m, proj_out, m.param(f"{pre}.experts.down_proj"), n_s * h), biases)
     weighted_out = o.mul(proj_out, sample_weights_g, n_s * h)
     inv_perm = s.new(n_s, "i64")
     arange = s.new(n_s, "i64")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.seq2seq import Seq2SeqLM
+    from gpumem_gui.core.replay.context import Seq2SeqLike as Seq2SeqLM
 
 
 def _bucket(m: Seq2SeqLM, n: int, bidirectional: bool) -> T:

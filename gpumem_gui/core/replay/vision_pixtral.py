@@ -13,10 +13,10 @@ activation and linear_2. ``get_image_features`` keeps the selected (last) layer'
 from __future__ import annotations
 
 from gpumem_gui.core.replay.memory import T
-from gpumem_gui.core.replay.vision import _Tower
+from gpumem_gui.core.replay.vision_tower import Tower
 
 
-class PixtralTower(_Tower):
+class PixtralTower(Tower):
     """The Pixtral tower and Mistral 3's projector (``out_hidden_size``: the text model's width)."""
 
     def rotary(self) -> tuple[T, T]:
