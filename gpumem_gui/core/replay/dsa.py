@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpumem_gui.core.replay import attention
+from gpumem_gui.core.replay import attention_kernels as attention
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
@@ -37,9 +37,9 @@ def mla(m: CausalLM, i: int, x: T, cos: T | None, sin: T | None, mask: T | None)
     nope, rot, r, vd = ml.qk_nope_head_dim, ml.qk_rope_head_dim, ml.kv_lora_rank, ml.v_head_dim
     q_resid = m.norm(m.linear(x, f"{pre}.q_a_proj"), f"{pre}.q_a_layernorm")
     q_states = o.view(m.linear(q_resid, f"{pre}.q_b_proj"), copy_grad=True)
-    q_pass, q_rot = attention._split(m, q_states, (t * a * nope, t * a * rot))
+    q_pass, q_rot = attention.split(m, q_states, (t * a * nope, t * a * rot))
     compressed_kv = m.linear(x, f"{pre}.kv_a_proj_with_mqa")
-    kv_pass, k_rot = attention._split(m, compressed_kv, (t * r, t * rot))
+    kv_pass, k_rot = attention.split(m, compressed_kv, (t * r, t * rot))
     k_pass = m.norm(kv_pass, f"{pre}.kv_a_layernorm")
     if cos is not None and sin is not None:
         q_rot, k_rot = attention.rope(m, q_rot, k_rot, cos, sin)
@@ -48,7 +48,7 @@ def mla(m: CausalLM, i: int, x: T, cos: T | None, sin: T | None, mask: T | None)
     query_states = o.cat(q_pass, q_rot)
     kv = cfg.batch * cfg.kv_len
     expanded = o.view(m.linear(k_pass, f"{pre}.kv_b_proj"), copy_grad=True)
-    k_nope, value_states = attention._split(m, expanded, (kv * a * nope, kv * a * vd))
+    k_nope, value_states = attention.split(m, expanded, (kv * a * nope, kv * a * vd))
     del expanded
     key_states = s.new(kv * a * (nope + rot), query_states.dt)
     s.node("copy", (k_nope, k_rot), (key_states,))
@@ -106,9 +106,9 @@ def indexer(m: CausalLM, i: int, x: T, q_resid: T, cos: T | None, sin: T | None,
     b, t, sq, kvl = cfg.batch, cfg.tokens, cfg.q, cfg.kv_len
     h, d = ix.n_heads, ix.head_dim
     q = m.linear(q_resid, f"{pre}.wq_b")
-    q_rot, q_pass = attention._split(m, q, (t * h * rot, t * h * (d - rot)))
+    q_rot, q_pass = attention.split(m, q, (t * h * rot, t * h * (d - rot)))
     k = _layer_norm(m, m.linear(x, f"{pre}.wk"), f"{pre}.k_norm")
-    k_rot, k_pass = attention._split(m, k, (t * rot, t * (d - rot)))
+    k_rot, k_pass = attention.split(m, k, (t * rot, t * (d - rot)))
     if cos is not None and sin is not None:
         q_rot, k_rot = attention.rope(m, q_rot, k_rot, cos, sin)
     q = o.cat(q_rot, q_pass)

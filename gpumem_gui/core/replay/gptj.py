@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gpumem_gui.core.replay import attention_kernels as kernels
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
@@ -68,7 +69,6 @@ def _slice(m: CausalLM, x: T, n: int) -> T:
 
 def attention(m: CausalLM, i: int, x: T, cos: T | None, sin: T | None, mask: T | None) -> tuple[T, T | None]:
     """GPTJAttention.forward (see the module docstring)."""
-    from gpumem_gui.core.replay.attention import kernel  # attention.py dispatches here
 
     o, spec, cfg = m.o, m.spec, m.cfg
     pre = f"layers.{i}.self_attn"
@@ -86,7 +86,7 @@ def attention(m: CausalLM, i: int, x: T, cos: T | None, sin: T | None, mask: T |
     query = o.view(o.cat(q_rot, q_pass), copy_grad=True)
     if m.cache is not None:
         key, value = m.cache.update(i, key, value, cfg.q)
-    out, weights = kernel(m, query, key, value, mask, a, a, d, d, layer=i)
+    out, weights = kernels.kernel(m, query, key, value, mask, a, a, d, d, layer=i)
     del query, key, value
     out = m.linear(out, f"{pre}.o_proj")  # out_proj
     del k_rot, k_pass, q_rot, q_pass  # the forward's locals go when it returns
@@ -109,3 +109,13 @@ def eager(m: CausalLM, q: T, k: T, v: T, mask: T | None, a: int, vd: int) -> tup
     attn_weights = o.dropout(attn_weights, cfg.attn_dropout)
     attn_output = o.bmm(attn_weights, v, b * sq * a * vd)
     return o.clone(attn_output), attn_weights
+
+
+def _eager_kernel(
+    m: CausalLM, layer: int, q: T, k: T, v: T, mask: T | None, a: int, kvh: int, vd: int
+) -> tuple[T, T]:
+    """:func:`eager` in the kernels' calling convention (attention_kernels.EAGER)."""
+    return eager(m, q, k, v, mask, a, vd)
+
+
+kernels.EAGER["gptj"] = _eager_kernel

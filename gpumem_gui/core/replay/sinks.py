@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from gpumem_gui.core.replay import attention
+from gpumem_gui.core.replay import attention_kernels as kernels
 from gpumem_gui.core.replay.memory import T, promote
 
 if TYPE_CHECKING:
@@ -82,8 +82,8 @@ def eager(m: CausalLM, i: int, q: T, k: T, v: T, mask: T | None, a: int, kvh: in
     o, s, cfg = m.o, m.s, m.cfg
     b, sq, kv = cfg.batch, cfg.q, cfg.kv_len
     n, n1, rows = b * a * sq * kv, b * a * sq * (kv + 1), b * a * sq
-    key_states = attention._repeat_kv(m, k, a // kvh)
-    value_states = attention._repeat_kv(m, v, a // kvh)
+    key_states = kernels.repeat_kv(m, k, a // kvh)
+    value_states = kernels.repeat_kv(m, v, a // kvh)
     attn_weights = o.mul(o.bmm(q, key_states, n), None)
     if mask is not None:
         attn_weights = o.add(attn_weights, mask, n)
@@ -114,3 +114,7 @@ def eager(m: CausalLM, i: int, q: T, k: T, v: T, mask: T | None, a: int, kvh: in
     out = o.clone(attn_output)  # transpose(1, 2).contiguous()
     del attn_output, combined
     return out, attn_weights
+
+
+kernels.EAGER["sinks"] = eager
+kernels.ROTARY["half_tables"] = rope
