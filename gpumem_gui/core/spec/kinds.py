@@ -309,9 +309,26 @@ def _state_kind(spec: ModelSpec, lt: str) -> tuple[str, int, int, bool] | None:
     return None
 
 
-@lru_cache(maxsize=512)
+# model_kinds' identity cache: the spec itself (kept, so that its id is not reused) and its kinds; a hash of a
+# ModelSpec walks every field (~4 us), a dict lookup by id does not, and estimates ask many times per point
+_BY_ID: dict[int, tuple[ModelSpec, ModelKinds]] = {}
+_BY_ID_MAX = 512
+
+
 def model_kinds(spec: ModelSpec) -> ModelKinds:
-    """The model's kind and its layers' kinds, derived once per spec."""
+    """The model's kind and its layers' kinds, derived once per spec (by identity, else by value)."""
+    hit = _BY_ID.get(id(spec))
+    if hit is not None and hit[0] is spec:
+        return hit[1]
+    kinds = _derive(spec)
+    if len(_BY_ID) >= _BY_ID_MAX:
+        _BY_ID.pop(next(iter(_BY_ID)), None)
+    _BY_ID[id(spec)] = (spec, kinds)
+    return kinds
+
+
+@lru_cache(maxsize=512)
+def _derive(spec: ModelSpec) -> ModelKinds:
     types = spec.resolved_layer_types
     if spec.encoder is not None:
         return ModelKinds(
