@@ -221,3 +221,26 @@ def test_no_check_tests_an_engine_name() -> None:
         if pattern.search(line)
     ]
     assert hits == []
+
+
+def test_every_kind_the_readers_make_has_a_registered_replay() -> None:
+    """The forward finds each layer's block and token mixer in the replay's registry (replay/registry.py),
+    filled by the variant modules replay/variants.py imports: none is missing for any config we read."""
+    import typing
+
+    from gpumem_gui.core.replay import variants  # noqa: F401
+    from gpumem_gui.core.replay.registry import BLOCKS, MIXERS
+    from gpumem_gui.core.spec.arch_traits import ArchTraits
+
+    blocks = typing.get_args(ArchTraits.model_fields["block"].annotation)
+    assert set(blocks) - {"llama"} == set(BLOCKS)
+    assert "attention" in MIXERS
+    for path in CONFIGS:
+        try:
+            spec = load_config_file(Path(path))
+        except Exception:
+            continue
+        if spec.traits.block != "llama" or spec.encoder is not None or spec.seq2seq is not None:
+            continue  # the architecture's own block runs its mixers
+        for kind in model_kinds(spec).state:
+            assert kind.mixer in MIXERS, (path, kind.mixer)

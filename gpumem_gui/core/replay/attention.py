@@ -24,6 +24,7 @@ from gpumem_gui.core.replay import chunked, cohere, dsa, gptj, output_gate, rope
 from gpumem_gui.core.replay import sinks as _sinks  # noqa: F401  registers gpt-oss's eager kernel and rotary
 from gpumem_gui.core.replay.attention_kernels import bool_mask_elems, kernel, rope, sdpa_mask, split
 from gpumem_gui.core.replay.memory import T
+from gpumem_gui.core.replay.registry import MIXERS, register
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM
@@ -36,6 +37,7 @@ __all__ = ["attention", "bool_mask_elems", "kernel", "rope", "sdpa_mask", "split
 _GQA_MAX_HEAD_DIM = 256
 
 
+@register(MIXERS, "attention")
 def attention(m: CausalLM, i: int, x: T, cos: T | None, sin: T | None, mask: T | None) -> tuple[T, T | None]:
     """One layer's self-attention from its normed input; returns (output, attention weights or None)."""
     s = m.s

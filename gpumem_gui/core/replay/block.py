@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
-from gpumem_gui.core.replay import attention, falcon_h1, legacy, lightning, linear_attention, mamba2, mlp
+from gpumem_gui.core.replay import attention, mlp, registry
 from gpumem_gui.core.replay.autograd import Sim
 from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
 
@@ -91,16 +91,11 @@ def decoder_layer(
     parallel attention + MLP (GPT-NeoX); Falcon's and BLOOM's own blocks (:mod:`.legacy`). Returns the
     output and the attention weights (eager)."""
     o, s, spec = m.o, m.s, m.spec
-    if spec.traits.block == "falcon":
-        return legacy.falcon_layer(m, i, hidden_states, cos, sin, mask)
-    if spec.traits.block == "bloom":
-        return legacy.bloom_layer(m, i, hidden_states, m.alibi_bias, mask)
-    if spec.traits.block == "minimax":  # MiniMaxDecoderLayer: normed residuals, scaled sums (lightning.py)
-        return lightning.minimax_layer(m, i, hidden_states, cos, sin, mask)
-    if spec.traits.block == "single":  # NemotronHBlock: one norm, one mixer (replay/mamba2.py)
-        return mamba2.single_layer(m, i, hidden_states, cos, sin, mask)
-    if spec.traits.block == "parallel_mamba":  # FalconH1DecoderLayer (replay/falcon_h1.py)
-        return falcon_h1.layer(m, i, hidden_states, cos, sin, mask)
+    # an architecture's own layer (registry.BLOCKS: Falcon's and BLOOM's in legacy.py, MiniMax's in
+    # lightning.py, NemotronHBlock in mamba2.py, FalconH1DecoderLayer in falcon_h1.py)
+    own = registry.block(m)
+    if own is not None:
+        return own(m, i, hidden_states, cos, sin, mask)
     placement = spec.traits.norm_placement
     full = m.cfg.tokens * spec.hidden_size  # the residual stream of every token (inside the TP regions)
     residual = hidden_states
@@ -119,7 +114,7 @@ def decoder_layer(
         del hidden_states
         s.region = "hidden_states"
         return o.add(o.add(residual, attn), mlp_out), _weights
-    mix = linear_attention.mixer(m, i)  # self-attention, or the gated DeltaNet of a linear-attention layer
+    mix = registry.mixer(m, i)  # self-attention, or the layer kind's recurrent mixer (registry.MIXERS)
     hidden_states, _weights = mix(m, i, sp_gather(m, hidden_states, full), cos, sin, mask)
     hidden_states = sp_scatter(m, hidden_states)
     n = 1 if placement == "sandwich" else 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpumem_gui.core.replay import attention, mamba2, mlp
+from gpumem_gui.core.replay.registry import BLOCKS, register
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM
@@ -32,6 +33,7 @@ def _mlp(m: CausalLM, i: int, x: T) -> T:
     return out
 
 
+@register(BLOCKS, "parallel_mamba")
 def layer(
     m: CausalLM, i: int, hidden_states: T, cos: T | None, sin: T | None, mask: T | None
 ) -> tuple[T, T | None]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from gpumem_gui.core.replay import causal_conv
 from gpumem_gui.core.replay.delta_rule import _l2norm, _to_f32, chunks, new_op
 from gpumem_gui.core.replay.memory import T
+from gpumem_gui.core.replay.registry import MIXERS, register
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.autograd import Node, Sim
@@ -110,6 +111,7 @@ def _gated_norm(m: CausalLM, pre: str, x: T, gate: T, rows: object) -> T:
     return s.cast(out, dt)
 
 
+@register(MIXERS, "kda")
 def kda(m: CausalLM, i: int, x: T, *_: object) -> tuple[T, None]:
     """KimiLinearDeltaAttention.forward from the normed input; returns (output, None)."""
     s, la = m.s, m.spec.linear_attention

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from gpumem_gui.core.replay.attention import kernel, rope
 from gpumem_gui.core.replay.memory import T
+from gpumem_gui.core.replay.registry import BLOCKS, register
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM
@@ -98,6 +99,7 @@ def falcon_attention(
     return out, weights
 
 
+@register(BLOCKS, "falcon")
 def falcon_layer(
     m: CausalLM, i: int, hidden_states: T, cos: T | None, sin: T | None, mask: T | None
 ) -> tuple[T, T | None]:
@@ -190,3 +192,11 @@ def _bloom_gelu(m: CausalLM, x: T) -> T:
     del a, h
     s.node("copy", (x,), (out,), (x,))
     return out
+
+
+@register(BLOCKS, "bloom")
+def _bloom_block(
+    m: CausalLM, i: int, hidden_states: T, cos: T | None, sin: T | None, mask: T | None
+) -> tuple[T, T | None]:
+    """:func:`bloom_layer` in the blocks' calling convention: ALiBi's bias instead of the rotary tables."""
+    return bloom_layer(m, i, hidden_states, m.alibi_bias, mask)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from gpumem_gui.core.replay import attention, mlp
 from gpumem_gui.core.replay.delta_rule import chunks, new_op
 from gpumem_gui.core.replay.memory import T, promote
+from gpumem_gui.core.replay.registry import BLOCKS, register
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM
@@ -148,6 +149,7 @@ def _scaled_sum(m: CausalLM, residual: T, out: T) -> T:
     return o.add(o.mul(residual, None), o.mul(out, None))
 
 
+@register(BLOCKS, "minimax")
 def minimax_layer(
     m: CausalLM, i: int, hidden_states: T, cos: T | None, sin: T | None, mask: T | None, *_: object
 ) -> tuple[T, T | None]:

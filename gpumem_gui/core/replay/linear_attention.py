@@ -16,15 +16,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpumem_gui.core.replay import attention, causal_conv, delta_rule, kda, mamba1, mamba2, short_conv
+from gpumem_gui.core.replay import causal_conv, delta_rule
 from gpumem_gui.core.replay.delta_rule import new_op
 from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
+from gpumem_gui.core.replay.registry import MIXERS, register
 from gpumem_gui.core.spec.linear import STATE_LAYER_TYPES
 from gpumem_gui.core.spec.state import layer_state_elems
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from gpumem_gui.core.replay.autograd import Sim
     from gpumem_gui.core.replay.context import CausalLM
     from gpumem_gui.core.spec.model import ModelSpec
@@ -97,21 +96,6 @@ class RecurrentStates:
         self.layers[i] = (self.layers[i][0], self._new(self.batch * self.elems[i][1], self.rec_dt))
 
 
-def mixer(m: CausalLM, i: int) -> Callable[..., tuple[T, T | None]]:
-    """The token mixer of layer ``i``: the gated DeltaNet for a linear-attention layer, else attention."""
-    kind = m.spec.resolved_layer_types[i]
-    if kind == "linear_attention":  # Kimi Delta Attention (replay/kda.py), else the gated DeltaNet
-        la = m.spec.linear_attention
-        return kda.kda if la is not None and la.kind == "kda" else gated_deltanet
-    if kind == "conv":
-        return short_conv.short_conv
-    if kind == "mamba" and m.spec.mamba is not None and m.spec.mamba.kind == "mamba2":
-        return mamba2.mixer  # GraniteMoeHybridMambaLayer (replay/mamba2.py)
-    if kind == "mamba":  # JambaMambaMixer (replay/mamba1.py)
-        return mamba1.mamba1
-    return attention.attention
-
-
 def _reorder(m: CausalLM, qkvz: T, ba: T) -> tuple[T, T, T, T, T, T]:
     """fix_query_key_value_ordering and ``x.reshape(b, s, -1)``: views of the fused projections, except
     where the grouped layout cannot be viewed (value, z, b, a with several value heads per key head; the
@@ -167,6 +151,7 @@ def _gated_norm(m: CausalLM, i: int, x: T, z: T) -> T:
     return s.cast(out, dt)
 
 
+@register(MIXERS, "gated_deltanet")
 def gated_deltanet(m: CausalLM, i: int, x: T, *_: object) -> tuple[T, None]:
     """Qwen3NextGatedDeltaNet.forward from the normed input; returns (output, None)."""
     s, la = m.s, m.spec.linear_attention

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from gpumem_gui.core.replay.delta_rule import new_op
 from gpumem_gui.core.replay.mamba2 import conv as causal_conv
 from gpumem_gui.core.replay.memory import T, promote
+from gpumem_gui.core.replay.registry import MIXERS, register
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM
@@ -124,6 +125,7 @@ def _select(m: CausalLM, pre: str, x: T, dt: T, bc: tuple[T, T], rest: tuple[T, 
     return out
 
 
+@register(MIXERS, "mamba1")
 def mamba1(m: CausalLM, i: int, x: T, *_: object) -> tuple[T, None]:
     """JambaMambaMixer.forward from the normed input; returns (output, None)."""
     s, mb = m.s, m.spec.mamba

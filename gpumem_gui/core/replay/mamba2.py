@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from gpumem_gui.core.replay import attention, mlp
 from gpumem_gui.core.replay.delta_rule import chunks, new_op
 from gpumem_gui.core.replay.memory import T, promote
+from gpumem_gui.core.replay.registry import BLOCKS, MIXERS, register
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM
@@ -281,12 +282,14 @@ def mamba2(m: CausalLM, i: int, x: T) -> T:
     return out
 
 
+@register(MIXERS, "mamba2")
 def mixer(m: CausalLM, i: int, x: T, *_: object) -> tuple[T, None]:
     """The same mixer as the token mixer of a two-sub-layer layer (GraniteMoeHybridMambaLayer, BambaMixer:
     NemotronHMamba2Mixer's ops): (output, None)."""
     return mamba2(m, i, x), None
 
 
+@register(BLOCKS, "single")
 def single_layer(
     m: CausalLM, i: int, hidden_states: T, cos: T | None, sin: T | None, mask: T | None
 ) -> tuple[T, T | None]:

@@ -21,6 +21,7 @@ from functools import lru_cache
 
 from gpumem_gui.core.replay import adapters, altup, block, cohere, cross_attention, dsa, inputs, sinks, tricks
 from gpumem_gui.core.replay import loss as losses
+from gpumem_gui.core.replay import variants as _variants  # noqa: F401  the blocks and mixers register
 from gpumem_gui.core.replay.autograd import Node, Param, Sim
 from gpumem_gui.core.replay.cache import KVCache
 from gpumem_gui.core.replay.config import LayerPlan, ReplayConfig, every_layer

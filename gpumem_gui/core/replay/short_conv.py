@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from gpumem_gui.core.replay.delta_rule import new_op
 from gpumem_gui.core.replay.memory import T, promote
+from gpumem_gui.core.replay.registry import MIXERS, register
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM
@@ -45,6 +46,7 @@ def _conv(m: CausalLM, i: int, bx: T) -> T:
     return new_op(m, b * h * (length + k - 1), promote(xa.dt, wa.dt), xa, wa, bias, saved=(xa, wa))
 
 
+@register(MIXERS, "short_conv")
 def short_conv(m: CausalLM, i: int, x: T, *_: object) -> tuple[T, None]:
     """Lfm2ShortConv.forward from the normed input; returns (output, None)."""
     s, o = m.s, m.o
