@@ -17,6 +17,7 @@ from gpumem_gui.core.runtimes import state_pools as sp
 from gpumem_gui.core.runtimes import vllm_kv as vk
 from gpumem_gui.core.runtimes.inference import estimate_inference, make_run
 from gpumem_gui.core.runtimes.vllm import kv_per_token
+from gpumem_gui.core.spec.kinds import model_kinds
 from gpumem_gui.core.spec.mamba import Mamba2Spec
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.units import GiB, MiB
@@ -140,8 +141,8 @@ def test_llamacpp_qwen35_rs_buffer_log(pid: str) -> None:
 )
 def test_llamacpp_widths_are_n_embd_r_and_s(key: str, conv: int, ssm: int) -> None:
     spec = _spec(key)
-    lt = next(spec.resolved_layer_types[i] for i in sp.state_layer_indices(spec))
-    assert sp.llamacpp_state_widths(spec, lt) == (conv, ssm)
+    (kind,) = model_kinds(spec).state  # one state kind per model here
+    assert sp.llamacpp_state_widths(spec, kind) == (conv, ssm)
     est = estimate_inference(spec, make_run(engine="llama.cpp", batch=3, seq=1024))
     n = len(sp.state_layer_indices(spec))
     assert est.facts["rs_r_bytes"] == n * 3 * conv * 4 and est.facts["rs_s_bytes"] == n * 3 * ssm * 4

@@ -33,11 +33,10 @@ from math import ceil
 from typing import TYPE_CHECKING
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.spec.kinds import model_kinds
-from gpumem_gui.core.spec.linear import STATE_LAYER_TYPES
+from gpumem_gui.core.spec.kinds import RecurrentState, model_kinds
 from gpumem_gui.core.spec.mamba import Mamba1Spec
 from gpumem_gui.core.spec.model import ModelSpec
-from gpumem_gui.core.spec.state import has_state, layer_state_elems
+from gpumem_gui.core.spec.state import has_state
 
 if TYPE_CHECKING:
     from gpumem_gui.core.runtimes.base import Runtime
@@ -51,13 +50,14 @@ FP32_BYTES = 4
 
 
 def state_layer_indices(spec: ModelSpec) -> tuple[int, ...]:
-    """The layers that keep a fixed state per sequence (linear attention, Mamba, short conv)."""
-    return tuple(i for i, lt in enumerate(spec.resolved_layer_types) if any(layer_state_elems(spec, lt)))
+    """The layers that keep a fixed state per sequence (linear attention, Mamba, short conv): the layers of
+    the model's RecurrentState kinds."""
+    return tuple(sorted(i for kind in model_kinds(spec).state for i in kind.layers))
 
 
 def attention_layer_count(spec: ModelSpec) -> int:
-    """Layers with a per-token KV cache: neither a state layer nor a cache-less one (Nemotron-H's MLP)."""
-    return sum(1 for lt in spec.resolved_layer_types if lt not in STATE_LAYER_TYPES)
+    """Layers with a per-token KV cache (the attention kinds'; not a state layer, nor Nemotron-H's MLP)."""
+    return sum(len(kind.layers) for kind in model_kinds(spec).attention)
 
 
 def check_engine_state(spec: ModelSpec, rt: Runtime, pp: int, engines: Iterable[Runtime]) -> None:
@@ -84,18 +84,18 @@ def check_engine_state(spec: ModelSpec, rt: Runtime, pp: int, engines: Iterable[
         )
 
 
-def llamacpp_state_widths(spec: ModelSpec, layer_type: str) -> tuple[int, int]:
-    """(``n_embd_r``, ``n_embd_s``) of one layer of ``layer_type`` (0, 0 for a layer without state)."""
+def llamacpp_state_widths(spec: ModelSpec, kind: RecurrentState) -> tuple[int, int]:
+    """(``n_embd_r``, ``n_embd_s``) of one layer of a state kind (Falcon-H1's layers too: filter_recr takes
+    every layer)."""
     la, sc, mb = spec.linear_attention, spec.short_conv, spec.mamba
-    if layer_type == "linear_attention" and la is not None:
-        return (la.conv_kernel - 1) * la.conv_dim, la.key_head_dim * la.value_dim
-    if layer_type == "conv" and sc is not None:
+    if kind.mixer == "short_conv" and sc is not None:
         return spec.hidden_size * (sc.kernel - 1), 0
-    if layer_type == "mamba" and isinstance(mb, Mamba1Spec):  # ssm_n_group 0
+    if kind.mixer == "mamba1" and isinstance(mb, Mamba1Spec):  # ssm_n_group 0
         return (mb.conv_kernel - 1) * mb.inner, mb.state_size * mb.inner
-    if layer_type in ("mamba", "hybrid") and mb is not None:  # hybrid: Falcon-H1 (filter_recr: every layer)
+    if kind.mixer == "mamba2" and mb is not None:
         return (mb.conv_kernel - 1) * mb.conv_dim, mb.state_size * mb.inner
-    return 0, 0
+    assert la is not None  # gated DeltaNet (KDA and lightning are refused: LlamaCpp.state_mixers)
+    return (la.conv_kernel - 1) * la.conv_dim, la.key_head_dim * la.value_dim
 
 
 def llamacpp_state_buffers(spec: ModelSpec, n_seq: int, first_gpu: int, offload: bool) -> dict[str, int]:
@@ -103,12 +103,13 @@ def llamacpp_state_buffers(spec: ModelSpec, n_seq: int, first_gpu: int, offload:
     sits on the GPU (layers from ``first_gpu`` on, when ``offload``) and in host memory."""
     cells = max(1, n_seq)
     out = {"r_bytes": 0, "s_bytes": 0, "gpu_bytes": 0, "host_bytes": 0}
-    for i, lt in enumerate(spec.resolved_layer_types):
-        r, s = llamacpp_state_widths(spec, lt)
+    for kind in model_kinds(spec).state:
+        r, s = llamacpp_state_widths(spec, kind)
         r_b, s_b = r * cells * LLAMACPP_STATE_BYTES, s * cells * LLAMACPP_STATE_BYTES
-        out["r_bytes"] += r_b
-        out["s_bytes"] += s_b
-        out["gpu_bytes" if offload and i >= first_gpu else "host_bytes"] += r_b + s_b
+        for i in kind.layers:
+            out["r_bytes"] += r_b
+            out["s_bytes"] += s_b
+            out["gpu_bytes" if offload and i >= first_gpu else "host_bytes"] += r_b + s_b
     out["cells"] = cells
     return out
 

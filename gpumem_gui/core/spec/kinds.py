@@ -297,8 +297,11 @@ def _attention_kind(spec: ModelSpec, key: tuple[object, ...], layers: list[int])
     )
 
 
-def _state_kind(spec: ModelSpec, lt: str) -> tuple[str, int, int, bool] | None:
-    """(mixer, conv elements, recurrent elements, fp32 recurrent state) of a layer type (None: no state)."""
+def state_shape(spec: ModelSpec, lt: str) -> tuple[str, int, int, bool] | None:
+    """(mixer, conv elements, recurrent elements, fp32 recurrent state) one sequence keeps in a layer of type
+    ``lt`` (None: no state): the gated DeltaNet's / KDA's conv over q, k, v and its ``(hv, dk, dv)`` state; a
+    short conv's ``hidden x kernel`` only (Lfm2ShortConv: cache.update_conv_state); Mamba's conv and SSM
+    state (also in Falcon-H1's hybrid layers)."""
     la, sc, mb = spec.linear_attention, spec.short_conv, spec.mamba
     if lt == "linear_attention" and la is not None:
         return la.kind, la.conv_state_elems, la.recurrent_state_elems, la.recurrent_state_fp32
@@ -345,7 +348,7 @@ def _derive(spec: ModelSpec) -> ModelKinds:
         kinds.append(_attention_kind(spec, key, layers))
     if spec.kv_shared_layers:
         kinds.append(SharedKV(layers=tuple(spec.kv_shared_layers)))
-    for (mixer, conv, rec, fp32), layers in _group([_state_kind(spec, lt) for lt in types]).items():
+    for (mixer, conv, rec, fp32), layers in _group([state_shape(spec, lt) for lt in types]).items():
         kinds.append(
             RecurrentState(
                 mixer=mixer,  # type: ignore[arg-type]

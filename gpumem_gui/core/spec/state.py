@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpumem_gui.core.spec.kinds import RECURRENT_STATE_BYTES, model_kinds
+from gpumem_gui.core.spec.kinds import RECURRENT_STATE_BYTES, model_kinds, state_shape
 from gpumem_gui.core.spec.kv import kv_bytes_per_token_per_layer
 from gpumem_gui.core.spec.model import ModelSpec
 
@@ -31,14 +31,8 @@ def layer_state_elems(spec: ModelSpec, layer_type: str) -> tuple[int, int]:
     """(conv state, recurrent state) elements one sequence keeps in a layer of ``layer_type``: the gated
     DeltaNet's ``(conv_dim, kernel)`` and ``(hv, dk, dv)``; a short conv's ``(hidden, kernel)`` only
     (Lfm2ShortConv: cache.update_conv_state, no recurrent state); none for attention."""
-    la, sc = spec.linear_attention, spec.short_conv
-    if layer_type == "linear_attention" and la is not None:
-        return la.conv_state_elems, la.recurrent_state_elems
-    if layer_type == "conv" and sc is not None:
-        return spec.hidden_size * sc.kernel, 0
-    if layer_type in ("mamba", "hybrid") and spec.mamba is not None:  # Mamba-2: conv state, final state
-        return spec.mamba.conv_state_elems, spec.mamba.recurrent_state_elems
-    return 0, 0
+    shape = state_shape(spec, layer_type)  # the state kinds' own (spec/kinds.py)
+    return (shape[1], shape[2]) if shape is not None else (0, 0)
 
 
 def recurrent_state_bytes(spec: ModelSpec, activation_bytes: float = 2) -> float:
