@@ -244,3 +244,19 @@ def test_every_kind_the_readers_make_has_a_registered_replay() -> None:
             continue  # the architecture's own block runs its mixers
         for kind in model_kinds(spec).state:
             assert kind.mixer in MIXERS, (path, kind.mixer)
+
+
+def test_llamacpp_gives_kv_shared_layers_no_cache() -> None:
+    """llama.cpp allocates K/V only for Gemma 3n's first 20 layers (llama_hparams::has_kv with
+    n_layer_kv_from_start = 20 for LLM_ARCH_GEMMA3N; the shared layers reuse layer 18 or 19). Published
+    (llama.cpp issue #14604, gemma-3n-E4B, -c 32768): "GEMMA3N: reuse layers [20, 34]" and the non-SWA cache
+    "size =  256,00 MiB ( 32768 cells,   4 lay[ers]"; its 16 sliding layers hold
+    pad(n_swa + n_ubatch, 256) = 1024 cells (llama_kv_cache_iswa)."""
+    from gpumem_gui.core import make_run
+    from gpumem_gui.core.runtimes.llamacpp import kv_buffers
+
+    spec = load_config_file(RES / "google__gemma-3n-E4B-it.json")
+    run = make_run(engine="llama.cpp", weights="gguf-q4_k_m", seq=32768 - 512, new_tokens=512)
+    gpu, host = kv_buffers(spec, run, spec.num_layers)
+    row = 2 * 2 * 256 * 2  # K and V, 2 KV heads x 256, f16
+    assert (gpu, host) == (256 * 2**20 + 16 * 1024 * row, 0)

@@ -20,7 +20,6 @@ from gpumem_gui.core.runtimes.base import Lever, Runtime, component
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.state_pools import llamacpp_state_buffers
 from gpumem_gui.core.spec.kinds import model_kinds
-from gpumem_gui.core.spec.linear import STATE_LAYER_TYPES
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.params import count_params
 from gpumem_gui.core.spec.state import has_state
@@ -31,7 +30,6 @@ _KV_FLAGS = {"fp16": "f16", "fp32": "f32", "bf16": "bf16"}
 _FLOAT_KV = ("fp16", "f16", "fp32", "f32", "bf16")
 # layers without KV cells in llama_memory_hybrid (filter_attn = !is_recurrent(il), and Nemotron-H's MLP-only
 # layers, n_ff(il) != 0); cross-attention layers keep their cells as before
-_NO_KV = STATE_LAYER_TYPES - {"cross_attention"}
 
 
 def _offload(spec: ModelSpec, run: InferenceRun, wb: WeightBytes) -> tuple[int, int, int]:
@@ -86,15 +84,16 @@ def kv_buffers(spec: ModelSpec, run: InferenceRun, offloaded: int) -> tuple[int,
         swa_cells = min(n_ctx, ceil((spec.sliding_window * run.batch + run.n_ubatch) / 256) * 256)
     first_gpu = spec.num_layers - offloaded
     gpu = host = 0
-    for i, kind in enumerate(spec.resolved_layer_types):
-        if kind in _NO_KV:  # llama_memory_hybrid: KV cells for the attention layers only
-            continue
-        cells = swa_cells if kind == "sliding_attention" and spec.sliding_window else n_ctx
+    # the layers of the attention kinds: llama_memory_hybrid gives KV cells to the attention layers only, and
+    # a layer reading another's cache has none (llama_hparams::has_kv: Gemma 3n's n_layer_kv_from_start)
+    for kind in model_kinds(spec).attention:
+        cells = swa_cells if kind.kind == "sliding_attention" and spec.sliding_window else n_ctx
         size = round(cells * row)
-        if i >= first_gpu and run.kv_offload:
-            gpu += size
-        else:
-            host += size
+        for i in kind.layers:
+            if i >= first_gpu and run.kv_offload:
+                gpu += size
+            else:
+                host += size
     return gpu, host
 
 
