@@ -33,9 +33,6 @@ if TYPE_CHECKING:
 # these names stay importable from here for the blocks that call them as attention.<name>
 __all__ = ["attention", "bool_mask_elems", "kernel", "rope", "sdpa_mask", "split"]
 
-# SDPA takes grouped K/V heads (enable_gqa) only up to this head dim (use_gqa_in_sdpa)
-_GQA_MAX_HEAD_DIM = 256
-
 
 @register(MIXERS, "attention")
 def attention(m: CausalLM, i: int, x: T, cos: T | None, sin: T | None, mask: T | None) -> tuple[T, T | None]:
