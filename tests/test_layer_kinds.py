@@ -260,3 +260,22 @@ def test_llamacpp_gives_kv_shared_layers_no_cache() -> None:
     gpu, host = kv_buffers(spec, run, spec.num_layers)
     row = 2 * 2 * 256 * 2  # K and V, 2 KV heads x 256, f16
     assert (gpu, host) == (256 * 2**20 + 16 * 1024 * row, 0)
+
+
+@pytest.mark.parametrize("hybrid", [True, False])
+def test_vllm_gives_kv_shared_layers_no_cache(hybrid: bool) -> None:
+    """vLLM's Gemma 3n (``models/gemma3n.py`` ``Gemma3nAttention``) sets ``kv_sharing_target_layer_name`` on
+    the last ``num_kv_shared_layers`` layers, and ``gpu_model_runner.get_kv_cache_spec`` gives such a layer no
+    cache of its own: E4B's 35 layers hold 20 layers' KV (16 sliding + 4 full), with the hybrid manager on
+    or off; one token costs 20 x 2 x 2 KV heads x 256 x 2 bytes."""
+    from gpumem_gui.core import estimate_inference, make_run
+
+    spec = load_config_file(RES / "google__gemma-3n-E4B-it.json")
+    kinds = model_kinds(spec)
+    assert len(kinds.windows) == 20 and sum(w is not None for w in kinds.windows.values()) == 16
+    assert len(kinds.layers_of("sliding_attention")) == 28  # the layer types: shared ones included
+    run = make_run(engine="vllm", seq=4096, new_tokens=0, hybrid_kv_cache=hybrid)
+    est = estimate_inference(spec, run, capacity=80 * 2**30)
+    assert est.facts["kv_bytes_per_token"] == 20 * 2 * 2 * 256 * 2
+    if hybrid:  # 4 sliding groups and 1 full group of 4 layers: a block is one 16-token page of 4 layers
+        assert est.facts["kv_pool_bytes"] // est.facts["gpu_blocks"] == 4 * 16 * 2 * 2 * 256 * 2

@@ -29,6 +29,7 @@ from gpumem_gui.core import (
     load_model,
     make_run,
     make_training_run,
+    model_kinds,
     run_fields,
     spec_from_config,
     with_head,
@@ -141,7 +142,7 @@ def run_from_args(
 def _encoder_defaults(m: LoadedModel, model: type, given: dict[str, Any]) -> None:
     """An encoder (BERT, RoBERTa, ...) reads at most its position table and generates nothing: unless given,
     the sequence is the run's default capped at ``max_position_embeddings`` and no tokens are generated."""
-    if m.spec is None or m.spec.encoder is None:
+    if m.spec is None or model_kinds(m.spec).model != "encoder":
         return
     given.setdefault("seq", min(model.model_fields["seq"].default, m.spec.max_position_embeddings))
     if model is not TrainingRun:

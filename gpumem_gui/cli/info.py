@@ -22,6 +22,7 @@ from gpumem_gui.core import (
     kv_bytes_per_token_per_layer,
     load_gpu_catalog,
     load_model,
+    model_kinds,
     search_models,
     weight_bytes,
 )
@@ -115,7 +116,9 @@ def inspect_json(m: LoadedModel) -> dict[str, Any]:
     """The stable ``gpumem inspect --json`` document (schema ``gpumem.inspect/1``)."""
     spec, p, w = m.spec, m.params, m.weights
     # an encoder keeps no KV cache: no KV figures at all
-    kv_layers = list(kv_bytes_per_token_per_layer(spec)) if spec and spec.encoder is None else None
+    kv_layers = (
+        list(kv_bytes_per_token_per_layer(spec)) if spec and model_kinds(spec).model != "encoder" else None
+    )
     return {
         "schema": INSPECT_SCHEMA,
         "model": m.name,
@@ -162,7 +165,7 @@ def inspect_json(m: LoadedModel) -> dict[str, Any]:
         "kv_cache_bytes_per_token": sum(kv_layers) if kv_layers else None,
         "kv_cache_bytes_per_token_per_layer": kv_layers,
         # linear-attention layers' fixed conv + recurrent state per sequence (bf16 activations; spec/state.py)
-        **(state_json(spec) if spec and spec.encoder is None else {}),
+        **(state_json(spec) if spec and model_kinds(spec).model != "encoder" else {}),
         # Llama 3.2 Vision: each image's vision keys and values in the cross-attention layers (0 text only)
         **({"cross_attention_cache_bytes_per_image": cross_cache_bytes(spec, 1)} if _cross(spec) else {}),
         "notes": list(m.notes),
@@ -206,17 +209,17 @@ def _print_inspect(m: LoadedModel) -> None:
                 f"{'gated' if spec.mlp_gated else 'plain'} {spec.activation}, width {spec.intermediate_size}",
             ),
             ("vocab", f"{spec.vocab_size} ({'tied' if spec.tie_word_embeddings else 'untied'} lm_head)")
-            if spec.encoder is None
+            if model_kinds(spec).model != "encoder"
             else ("encoder", encoder_line(spec)),
             ("positions", f"{spec.position_embedding}, max {spec.max_position_embeddings}"),
         ]
         if spec.sliding_window:
-            n_sl = spec.resolved_layer_types.count("sliding_attention")
+            n_sl = len(model_kinds(spec).layers_of("sliding_attention"))
             arch.append(
                 ("sliding window", f"{spec.sliding_window} tokens on {n_sl} of {spec.num_layers} layers")
             )
         if spec.attention_chunk_size:  # Llama 4's chunked local attention
-            n_ch = spec.resolved_layer_types.count("chunked_attention")
+            n_ch = len(model_kinds(spec).layers_of("chunked_attention"))
             arch.append(
                 (
                     "attention chunks",
@@ -256,7 +259,7 @@ def _print_inspect(m: LoadedModel) -> None:
     if (ck := _checkpoint(m)) is not None and not w:
         print(f"checkpoint as published ({ck['format']}, its quantization_config): {ck['total_bytes']:,} B")
         print()
-    if spec and spec.encoder is None:  # an encoder keeps no KV cache
+    if spec and model_kinds(spec).model != "encoder":  # an encoder keeps no KV cache
         _print_cache(spec)
     for n in m.notes:
         print(f"note: {n}")
@@ -270,7 +273,8 @@ def _print_cache(spec: Any) -> None:
         f"KV cache (bf16, as transformers allocates it): {sum(kv):,} bytes per token "
         f"({sum(kv) / 1024:.1f} KiB)" + (" of target (decoder self-attention)" if spec.seq2seq else "")
     )
-    if spec.seq2seq is not None:  # EncoderDecoderCache: the cross-attention K/V of every source token
+    # EncoderDecoderCache: the cross-attention K/V of every source token
+    if model_kinds(spec).model == "encoder-decoder":
         cross = cross_cache_bytes_per_source_token(spec)
         print(f"cross-attention cache (bf16): {cross:,} bytes per source token ({cross / 1024:.1f} KiB)")
     if n := _cross(spec):  # Llama 3.2 Vision's cross-attention layers (spec/cross_attention.py)

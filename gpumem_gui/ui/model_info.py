@@ -8,7 +8,14 @@ import html
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QTableWidgetItem
 
-from gpumem_gui.core import LoadedModel, SizeUnit, describe_linear_attention, fmt_bytes, fmt_count
+from gpumem_gui.core import (
+    LoadedModel,
+    SizeUnit,
+    describe_linear_attention,
+    fmt_bytes,
+    fmt_count,
+    model_kinds,
+)
 from gpumem_gui.ui.theme import FREE_COLOR
 
 APPROXIMATE_COLOR = FREE_COLOR  # the theme's orange: a caution, not an error
@@ -53,12 +60,12 @@ def architecture_html(m: LoadedModel, unit: SizeUnit) -> str:
             ("positions", f"{spec.position_embedding}, max {spec.max_position_embeddings:,}"),
         ]
         if spec.sliding_window:
-            n_sl = spec.resolved_layer_types.count("sliding_attention")
+            n_sl = len(model_kinds(spec).layers_of("sliding_attention"))
             rows.append(
                 ("sliding window", f"{spec.sliding_window:,} tokens on {n_sl} of {spec.num_layers} layers")
             )
         if spec.attention_chunk_size:  # Llama 4's chunked local attention
-            n_ch = spec.resolved_layer_types.count("chunked_attention")
+            n_ch = len(model_kinds(spec).layers_of("chunked_attention"))
             rows.append(
                 (
                     "attention chunks",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from PySide6.QtCore import QSignalBlocker, Qt
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QScrollArea, QTabWidget, QVBoxLayout, QWidget
 
-from gpumem_gui.core import GpumemInputError, InferenceRun, ModelSpec, TrainingRun
+from gpumem_gui.core import GpumemInputError, InferenceRun, ModelSpec, TrainingRun, model_kinds
 from gpumem_gui.ui.plan import AnyRun, Inputs, run_gpus
 from gpumem_gui.ui.run_form import FILE_WEIGHTS, PRESETS, RunForm
 from gpumem_gui.ui.scenario import ModelRef, Scenario
@@ -157,7 +157,7 @@ class RunPanel(QWidget):
         learned = (
             spec.seq2seq is not None and spec.seq2seq.block == "bart"
         )  # BART: learned positions per stack
-        if spec.encoder is None and not learned:
+        if model_kinds(spec).model != "encoder" and not learned:
             return
         cap = spec.max_position_embeddings
         run = self.run_form.value() if not self.run_form.has_errors() else InferenceRun()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from gpumem_gui.core.formats.gguf_mix import _allows_quantization, _category, _stays_f32
 from gpumem_gui.core.spec.altup import altup_layer_kinds
 from gpumem_gui.core.spec.encoder_params import modern_layer_kinds
+from gpumem_gui.core.spec.kinds import CrossAttention, model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.params import Tensor, text_tensors
 from gpumem_gui.core.spec.seq2seq_params import seq2seq_layer_kinds
@@ -207,15 +208,16 @@ def _kinds(spec: ModelSpec) -> tuple[int, tuple[int, ...], ModelSpec]:
 
 
 def _build_layout(spec: ModelSpec) -> _Layout:
-    if spec.linear_attention or spec.short_conv or spec.mamba:  # hybrid: one kind per layer type
+    mk = model_kinds(spec)
+    if mk.model == "hybrid":  # one kind per layer type
         kinds, layer_kind, mini = hybrid_layer_kinds(spec)
-    elif spec.encoder is not None and spec.encoder.block == "modernbert":  # layer 0: no attention norm
-        kinds, layer_kind, mini = modern_layer_kinds(spec)
-    elif spec.seq2seq is not None:  # T5: first blocks own a bias table, decoder blocks a cross-attention
+    elif mk.model == "encoder" and spec.encoder is not None and spec.encoder.block == "modernbert":
+        kinds, layer_kind, mini = modern_layer_kinds(spec)  # layer 0: no attention norm
+    elif mk.model == "encoder-decoder":  # T5: first blocks own a bias table, decoder blocks a cross-attention
         kinds, layer_kind, mini = seq2seq_layer_kinds(spec)
     elif spec.altup is not None:  # Gemma 3n: KV-shared layers lack k/v (spec/altup.py)
         kinds, layer_kind, mini = altup_layer_kinds(spec)
-    elif spec.gemma4 is not None or "cross_attention" in spec.resolved_layer_types:
+    elif spec.gemma4 is not None or mk.of(CrossAttention):
         # Gemma 4: head dims, k = v, sharing and MLP widths differ per layer; Llama 3.2 Vision: the
         # cross-attention layers' norms and gates
         kinds, layer_kind, mini = spec.num_layers, tuple(range(spec.num_layers)), spec

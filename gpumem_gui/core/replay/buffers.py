@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpumem_gui.core.replay import gptj, rope_partial
 from gpumem_gui.core.spec.encoder_params import encoder_buffers_bytes
 from gpumem_gui.core.spec.gemma4 import rotary_buffer_bytes
+from gpumem_gui.core.spec.kinds import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.seq2seq_params import seq2seq_buffer_bytes
 
@@ -24,7 +25,7 @@ def _mup_bytes(spec: ModelSpec, param_bytes: float) -> int:
     mb = spec.mamba
     if mb is None or mb.kind != "mamba2" or not mb.mup:
         return 0
-    n = spec.resolved_layer_types.count("hybrid")
+    n = len(model_kinds(spec).layers_of("mamba2"))  # Falcon-H1: every layer
     return round(n * mb.projection * param_bytes)
 
 
@@ -34,7 +35,7 @@ def _lightning_bytes(spec: ModelSpec, param_bytes: float) -> int:
     la = spec.linear_attention
     if la is None or la.kind != "lightning":
         return 0
-    n = spec.resolved_layer_types.count("linear_attention")
+    n = len(model_kinds(spec).layers_of("lightning"))
     bs = la.chunk_size
     return round(n * la.key_heads * (1 + 2 * bs + bs * bs) * param_bytes)
 

@@ -23,6 +23,7 @@ from gpumem_gui.core.replay.cache import KVCache
 from gpumem_gui.core.replay.config import ReplayConfig, last_of_each_kind
 from gpumem_gui.core.replay.model import CausalLM
 from gpumem_gui.core.replay.tape import Tape, record
+from gpumem_gui.core.spec.kinds import model_kinds
 from gpumem_gui.core.spec.kv import kv_elements_per_layer, tokens_kept_transformers
 from gpumem_gui.core.spec.model import ModelSpec
 
@@ -57,7 +58,7 @@ class ForwardResult:
 
 
 def _run(sim: Sim, spec: ModelSpec, cfg: ReplayConfig) -> dict[str, Any]:
-    if spec.encoder is not None:  # an encoder: no cache, every layer, the task head (replay/encoder.py)
+    if model_kinds(spec).model == "encoder":  # no cache, every layer, the task head (replay/encoder.py)
         return encoder.run_forward(sim, spec, cfg)
     plan = last_of_each_kind(spec)
     cache = KVCache(sim, spec, cfg.batch, cfg.past, cfg.kv_bytes, cfg.param_dt, plan.replayed)

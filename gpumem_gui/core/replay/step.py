@@ -22,6 +22,7 @@ from gpumem_gui.core.replay.model import CausalLM
 from gpumem_gui.core.replay.optim import create_states, outside_allocator, states_total, step
 from gpumem_gui.core.replay.seq2seq_bart import seq2seq_lm
 from gpumem_gui.core.replay.tricks import optimizer_in_backward
+from gpumem_gui.core.spec.kinds import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 
 PHASES = ("forward", "backward", "optimizer")
@@ -127,7 +128,7 @@ def _simulate_step(
     sim = Sim(hooks)
     tr = sim.tr
     # an encoder with its head (replay/encoder.py), an encoder-decoder (replay/seq2seq.py), a decoder
-    kind = EncoderModel if spec.encoder is not None else seq2seq_lm if spec.seq2seq is not None else CausalLM
+    kind = {"encoder": EncoderModel, "encoder-decoder": seq2seq_lm}.get(model_kinds(spec).model, CausalLM)
     model = kind(sim, spec, cfg)
     buffers = sim.storage(buffers_bytes(spec, DT_BYTES.get(cfg.param_dt, 2)), "buffers", "buffer")
     trainable = [p for p in sim.params if p.rg]

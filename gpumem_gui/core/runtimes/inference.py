@@ -25,6 +25,7 @@ from gpumem_gui.core.runtimes.state_pools import check_engine_state
 from gpumem_gui.core.runtimes.transformers import TRANSFORMERS
 from gpumem_gui.core.runtimes.vllm import VLLM
 from gpumem_gui.core.spec import gemma4
+from gpumem_gui.core.spec.kinds import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, check_degrees
 
@@ -62,9 +63,10 @@ def check_run(spec: ModelSpec, run: InferenceRun) -> tuple[str, ...]:
     """Cross-checks of run against model: errors raise, soft problems come back as warnings."""
     warnings: list[str] = [f"approximate: {spec.approximate}"] if spec.approximate else []
     rt = runtime(run.engine)
-    if spec.encoder is not None:  # one transformers forward, no cache (runtimes/encoder.py)
+    model = model_kinds(spec).model
+    if model == "encoder":  # one transformers forward, no cache (runtimes/encoder.py)
         check_encoder_inference(spec, run, rt)
-    if spec.seq2seq is not None:  # generate() of an encoder-decoder on transformers (runtimes/seq2seq.py)
+    if model == "encoder-decoder":  # generate() of an encoder-decoder on transformers (runtimes/seq2seq.py)
         check_seq2seq_inference(spec, run, rt)
     check_kv_dtype(run.engine, run.kv_dtype_resolved)
     check_degrees(spec, Degrees(tp=run.tp, pp=run.pp, ep=run.ep))
@@ -81,7 +83,7 @@ def check_run(spec: ModelSpec, run: InferenceRun) -> tuple[str, ...]:
             f"pp: {run.pp} stages do not divide {spec.num_layers} layers; the first stages get "
             f"{ceil(spec.num_layers / run.pp)} layers (the estimate uses the fullest stage)"
         )
-    if run.tokens > spec.max_position_embeddings and spec.seq2seq is None:  # T5: relative positions
+    if run.tokens > spec.max_position_embeddings and model != "encoder-decoder":  # T5: relative positions
         warnings.append(
             f"seq: {run.tokens} tokens exceed the model's max_position_embeddings "
             f"({spec.max_position_embeddings}); fine only with rope scaling"

@@ -62,8 +62,10 @@ def stage_cells(spec: ModelSpec, kv_elem: float, attn_tp: int, layers: range) ->
     one = per_layer_bytes(spec, kv_elem, attn_tp)
     if not spec.traits.sglang_hybrid_swa or spec.mla is not None:
         return Cells(full=round(len(layers) * one), full_layers=len(layers))
-    kinds = spec.resolved_layer_types
-    n_swa = sum(kinds[i] == "sliding_attention" for i in layers)
+    # Gemma 3n's KV-shared layers are counted with their layer type, as before (whether SGLang's pools skip
+    # them, as vLLM's and llama.cpp's do, is not checked)
+    sliding = set(model_kinds(spec).layers_of("sliding_attention"))
+    n_swa = sum(i in sliding for i in layers)
     n_full = len(layers) - n_swa
     return Cells(full=round(n_full * one), swa=round(n_swa * one), full_layers=n_full, swa_layers=n_swa)
 

@@ -24,7 +24,7 @@ from gpumem_gui.core.runtimes.base import Runtime, load_phase
 from gpumem_gui.core.runtimes.cross_attention import cross_cache_component
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.seq2seq import seq2seq_phases
-from gpumem_gui.core.spec.kinds import STATE_MIXERS
+from gpumem_gui.core.spec.kinds import STATE_MIXERS, model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, rank_spec
 from gpumem_gui.core.spec.params import count_params
@@ -123,7 +123,7 @@ class Transformers(Runtime):
         """The phases of TP rank 0 of pipeline stage ``stage``, its weights' bytes and its logical cache."""
         rspec = rank_spec(spec, degrees, stage)
         weights, load = load_phase(spec, run, self.quantizes_experts(run), degrees, stage, wb)
-        if spec.seq2seq is not None:  # an encoder-decoder's generate() (runtimes/seq2seq.py)
+        if model_kinds(spec).model == "encoder-decoder":  # generate() (runtimes/seq2seq.py)
             phases, cache = seq2seq_phases(spec, run, weights, load)
             return phases, weights.bytes, cache
         last_stage = stage == run.pp - 1
@@ -219,7 +219,7 @@ class Transformers(Runtime):
                 "params_total": count_params(spec).total,
                 "gpus": run.gpus,
                 **({"task": spec.encoder.head} if spec.encoder is not None else {}),  # an encoder's head
-                **({"seq2seq": True} if spec.seq2seq is not None else {}),  # an encoder-decoder
+                **({"seq2seq": True} if model_kinds(spec).model == "encoder-decoder" else {}),
                 # linear-attention layers' fixed state (spec/state.py); nothing for other models
                 **state_facts(spec, run.batch, run.dt, kv_bytes_per_element(run.kv_dtype_resolved)),
             },

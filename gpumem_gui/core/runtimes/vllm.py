@@ -110,8 +110,8 @@ def _layout(spec: ModelSpec, run: InferenceRun, kv_elem: float, per_tok: int) ->
     if has_state(spec):  # state layers: their own groups, pages padded to the raised attention page
         page = run.block_size * kv_per_token(spec, kv_elem, run.tp, 1)
         return vk.state_layout(sp.attention_layer_count(spec), len(sp.state_layer_indices(spec)), page)
-    types = set(spec.resolved_layer_types)
-    if "sliding_attention" in types and (run.hybrid_kv_cache or len(types) == 1):
+    windows = set(model_kinds(spec).windows.values())
+    if any(windows) and (run.hybrid_kv_cache or len(windows) == 1):
         return vk.layout(spec, run.pp, run.block_size * kv_per_token(spec, kv_elem, run.tp, 1))
     return vk.KvLayout(windows=(None,), group_size=1, layer_page_bytes=run.block_size * per_tok)
 
@@ -231,7 +231,7 @@ class Vllm(Runtime):
                 "vllm: a model of state layers only (no attention page to align to) is not modelled",
                 field="engine",
             )
-        if pp > 1 or "sliding_attention" in spec.resolved_layer_types:
+        if pp > 1 or any(model_kinds(spec).windows.values()):
             raise GpumemInputError(
                 "vllm: the hybrid allocator of a state model is modelled on one pipeline stage without "
                 "sliding-window layers; use pp 1",
@@ -262,7 +262,8 @@ class Vllm(Runtime):
         layers = vp.stage_layers(spec, run.pp)
         kv_elem = kv_bytes_per_element(run.kv_dtype_resolved)
         run, state_facts = _state_run(spec, run, kv_elem)
-        per_tok = kv_per_token(spec, kv_elem, run.tp, state_facts.get("attention_layers", layers))
+        kv_layers = state_facts.get("attention_layers", vk.kv_stage_layers(spec, run.pp))
+        per_tok = kv_per_token(spec, kv_elem, run.tp, kv_layers)
         lay = _layout(spec, run, kv_elem, per_tok)
         max_len = run.max_model_len or run.tokens
         tokens, seqs = vp.batch_defaults(run, capacity)

@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
+from gpumem_gui.core.spec.kinds import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import stage_layers
 
@@ -94,12 +95,21 @@ class KvLayout:
         return sum(group(w) for w in self.windows) + self.state_groups  # MambaSpec: one page per request
 
 
+def kv_stage_layers(spec: ModelSpec, pp: int) -> int:
+    """Layers of the fullest pipeline stage holding a KV cache of their own: a layer reading an earlier
+    layer's keys and values holds none (vLLM ``gpu_model_runner.get_kv_cache_spec`` skips an attention layer
+    with ``kv_sharing_target_layer_name``, which ``models/gemma3n.py`` sets on Gemma 3n's last
+    ``num_kv_shared_layers``)."""
+    cached = model_kinds(spec).windows
+    return max(sum(1 for i in stage_layers(spec, pp, s) if i in cached) for s in range(pp))
+
+
 def _groups(spec: ModelSpec) -> list[tuple[int | None, tuple[int, ...]]]:
     """(window or None, layer indices) of every group of the whole model, in vLLM's order (kinds by first
     appearance, ``layers[i::n]`` within a kind)."""
     kinds: dict[int | None, list[int]] = {}
-    for i, lt in enumerate(spec.resolved_layer_types):
-        kinds.setdefault(spec.sliding_window if lt == "sliding_attention" else None, []).append(i)
+    for i, w in model_kinds(spec).windows.items():  # layers sharing another's KV hold none (Gemma 3n)
+        kinds.setdefault(w, []).append(i)
     if len(kinds) == 1:
         ((w, layers),) = kinds.items()
         return [(w, tuple(layers))]
@@ -134,7 +144,7 @@ def layout(spec: ModelSpec, pp: int, layer_page_bytes: int) -> KvLayout:
     smallest ``num_blocks``)."""
     groups = _groups(spec)
     if len(groups) == 1:  # one kind: one group of the stage's layers (the fullest stage)
-        size = max(len(stage_layers(spec, pp, s)) for s in range(pp))
+        size = kv_stage_layers(spec, pp)
     else:
         size = max(
             max(sum(1 for i in layers if i in stage_layers(spec, pp, s)) for _, layers in groups)

@@ -15,12 +15,13 @@
 
 from __future__ import annotations
 
+from gpumem_gui.core.spec.kinds import CrossAttention, model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 
 
 def cross_attention_layers(spec: ModelSpec) -> int:
     """How many layers are cross-attention layers (0 for a model without them)."""
-    return spec.resolved_layer_types.count("cross_attention")
+    return len(model_kinds(spec).layers_of("cross_attention"))
 
 
 def cross_tokens_per_image(spec: ModelSpec) -> int:
@@ -36,7 +37,8 @@ def cross_cache_bytes_per_layer(
     (keys and values, ``bytes_per_element`` each); 0 on every other layer, and everywhere without images."""
     tokens = batch * images * cross_tokens_per_image(spec)
     per = round(2 * tokens * spec.num_kv_heads * spec.head_dim * bytes_per_element)
-    return tuple(per if t == "cross_attention" else 0 for t in spec.resolved_layer_types)
+    kinds = model_kinds(spec)
+    return kinds.per_layer(lambda _: per, kinds.of(CrossAttention))
 
 
 def cross_cache_bytes(spec: ModelSpec, images: int, batch: int = 1, bytes_per_element: float = 2) -> int:

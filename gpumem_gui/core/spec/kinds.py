@@ -154,6 +154,7 @@ class SharedKV(Frozen):
 
     kind: Literal["shared_kv"] = "shared_kv"
     layers: Layers
+    sliding: Layers = Field((), description="those of them reading a sliding-window layer's cache")
 
 
 class CrossAttention(Frozen):
@@ -234,6 +235,28 @@ class ModelKinds(Frozen):
         """The model's MLA kind with an indexer key where it has one (else its only MLA kind)."""
         mla = self.of(LatentAttention)
         return max(mla, key=lambda k: k.indexer_dim) if mla else None  # type: ignore[return-value]
+
+    def layers_of(self, name: str) -> tuple[int, ...]:
+        """The layers of the kinds named ``name`` (a kind's ``kind``, an attention kind's ``full_attention`` /
+        ``sliding_attention`` / ``chunked_attention``, or a state mixer), in order; ``sliding_attention``
+        includes the shared-KV layers that read a sliding layer's cache (their layer type)."""
+        out: set[int] = set()
+        for k in self.layers:
+            if k.kind == name or (isinstance(k, RecurrentState) and k.mixer == name):
+                out.update(k.layers)
+            elif name == "sliding_attention" and isinstance(k, SharedKV):
+                out.update(k.sliding)
+        return tuple(sorted(out))
+
+    @property
+    def windows(self) -> dict[int, int | None]:
+        """Each layer with its own per-token cache and the window bounding it in the engines' pools (a
+        sliding layer's ``sliding_window``; None: every token, chunked layers included)."""
+        out: dict[int, int | None] = {}
+        for k in self.attention:
+            w = k.window if isinstance(k, Attention) and k.kind == "sliding_attention" else None
+            out.update(dict.fromkeys(k.layers, w))
+        return dict(sorted(out.items()))
 
     def per_layer(self, value: object, kinds: tuple[LayerKind, ...]) -> tuple[int, ...]:
         """``value(kind)`` on each layer of ``kinds``, 0 elsewhere (a callable of one kind)."""
@@ -347,7 +370,9 @@ def _derive(spec: ModelSpec) -> ModelKinds:
     for key, layers in _group(keys).items():
         kinds.append(_attention_kind(spec, key, layers))
     if spec.kv_shared_layers:
-        kinds.append(SharedKV(layers=tuple(spec.kv_shared_layers)))
+        shared, n = tuple(spec.kv_shared_layers), len(types)  # a mini spec keeps the model's indices
+        sliding = tuple(i for i in shared if i < n and types[i] == "sliding_attention")
+        kinds.append(SharedKV(layers=shared, sliding=sliding))
     for (mixer, conv, rec, fp32), layers in _group([state_shape(spec, lt) for lt in types]).items():
         kinds.append(
             RecurrentState(

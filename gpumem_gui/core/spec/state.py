@@ -122,27 +122,27 @@ def describe_linear_attention(spec: ModelSpec) -> str | None:
     """One line on a model's linear-attention layers for the CLI and the window (None without them)."""
     la, per = spec.linear_attention, state_bytes_per_sequence(spec)
     if spec.mamba is not None and spec.mamba.kind == "mamba1":
-        mb1, n = spec.mamba, spec.resolved_layer_types.count("mamba")
+        mb1, n = spec.mamba, len(model_kinds(spec).layers_of("mamba1"))
         return (
             f"Mamba on {n} of {spec.num_layers} layers: {mb1.inner} channels, state {mb1.state_size}, conv "
             f"{mb1.conv_kernel}; fixed state {per / (1 << 20):.1f} MiB per sequence (bf16)"
         )
     if spec.mamba is not None:  # hybrid: beside attention in the same layer (FalconH1DecoderLayer)
-        mb, n = spec.mamba, sum(t in ("mamba", "hybrid") for t in spec.resolved_layer_types)
+        mb, n = spec.mamba, len(model_kinds(spec).layers_of(spec.mamba.kind))
         return (
             f"Mamba-2 on {n} of {spec.num_layers} layers: {mb.heads} heads of {mb.head_dim}, state "
             f"{mb.state_size}, conv {mb.conv_kernel}; fixed state {per / (1 << 20):.1f} MiB per sequence "
             "(bf16)"
         )
     if spec.short_conv is not None:
-        n = spec.resolved_layer_types.count("conv")
+        n = len(model_kinds(spec).layers_of("short_conv"))
         return (
             f"short convolutions (kernel {spec.short_conv.kernel}) on {n} of {spec.num_layers} layers; fixed "
             f"state {per / (1 << 20):.2f} MiB per sequence (bf16)"
         )
     if la is None:
         return None
-    n = spec.resolved_layer_types.count("linear_attention")
+    n = len(model_kinds(spec).layers_of(la.kind))
     if la.kind == "lightning":
         return (
             f"lightning attention on {n} of {spec.num_layers} layers: {la.key_heads} heads of "

@@ -10,6 +10,7 @@ amp-bf16. What it does not model is refused here in one line naming the field.
 from __future__ import annotations
 
 from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.spec.kinds import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.seq2seq import check_positions
 from gpumem_gui.core.training.run import TrainingRun
@@ -19,7 +20,7 @@ _PRECISIONS = ("amp-bf16", "bf16", "fp32")
 
 def check_seq2seq_training(spec: ModelSpec, run: TrainingRun) -> None:
     """Refuse, in one line naming the field, what the encoder-decoder step does not model."""
-    if spec.seq2seq is None:
+    if model_kinds(spec).model != "encoder-decoder":
         return
     for name in ("dp", "tp", "pp", "ep", "cp"):
         if getattr(run, name) > 1:
