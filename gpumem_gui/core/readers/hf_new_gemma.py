@@ -170,13 +170,19 @@ TRAITS["gemma3n_text"] = {
     "norm_placement": "sandwich",
     "rotary_per_layer_type": True,
     "gguf_arch": "gemma3n",
+    "model_forward": "altup",
 }
 READERS["gemma3n"] = _gemma3n
 TRAITS["gemma3n"] = dict(TRAITS["gemma3n_text"])
 
 # Gemma 4 (readers/hf_new_gemma4.py): Gemma4TextScaledWordEmbedding, Gemma4RMSNorm (weight, no 1 +), one
 # rotary table per layer type (Gemma4TextRotaryEmbedding), the four norms of Gemma4TextDecoderLayer
-_GEMMA4_TRAITS = {"embedding_scale": True, "norm_placement": "sandwich", "rotary_per_layer_type": True}
+_GEMMA4_TRAITS = {
+    "embedding_scale": True,
+    "norm_placement": "sandwich",
+    "rotary_per_layer_type": True,
+    "model_forward": "gemma4",
+}
 READERS["gemma4_text"] = hf_new_gemma4.gemma4_text
 READERS["gemma4"] = hf_new_gemma4.gemma4
 TRAITS["gemma4_text"] = dict(_GEMMA4_TRAITS)

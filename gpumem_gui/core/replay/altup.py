@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from gpumem_gui.core.replay import attention, inputs
 from gpumem_gui.core.replay.memory import T
+from gpumem_gui.core.replay.registry import MODELS, register
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.config import LayerPlan
@@ -67,6 +68,7 @@ def _per_layer_inputs(m: CausalLM, ids: T, inputs_embeds: T) -> T:
     return o.mul(summed, None)
 
 
+@register(MODELS, "altup")
 def model(m: CausalLM, ids: T, plan: LayerPlan) -> T:
     """Gemma3nTextModel.forward over the plan's layers; returns the final norm's output."""
     o, s, spec, cfg = m.o, m.s, m.spec, m.cfg

@@ -18,11 +18,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpumem_gui.core.replay.memory import T
+from gpumem_gui.core.replay.registry import NORMS, register
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM
 
 
+@register(NORMS, "layernorm_ops")
 def layer_norm(m: CausalLM, x: T, name: str) -> T:
     """Cohere2LayerNorm.forward (no bias): see the module docstring."""
     o, s = m.o, m.s

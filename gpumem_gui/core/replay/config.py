@@ -4,7 +4,7 @@ layers an inference replay runs (:class:`LayerPlan`: the last layer of each kind
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from gpumem_gui.core.spec.model import ModelSpec
@@ -107,6 +107,14 @@ def last_of_each_kind(spec: ModelSpec) -> LayerPlan:
         segments.append((first, layer))
         first = layer + 1
     return LayerPlan(tuple(segments))
+
+
+def attn_as_run(spec: ModelSpec, cfg: ReplayConfig) -> ReplayConfig:
+    """The run as transformers runs it: ``sdpa`` is eager for an architecture without an SDPA path
+    (PreTrainedModel.get_correct_attn_implementation falls back when the implementation was not named)."""
+    if cfg.attn == "sdpa" and not spec.traits.sdpa_supported:
+        return replace(cfg, attn="eager")
+    return cfg
 
 
 def every_layer(layers: Sequence[int]) -> LayerPlan:

@@ -15,6 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from gpumem_gui.core.replay.registry import TEXT_LAYERS
+from gpumem_gui.core.spec.kinds import model_kinds
+
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM
 
@@ -22,9 +25,12 @@ if TYPE_CHECKING:
 def run(m: CausalLM, layers: Sequence[int]) -> Sequence[int]:
     """The layers of ``layers`` a text-only forward runs; the parameters (and LoRA adapters) of the skipped
     cross-attention layers are marked unused."""
-    types = m.spec.resolved_layer_types
-    skipped = tuple(f"layers.{i}." for i in layers if types[i] == "cross_attention")
+    cross = set(model_kinds(m.spec).layers_of("cross_attention"))
+    skipped = tuple(f"layers.{i}." for i in layers if i in cross)
     if not skipped:
         return layers
     m.unused.update(name for name in m.p if name.startswith(skipped))
-    return [i for i in layers if types[i] != "cross_attention"]
+    return [i for i in layers if i not in cross]
+
+
+TEXT_LAYERS.append(run)

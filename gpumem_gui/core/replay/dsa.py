@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from gpumem_gui.core.replay import attention_kernels as attention
 from gpumem_gui.core.replay.memory import T
+from gpumem_gui.core.replay.registry import AFTER_LAYERS
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM
@@ -168,3 +169,6 @@ def release(m: CausalLM) -> None:
     """The end of the model's layer loop: the top-k indices it carried (GlmMoeDsaModel) are no longer held."""
     if getattr(m, "dsa_topk", None) is not None or getattr(m, "dsa_topk_older", None) is not None:
         m.dsa_topk = m.dsa_topk_older = None  # type: ignore[attr-defined]
+
+
+AFTER_LAYERS.append(release)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from gpumem_gui.core.replay import attention, inputs, mlp
 from gpumem_gui.core.replay.altup import norm, rope_one, stores_kv
 from gpumem_gui.core.replay.memory import T
+from gpumem_gui.core.replay.registry import MODELS, register
 from gpumem_gui.core.spec import gemma4 as g4
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ def _slices(m: CausalLM) -> bool:
     return bool(m.spec.kv_shared_layers) and cfg.logits_to_keep > 0 and cfg.q > 1 and cfg.attn != "flash"
 
 
+@register(MODELS, "gemma4")
 def model(m: CausalLM, ids: T, plan: LayerPlan) -> T:
     """Gemma4TextModel.forward over the plan's layers; returns the final norm's output."""
     s, spec, cfg = m.s, m.spec, m.cfg

@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
-from gpumem_gui.core.replay import adapters, altup, block, cohere, cross_attention, dsa, inputs, sinks, tricks
+from gpumem_gui.core.replay import adapters, block, inputs, registry, tricks
 from gpumem_gui.core.replay import loss as losses
 from gpumem_gui.core.replay import variants as _variants  # noqa: F401  the blocks and mixers register
 from gpumem_gui.core.replay.autograd import Node, Param, Sim
 from gpumem_gui.core.replay.cache import KVCache
-from gpumem_gui.core.replay.config import LayerPlan, ReplayConfig, every_layer
+from gpumem_gui.core.replay.config import LayerPlan, ReplayConfig, attn_as_run, every_layer
 from gpumem_gui.core.replay.memory import DT_BYTES, T
 from gpumem_gui.core.replay.ops import Ops
 from gpumem_gui.core.spec.model import ModelSpec
@@ -68,7 +68,7 @@ class CausalLM:
         self.s = sim
         self.o = Ops(sim, cfg.cpu_dropout)
         self.spec = spec
-        self.cfg = sinks.attn_for(spec, cfg)  # no SDPA path (gpt-oss): transformers runs eager
+        self.cfg = attn_as_run(spec, cfg)  # no SDPA path (gpt-oss): transformers runs eager
         self.cache = cache
         self.p: dict[str, Param] = {}
         self.shape: dict[str, tuple[int, ...]] = {}
@@ -174,7 +174,7 @@ class CausalLM:
         """LlamaRMSNorm (Gemma's ``(1 + w)`` variant), or F.layer_norm for LayerNorm models."""
         o, s, spec = self.o, self.s, self.spec
         if spec.traits.layernorm_ops:  # Cohere2LayerNorm: op by op in fp32 (replay/cohere.py)
-            return cohere.layer_norm(self, x, name)
+            return registry.norm("layernorm_ops")(self, x, name)
         w = self.param(f"{name}.weight")
         width = self.shape[f"{name}.weight"][0]
         if spec.norm == "layernorm":
@@ -189,7 +189,7 @@ class CausalLM:
         if self.cfg.compile and s.grad_enabled:  # torch.compile: one fused kernel (replay/tricks.py)
             return tricks.compiled_rms_norm(self, x, w)
         if spec.traits.norm_product_fp32:  # GptOssRMSNorm
-            return sinks.norm(self, x, w, width)
+            return registry.norm("norm_product_fp32")(self, x, w, width)
         if spec.traits.norm_weight_offset:
             xf = s.cast(x, "f32")
             hs = o.mul(xf, o.rsqrt(o.add(o.mean_last(o.pow2(xf), width), None)))
@@ -244,12 +244,9 @@ class CausalLM:
         """LlamaModel.forward over the plan's layers; returns the final norm's output (a pipeline stage
         without the head: the last layer's output)."""
         s, spec, cfg = self.s, self.spec, self.cfg
-        if spec.altup is not None:  # Gemma3nTextModel (replay/altup.py)
-            return altup.model(self, ids, plan)
-        if spec.gemma4 is not None:  # Gemma4TextModel (replay/gemma4.py)
-            from gpumem_gui.core.replay import gemma4
-
-            return gemma4.model(self, ids, plan)
+        own = registry.model_forward(self)  # Gemma3nTextModel (replay/altup.py), Gemma4TextModel (gemma4.py)
+        if own is not None:
+            return own(self, ids, plan)
         s.tr.where = "embedding"
         s.region = "hidden_states"
         if s.offload is not None:  # torchtune: `with activations_handling_ctx: outputs = model(**batch)`
@@ -307,7 +304,8 @@ class CausalLM:
             _previous = weights if keeps_outputs else None
             del weights
         self.alibi_bias = None
-        dsa.release(self)  # GlmMoeDsaModel's loop variable (the last top-k) dies with the model's forward
+        for hook in registry.AFTER_LAYERS:  # GlmMoeDsaModel's last top-k dies here (replay/dsa.py)
+            hook(self)
         s.tr.where = "final norm"
         s.hooks.enter_unit(s, -1)
         s.unit = None
@@ -360,7 +358,9 @@ class CausalLM:
     def forward_loss(self, ids: T, layers: Sequence[int]) -> T:
         """LlamaForCausalLM.forward(input_ids, labels=input_ids) -> loss (ForCausalLMLoss, mean reduction)."""
         s, spec, cfg = self.s, self.spec, self.cfg
-        last_hidden_state = self.model(ids, every_layer(cross_attention.run(self, layers)))
+        for narrow in registry.TEXT_LAYERS:  # Llama 3.2 Vision: no cross-attention without images
+            layers = narrow(self, layers)
+        last_hidden_state = self.model(ids, every_layer(layers))
         if s.offload is not None:  # the head and the loss run outside the offloading hooks
             s.offload.active = False
         if not cfg.lm_head:

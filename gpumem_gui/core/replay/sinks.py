@@ -5,8 +5,8 @@
   scores concatenated with each head's sink logit (``module.sinks`` expanded to [b, heads, q, 1]), the row max
   subtracted, a softmax in the scores' dtype, the sink column sliced off (a view of the probabilities, which
   the decoder layer keeps), matmul with V. There is no SDPA path (``_supports_sdpa = False``): the default
-  ``sdpa`` falls back to eager (:func:`attn_for`); FlashAttention kernels take the sinks as ``s_aux`` and keep
-  only their log-sum-exp, as the fused path already replays.
+  ``sdpa`` falls back to eager (``replay/config.attn_as_run``); FlashAttention kernels take the sinks as
+  ``s_aux`` and keep only their log-sum-exp, as the fused path already replays.
 * ``_apply_rotary_emb`` (:attr:`ArchTraits.rotary_half_tables`): cos/sin of head_dim / 2, each head chunked
   in two, ``cat(x1 * cos - x2 * sin, x2 * cos + x1 * sin)``.
 * ``GptOssRMSNorm`` (:attr:`ArchTraits.norm_product_fp32`): ``(weight * fp32 states).to(input_dtype)``.
@@ -14,26 +14,17 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gpumem_gui.core.replay import attention_kernels as kernels
 from gpumem_gui.core.replay.memory import T, promote
+from gpumem_gui.core.replay.registry import NORMS, register
 
 if TYPE_CHECKING:
-    from gpumem_gui.core.replay.config import ReplayConfig
     from gpumem_gui.core.replay.context import CausalLM
-    from gpumem_gui.core.spec.model import ModelSpec
 
 
-def attn_for(spec: ModelSpec, cfg: ReplayConfig) -> ReplayConfig:
-    """The run as transformers runs it: ``sdpa`` is eager for an architecture without an SDPA path
-    (PreTrainedModel.get_correct_attn_implementation falls back when the implementation was not named)."""
-    if cfg.attn == "sdpa" and not spec.traits.sdpa_supported:
-        return replace(cfg, attn="eager")
-    return cfg
-
-
+@register(NORMS, "norm_product_fp32")
 def norm(m: CausalLM, x: T, w: T, width: int) -> T:
     """GptOssRMSNorm.forward: fp32 states normalised, multiplied by the weight (an fp32 product), cast back;
     the normalised states live until the cast returns."""

@@ -3,8 +3,13 @@ token mixers in :mod:`.registry`, its kernels in :mod:`.attention_kernels`): the
 A new layer kind's replay is one module registering its mixer, plus a line here."""
 
 from gpumem_gui.core.replay import (  # noqa: F401  imported for their registrations
+    altup,
     attention,
+    cohere,
+    cross_attention,
+    dsa,
     falcon_h1,
+    gemma4,
     gptj,
     kda,
     legacy,

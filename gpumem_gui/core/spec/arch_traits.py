@@ -146,6 +146,12 @@ class ArchTraits(Frozen):
         "; parallel_mamba: a Mamba-2 mixer and attention side by side on one normed input, each output "
         "scaled, then a scaled MLP (FalconH1DecoderLayer)",
     )
+    model_forward: Literal["llama", "altup", "gemma4"] = Field(
+        "llama",
+        description="the model's forward around its layers: LlamaModel.forward (embedding, masks, rotary, "
+        "the layer loop, the final norm) and its descendants; altup: Gemma3nTextModel.forward (per-layer "
+        "inputs, AltUp's stacked hidden states); gemma4: Gemma4TextModel.forward",
+    )
     gguf_arch: str | None = Field(
         None,
         max_length=64,
