@@ -272,7 +272,8 @@ def test_vllm_gives_kv_shared_layers_no_cache(hybrid: bool) -> None:
 
     spec = load_config_file(RES / "google__gemma-3n-E4B-it.json")
     kinds = model_kinds(spec)
-    assert len(kinds.windows) == 20 and sum(w is not None for w in kinds.windows.values()) == 16
+    bounds = kinds.bounds()
+    assert len(bounds) == 20 and sum(b is not None for b in bounds.values()) == 16
     assert len(kinds.layers_of("sliding_attention")) == 28  # the layer types: shared ones included
     run = make_run(engine="vllm", seq=4096, new_tokens=0, hybrid_kv_cache=hybrid)
     est = estimate_inference(spec, run, capacity=80 * 2**30)

@@ -28,7 +28,7 @@ def test_gemma3_27b_groups_as_vllm_logs_them() -> None:
     layers, may waste at most 15.38%"), 7 groups in all."""
     lay = vk.layout(_spec("google/gemma-3-27b-it"), 1, 16 * 8192)
     assert lay.group_size == 10 and len(lay.windows) == 7
-    assert lay.windows.count(None) == 1 and lay.windows.count(1024) == 6
+    assert lay.windows.count(None) == 1 and lay.windows.count(("sliding", 1024)) == 6
     assert 6 * 10 - 52 == 8
     # 89,994 blocks (the log's num_gpu_blocks): 205,696 tokens and 50.05x for 4,096-token requests
     assert lay.reported_tokens(89994, 16) == 205696
@@ -37,9 +37,9 @@ def test_gemma3_27b_groups_as_vllm_logs_them() -> None:
 
 def test_equal_kinds_make_two_groups_and_uniform_sliding_one() -> None:
     gemma2 = vk.layout(_spec("google/gemma-2-9b"), 1, 1)
-    assert (gemma2.windows, gemma2.group_size) == ((4096, None), 21)  # layer 0 slides
+    assert (gemma2.windows, gemma2.group_size) == ((("sliding", 4096), None), 21)  # layer 0 slides
     mistral = vk.layout(_spec("mistralai/Mistral-7B-v0.1"), 1, 1)
-    assert (mistral.windows, mistral.group_size) == ((4096,), 32)
+    assert (mistral.windows, mistral.group_size) == ((("sliding", 4096),), 32)
     assert mistral.reported_tokens(100, 16) == 1600  # one group: every block is a token page
 
 
@@ -52,7 +52,7 @@ def test_pipeline_stages_project_the_whole_models_groups() -> None:
 
 
 def test_sliding_request_takes_window_plus_chunk_blocks() -> None:
-    lay = vk.KvLayout(windows=(None, 1024), group_size=1, layer_page_bytes=1)
+    lay = vk.KvLayout(windows=(None, ("sliding", 1024)), group_size=1, layer_page_bytes=1)
     # full: 32768 / 16; sliding: ceil((1023 + 8192) / 16) + 1 (the window may start inside a block)
     assert lay.blocks_per_request(32768, 16, 8192) == 2048 + 577
     # a request shorter than the window holds only its own pages (vLLM still admits against 577 + 1)
@@ -74,7 +74,9 @@ def test_groups_cover_every_layer_once(kinds: list[bool], window: int, pp: int) 
     )
     groups = vk._groups(spec)
     assert sorted(i for _, g in groups for i in g) == list(range(n))  # every layer in exactly one group
-    assert all(w in (None, window) and all(kinds[i] == (w is not None) for i in g) for w, g in groups)
+    assert all(
+        w in (None, ("sliding", window)) and all(kinds[i] == (w is not None) for i in g) for w, g in groups
+    )
     size = max(len(g) for _, g in groups)
     for w in {w for w, _ in groups}:  # one kind's groups differ by at most one (padding) layer
         lens = [len(g) for v, g in groups if v == w]

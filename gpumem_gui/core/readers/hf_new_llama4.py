@@ -229,3 +229,7 @@ for _mt, _reader in (("llama4_text", _llama4_text), ("llama4", _llama4)):
     READERS[_mt] = _reader
     TRAITS[_mt] = dict(_TRAITS)
     CONFIG_TRAITS[_mt] = _attn_temperature
+# SGLang's hybrid-SWA allowlist names Llama4ForConditionalGeneration (the llama4 checkpoints), not the
+# text-only Llama4ForCausalLM (configs/model_config.py is_hybrid_swa_model): its chunked layers get the
+# SWA pool
+TRAITS["llama4"]["sglang_hybrid_swa"] = True

@@ -70,24 +70,26 @@ def kv_row_widths(spec: ModelSpec, run: InferenceRun) -> tuple[int, int]:
     return latent.llamacpp_elems(full=run.mla_cache == "full")
 
 
-def kv_buffers(spec: ModelSpec, run: InferenceRun, offloaded: int) -> tuple[int, int]:
+def kv_buffers(spec: ModelSpec, run: InferenceRun, offloaded: int, chunked: bool = True) -> tuple[int, int]:
     """(GPU bytes, host bytes) of the KV cache: ``n_ctx`` cells for full attention, fewer for sliding-window
-    layers; each layer's KV lives where the layer runs (the last ``offloaded`` layers on the GPU), or all of
-    it in host memory with ``--no-kv-offload`` (``kv_offload`` off) (src/llama-kv-cache.cpp, offload_kqv)."""
+    and chunked-local layers; each layer's KV lives where the layer runs (the last ``offloaded`` layers on
+    the GPU), or all of it in host memory with ``--no-kv-offload`` (``kv_offload`` off)
+    (src/llama-kv-cache.cpp, offload_kqv). ``chunked`` False: chunked layers keep every token (Ollama
+    v0.12.10's own engine, ``kvcache.NewChunkedAttentionCache``: the chunk only masks)."""
     k_type, v_type = kv_types(run)
     k_w, v_w = kv_row_widths(spec, run)
     row = k_w * kv_bytes_per_element(k_type) + v_w * kv_bytes_per_element(v_type)
     n_ctx = run.batch * run.tokens
-    swa_cells = n_ctx
-    if spec.sliding_window:
-        # llama_kv_cache_iswa: SWA layers keep min(n_ctx, pad(n_swa * n_seq + n_ubatch, 256)) cells
-        swa_cells = min(n_ctx, ceil((spec.sliding_window * run.batch + run.n_ubatch) / 256) * 256)
     first_gpu = spec.num_layers - offloaded
     gpu = host = 0
     # the layers of the attention kinds: llama_memory_hybrid gives KV cells to the attention layers only, and
-    # a layer reading another's cache has none (llama_hparams::has_kv: Gemma 3n's n_layer_kv_from_start)
+    # a layer reading another's cache has none (llama_hparams::has_kv: Gemma 3n's n_layer_kv_from_start);
+    # llama_kv_cache_iswa: an SWA layer keeps min(n_ctx, pad(n_swa x n_seq + n_ubatch, 256)) cells, Llama 4's
+    # chunked layers too (LLAMA_SWA_TYPE_CHUNKED, n_swa 8192 = its attention_chunk_size: load_hparams)
+    bounds = model_kinds(spec).bounds(chunked)
     for kind in model_kinds(spec).attention:
-        cells = swa_cells if kind.kind == "sliding_attention" and spec.sliding_window else n_ctx
+        b = bounds[kind.layers[0]]
+        cells = min(n_ctx, ceil((b[1] * run.batch + run.n_ubatch) / 256) * 256) if b else n_ctx
         size = round(cells * row)
         for i in kind.layers:
             if i >= first_gpu and run.kv_offload:
@@ -167,6 +169,8 @@ class LlamaCpp(Runtime):
     state_mixers = frozenset({"gated_deltanet", "mamba1", "mamba2", "short_conv"})
     gguf = True
     fallback_format = "gguf-Q4_K_M"
+    # chunked-local layers keep one chunk (+ a micro-batch) of cells, as SWA layers (LLAMA_SWA_TYPE_CHUNKED)
+    chunked_local = True
 
     def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
         """-ctk/-ctv must be types llama.cpp takes (an error); a quantized V cache without flash attention is
@@ -200,7 +204,7 @@ class LlamaCpp(Runtime):
         wb: WeightBytes,
     ) -> Estimate:
         offloaded, model_gpu, model_cpu = _offload(spec, run, wb)
-        kv_gpu, kv_host = kv_buffers(spec, run, offloaded)
+        kv_gpu, kv_host = kv_buffers(spec, run, offloaded, self.chunked_local)
         k_type, v_type = kv_types(run)
         weights_c = component(
             "weights",

@@ -19,7 +19,7 @@ from gpumem_gui.core.formats import WeightBytes
 from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.results.estimate import Estimate
 from gpumem_gui.core.runtimes.base import Lever, Runtime
-from gpumem_gui.core.runtimes.llamacpp import LLAMA_CPP
+from gpumem_gui.core.runtimes.llamacpp import LlamaCpp
 from gpumem_gui.core.runtimes.ollama_models import OLLAMA_FAMILIES
 from gpumem_gui.core.runtimes.ollama_options import OLLAMA_DEFAULT_NUM_BATCH, OLLAMA_DEFAULT_NUM_CTX
 from gpumem_gui.core.runtimes.ollama_predict import FLASH_BY_DEFAULT, Placement, Prediction, predict
@@ -135,6 +135,18 @@ def ollama_tag(model: str, weights: str) -> str:
     return f"hf.co/{model}:{quant}"
 
 
+class _OllamaBuffers(LlamaCpp):
+    """The buffers Ollama v0.12.10 allocates: llama.cpp's, except that a chunked-local layer keeps every
+    token: Ollama runs Llama 4 on its own engine (fs/ggml/ggml.go ``OllamaEngineRequired``), whose
+    ``kvcache.NewChunkedAttentionCache`` (model/models/llama4/model.go) is the size of the causal cache
+    (kvcache/causal.go ``Init``: the chunk only masks)."""
+
+    chunked_local = False
+
+
+OLLAMA_RUNNER = _OllamaBuffers()
+
+
 class Ollama(Runtime):
     name = "ollama"
     label = "Ollama"
@@ -203,7 +215,7 @@ class Ollama(Runtime):
                 "mla_cache": "full",  # Ollama's library DeepSeek GGUFs predate key_length_mla
             }
         )
-        est = LLAMA_CPP.estimate(spec, lrun, tuple(notes), capacity, wb)
+        est = OLLAMA_RUNNER.estimate(spec, lrun, tuple(notes), capacity, wb)
         facts = {
             **est.facts,
             "offloaded": f"{layers}/{n}",

@@ -75,7 +75,7 @@ def _share(
     has_output = n in layers
     model = sum(wb.per_layer[i] for i in blocks) + (head if has_output else 0)
     kv = (
-        kv_buffers(spec, run, n - blocks.start)[0] - kv_buffers(spec, run, n - blocks.stop)[0]
+        kv_buffers(spec, run, n - blocks.start, False)[0] - kv_buffers(spec, run, n - blocks.stop, False)[0]
         if blocks
         else 0
     )

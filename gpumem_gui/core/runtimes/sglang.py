@@ -40,7 +40,7 @@ from gpumem_gui.core.runtimes.sglang_pool import (
     dynamic_components,
     size_pool,
 )
-from gpumem_gui.core.runtimes.sglang_swa import Cells, stage_cells
+from gpumem_gui.core.runtimes.sglang_swa import Cells, stage_cells, swa_layers, swa_window
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, stage_layers
 
@@ -105,11 +105,11 @@ def _warnings(spec: ModelSpec, run: InferenceRun, pool: Pool, dyn: int, context_
             f"dp_size: {run.dp_size} replicas of tp x pp = {run.gpus} GPUs ({run.dp_size * run.gpus} GPUs in "
             "all); the estimate is one replica's GPUs, the batch spread over the replicas"
         )
-    window = spec.sliding_window or 0
+    window = swa_window(spec)
     if pool.swa_tokens is not None and pool.tokens > 0 and pool.swa_tokens <= window + pool.page:
         out.append(
             f"swa_full_tokens_ratio: SGLang refuses to start: its SWA pool ({pool.swa_tokens} tokens) cannot "
-            f"hold one request's window (sliding_window {window} + page {pool.page}); raise "
+            f"hold one request's window ({window} + page {pool.page}); raise "
             "swa_full_tokens_ratio or the memory"
         )
     cap = run.max_total_tokens
@@ -122,8 +122,8 @@ def _warnings(spec: ModelSpec, run: InferenceRun, pool: Pool, dyn: int, context_
 
 
 def _swa_facts(spec: ModelSpec, run: InferenceRun, pool: Pool) -> dict[str, object]:
-    """How SGLang keeps the sliding-window layers' KV (absent for a model without sliding layers)."""
-    if "sliding_attention" not in spec.layer_types:
+    """How SGLang keeps the sliding-window (or chunked) layers' KV (absent for a model without them)."""
+    if not swa_layers(spec):
         return {}
     if pool.swa_tokens is None:
         return {
@@ -180,7 +180,7 @@ class Sglang(Runtime):
         warnings = (*warnings, *_warnings(spec, run, pool, dyn, context_len))
         result = self._result(run, sd, pool, shares, worst, stages[worst], per_stage[worst], act, warnings)
         # a sliding layer keeps at most the window of each sequence once SGLang evicts the older tokens
-        swa_need = ceil(run.batch / run.dp_size) * min(run.tokens, spec.sliding_window or 0)
+        swa_need = ceil(run.batch / run.dp_size) * min(run.tokens, swa_window(spec))
         return result.model_copy(
             update={
                 "facts": {**result.facts, **_swa_facts(spec, run, pool)},

@@ -57,15 +57,28 @@ def per_layer_bytes(spec: ModelSpec, kv_elem: float, attn_tp: int) -> float:
     return max(1, spec.num_kv_heads // attn_tp) * 2 * spec.head_dim * kv_elem
 
 
+def swa_layers(spec: ModelSpec) -> frozenset[int]:
+    """The layers SGLang keeps in its SWA pool: the sliding ones and the chunked-local ones (Llama 4:
+    ``model_config.get_hybrid_layer_ids`` puts every layer but each fourth there, the layers transformers
+    types ``chunked_attention``). Gemma 3n's KV-shared layers are counted with their layer type, as before
+    (whether SGLang's pools skip them, as vLLM's and llama.cpp's do, is not checked)."""
+    mk = model_kinds(spec)
+    return frozenset(mk.layers_of("sliding_attention") + mk.layers_of("chunked_attention"))
+
+
+def swa_window(spec: ModelSpec) -> int:
+    """Tokens one sequence keeps in an SWA layer: the sliding window, else the attention chunk
+    (``model_runner``: ``sliding_window_size`` falls back to ``attention_chunk_size``); 0 without either."""
+    return max((b[1] for b in model_kinds(spec).bounds().values() if b is not None), default=0)
+
+
 def stage_cells(spec: ModelSpec, kv_elem: float, attn_tp: int, layers: range) -> Cells:
     """The rank's :class:`Cells` for the decoder layers ``layers`` of its pipeline stage."""
     one = per_layer_bytes(spec, kv_elem, attn_tp)
     if not spec.traits.sglang_hybrid_swa or spec.mla is not None:
         return Cells(full=round(len(layers) * one), full_layers=len(layers))
-    # Gemma 3n's KV-shared layers are counted with their layer type, as before (whether SGLang's pools skip
-    # them, as vLLM's and llama.cpp's do, is not checked)
-    sliding = set(model_kinds(spec).layers_of("sliding_attention"))
-    n_swa = sum(i in sliding for i in layers)
+    swa = swa_layers(spec)
+    n_swa = sum(i in swa for i in layers)
     n_full = len(layers) - n_swa
     return Cells(full=round(n_full * one), swa=round(n_swa * one), full_layers=n_full, swa_layers=n_swa)
 

@@ -104,14 +104,17 @@ def _kv_pool(
 
 
 def _layout(spec: ModelSpec, run: InferenceRun, kv_elem: float, per_tok: int) -> vk.KvLayout:
-    """The rank's KV groups: vLLM's hybrid allocator when some layers slide, else one group of the
-    fullest stage's layers (also with the hybrid manager off: ``unify_hybrid_kv_cache_specs`` turns the
-    sliding layers of a mixed model into full-attention ones; an all-sliding model stays one group)."""
+    """The rank's KV groups: vLLM's hybrid allocator when some layers slide or attend within chunks (Llama 4),
+    else one group of the fullest stage's layers (also with the hybrid manager off, ``--no-hybrid-kv-cache``:
+    ``unify_hybrid_kv_cache_specs`` turns the sliding and chunked layers of a mixed model into full-attention
+    ones; an all-sliding model stays one group). vLLM turns the manager off for chunked models itself when
+    ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` is 0 (``VllmConfig.__post_init__``; the default
+    up to v0.12, 1 since v0.16) or with EAGLE drafts: model those with ``--no-hybrid-kv-cache``."""
     if has_state(spec):  # state layers: their own groups, pages padded to the raised attention page
         page = run.block_size * kv_per_token(spec, kv_elem, run.tp, 1)
         return vk.state_layout(sp.attention_layer_count(spec), len(sp.state_layer_indices(spec)), page)
-    windows = set(model_kinds(spec).windows.values())
-    if any(windows) and (run.hybrid_kv_cache or len(windows) == 1):
+    bounds = set(model_kinds(spec).bounds().values())
+    if any(bounds) and (run.hybrid_kv_cache or len(bounds) == 1):
         return vk.layout(spec, run.pp, run.block_size * kv_per_token(spec, kv_elem, run.tp, 1))
     return vk.KvLayout(windows=(None,), group_size=1, layer_page_bytes=run.block_size * per_tok)
 
@@ -148,9 +151,12 @@ def _batch_need(
     if not lay.windowed:
         need_blocks = run.batch * ceil(run.tokens / bs)
         return False, need_blocks, need_blocks * bs * per_tok
+    kinds = [w[0] for w in lay.windows if w is not None]
+    if "chunked" in kinds:  # Llama 4's chunked-local groups
+        facts["kv_chunked_groups"] = kinds.count("chunked")
     facts |= {
         "kv_groups": lay.groups,
-        "kv_sliding_groups": sum(w is not None for w in lay.windows),
+        "kv_sliding_groups": kinds.count("sliding"),
         "kv_group_layers": lay.group_size,
         "kv_block_bytes": lay.block_bytes,
         "kv_blocks_per_request": lay.blocks_per_request(max_len, bs, batched),
@@ -231,7 +237,7 @@ class Vllm(Runtime):
                 "vllm: a model of state layers only (no attention page to align to) is not modelled",
                 field="engine",
             )
-        if pp > 1 or any(model_kinds(spec).windows.values()):
+        if pp > 1 or any(model_kinds(spec).bounds().values()):
             raise GpumemInputError(
                 "vllm: the hybrid allocator of a state model is modelled on one pipeline stage without "
                 "sliding-window layers; use pp 1",

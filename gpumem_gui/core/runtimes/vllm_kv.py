@@ -1,4 +1,5 @@
-"""vLLM V1's hybrid KV-cache allocator: how the pool is shared by full-attention and sliding-window layers.
+"""vLLM V1's hybrid KV-cache allocator: how the pool is shared by full-attention, sliding-window and
+chunked-local attention layers.
 
 ``vllm/v1/core/kv_cache_utils.py``:
 
@@ -18,8 +19,11 @@
 ``ceil(max_model_len / block)`` blocks per request, a sliding-window group
 ``ceil(min(window - 1 + max_num_batched_tokens, max_model_len) / block) + 1`` (the window may start inside
 a block); ``single_type_kv_cache_manager.py`` ``SlidingWindowManager`` frees the blocks that fall out of the
-window. With pipeline stages the groups are formed over the whole model and projected on each stage
-(``_project_kv_cache_groups_to_worker``); every stage takes the smallest ``num_blocks``.
+window. A chunked-local group (Llama 4, ``ChunkedLocalAttentionSpec``) needs
+``ceil(min(chunk + max_num_batched_tokens, max_model_len) / block)`` (a chunk starts on a block boundary;
+``ChunkedLocalAttentionManager`` frees the blocks before the current chunk). With pipeline stages the
+groups are formed over the whole model and projected on each stage (``_project_kv_cache_groups_to_worker``);
+every stage takes the smallest ``num_blocks``.
 
 A hybrid state model (:func:`state_layout`): the state layers (``MambaSpec``, their page padded to the
 attention page, ``mamba_page_size_padded``) are a second kind of layers grouped by the same rule; a state
@@ -32,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
-from gpumem_gui.core.spec.kinds import model_kinds
+from gpumem_gui.core.spec.kinds import Bound, model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import stage_layers
 
@@ -45,7 +49,7 @@ GROUP_SIZE_SLACK = 1.5
 class KvLayout:
     """The KV groups of one rank: the pool's shape and what one request takes from it."""
 
-    windows: tuple[int | None, ...]  # one per group: None for full attention, else the sliding window
+    windows: tuple[Bound | None, ...]  # one per group: None for full attention, else its window or chunk
     group_size: int  # layers of the rank per group (tensors sharing each block id)
     layer_page_bytes: int  # one page (block_size tokens) of one layer on the rank
     state_groups: int = 0  # groups of state layers (MambaSpec): one page per request each
@@ -86,10 +90,14 @@ class KvLayout:
         request can actually hold (a sliding group never more than the request's own pages)."""
         full = ceil(tokens / block_size)
 
-        def group(w: int | None) -> int:
-            if w is None:
+        def group(b: Bound | None) -> int:
+            if b is None:
                 return full
-            bound = ceil(min(w - 1 + batched_tokens, tokens) / block_size) + 1
+            kind, w = b
+            if kind == "chunked":  # ChunkedLocalAttentionSpec.max_memory_usage_bytes
+                bound = ceil(min(w + batched_tokens, tokens) / block_size)
+            else:  # SlidingWindowSpec.max_memory_usage_bytes
+                bound = ceil(min(w - 1 + batched_tokens, tokens) / block_size) + 1
             return min(full, bound) if held else bound
 
         return sum(group(w) for w in self.windows) + self.state_groups  # MambaSpec: one page per request
@@ -100,21 +108,21 @@ def kv_stage_layers(spec: ModelSpec, pp: int) -> int:
     layer's keys and values holds none (vLLM ``gpu_model_runner.get_kv_cache_spec`` skips an attention layer
     with ``kv_sharing_target_layer_name``, which ``models/gemma3n.py`` sets on Gemma 3n's last
     ``num_kv_shared_layers``)."""
-    cached = model_kinds(spec).windows
+    cached = model_kinds(spec).bounds()
     return max(sum(1 for i in stage_layers(spec, pp, s) if i in cached) for s in range(pp))
 
 
-def _groups(spec: ModelSpec) -> list[tuple[int | None, tuple[int, ...]]]:
-    """(window or None, layer indices) of every group of the whole model, in vLLM's order (kinds by first
-    appearance, ``layers[i::n]`` within a kind)."""
-    kinds: dict[int | None, list[int]] = {}
-    for i, w in model_kinds(spec).windows.items():  # layers sharing another's KV hold none (Gemma 3n)
-        kinds.setdefault(w, []).append(i)
+def _groups(spec: ModelSpec) -> list[tuple[Bound | None, tuple[int, ...]]]:
+    """(window / chunk or None, layer indices) of every group of the whole model, in vLLM's order (kinds by
+    first appearance, ``layers[i::n]`` within a kind)."""
+    kinds: dict[Bound | None, list[int]] = {}
+    for i, b in model_kinds(spec).bounds().items():  # layers sharing another's KV hold none (Gemma 3n)
+        kinds.setdefault(b, []).append(i)
     if len(kinds) == 1:
         ((w, layers),) = kinds.items()
         return [(w, tuple(layers))]
     size = _group_size([len(v) for v in kinds.values()])
-    out: list[tuple[int | None, tuple[int, ...]]] = []
+    out: list[tuple[Bound | None, tuple[int, ...]]] = []
     for w, layers in kinds.items():
         n = ceil(len(layers) / size)
         out += [(w, tuple(layers[i::n])) for i in range(n)]

@@ -90,10 +90,11 @@ VllmHybridKvCache = Annotated[
     UI(
         "Hybrid KV allocator",
         _G,
-        "vLLM's hybrid KV-cache manager for models mixing sliding-window and full-attention layers: a "
-        "sliding layer keeps only its window's pages (vllm/v1/core/kv_cache_utils.py). Off "
-        "(--disable-hybrid-kv-cache-manager; vLLM also turns it off with a KV connector): every layer is "
-        "sized for the whole context",
+        "vLLM's hybrid KV-cache manager for models mixing sliding-window or chunked-local (Llama 4) and "
+        "full-attention layers: a sliding layer keeps only its window's pages, a chunked one its chunk's "
+        "(vllm/v1/core/kv_cache_utils.py). Off (--disable-hybrid-kv-cache-manager; vLLM also turns it off "
+        "with a KV connector, and for chunked models when VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE "
+        "is 0, its default up to v0.12): every layer is sized for the whole context",
         engines=_E,
     ),
 ]

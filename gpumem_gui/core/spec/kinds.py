@@ -208,6 +208,7 @@ LayerKind = Annotated[
     Field(discriminator="kind"),
 ]
 CACHED = (Attention, LatentAttention)  # the kinds with a per-token cache
+Bound = tuple[Literal["sliding", "chunked"], int]  # what bounds a layer's cached tokens (ModelKinds.bounds)
 ModelKindName = Literal["decoder", "hybrid", "encoder", "encoder-decoder"]
 
 
@@ -248,14 +249,16 @@ class ModelKinds(Frozen):
                 out.update(k.sliding)
         return tuple(sorted(out))
 
-    @property
-    def windows(self) -> dict[int, int | None]:
-        """Each layer with its own per-token cache and the window bounding it in the engines' pools (a
-        sliding layer's ``sliding_window``; None: every token, chunked layers included)."""
-        out: dict[int, int | None] = {}
+    def bounds(self, chunked: bool = True) -> dict[int, Bound | None]:
+        """Each layer with its own per-token cache and what bounds the tokens it keeps in an engine's pool:
+        ("sliding", window), ("chunked", chunk) or None (every token; a chunked layer too where the engine
+        pages it as full attention: ``chunked`` False)."""
+        out: dict[int, Bound | None] = {}
         for k in self.attention:
-            w = k.window if isinstance(k, Attention) and k.kind == "sliding_attention" else None
-            out.update(dict.fromkeys(k.layers, w))
+            b = None
+            if isinstance(k, Attention) and k.window and (k.kind == "sliding_attention" or chunked):
+                b = ("sliding" if k.kind == "sliding_attention" else "chunked", k.window)
+            out.update(dict.fromkeys(k.layers, b))
         return dict(sorted(out.items()))
 
     def per_layer(self, value: object, kinds: tuple[LayerKind, ...]) -> tuple[int, ...]:
