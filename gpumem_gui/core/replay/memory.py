@@ -4,10 +4,12 @@ made them). :mod:`.autograd` builds the graph on top."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from gpumem_gui.core.replay.autograd import Node, Param
+# what made a tensor, and the parameter a tensor is (replay/autograd.py ``Node`` and ``Param``): the tensors
+# carry them without naming the graph that records them, which imports this module (no import circle)
+Node = Any
+Param = Any
 
 DT_BYTES: dict[str, float] = {
     "f32": 4,
