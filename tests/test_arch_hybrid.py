@@ -119,7 +119,9 @@ def test_the_state_is_in_the_estimate() -> None:
     assert est.kv_cache_bytes == 3 * 210 * sum(kv_bytes_per_token_per_layer(spec))
 
 
-@pytest.mark.parametrize("engine", ["sglang", "ollama"])  # vllm, llama.cpp: tests/test_engine_state.py
+@pytest.mark.parametrize(
+    "engine", ["ollama"]
+)  # vllm, llama.cpp, sglang: test_engine_state, test_sglang_hybrid
 def test_engines_without_a_state_pool_refuse(engine: str) -> None:
     spec = spec_from_config(TINY, name="tiny")
     with pytest.raises(GpumemInputError) as e:

@@ -83,9 +83,9 @@ def test_bad_values_name_the_field(update: dict, field: str, words: str) -> None
 
 
 def test_engines_without_a_state_pool_refuse_the_hybrid() -> None:
-    spec = _spec(_cfg())  # vllm and llama.cpp model it: tests/test_engine_state.py
+    spec = _spec(_cfg())  # vllm, llama.cpp: tests/test_engine_state.py; sglang: tests/test_sglang_hybrid.py
     with pytest.raises(GpumemInputError, match="recurrent-state pool") as e:
-        estimate_inference(spec, make_run(batch=1, seq=64, engine="sglang"))
+        estimate_inference(spec, make_run(batch=1, seq=64, engine="ollama"))
     assert e.value.field == "engine"
 
 

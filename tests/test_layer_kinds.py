@@ -201,8 +201,13 @@ def test_engines_answer_by_capability() -> None:
             if rt.serves(k.model) and all(rt.supports(kind) for kind in k.layers)
         ]
 
-    assert able(RES / "Qwen__Qwen3-Next-80B-A3B-Instruct.json") == ["transformers", "vllm", "llama.cpp"]
-    assert able(RES / "moonshotai__Kimi-Linear-48B-A3B-Instruct.json") == ["transformers", "vllm"]
+    assert able(RES / "Qwen__Qwen3-Next-80B-A3B-Instruct.json") == [
+        "transformers",
+        "vllm",
+        "llama.cpp",
+        "sglang",
+    ]
+    assert able(RES / "moonshotai__Kimi-Linear-48B-A3B-Instruct.json") == ["transformers", "vllm", "sglang"]
     assert able(RES / "google-bert__bert-base-uncased.json") == ["transformers"]
     assert able(RES / "meta-llama__Llama-3.2-11B-Vision.json") == ["transformers"]
     assert len(able(RES / "meta-llama__Llama-3.1-8B.json")) == len(RUNTIMES)

@@ -66,7 +66,8 @@ def _print_estimate(m: LoadedModel, run: Any, est: Any) -> None:
             (
                 "kv_tokens", "max_concurrency", "budget", "kv_pool", "cpu_bytes", "offloaded", "framework",
                 "activation_offload", "nvme", "paged", "zero_state", "max_total_num_tokens",
-                "max_running_requests", "mem_fraction_static",
+                "max_running_requests", "mem_fraction_static", "max_mamba_cache_size",
+                "state_bytes_per_request",
             )
         ):  # fmt: skip
             print(f"{k}: {v:,}" if isinstance(v, int) else f"{k}: {v}")

@@ -56,6 +56,7 @@ _INT_FIELDS = {
     "--cuda-graph-max-bs": ("cuda_graph_max_bs", 1, 4096),
     "--page-size": ("page_size", 1, 4096),
     "--max-total-tokens": ("max_total_tokens", 1, (1 << 31) - 1),
+    "--max-mamba-cache-size": ("max_mamba_cache_size", 1, 1 << 24),
 }
 _VALUED = frozenset(
     [
@@ -71,6 +72,8 @@ _VALUED = frozenset(
         "--quantization",
         "--cuda-graph-bs",
         "--swa-full-tokens-ratio",
+        "--mamba-full-memory-ratio",
+        "--mamba-ssm-dtype",
     ]
 )
 _BOOL_FIELDS = {
@@ -191,6 +194,15 @@ def _option(r: Reading, arg: Arg) -> None:
         if ratio <= 0:
             raise r.error(where, "swa_full_tokens_ratio must be above 0 and at most 1")
         r.set("swa_full_tokens_ratio", ratio, where, arg.text)
+    elif key == "--mamba-full-memory-ratio":
+        ratio = to_float(value, where, lo=0.0, hi=100.0)
+        if ratio <= 0:
+            raise r.error(where, "mamba_full_memory_ratio must be above 0")
+        r.set("mamba_full_memory_ratio", ratio, where, arg.text)
+    elif key == "--mamba-ssm-dtype":
+        if value not in ("float32", "bfloat16", "float16"):
+            raise r.error(where, f"{value!r} is not a --mamba-ssm-dtype (float32, bfloat16, float16)")
+        r.set("mamba_ssm_dtype", value, where, arg.text)
     elif key == "--context-length":
         r.set("max_model_len", to_int(value, where, lo=1, hi=1 << 24), where, arg.text)
     elif key == "--chunked-prefill-size":

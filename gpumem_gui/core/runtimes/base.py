@@ -43,6 +43,7 @@ class Runtime(ABC):
     # attention layers of several head shapes (Gemma 4). Checks ask these, never the engine's name.
     model_kinds: frozenset[str] = frozenset({"decoder", "hybrid"})
     state_mixers: frozenset[str] = frozenset()
+    state_tp: bool = False  # shards the state layers by (attention) tensor parallelism (SGLang's mamba pool)
     cross_attention_cache: bool = False
     mixed_head_shapes: bool = False
 

@@ -46,14 +46,16 @@ def runtime(engine: str) -> Runtime:
 
 
 def check_recurrent_state(spec: ModelSpec, engine: str, tp: int, pp: int = 1) -> None:
-    """Hybrid models (linear-attention layers with a fixed state per sequence) are modelled on one
-    tensor-parallel rank only, for transformers and for the engines whose state pools are modelled
-    (:mod:`.state_pools`: vLLM's hybrid allocator, llama.cpp's recurrent cells); SGLang's mamba pool, Ollama's
-    placement and sharded linear-attention projections are not."""
+    """Hybrid models (linear-attention layers with a fixed state per sequence) are modelled for transformers
+    and for the engines whose state pools are modelled (:mod:`.state_pools`: vLLM's hybrid allocator,
+    llama.cpp's recurrent cells; :mod:`.sglang_state`: SGLang's mamba pool); on one tensor-parallel rank
+    unless the engine shards the state by attention TP (``Runtime.state_tp``: SGLang). Ollama's placement is
+    not modelled."""
     if spec.linear_attention is None and spec.short_conv is None and spec.mamba is None:
         return
-    check_engine_state(spec, runtime(engine), pp, RUNTIMES.values())
-    if tp > 1:
+    rt = runtime(engine)
+    check_engine_state(spec, rt, pp, RUNTIMES.values())
+    if tp > 1 and not rt.state_tp:
         raise GpumemInputError(
             "tensor parallelism of linear-attention layers is not modelled yet; use tp 1", field="tp"
         )

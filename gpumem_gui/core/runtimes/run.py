@@ -34,6 +34,9 @@ from gpumem_gui.core.runtimes.sglang_options import (
     DisableCudaGraph,
     DisableRadixCache,
     EnableDpAttention,
+    MambaFullMemoryRatio,
+    MambaSsmDtype,
+    MaxMambaCacheSize,
     MaxRunningRequests,
     MaxTotalTokens,
     MemFractionStatic,
@@ -276,6 +279,9 @@ class InferenceRun(Frozen):
     page_size: PageSize = None
     max_total_tokens: MaxTotalTokens = None
     swa_full_tokens_ratio: SwaFullTokensRatio = 0.8
+    mamba_full_memory_ratio: MambaFullMemoryRatio = 0.9
+    max_mamba_cache_size: MaxMambaCacheSize = None
+    mamba_ssm_dtype: MambaSsmDtype = "auto"
     dp_size: DataParallel = 1
     enable_dp_attention: EnableDpAttention = False
     n_gpu_layers: Annotated[

@@ -40,9 +40,19 @@ from gpumem_gui.core.runtimes.sglang_pool import (
     dynamic_components,
     size_pool,
 )
+from gpumem_gui.core.runtimes.sglang_state import (
+    SGLANG_STATE_MIXERS,
+    check_state_tp,
+    hybrid_cells,
+    ssm_dtype,
+    state_levers,
+    state_per_request,
+    state_warnings,
+)
 from gpumem_gui.core.runtimes.sglang_swa import Cells, stage_cells, swa_layers, swa_window
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, stage_layers
+from gpumem_gui.core.spec.state import has_state
 
 # SGLang's --quantization spelling of our weight formats
 # (python/sglang/srt/server_args.py QUANTIZATION_CHOICES)
@@ -59,6 +69,7 @@ QUANTIZATION_FLAGS = {
     "nvfp4": "modelopt_fp4",
 }
 SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio default (python/sglang/srt/server_args.py)
+MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio default (python/sglang/srt/server_args.py)
 _DTYPE_FLAGS = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
@@ -68,14 +79,19 @@ def _stage(
     """(weights component, layers, KV cells) of one pipeline stage's TP rank."""
     layers = stage_layers(spec, run.pp, stage)
     weights, _ = load_phase(spec, run, quantize_experts, Degrees(tp=run.tp, pp=run.pp, ep=run.ep), stage, wb)
-    attn_tp = run.tp // run.dp_size if run.enable_dp_attention else run.tp
-    cells = stage_cells(spec, kv_bytes_per_element(run.kv_dtype_resolved), attn_tp, layers)
-    return weights, len(layers), cells
+    kv_elem = kv_bytes_per_element(run.kv_dtype_resolved)
+    cell = hybrid_cells if has_state(spec) else stage_cells  # a hybrid's pool holds its attention layers
+    return weights, len(layers), cell(spec, kv_elem, _attn_tp(run), layers)
+
+
+def _attn_tp(run: InferenceRun) -> int:
+    return run.tp // run.dp_size if run.enable_dp_attention else run.tp
 
 
 def _warnings(spec: ModelSpec, run: InferenceRun, pool: Pool, dyn: int, context_len: int) -> list[str]:
-    out: list[str] = []
-    if pool.capacity and pool.tokens <= 0:
+    out: list[str] = state_warnings(run, pool.mamba)
+    no_state = pool.mamba is not None and pool.mamba.slots <= 0  # refused by the state pool (its warning)
+    if pool.capacity and pool.tokens <= 0 and not no_state:
         out.append(
             f'mem_fraction_static: SGLang would refuse to start ("Not enough memory"): the weights take more '
             f"than {pool.fraction:g} of the free memory, leaving no KV pool; raise mem_fraction_static"
@@ -141,8 +157,20 @@ class Sglang(Runtime):
     name = "sglang"
     label = "SGLang"
     sizes_from_capacity = True
+    state_mixers = SGLANG_STATE_MIXERS  # the mamba pool (runtimes/sglang_state.py)
+    state_tp = True  # the state is sharded by attention TP (Mamba2StateShape.create)
+
+    def check_state(self, spec: ModelSpec, pp: int) -> None:
+        """SGLang's mamba pool is modelled on one pipeline stage (one-line error otherwise)."""
+        if pp > 1:
+            raise GpumemInputError(
+                "sglang: the mamba pool of a hybrid over pipeline stages is not modelled; use pp 1",
+                field="pp",
+            )
 
     def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
+        if has_state(spec):
+            check_state_tp(spec, _attn_tp(run))
         if run.enable_dp_attention and (run.dp_size < 2 or run.tp % run.dp_size):
             raise GpumemInputError(
                 f"DP attention needs dp_size (now {run.dp_size}) of at least 2 dividing tp ({run.tp})",
@@ -168,7 +196,8 @@ class Sglang(Runtime):
         sd = server_defaults(run, capacity)
         context_len = run.max_model_len or spec.max_position_embeddings
         stages = [_stage(spec, run, wb, s, self.quantizes_experts(run)) for s in range(run.pp)]
-        pool = size_pool(run, capacity, sd, [(w.bytes, cells) for w, _, cells in stages], context_len)
+        state = state_per_request(spec, _attn_tp(run), ssm_dtype(run)) if has_state(spec) else None
+        pool = size_pool(run, capacity, sd, [(w.bytes, cells) for w, _, cells in stages], context_len, state)
         act = activation(spec, run, sd.chunked_prefill_size, pool.max_running_requests)
         shares, per_stage = [], []
         for s, (weights, layers, cells) in enumerate(stages):
@@ -180,17 +209,20 @@ class Sglang(Runtime):
         warnings = (*warnings, *_warnings(spec, run, pool, dyn, context_len))
         result = self._result(run, sd, pool, shares, worst, stages[worst], per_stage[worst], act, warnings)
         # a sliding layer keeps at most the window of each sequence once SGLang evicts the older tokens
-        swa_need = ceil(run.batch / run.dp_size) * min(run.tokens, swa_window(spec))
+        seqs = ceil(run.batch / run.dp_size)
+        swa_need = seqs * min(run.tokens, swa_window(spec))
+        state_need = seqs * state.per_req if state is not None else 0  # a sequence: its KV and its state
         return result.model_copy(
             update={
                 "facts": {**result.facts, **_swa_facts(spec, run, pool)},
-                "kv_cache_bytes": result.kv_cache_bytes + swa_need * stages[worst][2].swa,
+                "kv_cache_bytes": result.kv_cache_bytes + swa_need * stages[worst][2].swa + state_need,
             }
         )
 
     def _share(self, s: int, weights: Component, mem: StageMemory, act: Component) -> GpuShare:
-        comps = (mem.preload, weights, mem.kv, mem.req_pool, mem.workspace, mem.graphs, act)
-        peak = weights.bytes + mem.kv.bytes + mem.req_pool.bytes + act.bytes
+        state = (mem.state,) if mem.state is not None else ()
+        comps = (mem.preload, weights, mem.kv, *state, mem.req_pool, mem.workspace, mem.graphs, act)
+        peak = weights.bytes + mem.kv.bytes + sum(c.bytes for c in state) + mem.req_pool.bytes + act.bytes
         total = peak + mem.preload.bytes + mem.workspace.bytes + mem.graphs.bytes
         return GpuShare(
             index=s, role=f"TP rank 0, PP stage {s}", peak_bytes=peak, total_bytes=total, components=comps
@@ -210,7 +242,7 @@ class Sglang(Runtime):
     ) -> Estimate:
         weights, _, cells = stage
         share = shares[worst]
-        static = (weights, mem.kv, mem.req_pool)
+        static = (weights, mem.kv, *((mem.state,) if mem.state is not None else ()), mem.req_pool)
         phases = {
             "load": Phase(name="load", peak_bytes=weights.bytes, components=(weights,)),
             "pool": Phase(name="pool", peak_bytes=sum(c.bytes for c in static), components=static),
@@ -218,8 +250,8 @@ class Sglang(Runtime):
                 name="serve",
                 peak_bytes=share.peak_bytes,
                 components=(*static, act),
-                note="the KV and request pools are allocated at start; a chunked-prefill forward adds its "
-                "activations",
+                note="the KV, state and request pools are allocated at start; a chunked-prefill forward "
+                "adds its activations",
             ),
         }
         seqs = ceil(run.batch / run.dp_size)
@@ -296,7 +328,7 @@ class Sglang(Runtime):
                     {"disable_cuda_graph": True},
                 )
             )
-        return out
+        return out + (state_levers(run, fits) if has_state(spec) else [])
 
     def command(self, model: str, run: InferenceRun, est: Estimate) -> str:
         args = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp", str(run.tp)]
@@ -331,10 +363,23 @@ class Sglang(Runtime):
                 args += [flag, str(value)]
         if run.swa_full_tokens_ratio != SWA_FULL_TOKENS_RATIO:
             args += ["--swa-full-tokens-ratio", f"{run.swa_full_tokens_ratio:g}"]
+        args += _mamba_args(run)
         args += ["--disable-cuda-graph"] * run.disable_cuda_graph + [
             "--disable-radix-cache"
         ] * run.disable_radix_cache
         return shlex.join(args)
+
+
+def _mamba_args(run: InferenceRun) -> list[str]:
+    """The hybrid state pool's flags where the run differs from SGLang's defaults."""
+    args = []
+    if run.mamba_full_memory_ratio != MAMBA_FULL_MEMORY_RATIO:
+        args += ["--mamba-full-memory-ratio", f"{run.mamba_full_memory_ratio:g}"]
+    if run.max_mamba_cache_size is not None:
+        args += ["--max-mamba-cache-size", str(run.max_mamba_cache_size)]
+    if run.mamba_ssm_dtype != "auto":
+        args += ["--mamba-ssm-dtype", run.mamba_ssm_dtype]
+    return args
 
 
 SGLANG = Sglang()

@@ -9,7 +9,7 @@ dtype ``kv_dtype`` (``--kv-cache-dtype``), the weight format ``weights`` (``--qu
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -154,6 +154,47 @@ SwaFullTokensRatio = Annotated[
         "layers' pool holds this share of the full layers' tokens (default 0.8, server_args.py)",
         step=0.05,
         decimals=3,
+        engines=_ONLY,
+    ),
+]
+MambaFullMemoryRatio = Annotated[
+    float,
+    Field(gt=0, le=100),
+    UI(
+        "Mamba / full memory ratio",
+        _S,
+        "--mamba-full-memory-ratio: for hybrid models (attention beside gated DeltaNet, Mamba-2, short-conv "
+        "or KDA layers), the recurrent-state pool takes ratio / (1 + ratio) of the memory left after the "
+        "weights and the KV pool the rest (default 0.9, server_args.py; kv_cache_configurator.py "
+        "_handle_max_mamba_cache)",
+        step=0.05,
+        decimals=3,
+        engines=_ONLY,
+    ),
+]
+MaxMambaCacheSize = Annotated[
+    int | None,
+    Field(ge=1, le=1 << 24),
+    UI(
+        "Max mamba cache size",
+        _S,
+        "--max-mamba-cache-size: request slots of a hybrid model's recurrent-state pool (SGLang allocates "
+        "one more); max_running_requests is at most a third of it with the radix cache, all of it without. "
+        "Auto: from mamba_full_memory_ratio (or max_running_requests when the radix cache is off)",
+        unit=" slots",
+        special="auto (by the ratio)",
+        none=0,
+        engines=_ONLY,
+    ),
+]
+MambaSsmDtype = Annotated[
+    Literal["auto", "float32", "bfloat16", "float16"],
+    UI(
+        "Mamba SSM dtype",
+        _S,
+        "--mamba-ssm-dtype: the dtype of a hybrid model's temporal (SSM) state; auto: float32, SGLang's "
+        "default and what the configs naming mamba_ssm_dtype say (configs/mamba_utils.py "
+        "mamba2_state_dtype); the conv state is bf16 whatever this is",
         engines=_ONLY,
     ),
 ]

@@ -17,6 +17,7 @@ from gpumem_gui.core.results.estimate import Component
 from gpumem_gui.core.runtimes.base import component
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.sglang_defaults import ServerDefaults
+from gpumem_gui.core.runtimes.sglang_state import MambaSlots, StateBytes, mamba_slots, state_component
 from gpumem_gui.core.runtimes.sglang_swa import Cells, per_layer_bytes, split_tokens
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.units import GiB, MiB
@@ -83,6 +84,7 @@ class Pool:
     page: int = PAGE_SIZE  # --page-size
     swa_tokens: int | None = None  # the hybrid SWA pool's tokens (None: no separate SWA pool)
     profiled: int | None = None  # tokens the memory gives before --max-total-tokens caps them
+    mamba: MambaSlots | None = None  # a hybrid model's recurrent-state pool (sglang_state.py)
 
     def facts(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -98,6 +100,8 @@ class Pool:
             out["tokens_before_max_total_tokens"] = self.profiled
         if self.capacity:
             out |= {"pre_load_free_bytes": self.pre_load_free, "reserve_bytes": self.reserve}
+        if self.mamba is not None:
+            out |= self.mamba.facts()
         return out
 
 
@@ -116,20 +120,31 @@ def size_pool(
     sd: ServerDefaults,
     stages: list[tuple[int, Cells]],
     context_len: int,
+    state: StateBytes | None = None,
 ) -> Pool:
     """max_total_num_tokens from (weights bytes, KV cells) of each stage: ``(P x fraction - weights) //
     cell`` (hybrid SWA: cell = full + ratio x swa), the minimum over stages, capped by max_total_tokens,
-    in whole pages; without a capacity, the cap or the batch's tokens."""
+    in whole pages; without a capacity, the cap or the batch's tokens. A hybrid state model (``state``, one
+    stage): the state pool's (K + 1) x per_req comes off the budget first, and max_running_requests is at
+    most tokens // 2 and K // slots per request (:mod:`.sglang_state`)."""
     f, page, ratio, cap = sd.mem_fraction_static, run.page_size or PAGE_SIZE, run.swa_full_tokens_ratio, None
     hybrid = any(c.swa for _, c in stages)
+    mamba = None
     if not capacity:
         free = reserve = 0
         tokens = ceil((run.max_total_tokens or ceil(run.batch / run.dp_size) * run.tokens) / page) * page
+        mamba = mamba_slots(run, None, state) if state is not None else None
     else:
         free = max(0, capacity - preload_bytes(run, capacity))
         reserve = int(free * (1 - f))
-        per_stage = [int((free * f - w) // c.budget(ratio)) if c.total else 0 for w, c in stages]
-        tokens = max(0, min(per_stage))
+        rests = [free * f - w for w, _ in stages]
+        if state is not None:  # _handle_max_mamba_cache returns rest - (K + 1) x per_req
+            mamba = mamba_slots(run, rests[0], state)
+            rests = [r - mamba.bytes for r in rests]
+        per_stage = [
+            int(r // c.budget(ratio)) if c.total else 0 for r, (_, c) in zip(rests, stages, strict=True)
+        ]
+        tokens = max(0, min(per_stage)) if mamba is None or mamba.slots > 0 else 0
         if run.max_total_tokens is not None and run.max_total_tokens < tokens:
             cap, tokens = tokens, run.max_total_tokens
     layers = Cells(
@@ -139,17 +154,21 @@ def size_pool(
         swa_layers=sum(c.swa_layers for _, c in stages),
     )
     full, swa = split_tokens(tokens, layers, ratio, page)
+    running = max_requests(run, full, context_len)
+    if mamba is not None:  # resolve_max_num_reqs: min(..., tokens // 2, K // ratio)
+        running = max(0, min(running, full // 2, mamba.slots // mamba.ratio))
     return Pool(
         capacity,
         f,
         free,
         reserve,
         full,
-        max_requests(run, full, context_len),
+        running,
         sd.explain(),
         page,
         swa if hybrid else None,
         cap,
+        mamba,
     )
 
 
@@ -162,6 +181,7 @@ class StageMemory:
     req_pool: Component
     workspace: Component
     graphs: Component
+    state: Component | None = None  # a hybrid model's recurrent-state pool
 
     @property
     def dynamic_bytes(self) -> int:
@@ -215,7 +235,8 @@ def dynamic_components(
         cuda_graph_max_bs=sd.cuda_graph_max_bs,
         layers=layers,
     )
-    return StageMemory(preload, kv, req_pool, workspace, graphs)
+    state = state_component(pool.mamba) if pool.mamba is not None else None
+    return StageMemory(preload, kv, req_pool, workspace, graphs, state)
 
 
 def _kv_component(pool: Pool, cells: Cells) -> Component:
@@ -229,6 +250,8 @@ def _kv_component(pool: Pool, cells: Cells) -> Component:
         )
     else:
         how = "max_total_num_tokens = max_total_tokens, or batch x (seq + new tokens), in whole pages"
+    if pool.mamba is not None:  # the state pool's bytes come off the budget first (sglang_state.py)
+        how = how.replace("- weights)", "- weights - state pool)") + "; attention layers only"
     if pool.swa_tokens is None:
         return component(
             "kv_cache",
