@@ -166,7 +166,7 @@ def test_vllm_estimate_of_a_hybrid() -> None:
     assert f["kv_bytes_per_token"] == 12 * 2 * 2 * 256 * 2
 
 
-@pytest.mark.parametrize("engine", ["sglang", "ollama"])
+@pytest.mark.parametrize("engine", ["sglang"])  # ollama: tests/test_ollama_hybrid.py
 def test_unmodelled_engines_refuse_in_one_line(engine: str) -> None:
     with pytest.raises(GpumemInputError, match="recurrent-state pool") as e:
         estimate_inference(_spec("LiquidAI__LFM2-1.2B"), make_run(engine=engine))

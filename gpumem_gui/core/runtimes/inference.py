@@ -48,8 +48,8 @@ def runtime(engine: str) -> Runtime:
 def check_recurrent_state(spec: ModelSpec, engine: str, tp: int, pp: int = 1) -> None:
     """Hybrid models (linear-attention layers with a fixed state per sequence) are modelled on one
     tensor-parallel rank only, for transformers and for the engines whose state pools are modelled
-    (:mod:`.state_pools`: vLLM's hybrid allocator, llama.cpp's recurrent cells); SGLang's mamba pool, Ollama's
-    placement and sharded linear-attention projections are not."""
+    (:mod:`.state_pools`: vLLM's hybrid allocator, llama.cpp's recurrent cells, which Ollama v0.12.10's llama
+    runner allocates); SGLang's mamba pool and sharded linear-attention projections are not."""
     if spec.linear_attention is None and spec.short_conv is None and spec.mamba is None:
         return
     check_engine_state(spec, runtime(engine), pp, RUNTIMES.values())
