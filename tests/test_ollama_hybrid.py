@@ -176,3 +176,21 @@ def test_every_hybrid_the_readers_read_gives_an_estimate_or_one_line() -> None:
         estimated += 1
         assert est.facts["ollama_kv_recurrent"] >= 0 and est.peak_bytes > 0, path.stem
     assert seen >= 20 and estimated >= 12
+
+
+def test_published_granite4_micro_h_request_on_a_cpu_box() -> None:
+    """ollama issue #12692 (v0.12.x, CPU only, 6 GiB): granite4:micro-h at num_ctx 65536 logs "model request
+    too large for system" requested="5.5 GiB" (format.HumanBytes2). On a CPU box estimateGPULayers places the
+    layers on the CPU 'GPU' (MinimumMemory 0) and adds the graph, 32 query heads / max(0, 1) x kvTotal / 6:
+    blk.0 + kv[0] + every block + kv + output + graph. The config is Granite 4.0-H Micro's as its model card
+    gives it (h-tiny's config with micro's dense sizes): 3.19 B parameters, 1.94 GB at Q4_K_M (the library
+    lists 1.9 GB)."""
+    cfg = json.loads((EXTRA / "ibm-granite__granite-4.0-h-tiny.json").read_text())
+    cfg |= {"hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 8, "mamba_n_heads": 64}
+    cfg |= {"num_local_experts": 0, "num_experts_per_tok": 0}
+    cfg |= {"shared_intermediate_size": 8192, "intermediate_size": 8192}
+    spec = spec_from_config(cfg, name="granite-4.0-h-micro")
+    p = _pred(spec, num_ctx=65536)
+    assert p.graph_full == 32 * sum(p.kv) // 6
+    requested = p.layer_bytes[0] + p.kv[0] + sum(p.layer_bytes) + sum(p.kv) + p.output_bytes + p.graph_full
+    assert 5.45 * GiB <= requested < 5.55 * GiB  # 5.47 GiB
