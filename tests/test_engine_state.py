@@ -166,13 +166,6 @@ def test_vllm_estimate_of_a_hybrid() -> None:
     assert f["kv_bytes_per_token"] == 12 * 2 * 2 * 256 * 2
 
 
-@pytest.mark.parametrize("engine", ["ollama"])  # sglang: tests/test_sglang_hybrid.py
-def test_unmodelled_engines_refuse_in_one_line(engine: str) -> None:
-    with pytest.raises(GpumemInputError, match="recurrent-state pool") as e:
-        estimate_inference(_spec("LiquidAI__LFM2-1.2B"), make_run(engine=engine))
-    assert e.value.field == "engine" and "\n" not in str(e.value)
-
-
 @pytest.mark.parametrize(
     ("key", "engine", "words"),
     [

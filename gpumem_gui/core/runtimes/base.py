@@ -63,6 +63,13 @@ class Runtime(ABC):
     def check_state(self, spec: ModelSpec, pp: int) -> None:  # noqa: B027 (a hook: none by default)
         """This engine's own limits on a hybrid whose mixers it supports (one-line errors)."""
 
+    def state_refusal(self, kind: RecurrentState) -> str:
+        """The one-line error for a state kind this engine, which sizes some others, does not model."""
+        return (
+            f"{self.name}: the recurrent state of {kind.mixer} linear attention (its n_embd_r / n_embd_s) is "
+            "not modelled; use the transformers engine"
+        )
+
     def formats(self) -> list[WeightFormat]:
         """The weight formats this engine loads."""
         return [f for f in list_weight_formats() if f.id.startswith("gguf-") == self.gguf]

@@ -48,9 +48,9 @@ def runtime(engine: str) -> Runtime:
 def check_recurrent_state(spec: ModelSpec, engine: str, tp: int, pp: int = 1) -> None:
     """Hybrid models (linear-attention layers with a fixed state per sequence) are modelled for transformers
     and for the engines whose state pools are modelled (:mod:`.state_pools`: vLLM's hybrid allocator,
-    llama.cpp's recurrent cells; :mod:`.sglang_state`: SGLang's mamba pool); on one tensor-parallel rank
-    unless the engine shards the state by attention TP (``Runtime.state_tp``: SGLang). Ollama's placement is
-    not modelled."""
+    llama.cpp's recurrent cells, which Ollama v0.12.10's llama runner allocates; :mod:`.sglang_state`:
+    SGLang's mamba pool); on one tensor-parallel rank unless the engine shards the state by attention TP
+    (``Runtime.state_tp``: SGLang)."""
     if spec.linear_attention is None and spec.short_conv is None and spec.mamba is None:
         return
     rt = runtime(engine)

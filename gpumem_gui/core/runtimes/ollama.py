@@ -22,10 +22,18 @@ from gpumem_gui.core.runtimes.base import Lever, Runtime
 from gpumem_gui.core.runtimes.llamacpp import LlamaCpp
 from gpumem_gui.core.runtimes.ollama_models import OLLAMA_FAMILIES
 from gpumem_gui.core.runtimes.ollama_options import OLLAMA_DEFAULT_NUM_BATCH, OLLAMA_DEFAULT_NUM_CTX
-from gpumem_gui.core.runtimes.ollama_predict import FLASH_BY_DEFAULT, Placement, Prediction, predict
+from gpumem_gui.core.runtimes.ollama_predict import (
+    FLASH_BY_DEFAULT,
+    Placement,
+    Prediction,
+    predict,
+    recurrent_note,
+)
 from gpumem_gui.core.runtimes.ollama_split import choose_gpus, split_estimate
 from gpumem_gui.core.runtimes.run import InferenceRun
+from gpumem_gui.core.spec.kinds import RecurrentState
 from gpumem_gui.core.spec.model import ModelSpec
+from gpumem_gui.core.spec.state import has_state
 from gpumem_gui.core.units import MiB
 
 # llama.cpp's default n_ubatch (common/common.h), which Ollama's runner leaves as is (llama/llama.go
@@ -154,6 +162,21 @@ class Ollama(Runtime):
     fallback_format = "gguf-Q4_K_M"
     sizes_from_capacity = True  # the layers Ollama offloads depend on the GPU's memory
     even_stages = False  # pp GPUs take layers by their free memory (ollama_split)
+    # v0.12.10's llama runner (vendored llama.cpp 7049736, Makefile.sync) runs jamba, nemotron_h,
+    # granitehybrid, falcon-h1 (Mamba-1/2) and lfm2 / lfm2moe (short conv); their r / s buffers are
+    # llama.cpp's (runtimes/state_pools.py)
+    state_mixers = frozenset({"mamba1", "mamba2", "short_conv"})
+
+    def state_refusal(self, kind: RecurrentState) -> str:
+        """The gated DeltaNet is not in v0.12.10's llama.cpp (no qwen3next in llama-arch.cpp); Ollama's own
+        engine runs Qwen3-Next from v0.15.5 (model/models/qwen3next) and Qwen3.5 from v0.17.1 (#14378)."""
+        if kind.mixer == "gated_deltanet":
+            return (
+                "ollama: v0.12.10 does not run the gated DeltaNet (Qwen3-Next / Qwen3.5); Ollama runs "
+                "Qwen3-Next from v0.15.5 and Qwen3.5 from v0.17.1 (its Go engine, not modelled): use "
+                "llama.cpp"
+            )
+        return f"ollama: v0.12.10's llama.cpp has no {kind.mixer} layers; use the transformers engine"
 
     def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
         if run.tp * run.ep > 1:
@@ -215,6 +238,8 @@ class Ollama(Runtime):
                 "mla_cache": "full",  # Ollama's library DeepSeek GGUFs predate key_length_mla
             }
         )
+        if has_state(spec):
+            notes.append(recurrent_note(spec, pred, s.parallel))
         est = OLLAMA_RUNNER.estimate(spec, lrun, tuple(notes), capacity, wb)
         facts = {
             **est.facts,
@@ -230,6 +255,7 @@ class Ollama(Runtime):
             "ollama_required_full": plc.total,
             "ollama_required_partial": plc.vram,
             "ollama_kv": sum(pred.kv),
+            **({"ollama_kv_recurrent": pred.kv_recurrent} if has_state(spec) else {}),
             "ollama_graph_full": pred.graph_full if len(plc.split) < 2 else pred.graph_partial,
             "ollama_graph_partial": pred.graph_partial,
             "ollama_weights_repeating": sum(pred.layer_bytes),

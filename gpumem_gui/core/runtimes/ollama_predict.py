@@ -5,7 +5,10 @@ Ollama up to v0.12.10 decides how many layers go to the GPU from a prediction, n
 and a partial offload) and ``llm/memory.go`` ``estimateGPULayers`` (a GPU holds a 457 MiB minimum, one spare
 layer, the larger graph and as many layers, last first, as leave it above ``OLLAMA_GPU_OVERHEAD``; then the
 output layer). This module writes those rules for one or more GPUs from the model's shapes and the GGUF weight
-bytes; the bytes llama.cpp then allocates come from :mod:`.llamacpp`. v0.12.11 (ollama commit f560bd0)
+bytes; the bytes llama.cpp then allocates come from :mod:`.llamacpp`. Hybrid models (``GraphSize`` since
+ollama commit 7b91c9c, #12186 "Hybrid and recurrent memory estimates"): a block with attention heads and KV
+heads predicts its KV cells, every other block the Mamba state of the GGUF's ``ssm.*`` keys once
+(:func:`recurrent_block_bytes`). v0.12.11 (ollama commit f560bd0)
 replaced the layout with the Ollama engine's, which measures the graph; v0.30 hands placement to llama-server.
 """
 
@@ -14,8 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpumem_gui.core.formats import WeightBytes
-from gpumem_gui.core.spec.kinds import model_kinds
+from gpumem_gui.core.runtimes.state_pools import llamacpp_state_buffers
+from gpumem_gui.core.spec.kinds import LatentAttention, MLPOnly, model_kinds
+from gpumem_gui.core.spec.mamba import Mamba1Spec
 from gpumem_gui.core.spec.model import ModelSpec
+from gpumem_gui.core.spec.state import has_state
 from gpumem_gui.core.units import MiB
 
 # ml/device.go DeviceInfo.MinimumMemory: set aside on a CUDA/ROCm device for context structures
@@ -26,6 +32,8 @@ OLLAMA_KV_BYTES = {"f16": 2.0, "q8_0": 1.0, "q4_0": 0.5}
 FLASH_BY_DEFAULT = ("gemma3", "gptoss", "gpt-oss", "qwen3", "qwen3moe", "qwen3vl", "qwen3vlmoe")
 GEMMA3_GLOBAL_EVERY = 6  # ggml.go GraphSize gemma3: every 6th layer is global, the others sliding
 GPTOSS_SWA_CELLS = 4096  # ggml.go GraphSize gptoss: Ollama's cells for its sliding layers, per request
+# fs/ggml/ggml.go GraphSize: "recurrent always uses F32 in llama.cpp backend", kvCacheBytesPerElement("f32")
+OLLAMA_RECURRENT_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,7 @@ class Prediction:
     graph_partial: int
     layer_bytes: tuple[int, ...]  # each block's weights
     output_bytes: int  # output_norm + output (token_embd when tied): memoryLayerOutput
+    kv_recurrent: int = 0  # of sum(kv), the blocks GraphSize takes as recurrent ("recurrent bytes")
 
 
 @dataclass(frozen=True)
@@ -52,8 +61,49 @@ class Placement:
     allocations: tuple[int, ...] = ()  # memory.required.allocations: predicted bytes per GPU
 
 
+def gguf_head_count_kv(spec: ModelSpec) -> tuple[int, ...]:
+    """``attention.head_count_kv`` of each block as the GGUF has it (``KV.HeadCountKV``): the attention
+    layers' KV heads; 0 for a hybrid's other blocks (the converters write a per-layer array: Jamba, Granite
+    4.0-H, Nemotron-H, LFM2; Falcon-H1's layers all have attention); a dense model's one value."""
+    if not has_state(spec):
+        return (spec.num_kv_heads,) * spec.num_layers
+    out = [0] * spec.num_layers
+    for kind in model_kinds(spec).attention:
+        for i in kind.layers:
+            out[i] = kind.kv_heads
+    return tuple(out)
+
+
+def recurrent_block_bytes(spec: ModelSpec) -> int:
+    """What ``GraphSize`` predicts for a block without KV heads, from the GGUF's ``ssm.*`` keys, once (not
+    x num_parallel): ``((ssm.conv_kernel - 1) x (ssm.inner_size + 2 x ssm.group_count x ssm.state_size) +
+    ssm.state_size x ssm.inner_size) x 4``. Jamba's GGUF has no ``ssm.group_count`` (0); LFM2's has no
+    ``ssm.*`` key at all (its short conv writes ``shortconv.l_cache``), so its blocks predict 0; Nemotron-H's
+    MLP-only blocks predict this Mamba state too."""
+    mb = spec.mamba
+    if mb is None:
+        return 0
+    groups = 0 if isinstance(mb, Mamba1Spec) else mb.groups
+    r = (mb.conv_kernel - 1) * (mb.inner + 2 * groups * mb.state_size) if mb.conv_kernel > 0 else 0
+    return (r + mb.state_size * mb.inner) * OLLAMA_RECURRENT_BYTES
+
+
+def _hybrid_kv(spec: ModelSpec, ctx: int, elem: float) -> list[int]:
+    """``GraphSize``'s default loop: a block with heads and KV heads gets ``ctx x (key_length +
+    value_length) x head_count_kv x elem`` (key_length: the layers' head dim, which llama.cpp needs in the
+    GGUF when it is not embedding / heads), any other block :func:`recurrent_block_bytes`."""
+    kv = [recurrent_block_bytes(spec)] * spec.num_layers
+    for kind in model_kinds(spec).attention:
+        width = kind.ollama_width if isinstance(kind, LatentAttention) else sum(kind.kv_elems())
+        for i in kind.layers:
+            kv[i] = int(ctx * width * elem)
+    return kv
+
+
 def _kv(spec: ModelSpec, ctx: int, batch: int, parallel: int, elem: float) -> list[int]:
     arch = spec.traits.gguf_arch or ""
+    if has_state(spec):
+        return _hybrid_kv(spec, ctx, elem)
     latent = model_kinds(spec).latent  # Ollama's deepseek2 GGUFs: K = nope + rope, V = v_head per head
     width = latent.ollama_width if latent is not None else 2 * spec.head_dim * spec.num_kv_heads
     kv = [int(ctx * width * elem)] * spec.num_layers
@@ -70,7 +120,9 @@ def _graph(
     spec: ModelSpec, ctx: int, b: int, kv_total: int, flash: bool, parallel: int, wb: WeightBytes
 ) -> tuple[int, int]:
     """(full, partial) graph bytes of ``GraphSize``'s case for the architecture (integer arithmetic as Go's
-    uint64); architectures without a case: partial = heads / kv_heads x KV / 6, full = partial."""
+    uint64); architectures without a case (the hybrids' among them): llm/memory.go estimateGPULayers'
+    partial = HeadCountMax / max(HeadCountKVMin, 1) x KV / 6 (HeadCountKVMin 0 for a hybrid's per-layer
+    array: all query heads), full = partial."""
     arch = spec.traits.gguf_arch or ""
     e, heads, hkv, v = spec.hidden_size, spec.num_attention_heads, spec.num_kv_heads, spec.vocab_size
     eh, ehk = e // heads, spec.head_dim
@@ -115,7 +167,7 @@ def _graph(
         if flash:  # Ollama's rough graph with flash attention on
             partial = (4 * parallel + (ctx >> 10) + 110) * MiB
     if partial == 0:
-        partial = heads // max(hkv, 1) * kv_total // 6
+        partial = heads // max(min(gguf_head_count_kv(spec)), 1) * kv_total // 6
     if full == 0:
         full = partial
     return full, partial
@@ -127,13 +179,36 @@ def predict(
     """``GraphSize(num_ctx, min(num_ctx, num_batch), num_parallel, kv type, flash)``; ``ctx`` is already
     num_ctx x num_parallel (GraphSize multiplies it itself)."""
     kv = _kv(spec, ctx, batch, parallel, OLLAMA_KV_BYTES.get(kv_type, 2.0))
+    heads_kv = gguf_head_count_kv(spec)
+    recurrent = sum(k for k, h in zip(kv, heads_kv, strict=True) if h == 0)
     full, partial = _graph(spec, ctx, batch, sum(kv), flash, parallel, wb)
     emb = wb.by_component.get("embedding", 0)
     output = wb.total_bytes - sum(wb.per_layer) - emb - wb.by_component.get("vision", 0)
     output -= wb.by_component.get("position_embedding", 0) + wb.by_component.get("embedding_extra", 0)
     if spec.tie_word_embeddings:
         output += emb  # no output tensor: Ollama counts token_embd as the output layer
-    return Prediction(tuple(kv), full, partial, tuple(wb.per_layer), output)
+    return Prediction(tuple(kv), full, partial, tuple(wb.per_layer), output, recurrent)
+
+
+def recurrent_note(spec: ModelSpec, p: Prediction, parallel: int) -> str:
+    """A hybrid's "predicted vs allocated" line: the recurrent bytes Ollama places layers by against the r / s
+    buffers its llama runner allocates (``max(1, n_seq_max)`` cells, n_seq_max = num_parallel)."""
+    rs = llamacpp_state_buffers(spec, parallel, 0, True)
+    kinds = model_kinds(spec)
+    why = [f"once, not x num_parallel {parallel}"] if parallel > 1 else []
+    if any(k.mixer == "short_conv" for k in kinds.state):
+        why.append("0 for short-conv layers, whose GGUF has no ssm.* keys")
+    mlp = sum(len(k.layers) for k in kinds.of(MLPOnly))
+    if mlp:
+        why.append(f"{mlp} MLP-only blocks counted as Mamba blocks")
+    attn = {i for k in kinds.attention for i in k.layers}
+    if any(i in attn for k in kinds.state for i in k.layers):
+        why.append("nothing for layers that also have attention heads")
+    return (
+        f"Ollama places layers by {p.kv_recurrent / MiB:.1f} MiB of recurrent state (fs/ggml/ggml.go "
+        f"GraphSize{': ' + '; '.join(why) if why else ''}); its llama runner allocates "
+        f"{(rs['r_bytes'] + rs['s_bytes']) / MiB:.1f} MiB (llama.cpp's RS buffer, {rs['cells']} cells)"
+    )
 
 
 def place(p: Prediction, free: int | None, overhead: int, num_gpu: int | None) -> Placement:

@@ -8,7 +8,8 @@ of them. :func:`~.ollama_predict.place_gpus` then gives each GPU a layer count (
 ``[start, stop)`` goes to the first GPU whose cumulative share of the split (float32) exceeds
 ``(i - start) / (stop - start)``, the output layer being index ``blocks``. llama.cpp's own layer split
 (``src/llama-model.cpp`` ``load_tensors``, ``get_layer_buft_list`` with ``--tensor-split``) assigns the same
-way. Each GPU then holds its layers' weights and KV cells, a compute buffer for the stages it runs (the logits
+way. Each GPU then holds its layers' weights, KV cells and recurrent state (a hybrid's r / s rows,
+``llama_memory_recurrent`` on each layer's device), a compute buffer for the stages it runs (the logits
 only on the GPU with the output layer) and a CUDA context.
 """
 
@@ -22,7 +23,9 @@ from gpumem_gui.core.runtimes.base import component
 from gpumem_gui.core.runtimes.llamacpp import _compute_buffer, _offload, kv_buffers
 from gpumem_gui.core.runtimes.ollama_predict import Placement, Prediction, place_gpus
 from gpumem_gui.core.runtimes.run import InferenceRun
+from gpumem_gui.core.runtimes.state_pools import llamacpp_state_buffers
 from gpumem_gui.core.spec.model import ModelSpec
+from gpumem_gui.core.spec.state import has_state
 from gpumem_gui.core.units import MiB
 
 
@@ -109,8 +112,23 @@ def _share(
         "fixed per process and GPU",
         "see gpumem_gui/core/results/overheads.py",
     )
-    comps = (weights_c, kv_c, compute_c, ctx)
-    peak = model + kv + compute_c.bytes
+    caches: tuple[Component, ...] = (kv_c,)
+    if has_state(spec):  # the recurrent layers' r / s rows of this GPU's blocks
+        rs = llamacpp_state_buffers(spec, run.batch, blocks.start, True)["gpu_bytes"] if blocks else 0
+        rs -= llamacpp_state_buffers(spec, run.batch, blocks.stop, True)["gpu_bytes"] if blocks else 0
+        caches += (
+            component(
+                "recurrent_state",
+                "recurrent state (RS buffer)",
+                rs,
+                "max(1, n_seq_max) cells x (n_embd_r + n_embd_s) x 4 B per recurrent layer on this GPU",
+                "llama.cpp src/llama-memory-recurrent.cpp (each layer's r / s on its layer's device)",
+                cells=max(1, run.batch),
+                blocks=len(blocks),
+            ),
+        )
+    comps = (weights_c, *caches, compute_c, ctx)
+    peak = model + sum(c.bytes for c in caches) + compute_c.bytes
     return GpuShare(
         index=gpu, role=f"GPU {gpu}", peak_bytes=peak, total_bytes=peak + ctx.bytes, components=comps
     )
@@ -129,9 +147,10 @@ def split_estimate(
     w, kv, compute = (
         next(c for c in top.components if c.key == k) for k in ("weights", "kv_cache", "compute_buffer")
     )
+    caches = tuple(c for c in top.components if c.key in ("kv_cache", "recurrent_state"))
     phases = {
-        "load": Phase(name="load", peak_bytes=w.bytes + kv.bytes, components=(w, kv)),
-        "decode": Phase(name="decode", peak_bytes=top.peak_bytes, components=(w, kv, compute)),
+        "load": Phase(name="load", peak_bytes=top.peak_bytes - compute.bytes, components=(w, *caches)),
+        "decode": Phase(name="decode", peak_bytes=top.peak_bytes, components=(w, *caches, compute)),
     }
     comps: tuple[Component, ...] = top.components
     return est.model_copy(

@@ -62,18 +62,15 @@ def attention_layer_count(spec: ModelSpec) -> int:
 
 def check_engine_state(spec: ModelSpec, rt: Runtime, pp: int, engines: Iterable[Runtime]) -> None:
     """The hybrids an engine's profile models (one-line error otherwise), asked of the engine's capabilities
-    (:meth:`Runtime.supports` on each state kind, :meth:`Runtime.check_state` for its own limits): llama.cpp's
-    recurrent cells for the gated DeltaNet, Mamba-1/2 and short convolutions; vLLM's hybrid allocator;
-    ``engines``: every runtime, to name those that size some state."""
+    (:meth:`Runtime.supports` on each state kind, :meth:`Runtime.state_refusal` for the error,
+    :meth:`Runtime.check_state` for its own limits): llama.cpp's recurrent cells for the gated DeltaNet,
+    Mamba-1/2 and short convolutions (Ollama v0.12.10's llama runner: Mamba-1/2 and short convolutions);
+    vLLM's hybrid allocator; ``engines``: every runtime, to name those that size some state."""
     if not has_state(spec):
         return
     unsupported = [k for k in model_kinds(spec).state if not rt.supports(k)]
     if unsupported and rt.state_mixers:
-        raise GpumemInputError(
-            f"{rt.name}: the recurrent state of {unsupported[0].mixer} linear attention (its n_embd_r / "
-            "n_embd_s) is not modelled; use the transformers engine",
-            field="engine",
-        )
+        raise GpumemInputError(rt.state_refusal(unsupported[0]), field="engine")
     rt.check_state(spec, pp)
     if unsupported:
         names = [r.name for r in engines if r.state_mixers]
