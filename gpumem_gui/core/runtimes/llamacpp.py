@@ -191,7 +191,7 @@ class LlamaCpp(Runtime):
                 f"cache_type_v: llama.cpp refuses a quantized V cache ({v_type}) without flash attention "
                 "(V cache quantization requires flash_attn); turn -fa on"
             )
-        if run.mla_cache == "full" and spec.mla is None:
+        if run.mla_cache == "full" and model_kinds(spec).latent is None:
             warnings.append("mla_cache: the model has no MLA layers; 'full' changes nothing")
         return warnings
 

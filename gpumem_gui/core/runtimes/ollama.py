@@ -31,7 +31,7 @@ from gpumem_gui.core.runtimes.ollama_predict import (
 )
 from gpumem_gui.core.runtimes.ollama_split import choose_gpus, split_estimate
 from gpumem_gui.core.runtimes.run import InferenceRun
-from gpumem_gui.core.spec.kinds import RecurrentState
+from gpumem_gui.core.spec.kinds import RecurrentState, model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.state import has_state
 from gpumem_gui.core.units import MiB
@@ -63,8 +63,9 @@ def _flash_supported(spec: ModelSpec) -> bool:
     """fs/ggml/ggml.go SupportsFlashAttention: K and V head sizes equal, not gemma2."""
     if spec.traits.gguf_arch == "gemma2":
         return False
-    if spec.mla is not None:
-        return spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim == spec.mla.v_head_dim
+    mla = model_kinds(spec).latent
+    if mla is not None:
+        return mla.qk_nope_head_dim + mla.qk_rope_head_dim == mla.v_head_dim
     return True
 
 

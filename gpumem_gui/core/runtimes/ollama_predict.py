@@ -153,8 +153,8 @@ def _graph(
         partial = max(
             4 * b * (e + v) + e * v * 105 // 128, 4 * (b * (1 + 2 * e + ctx * (1 + heads)) + e * (1 + ctx))
         )
-    elif arch == "deepseek2" and spec.mla is not None:
-        hk = spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim
+    elif arch == "deepseek2" and (mla := model_kinds(spec).latent) is not None:
+        hk = mla.qk_nope_head_dim + mla.qk_rope_head_dim
         full = max(4 * b * (3 * e + v), 4 * b * (3 * e + 2 + ctx * (1 + hkv) + 2 * hk * hkv))
         partial = max(
             4 * b * (3 * e + v) + e * v * 105 // 128,

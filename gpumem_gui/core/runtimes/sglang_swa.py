@@ -75,7 +75,7 @@ def swa_window(spec: ModelSpec) -> int:
 def stage_cells(spec: ModelSpec, kv_elem: float, attn_tp: int, layers: range) -> Cells:
     """The rank's :class:`Cells` for the decoder layers ``layers`` of its pipeline stage."""
     one = per_layer_bytes(spec, kv_elem, attn_tp)
-    if not spec.traits.sglang_hybrid_swa or spec.mla is not None:
+    if not spec.traits.sglang_hybrid_swa or model_kinds(spec).latent is not None:
         return Cells(full=round(len(layers) * one), full_layers=len(layers))
     swa = swa_layers(spec)
     n_swa = sum(i in swa for i in layers)

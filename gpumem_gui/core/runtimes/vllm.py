@@ -226,7 +226,7 @@ class Vllm(Runtime):
     def check_state(self, spec: ModelSpec, pp: int) -> None:
         """The hybrids vLLM's allocator is modelled for: attention beside the state layers, not MLA, one
         pipeline stage, no sliding-window layers (one-line errors otherwise)."""
-        if spec.mla is not None:  # vLLM logs 944-token blocks for Kimi-Linear-48B
+        if model_kinds(spec).latent is not None:  # vLLM logs 944-token blocks for Kimi-Linear-48B
             raise GpumemInputError(
                 "vllm: the page alignment of a hybrid with MLA attention (Kimi-Linear) is not modelled; use "
                 "the transformers engine",
