@@ -144,13 +144,19 @@ def kv_bytes_per_element(kv_dtype: str) -> float:
     )
 
 
+# the engines whose KV dtype may be named "auto" (the model's dtype): vLLM's --kv-cache-dtype auto
+# (vllm/config/cache.py CacheDType), data beside each dtype's engines above
+AUTO_KV_ENGINES = frozenset({"vllm"})
+
+
 def check_kv_dtype(engine: str, kv_dtype: str) -> None:
     """Raise :class:`GpumemInputError` (field ``kv_dtype``) unless ``engine`` can cache in ``kv_dtype``."""
     allowed = engine_kv_dtypes(engine)
     kid = _kv_id(kv_dtype)
-    if kid in allowed or (kid == "auto" and engine == "vllm"):
+    auto = engine in AUTO_KV_ENGINES
+    if kid in allowed or (kid == "auto" and auto):
         return
-    extra = ", auto" if engine == "vllm" else ""
+    extra = ", auto" if auto else ""
     raise GpumemInputError(
         f"{engine} cannot store the KV cache as {kv_dtype!r}; allowed: {', '.join(allowed)}{extra}",
         field="kv_dtype",
