@@ -18,8 +18,8 @@ from gpumem_gui.core.spec.kinds import (
     MLPOnly,
     RecurrentState,
     SharedKV,
-    model_kinds,
 )
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.kv import kv_bytes_per_token_per_layer, tokens_kept_transformers
 from gpumem_gui.core.spec.state import state_bytes_per_sequence_per_layer
 from tests.conftest import REPO

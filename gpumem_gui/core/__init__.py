@@ -107,7 +107,8 @@ from gpumem_gui.core.runtimes.base import Runtime
 from gpumem_gui.core.runtimes.inference import RUNTIMES, InferenceRun, estimate_inference, make_run, runtime
 from gpumem_gui.core.spec.cross_attention import cross_attention_layers, cross_cache_bytes
 from gpumem_gui.core.spec.encoder import ENCODER_HEADS, with_head
-from gpumem_gui.core.spec.kinds import ModelKinds, model_kinds
+from gpumem_gui.core.spec.kinds import ModelKinds
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.kv import kv_bytes_per_token_per_layer, kv_cache_bytes_transformers
 from gpumem_gui.core.spec.model import MLASpec, ModelSpec, MoESpec, VisionSpec
 from gpumem_gui.core.spec.params import ParamCounts, count_params

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from gpumem_gui.core.formats.gguf_mix import _allows_quantization, _category, _stays_f32
 from gpumem_gui.core.spec.altup import altup_layer_kinds
 from gpumem_gui.core.spec.encoder_params import modern_layer_kinds
-from gpumem_gui.core.spec.kinds import CrossAttention, model_kinds
+from gpumem_gui.core.spec.kinds import CrossAttention
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.params import Tensor, text_tensors
 from gpumem_gui.core.spec.seq2seq_params import seq2seq_layer_kinds

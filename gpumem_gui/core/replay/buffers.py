@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpumem_gui.core.replay import gptj, rope_partial
 from gpumem_gui.core.spec.encoder_params import encoder_buffers_bytes
 from gpumem_gui.core.spec.gemma4 import rotary_buffer_bytes
-from gpumem_gui.core.spec.kinds import model_kinds
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.seq2seq_params import seq2seq_buffer_bytes
 

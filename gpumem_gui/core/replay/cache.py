@@ -16,7 +16,8 @@ from __future__ import annotations
 from gpumem_gui.core.replay.autograd import Sim
 from gpumem_gui.core.replay.linear_attention import RecurrentStates
 from gpumem_gui.core.replay.memory import Storage, T
-from gpumem_gui.core.spec.kinds import LatentAttention, model_kinds
+from gpumem_gui.core.spec.kinds import LatentAttention
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.kv import kv_elements_per_layer, layer_windows
 from gpumem_gui.core.spec.model import ModelSpec
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpumem_gui.core.replay.registry import TEXT_LAYERS
-from gpumem_gui.core.spec.kinds import model_kinds
+from gpumem_gui.core.spec.kinds_of import model_kinds
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM

@@ -23,7 +23,7 @@ from gpumem_gui.core.replay.cache import KVCache
 from gpumem_gui.core.replay.config import ReplayConfig, last_of_each_kind
 from gpumem_gui.core.replay.model import CausalLM
 from gpumem_gui.core.replay.tape import Tape, record
-from gpumem_gui.core.spec.kinds import model_kinds
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.kv import kv_elements_per_layer, tokens_kept_transformers
 from gpumem_gui.core.spec.model import ModelSpec
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-from gpumem_gui.core.spec.kinds import model_kinds
+from gpumem_gui.core.spec.kinds_of import model_kinds
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM

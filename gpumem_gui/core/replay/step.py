@@ -22,7 +22,7 @@ from gpumem_gui.core.replay.model import CausalLM
 from gpumem_gui.core.replay.optim import create_states, outside_allocator, states_total, step
 from gpumem_gui.core.replay.seq2seq_bart import seq2seq_lm
 from gpumem_gui.core.replay.tricks import optimizer_in_backward
-from gpumem_gui.core.spec.kinds import model_kinds
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 
 PHASES = ("forward", "backward", "optimizer")

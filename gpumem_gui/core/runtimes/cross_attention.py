@@ -14,7 +14,8 @@ from gpumem_gui.core.spec.cross_attention import (
     cross_cache_bytes,
     cross_tokens_per_image,
 )
-from gpumem_gui.core.spec.kinds import CrossAttention, model_kinds
+from gpumem_gui.core.spec.kinds import CrossAttention
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 
 if TYPE_CHECKING:

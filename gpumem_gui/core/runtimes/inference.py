@@ -25,7 +25,7 @@ from gpumem_gui.core.runtimes.state_pools import check_engine_state
 from gpumem_gui.core.runtimes.transformers import TRANSFORMERS
 from gpumem_gui.core.runtimes.vllm import VLLM
 from gpumem_gui.core.spec import gemma4
-from gpumem_gui.core.spec.kinds import model_kinds
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, check_degrees
 

@@ -19,7 +19,7 @@ from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phas
 from gpumem_gui.core.runtimes.base import Lever, Runtime, component
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.state_pools import llamacpp_state_buffers
-from gpumem_gui.core.spec.kinds import model_kinds
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.params import count_params
 from gpumem_gui.core.spec.state import has_state

@@ -31,7 +31,8 @@ from gpumem_gui.core.runtimes.ollama_predict import (
 )
 from gpumem_gui.core.runtimes.ollama_split import choose_gpus, split_estimate
 from gpumem_gui.core.runtimes.run import InferenceRun
-from gpumem_gui.core.spec.kinds import RecurrentState, model_kinds
+from gpumem_gui.core.spec.kinds import RecurrentState
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.state import has_state
 from gpumem_gui.core.units import MiB

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from gpumem_gui.core.formats import WeightBytes
 from gpumem_gui.core.runtimes.state_pools import llamacpp_state_buffers
-from gpumem_gui.core.spec.kinds import LatentAttention, MLPOnly, model_kinds
+from gpumem_gui.core.spec.kinds import LatentAttention, MLPOnly
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.mamba import Mamba1Spec
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.state import has_state

@@ -31,7 +31,8 @@ from gpumem_gui.core.results.estimate import Component
 from gpumem_gui.core.runtimes.base import Lever, component
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.sglang_swa import Cells, per_layer_bytes
-from gpumem_gui.core.spec.kinds import RecurrentState, model_kinds
+from gpumem_gui.core.spec.kinds import RecurrentState
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.units import GiB
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpumem_gui.core.spec.kinds import model_kinds
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 
 
@@ -69,7 +69,7 @@ def swa_layers(spec: ModelSpec) -> frozenset[int]:
 def swa_window(spec: ModelSpec) -> int:
     """Tokens one sequence keeps in an SWA layer: the sliding window, else the attention chunk
     (``model_runner``: ``sliding_window_size`` falls back to ``attention_chunk_size``); 0 without either."""
-    return max((b[1] for b in model_kinds(spec).bounds().values() if b is not None), default=0)
+    return model_kinds(spec).widest_bound
 
 
 def stage_cells(spec: ModelSpec, kv_elem: float, attn_tp: int, layers: range) -> Cells:

@@ -33,7 +33,8 @@ from math import ceil
 from typing import TYPE_CHECKING
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.spec.kinds import RecurrentState, model_kinds
+from gpumem_gui.core.spec.kinds import RecurrentState
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.mamba import Mamba1Spec
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.state import has_state

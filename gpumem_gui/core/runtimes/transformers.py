@@ -24,7 +24,8 @@ from gpumem_gui.core.runtimes.base import Runtime, load_phase
 from gpumem_gui.core.runtimes.cross_attention import cross_cache_component
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.seq2seq import seq2seq_phases
-from gpumem_gui.core.spec.kinds import STATE_MIXERS, model_kinds
+from gpumem_gui.core.spec.kinds import STATE_MIXERS
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, rank_spec
 from gpumem_gui.core.spec.params import count_params

@@ -26,7 +26,8 @@ from gpumem_gui.core.runtimes import vllm_kv as vk
 from gpumem_gui.core.runtimes import vllm_profile as vp
 from gpumem_gui.core.runtimes.base import Runtime, component, load_phase, weights_per_rank
 from gpumem_gui.core.runtimes.run import InferenceRun
-from gpumem_gui.core.spec.kinds import STATE_MIXERS, LatentAttention, model_kinds
+from gpumem_gui.core.spec.kinds import STATE_MIXERS, LatentAttention
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees
 from gpumem_gui.core.spec.params import count_params

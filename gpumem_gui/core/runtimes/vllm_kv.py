@@ -36,7 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
-from gpumem_gui.core.spec.kinds import Bound, model_kinds
+from gpumem_gui.core.spec.kinds import Bound
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import stage_layers
 
@@ -109,7 +110,13 @@ def kv_stage_layers(spec: ModelSpec, pp: int) -> int:
     with ``kv_sharing_target_layer_name``, which ``models/gemma3n.py`` sets on Gemma 3n's last
     ``num_kv_shared_layers``)."""
     cached = model_kinds(spec).bounds()
+    if len(cached) == spec.num_layers:  # every layer caches: the fullest stage's layer count
+        return ceil(spec.num_layers / pp)
     return max(sum(1 for i in stage_layers(spec, pp, s) if i in cached) for s in range(pp))
+
+
+def _stages(spec: ModelSpec, pp: int) -> list[range]:
+    return [stage_layers(spec, pp, s) for s in range(pp)]
 
 
 def _groups(spec: ModelSpec) -> list[tuple[Bound | None, tuple[int, ...]]]:
@@ -154,8 +161,5 @@ def layout(spec: ModelSpec, pp: int, layer_page_bytes: int) -> KvLayout:
     if len(groups) == 1:  # one kind: one group of the stage's layers (the fullest stage)
         size = kv_stage_layers(spec, pp)
     else:
-        size = max(
-            max(sum(1 for i in layers if i in stage_layers(spec, pp, s)) for _, layers in groups)
-            for s in range(pp)
-        )
+        size = max(max(sum(1 for i in layers if i in r) for _, layers in groups) for r in _stages(spec, pp))
     return KvLayout(windows=tuple(w for w, _ in groups), group_size=size, layer_page_bytes=layer_page_bytes)

@@ -15,7 +15,8 @@
 
 from __future__ import annotations
 
-from gpumem_gui.core.spec.kinds import CrossAttention, model_kinds
+from gpumem_gui.core.spec.kinds import CrossAttention
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 
 

@@ -15,21 +15,18 @@ what one token costs its cache in each engine's layout and what fixed state one 
   fixed state per sequence (a Falcon-H1 layer is in a Mamba record *and* an attention record);
 * :class:`MLPOnly`: Nemotron-H's MLP-only layers, neither cache nor state.
 
-:func:`model_kinds` derives them from a :class:`ModelSpec` once (cached): the one place that reads which
-optional sub-spec means which kind. Consumers ask the records (:mod:`.kv`, :mod:`.state`, the replay's
-cache, the engines' per-token formulas) instead of testing ``spec.mla`` / ``spec.encoder`` again.
+:func:`.kinds_of.model_kinds` derives them from a ``ModelSpec`` once (cached), the one place that reads which
+sub-spec means which kind; consumers ask the records instead of testing ``spec.mla`` / ``spec.encoder``.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cached_property
 from typing import Annotated, Literal
 
 from pydantic import Field
 
-from gpumem_gui.core.spec import gemma4
 from gpumem_gui.core.spec.base import Frozen, NonNegInt, PositiveInt
-from gpumem_gui.core.spec.model import ModelSpec
 
 Layers = tuple[NonNegInt, ...]
 # vLLM deepseek_v2.py Indexer.__init__ ``quant_block_size = 128``; SGLang NSATokenToKVPool.quant_block_size
@@ -241,25 +238,38 @@ class ModelKinds(Frozen):
         """The layers of the kinds named ``name`` (a kind's ``kind``, an attention kind's ``full_attention`` /
         ``sliding_attention`` / ``chunked_attention``, or a state mixer), in order; ``sliding_attention``
         includes the shared-KV layers that read a sliding layer's cache (their layer type)."""
-        out: set[int] = set()
+        return self._layers_by_name.get(name, ())
+
+    @cached_property
+    def _layers_by_name(self) -> dict[str, tuple[int, ...]]:
+        out: dict[str, set[int]] = {}
         for k in self.layers:
-            if k.kind == name or (isinstance(k, RecurrentState) and k.mixer == name):
-                out.update(k.layers)
-            elif name == "sliding_attention" and isinstance(k, SharedKV):
-                out.update(k.sliding)
-        return tuple(sorted(out))
+            out.setdefault(k.kind, set()).update(k.layers)
+            if isinstance(k, RecurrentState):
+                out.setdefault(k.mixer, set()).update(k.layers)
+            if isinstance(k, SharedKV):
+                out.setdefault("sliding_attention", set()).update(k.sliding)
+        return {name: tuple(sorted(v)) for name, v in out.items()}
 
     def bounds(self, chunked: bool = True) -> dict[int, Bound | None]:
         """Each layer with its own per-token cache and what bounds the tokens it keeps in an engine's pool:
         ("sliding", window), ("chunked", chunk) or None (every token; a chunked layer too where the engine
-        pages it as full attention: ``chunked`` False)."""
+        pages it as full attention: ``chunked`` False). Computed once per kinds; do not modify."""
+        return self._bounds[chunked]
+
+    @cached_property
+    def widest_bound(self) -> int:
+        """The largest window or chunk bounding any layer's cached tokens (0: none)."""
+        return max((b[1] for b in self.bounds().values() if b), default=0)
+
+    @cached_property
+    def _bounds(self) -> dict[bool, dict[int, Bound | None]]:
         out: dict[int, Bound | None] = {}
-        for k in self.attention:
-            b = None
-            if isinstance(k, Attention) and k.window and (k.kind == "sliding_attention" or chunked):
-                b = ("sliding" if k.kind == "sliding_attention" else "chunked", k.window)
-            out.update(dict.fromkeys(k.layers, b))
-        return dict(sorted(out.items()))
+        for k in self.attention:  # a window on an Attention kind is a sliding window or a chunk
+            b = (k.kind.split("_")[0], k.window) if isinstance(k, Attention) and k.window else None
+            out.update(dict.fromkeys(k.layers, b))  # type: ignore[arg-type]
+        out = dict(sorted(out.items()))
+        return {True: out, False: {i: b if b and b[0] == "sliding" else None for i, b in out.items()}}
 
     def per_layer(self, value: object, kinds: tuple[LayerKind, ...]) -> tuple[int, ...]:
         """``value(kind)`` on each layer of ``kinds``, 0 elsewhere (a callable of one kind)."""
@@ -269,131 +279,3 @@ class ModelKinds(Frozen):
             for i in k.layers:
                 out[i] = v
         return tuple(out)
-
-
-def _group(keys: list[tuple[object, ...] | None]) -> dict[tuple[object, ...], list[int]]:
-    out: dict[tuple[object, ...], list[int]] = {}
-    for i, key in enumerate(keys):
-        if key is not None:
-            out.setdefault(key, []).append(i)
-    return out
-
-
-def _attention_key(spec: ModelSpec, i: int, lt: str) -> tuple[object, ...] | None:
-    """The attention kind of layer ``i`` as a hashable key (None: the layer has no per-token cache)."""
-    if lt not in ("full_attention", "sliding_attention", "chunked_attention", "hybrid"):
-        return None
-    if i in spec.kv_shared_layers:
-        return None
-    kind = "full_attention" if lt == "hybrid" else lt
-    window = spec.sliding_window if kind == "sliding_attention" else None
-    window = spec.attention_chunk_size if kind == "chunked_attention" else window
-    if spec.mla is not None:
-        ix = spec.mla.indexer
-        return ("mla", ix.head_dim if ix is not None and ix.has_indexer(i) else 0)
-    kv_heads, head_dim = spec.num_kv_heads, spec.head_dim
-    if spec.gemma4 is not None:  # per-layer-type head dim and KV heads (spec/gemma4.py)
-        kv_heads, head_dim = gemma4.kv_heads(spec, i), gemma4.head_dim(spec, i)
-    return ("attn", kind, kv_heads, head_dim, window)
-
-
-def _attention_kind(spec: ModelSpec, key: tuple[object, ...], layers: list[int]) -> LayerKind:
-    if key[0] == "mla":
-        m = spec.mla
-        assert m is not None
-        return LatentAttention(
-            layers=tuple(layers),
-            heads=spec.num_attention_heads,
-            kv_heads=spec.num_kv_heads,
-            kv_lora_rank=m.kv_lora_rank,
-            qk_nope_head_dim=m.qk_nope_head_dim,
-            qk_rope_head_dim=m.qk_rope_head_dim,
-            v_head_dim=m.v_head_dim,
-            indexer_dim=key[1],  # type: ignore[arg-type]
-        )
-    _, kind, kv_heads, head_dim, window = key
-    return Attention(
-        kind=kind,  # type: ignore[arg-type]
-        layers=tuple(layers),
-        query_heads=spec.num_attention_heads,
-        kv_heads=kv_heads,  # type: ignore[arg-type]
-        head_dim=head_dim,  # type: ignore[arg-type]
-        window=window,  # type: ignore[arg-type]
-        expands_kv=spec.transformers_expands_kv,
-    )
-
-
-def state_shape(spec: ModelSpec, lt: str) -> tuple[str, int, int, bool] | None:
-    """(mixer, conv elements, recurrent elements, fp32 recurrent state) one sequence keeps in a layer of type
-    ``lt`` (None: no state): the gated DeltaNet's / KDA's conv over q, k, v and its ``(hv, dk, dv)`` state; a
-    short conv's ``hidden x kernel`` only (Lfm2ShortConv: cache.update_conv_state); Mamba's conv and SSM
-    state (also in Falcon-H1's hybrid layers)."""
-    la, sc, mb = spec.linear_attention, spec.short_conv, spec.mamba
-    if lt == "linear_attention" and la is not None:
-        return la.kind, la.conv_state_elems, la.recurrent_state_elems, la.recurrent_state_fp32
-    if lt == "conv" and sc is not None:
-        return "short_conv", spec.hidden_size * sc.kernel, 0, True
-    if lt in ("mamba", "hybrid") and mb is not None:
-        return mb.kind, mb.conv_state_elems, mb.recurrent_state_elems, True
-    return None
-
-
-# model_kinds' identity cache: the spec itself (kept, so that its id is not reused) and its kinds; a hash of a
-# ModelSpec walks every field (~4 us), a dict lookup by id does not, and estimates ask many times per point
-_BY_ID: dict[int, tuple[ModelSpec, ModelKinds]] = {}
-_BY_ID_MAX = 512
-
-
-def model_kinds(spec: ModelSpec) -> ModelKinds:
-    """The model's kind and its layers' kinds, derived once per spec (by identity, else by value)."""
-    hit = _BY_ID.get(id(spec))
-    if hit is not None and hit[0] is spec:
-        return hit[1]
-    kinds = _derive(spec)
-    if len(_BY_ID) >= _BY_ID_MAX:
-        _BY_ID.pop(next(iter(_BY_ID)), None)
-    _BY_ID[id(spec)] = (spec, kinds)
-    return kinds
-
-
-@lru_cache(maxsize=512)
-def _derive(spec: ModelSpec) -> ModelKinds:
-    types = spec.resolved_layer_types
-    if spec.encoder is not None:
-        return ModelKinds(
-            model="encoder",
-            num_layers=spec.num_layers,
-            layers=(Bidirectional(layers=tuple(range(spec.num_layers))),),
-        )
-    enc = spec.seq2seq.encoder_layers if spec.seq2seq is not None else 0
-    kinds: list[LayerKind] = []
-    if enc:
-        kinds.append(Bidirectional(layers=tuple(range(enc))))
-    keys = [None if i < enc else _attention_key(spec, i, lt) for i, lt in enumerate(types)]
-    for key, layers in _group(keys).items():
-        kinds.append(_attention_kind(spec, key, layers))
-    if spec.kv_shared_layers:
-        shared, n = tuple(spec.kv_shared_layers), len(types)  # a mini spec keeps the model's indices
-        sliding = tuple(i for i in shared if i < n and types[i] == "sliding_attention")
-        kinds.append(SharedKV(layers=shared, sliding=sliding))
-    for (mixer, conv, rec, fp32), layers in _group([state_shape(spec, lt) for lt in types]).items():
-        kinds.append(
-            RecurrentState(
-                mixer=mixer,  # type: ignore[arg-type]
-                layers=tuple(layers),
-                conv_elems=conv,  # type: ignore[arg-type]
-                recurrent_elems=rec,  # type: ignore[arg-type]
-                recurrent_fp32=fp32,  # type: ignore[arg-type]
-            )
-        )
-    cross = tuple(i for i, lt in enumerate(types) if lt == "cross_attention")
-    if cross:
-        kinds.append(CrossAttention(layers=cross, kv_heads=spec.num_kv_heads, head_dim=spec.head_dim))
-    mlp = tuple(i for i, lt in enumerate(types) if lt == "mlp")
-    if mlp:
-        kinds.append(MLPOnly(layers=mlp))
-    kinds.sort(key=lambda k: k.layers[0])
-    model: ModelKindName = "encoder-decoder" if enc else "decoder"
-    if model == "decoder" and any(isinstance(k, RecurrentState) for k in kinds):
-        model = "hybrid"
-    return ModelKinds(model=model, num_layers=spec.num_layers, layers=tuple(kinds))

@@ -15,7 +15,8 @@ tokens: 4095 per layer).
 
 from __future__ import annotations
 
-from gpumem_gui.core.spec.kinds import Attention, LatentAttention, MLALayout, model_kinds
+from gpumem_gui.core.spec.kinds import Attention, LatentAttention, MLALayout
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 
 __all__ = [

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpumem_gui.core.spec.kinds import RECURRENT_STATE_BYTES, model_kinds, state_shape
+from gpumem_gui.core.spec.kinds import RECURRENT_STATE_BYTES
+from gpumem_gui.core.spec.kinds_of import model_kinds, state_shape
 from gpumem_gui.core.spec.kv import kv_bytes_per_token_per_layer
 from gpumem_gui.core.spec.model import ModelSpec
 

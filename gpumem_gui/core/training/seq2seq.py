@@ -10,7 +10,7 @@ amp-bf16. What it does not model is refused here in one line naming the field.
 from __future__ import annotations
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.spec.kinds import model_kinds
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.seq2seq import check_positions
 from gpumem_gui.core.training.run import TrainingRun
