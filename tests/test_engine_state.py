@@ -180,14 +180,14 @@ def test_unmodelled_state_layouts_refuse(key: str, engine: str, words: str) -> N
     assert e.value.field == "engine" and "\n" not in str(e.value)
 
 
-def test_vllm_tensor_and_pipeline_parallel_are_refused() -> None:
+def test_vllm_pipeline_parallel_is_refused_tensor_parallel_split() -> None:
+    """vLLM shards every state shape by TP (MambaStateShapeCalculator): a TP-2 rank keeps half the page."""
     spec = _spec("LiquidAI__LFM2-1.2B")
     with pytest.raises(GpumemInputError) as e:
         estimate_inference(spec, make_run(engine="vllm", pp=2))
     assert e.value.field == "pp"
-    with pytest.raises(GpumemInputError) as e:
-        estimate_inference(spec, make_run(engine="vllm", tp=2))
-    assert e.value.field == "tp"
+    one, two = (estimate_inference(spec, make_run(engine="vllm", tp=tp)) for tp in (1, 2))
+    assert two.facts["state_page_bytes"] * 2 == one.facts["state_page_bytes"]
 
 
 def test_llamacpp_partial_offload_splits_the_rs_buffer() -> None:

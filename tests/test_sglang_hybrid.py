@@ -207,13 +207,13 @@ def test_options_are_validated_and_written_back() -> None:
     assert "mamba" not in runtime("sglang").command("x", plain, estimate_inference(spec, plain, 80 * GiB))
 
 
-def test_tp_shards_the_state_on_sglang_only() -> None:
+def test_tp_shards_the_state() -> None:
     spec = _spec("Qwen__Qwen3-Next-80B-A3B-Instruct")
     assert _est(spec, tp=4, weights="fp8").facts["state_bytes_per_request"] == 36 * (
         2048 * 3 * 2 + 8 * 128**2 * 4
     )
-    with pytest.raises(GpumemInputError) as e:
-        estimate_inference(spec, make_run(engine="vllm", tp=2))
+    with pytest.raises(GpumemInputError) as e:  # llama.cpp keeps whole layers per GPU: no TP
+        estimate_inference(spec, make_run(engine="llama.cpp", weights="gguf-q4_k_m", tp=2))
     assert e.value.field == "tp"
     with pytest.raises(GpumemInputError) as e:
         _est(_spec("LiquidAI__LFM2-700M"), tp=2, pp=2)

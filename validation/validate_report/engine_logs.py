@@ -118,7 +118,8 @@ def vllm_ours(point: dict[str, Any]) -> dict[str, float]:
         }  # type: ignore[dict-item]
     if "pool_gib" in point and "kv_block_bytes" in f:  # sliding-window layers: vLLM's KV groups
         blocks = int(point["pool_gib"] * GiB // f["kv_block_bytes"])  # type: ignore[operator]
-        out["kv_tokens_for_pool"] = blocks // f["kv_groups"] * run.block_size  # type: ignore[operator]
+        # the block size vLLM raised for a hybrid with state layers, else the run's
+        out["kv_tokens_for_pool"] = blocks // f["kv_groups"] * f["block_size"]  # type: ignore[operator]
         out["concurrency_for_pool"] = blocks / f["kv_blocks_per_request"]  # type: ignore[operator]
     elif "pool_gib" in point:  # the token count vLLM derives from the pool it logged: the per-rank page alone
         page = run.block_size * f["kv_bytes_per_token"]  # type: ignore[operator]

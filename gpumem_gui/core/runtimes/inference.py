@@ -28,6 +28,7 @@ from gpumem_gui.core.spec import gemma4
 from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, check_degrees
+from gpumem_gui.core.spec.state import has_state
 
 __all__ = ["RUNTIMES", "InferenceRun", "check_run", "estimate_inference", "make_run", "runtime"]
 
@@ -49,9 +50,9 @@ def check_recurrent_state(spec: ModelSpec, engine: str, tp: int, pp: int = 1) ->
     """Hybrid models (linear-attention layers with a fixed state per sequence) are modelled for transformers
     and for the engines whose state pools are modelled (:mod:`.state_pools`: vLLM's hybrid allocator,
     llama.cpp's recurrent cells, which Ollama v0.12.10's llama runner allocates; :mod:`.sglang_state`:
-    SGLang's mamba pool); on one tensor-parallel rank unless the engine shards the state by attention TP
-    (``Runtime.state_tp``: SGLang)."""
-    if spec.linear_attention is None and spec.short_conv is None and spec.mamba is None:
+    SGLang's mamba pool); on one tensor-parallel rank unless the engine shards the state by (attention) TP
+    (``Runtime.state_tp``: vLLM, SGLang)."""
+    if not has_state(spec):
         return
     rt = runtime(engine)
     check_engine_state(spec, rt, pp, RUNTIMES.values())

@@ -223,6 +223,9 @@ class Vllm(Runtime):
     name = "vllm"
     label = "vLLM"
     state_mixers = STATE_MIXERS  # the hybrid KV-cache manager's state groups (runtimes/state_pools.py)
+    # the state pages split by TP as the mixers' weights are (vllm/model_executor/layers/mamba/mamba_utils.py
+    # MambaStateShapeCalculator: every state shape divides its heads / channels by tp_world_size)
+    state_tp = True
 
     def check_state(self, spec: ModelSpec, pp: int) -> None:
         """The hybrids vLLM's allocator is modelled for: attention beside the state layers, not MLA, one
