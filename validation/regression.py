@@ -235,11 +235,41 @@ def dump(calls_path: Path | None, out: Path, grid: bool) -> None:
     print(f"{len(results)} results ({dict(kinds)}) in {time.perf_counter() - t0:.0f} s -> {out}")
 
 
+def _run_defaults() -> dict[str, dict[str, Any]]:
+    """Today's default of every field of the run models, as a dump stores them (JSON)."""
+    from gpumem_gui.core import InferenceRun, TrainingRun
+
+    return {m.__name__: m().model_dump(mode="json") for m in (InferenceRun, TrainingRun)}
+
+
+def _plain_key(call: dict[str, Any], defaults: dict[str, dict[str, Any]]) -> str:
+    """A call's key with every run field at today's default left out: a run field added since a dump was made
+    (its default taken) keys the same call as before."""
+
+    def plain(x: Any) -> Any:
+        if isinstance(x, dict) and x.get("__model__") in defaults and isinstance(x.get("data"), dict):
+            d = defaults[x["__model__"]]
+            return {**x, "data": {k: v for k, v in x["data"].items() if d.get(k, ...) != v}}
+        return x
+
+    return _call_key({**call, "args": [plain(x) for x in call.get("args", [])]})
+
+
+def _rekey(dump: dict[str, Any], defaults: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    keys = {k: _plain_key(c, defaults) for k, c in dump["calls"].items()}
+    return {
+        "calls": {keys[k]: c for k, c in dump["calls"].items()},
+        "results": {keys[k]: r for k, r in dump["results"].items() if k in keys},
+    }
+
+
 def compare(a_path: Path, b_path: Path, show: int) -> int:
     with gzip.open(a_path, "rt", encoding="utf-8") as f:
         a = json.load(f)
     with gzip.open(b_path, "rt", encoding="utf-8") as f:
         b = json.load(f)
+    defaults = _run_defaults()  # match calls across a new run field's default (its key changes)
+    a, b = _rekey(a, defaults), _rekey(b, defaults)
     ra, rb = a["results"], b["results"]
     common = sorted(set(ra) & set(rb))
     moved = [
