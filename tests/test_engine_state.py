@@ -97,6 +97,19 @@ def test_vllm_qwen35_fp32_state_from_config() -> None:
     assert round(100 * (bs * attn_1 - page) / page, 2) == want["padding_pct"]
 
 
+def test_vllm_kimi_linear_mla_block_size_log() -> None:
+    """An MLA hybrid aligns vLLM's raised block size to 64 (HybridAttentionMambaModelConfig: MLA kernel
+    block alignment), not 16: 960 tokens at TP 2 (15 x 64 x 1,152 B >= the KDA page of 1,085,440 B), the
+    page padded by 1.89 % (vLLM issue #28228)."""
+    point = POINTS["vllm-kimi-linear-48b-tp2"]
+    spec, want = _spec(point["model"]), point["expect"]
+    est = estimate_inference(spec, make_run(engine="vllm", tp=point["run"]["tp"]), capacity=80 * GiB)
+    f = est.facts
+    assert f["attention_block_size"] == want["attention_block_size"]
+    pad = 100 * (f["state_page_padded_bytes"] - f["state_page_bytes"]) / f["state_page_bytes"]
+    assert round(pad, 2) == want["padding_pct"]
+
+
 def test_vllm_nemotron_nano_block_size() -> None:
     """672 tokens with the float16 state vLLM defaulted to in 2025 (issue #24280); 1312 with float32."""
     want = POINTS["vllm-nemotron-nano-9b-v2"]["expect"]
@@ -171,7 +184,6 @@ def test_vllm_estimate_of_a_hybrid() -> None:
     [
         ("MiniMaxAI__MiniMax-Text-01-hf", "llama.cpp", "lightning"),
         ("moonshotai__Kimi-Linear-48B-A3B-Instruct", "llama.cpp", "kda"),
-        ("moonshotai__Kimi-Linear-48B-A3B-Instruct", "vllm", "MLA"),
     ],
 )
 def test_unmodelled_state_layouts_refuse(key: str, engine: str, words: str) -> None:

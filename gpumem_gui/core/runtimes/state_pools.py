@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 LLAMACPP_STATE_BYTES = 4
 # FlashAttentionBackend.get_supported_kernel_block_sizes: MultipleOf(16), the floor of the aligned block size
 VLLM_KERNEL_BLOCK_ALIGNMENT = 16
+# HybridAttentionMambaModelConfig.verify_and_update_config (vllm/model_executor/models/config.py): MLA
+# backends align the raised block size to 64 (CUTLASS_MLA to 128, not modelled)
+VLLM_MLA_KERNEL_BLOCK_ALIGNMENT = 64
 # MambaStateDtypeCalculator.kda_state_dtype: the KDA recurrent state is always fp32
 FP32_BYTES = 4
 
@@ -150,11 +153,13 @@ def vllm_state_page(spec: ModelSpec, tp: int, conv_bytes: int) -> int:
     return max(pages)
 
 
-def vllm_attention_block_size(mamba_page: int, attn_page_1_token: int, block_size: int) -> int:
+def vllm_attention_block_size(
+    mamba_page: int, attn_page_1_token: int, block_size: int, kernel_align: int = VLLM_KERNEL_BLOCK_ALIGNMENT
+) -> int:
     """The attention block size vLLM sets so that one attention page (all tokens of a block, one layer) is at
     least one state page: ``align x cdiv(mamba_page, align x attn_page_1_token)`` with ``align`` the
     backend's kernel block alignment or the user's block size if larger; the user's when already enough."""
     if not mamba_page or not attn_page_1_token:
         return block_size
-    align = max(VLLM_KERNEL_BLOCK_ALIGNMENT, block_size)
+    align = max(kernel_align, block_size)
     return max(block_size, align * ceil(mamba_page / (align * attn_page_1_token)))

@@ -127,7 +127,9 @@ def _state_run(spec: ModelSpec, run: InferenceRun, kv_elem: float) -> tuple[Infe
         return run, {}
     attn_1 = kv_per_token(spec, kv_elem, run.tp, 1)
     page = sp.vllm_state_page(spec, run.tp, run.dt)
-    bs = sp.vllm_attention_block_size(page, attn_1, run.block_size)
+    mla = model_kinds(spec).latent is not None
+    align = sp.VLLM_MLA_KERNEL_BLOCK_ALIGNMENT if mla else sp.VLLM_KERNEL_BLOCK_ALIGNMENT
+    bs = sp.vllm_attention_block_size(page, attn_1, run.block_size, align)
     facts = {
         "attention_layers": sp.attention_layer_count(spec),
         "state_layers": len(sp.state_layer_indices(spec)),
@@ -228,14 +230,8 @@ class Vllm(Runtime):
     state_tp = True
 
     def check_state(self, spec: ModelSpec, pp: int) -> None:
-        """The hybrids vLLM's allocator is modelled for: attention beside the state layers, not MLA, one
-        pipeline stage, no sliding-window layers (one-line errors otherwise)."""
-        if model_kinds(spec).latent is not None:  # vLLM logs 944-token blocks for Kimi-Linear-48B
-            raise GpumemInputError(
-                "vllm: the page alignment of a hybrid with MLA attention (Kimi-Linear) is not modelled; use "
-                "the transformers engine",
-                field="engine",
-            )
+        """The hybrids vLLM's allocator is modelled for: attention (MLA too: Kimi-Linear) beside the state
+        layers, one pipeline stage, no sliding-window layers (one-line errors otherwise)."""
         if not sp.attention_layer_count(spec):
             raise GpumemInputError(
                 "vllm: a model of state layers only (no attention page to align to) is not modelled",
