@@ -46,7 +46,7 @@ def specs(draw: st.DrawFn, aligned: bool = False) -> ModelSpec:
             q_lora_rank=draw(st.none() | st.integers(8, 256)),
             kv_lora_rank=draw(st.integers(8, 256)),
             qk_nope_head_dim=draw(st.integers(8, 64)),
-            qk_rope_head_dim=draw(st.integers(8, 64)),
+            qk_rope_head_dim=2 * draw(st.integers(4, 32)),  # even: the rotary halves
             v_head_dim=draw(st.integers(8, 64)),
         )
     vision = None

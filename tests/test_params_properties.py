@@ -47,7 +47,7 @@ def specs(draw: st.DrawFn) -> ModelSpec:
             q_lora_rank=draw(st.none() | st.integers(1, 256)),
             kv_lora_rank=draw(st.integers(1, 256)),
             qk_nope_head_dim=draw(st.integers(1, 64)),
-            qk_rope_head_dim=draw(st.integers(1, 64)),
+            qk_rope_head_dim=2 * draw(st.integers(1, 32)),  # even: the rotary halves
             v_head_dim=draw(st.integers(1, 64)),
         )
     learned = draw(st.booleans())

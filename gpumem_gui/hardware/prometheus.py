@@ -140,7 +140,7 @@ class PrometheusBackend:
     def _device_id(self, labels: dict[str, str]) -> DeviceId | None:
         host = next((labels[k] for k in (self.cfg.host_label, *HOST_FALLBACKS) if labels.get(k)), None)
         gpu, gi = labels.get("gpu", ""), labels.get("GPU_I_ID", "")
-        if host is None or not gpu.isdigit() or len(gpu) > 6 or (gi and (not gi.isdigit() or len(gi) > 6)):
+        if host is None or not _index(gpu) or (gi and not _index(gi)):
             return None
         return host, int(gpu), int(gi) if gi else None
 
@@ -211,6 +211,11 @@ class PrometheusBackend:
             for pos, gi in enumerate(instances):
                 out.append(_device(seen[(host, gpu, gi)], where, pos, gi, mig_mode=False))
         return tuple(out)
+
+
+def _index(label: str) -> bool:
+    """A GPU or MIG-instance index label: at most 6 ASCII digits (str.isdigit() also takes '²')."""
+    return label.isascii() and label.isdigit() and len(label) <= 6
 
 
 def _plain(uuid: str) -> bool:

@@ -174,6 +174,10 @@ def _root(e: BaseException) -> str:
     return text.split("] ")[-1] if text.startswith("[") else text
 
 
+# the latest Unix time a sample may carry (seconds; the year 5138): Prometheus writes its own clock's time
+_LATEST_SAMPLE_TIME = 1e11
+
+
 def _sample(v: Any, where: str) -> tuple[float, float]:
     """One ``[<unix time>, "<value>"]`` pair of the API."""
     if not (isinstance(v, list) and len(v) == 2 and isinstance(v[0], int | float) and isinstance(v[1], str)):
@@ -183,9 +187,10 @@ def _sample(v: Any, where: str) -> tuple[float, float]:
     except ValueError:
         bad = _short(v[1], 40)
         raise PrometheusFault(f"malformed answer: {where}: value {bad!r} is not a number") from None
-    if not math.isfinite(float(v[0])):
-        raise PrometheusFault(f"malformed answer: {where}: the sample time is not finite")
-    return float(v[0]), value
+    t = float(v[0])
+    if not math.isfinite(t) or not 0 <= t <= _LATEST_SAMPLE_TIME:  # ages and dates of such times overflow
+        raise PrometheusFault(f"malformed answer: {where}: the sample time {v[0]!r} is not a Unix time")
+    return t, value
 
 
 def parse_result(data: Any) -> tuple[str, list[Series]]:
@@ -211,6 +216,8 @@ def parse_result(data: Any) -> tuple[str, list[Series]]:
             values = item.get("values")
             if not isinstance(values, list):
                 raise PrometheusFault(f"malformed answer: {where}.values must be a list")
+            if not values:  # the freshest sample is read from every series
+                raise PrometheusFault(f"malformed answer: {where}.values holds no sample")
             samples = tuple(_sample(v, f"{where}.values[{j}]") for j, v in enumerate(values))
         out.append(Series(labels=metric, samples=samples))
     return kind, out

@@ -67,7 +67,8 @@ def capacity_name(text: str) -> str:
 def parse_count(text: str) -> int:
     """The ``:COUNT`` of a target: 1 to 4,096 GPUs."""
     t = text.strip()
-    if not t.isdigit() or len(t) > 6 or not 1 <= int(t) <= MAX_GPUS:
+    # ASCII digits only: str.isdigit() also takes '²', which int() refuses
+    if not (t.isascii() and t.isdigit()) or len(t) > 6 or not 1 <= int(t) <= MAX_GPUS:
         raise GpumemInputError(f"GPU count must be 1 to {MAX_GPUS:,}, got {short(t)}", field="gpu")
     return int(t)
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpumem_gui.core.imports.base import ImportedRun, Reading, words
+from gpumem_gui.core.errors import short
+from gpumem_gui.core.imports.base import ImportedRun, Reading, bad, words
 from gpumem_gui.core.imports.hf_args import fsdp_config
 from gpumem_gui.core.imports.keys import Keys
 from gpumem_gui.core.imports.train_common import HF_OPTIM, deepspeed_reference, lora_targets
@@ -135,7 +136,10 @@ def _kernels(top: Keys) -> None:
             "attn_implementation",
             "flash" if "flash" in impl else "eager" if impl == "eager" else "sdpa",
         )
-    plugins = [str(p) for p in top.data.get("plugins") or [] if isinstance(p, str)]
+    raw = top.data.get("plugins") or []
+    if not isinstance(raw, list):  # Axolotl's config schema: a list of plugin class paths
+        raise bad("key 'plugins'", f"expected a list of plugin names, got {short(raw)}")
+    plugins = [str(p) for p in raw if isinstance(p, str)]
     if (
         top.bool("liger_fused_linear_cross_entropy")
         or top.bool("cut_cross_entropy")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -102,6 +103,7 @@ class FileParser(Protocol):
 # ------------------------------------------------------------------------------------------------ programs
 
 _PYTHONS = ("python", "python3", "py")
+_WHOLE = re.compile(r"[+-]?[0-9]+")  # a whole number as a command line writes it (ASCII digits)
 
 
 def program(argv: Sequence[str]) -> tuple[str, int]:
@@ -214,8 +216,8 @@ def to_int(value: object, where: str, *, lo: int | None = None, hi: int | None =
         n = value
     elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
         n = int(value)
-    elif isinstance(value, str) and value.strip().lstrip("+-").isdigit() and len(value) < 40:
-        n = int(value.strip())
+    elif isinstance(value, str) and _WHOLE.fullmatch(value.strip()) and len(value) < 40:
+        n = int(value.strip())  # ASCII digits only: str.isdigit() also takes '²' or '٣', which int() refuses
     else:
         raise bad(where, f"expected a whole number, got {short(value)}")
     if (lo is not None and n < lo) or (hi is not None and n > hi):

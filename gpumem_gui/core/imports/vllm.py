@@ -10,6 +10,7 @@ also accepts underscores for dashes, and so does this one.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -344,12 +345,12 @@ def _compilation(r: Reading, arg: Arg) -> None:
     """``--compilation-config JSON`` / ``-O JSON`` / ``-O3``: the CUDA-graph capture sizes it names are read
     (``cudagraph_capture_sizes``, ``max_cudagraph_capture_size``); the rest is named in a warning."""
     text = arg.value if arg.value is not None else arg.text[2:]
-    if (text or "").strip().isdigit():
+    if re.fullmatch(r"[0-9]+", (text or "").strip()):
         r.note(arg.text, "compilation level: no effect on the memory gpumem models")
         return
     try:
         data = json.loads(text or "")
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # JSONDecodeError, or an integer over Python's digit limit
         raise r.error(arg.where, "expected a JSON object or an optimization level (0 to 3)") from None
     if not isinstance(data, dict):
         raise r.error(arg.where, "expected a JSON object")

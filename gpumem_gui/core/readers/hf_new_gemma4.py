@@ -98,7 +98,7 @@ def _global_heads(r: ConfigReader, lt: tuple[str, ...], kv: int, k_eq_v: bool) -
     full = {i for i, t in enumerate(lt) if t == "full_attention"}
     over = {}
     for k, v in plc.items():
-        idx = int(k) if str(k).isdigit() else -1
+        idx = int(k) if str(k).isascii() and str(k).isdigit() else -1
         if idx not in full or not isinstance(v, Mapping) or set(v) - {"head_dim", "num_key_value_heads"}:
             raise GpumemInputError(
                 f"only full-attention layers' head_dim / num_key_value_heads are modelled, got {short(k)}",

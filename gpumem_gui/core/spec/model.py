@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from gpumem_gui.core.spec.altup import AltUpSpec
 from gpumem_gui.core.spec.arch_traits import ArchTraits
@@ -118,6 +118,13 @@ class MLASpec(Frozen):
     @property
     def qk_head_dim(self) -> int:
         return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @field_validator("qk_rope_head_dim")
+    @classmethod
+    def _rope_even(cls, v: int) -> int:
+        if v % 2:  # apply_rotary_pos_emb_interleave / rotate_half split the rope part in two halves
+            raise ValueError("must be even (the rotary embedding rotates two halves)")
+        return v
 
 
 class VisionSpec(Frozen):
@@ -331,6 +338,9 @@ class ModelSpec(Frozen):
             raise ValueError("layer_types has mamba layers but the mamba spec is not set")
         if "mlp" in self.layer_types and self.traits.block != "single":
             raise ValueError("mlp-only layers need the single-mixer block (traits.block single)")
+        if self.activation == "xielu" and (self.mlp_gated or self.moe is not None):
+            # XIELUActivation's learned alpha_p / alpha_n: modelled in Apertus' plain MLP (ApertusMLP) only
+            raise ValueError("activation xielu is modelled only in a plain (ungated, dense) MLP (Apertus)")
         return self
 
     # ---- derived views -------------------------------------------------------------------------
