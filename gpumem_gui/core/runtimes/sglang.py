@@ -49,8 +49,7 @@ from gpumem_gui.core.runtimes.sglang_state import (
     state_per_request,
     state_warnings,
 )
-from gpumem_gui.core.runtimes.sglang_swa import Cells, stage_cells, swa_window
-from gpumem_gui.core.spec.kinds_of import model_kinds
+from gpumem_gui.core.runtimes.sglang_swa import Cells, stage_cells, swa_layers, swa_window
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, stage_layers
 from gpumem_gui.core.spec.state import has_state
@@ -140,8 +139,7 @@ def _warnings(spec: ModelSpec, run: InferenceRun, pool: Pool, dyn: int, context_
 
 def _swa_facts(spec: ModelSpec, run: InferenceRun, pool: Pool) -> dict[str, object]:
     """How SGLang keeps the sliding-window (or chunked) layers' KV (absent for a model without them)."""
-    mk = model_kinds(spec)
-    if not (mk.layers_of("sliding_attention") or mk.layers_of("chunked_attention")):
+    if not swa_layers(spec):
         return {}
     if pool.swa_tokens is None:
         return {
