@@ -41,7 +41,7 @@ EXPECT: dict[str, tuple[str, dict[str, object]]] = {
     ),
     "vllm-issue-2248": (
         "/models/deepseek-coder-33b-instruct",
-        {"tp": 2, "compute_dtype": "fp16", "weights": "fp16"},
+        {"tp": 2, "compute_dtype": "fp16", "dtype_weights": ("fp16", "--dtype float16")},
     ),
     "vllm-recipes-pr-12": (
         "/tmp/model/Qwen3-Coder-480B-A35B-Instruct-FP8",
@@ -69,7 +69,7 @@ def test_published_commands(ident: str) -> None:
     assert imp.model == model
     assert imp.mode == "inference"
     for name, value in fields.items():
-        assert getattr(imp.run, name) == value, name
+        assert getattr(imp if name == "dtype_weights" else imp.run, name) == value, name
 
 
 def test_every_published_command_parses_and_has_a_source() -> None:
@@ -86,10 +86,12 @@ def test_a_full_vllm_command() -> None:
     expect = {
         "tp": 2, "max_model_len": 32768, "seq": 32768, "gpu_memory_utilization": 0.85, "enforce_eager": True,
         "kv_dtype": "fp8", "max_num_seqs": 128, "max_num_batched_tokens": 4096, "compute_dtype": "bf16",
-        "weights": "bf16",
     }  # fmt: skip
     for name, value in expect.items():
         assert getattr(imp.run, name) == value, name
+    # --dtype is the weights' dtype once the checkpoint is known to be unquantized (test_imports_dtype.py)
+    m = load_model("Qwen/Qwen3-8B")
+    assert imp.with_model(m.spec, m.checkpoint_quantization).run.weights == "bf16"
 
 
 def test_a_full_llama_server_command() -> None:
