@@ -115,6 +115,20 @@ def test_vllm_every_unmapped_option_is_named() -> None:
     assert any(w == "--port 9000" for w, _ in imp.read_as)
 
 
+def test_config_format_mistral_is_named() -> None:
+    """vLLM builds a --config-format mistral run from params.json (transformers_utils/configs/mistral.py),
+    whose max_model_len default is not config.json's: a warning, not a silent 'no effect'."""
+    imp = import_command(
+        "vllm serve mistralai/Mistral-Small-3.1-24B-Instruct-2503 --tokenizer-mode mistral "
+        "--config-format mistral --load-format mistral"
+    )
+    assert any(w.startswith("--config-format mistral: vLLM reads params.json") for w in imp.warnings)
+    assert not any("--load-format" in w or "--tokenizer-mode" in w for w in imp.warnings)
+    imp = import_command("vllm serve Qwen/Qwen3-8B --config-format hf")
+    assert not imp.warnings
+    assert ("--config-format hf", "loading option: no effect on GPU memory") in imp.read_as
+
+
 def test_vllm_human_readable_length_and_model_default() -> None:
     assert import_command("vllm serve X --max-model-len 32k").run.max_model_len == 32000
     assert import_command("vllm serve X --max-model-len 32K").run.max_model_len == 32768
