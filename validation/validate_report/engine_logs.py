@@ -178,14 +178,20 @@ def _sglang_rows() -> list[LogRow]:
 
 
 def _llamacpp_rows() -> list[LogRow]:
-    """The per-layer K and V row widths of ``llama_kv_cache_init`` (the KV buffer lines are section (b)'s)."""
+    """The per-layer K and V row widths of ``llama_kv_cache_init`` (elements), and KV / compute buffer lines
+    (MiB) of logs not in section (b) (the buffer lines of validation/data/published_inference.json)."""
     rows = []
     for p in _doc("llamacpp")["points"]:
-        k, v = kv_row_widths(spec_for(p["model"]), make_run(**p["run"]))
-        ours = {"kv_width_k": k, "kv_width_v": v}
+        spec, run = spec_for(p["model"]), make_run(**p["run"])
+        k, v = kv_row_widths(spec, run)
+        ours: dict[str, float] = {"kv_width_k": k, "kv_width_v": v}
+        if any(m["kind"] in ("kv_buffer", "compute_buffer") for m in p["metrics"]):
+            comp = {c.key: c.bytes for c in estimate_inference(spec, run).components}
+            ours |= {"kv_buffer": comp["kv_cache"] / MiB, "compute_buffer": comp["compute_buffer"] / MiB}
         for m in p["metrics"]:
             gpu = p.get("gpu", "not stated")
-            rows.append(_row("llama.cpp", p, gpu, m["kind"], m["value"], ours[m["kind"]], "elements"))
+            unit = m.get("unit", "elements")
+            rows.append(_row("llama.cpp", p, gpu, m["kind"], m["value"], ours[m["kind"]], unit))
     return rows
 
 
