@@ -97,22 +97,19 @@ def ours_train(est: Estimate, key: str) -> float:
 
 
 def _compute_buffer(c: Ctx) -> str:
-    """Our compute-buffer sum against the log, and which term of it is the largest."""
-    r, s = c.run, c.spec
-    ub = min(r.n_ubatch, r.batch * r.tokens)
-    terms = {"logits": ub * s.vocab_size * 4}
-    terms["KQ scores"] = 0 if r.flash_attn else ub * r.batch * r.tokens * s.num_attention_heads * 4
-    terms["FFN/hidden"] = c.ours - sum(terms.values())
-    parts = " + ".join(f"{k} {v / MiB:.1f}" for k, v in terms.items() if v)
-    big_name, big = max(terms.items(), key=lambda kv: kv[1])
-    text = f"our compute-buffer formula is a calibrated approximation: a sum ({parts} MiB)"
-    if c.measured < c.ours:
-        return text + (
-            f"; the log ({c.measured / MiB:.1f} MiB) is nearer our largest single term ({big_name} "
-            f"{big / MiB:.1f} MiB) than the sum: ggml's graph allocator frees each stage's tensors and "
-            "reuses the memory, so the buffer is a max over graph stages, not a sum of them"
-        )
-    return text + f"; the log is {(c.measured - c.ours) / MiB:.0f} MiB larger, so a graph stage is missing"
+    """Our compute buffer (the largest graph stage, runtimes/llamacpp_compute.py) against the log."""
+    comp = c.est.component("compute_buffer")
+    stage = comp.explain.inputs.get("stage", "?") if comp is not None else "?"
+    text = (
+        f"our compute buffer is the largest graph stage of one micro-batch ({stage}, {c.ours / MiB:.1f} MiB; "
+        "ggml's graph allocator reuses memory between stages)"
+    )
+    gap = (c.measured - c.ours) / MiB
+    return text + (
+        f"; the log is {gap:.0f} MiB larger, so a graph stage is missing"
+        if gap > 0
+        else f"; the log is {-gap:.0f} MiB smaller"
+    )
 
 
 def _quant_mix(c: Ctx) -> str:
