@@ -59,7 +59,7 @@ def _offload(spec: ModelSpec, run: InferenceRun, wb: WeightBytes) -> tuple[int, 
     on_gpu = output_on_gpu(spec, run)
     model_gpu = sum(wb.per_layer[n_layers - offloaded :]) + (_head_bytes(spec, wb) if on_gpu else 0)
     # a tied output layer on the GPU is a copy: token_embd itself stays in host memory (published Ollama log
-    # of llama3.2:3b: CPU model buffer 308.23 MiB = token_embd, docs/changes-issue-16.md); with the output
+    # of llama3.2:3b: CPU model buffer 308.23 MiB = token_embd, CHANGELOG.md, 0.1.0-dev.3); with the output
     # layer in host memory too, the duplicate maps the same file range (CPU_Mapped counts it once)
     copy = wb.by_component.get("embedding", 0) if spec.tie_word_embeddings and on_gpu else 0
     return offloaded, model_gpu, wb.total_bytes - model_gpu + copy
