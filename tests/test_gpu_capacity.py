@@ -179,3 +179,20 @@ def test_fit_json_gives_both_totals(capsys: pytest.CaptureFixture[str]) -> None:
     doc = json.loads(capsys.readouterr().out)
     assert doc["capacity_bytes"] == 80 * GiB
     assert doc["cuda_capacity_bytes"] == find_gpu("A100-80GB").cuda_memory_bytes
+
+
+def test_the_window_names_the_figure_of_a_catalog_and_a_local_target() -> None:
+    from gpumem_gui.core import SizeUnit
+    from gpumem_gui.ui.target_form import GpuChoice, resolve_target
+
+    r = resolve_target(GpuChoice(kind="catalog", gpu_id="H100-SXM-80GB", count=1), None, SizeUnit.GIB)
+    assert r.target.cuda_bytes == H100.cuda_memory_bytes
+    assert r.text.endswith("(79.19 GiB each as CUDA reports it, 79.65 GiB in nvidia-smi)")
+    dev = GpuDevice(index=0, name="NVIDIA GeForce RTX 4090", total_bytes=24564 * MiB, free_bytes=24000 * MiB,
+                    used_bytes=246 * MiB, reserved_bytes=318 * MiB)  # fmt: skip
+    snap = GpuSnapshot(taken_at=0.0, backend="fake:test", devices=(dev,))
+    r = resolve_target(GpuChoice(kind="local", device="0", basis="total"), snap, SizeUnit.GIB)
+    assert (r.target.capacity_bytes, r.target.cuda_bytes) == (24564 * MiB, (24564 - 318) * MiB)
+    assert (
+        "23.68 GiB each as CUDA reports it, 23.99 GiB in nvidia-smi; checked against CUDA's total" in r.text
+    )
