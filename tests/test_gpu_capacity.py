@@ -196,3 +196,28 @@ def test_the_window_names_the_figure_of_a_catalog_and_a_local_target() -> None:
     assert (
         "23.68 GiB each as CUDA reports it, 23.99 GiB in nvidia-smi; checked against CUDA's total" in r.text
     )
+
+
+@pytest.mark.no_qt_log
+@pytest.mark.usefixtures("qt_warnings_fail")
+def test_the_gpu_panel_names_the_figure_and_checks_totals_against_cudas(qtbot, fake_snapshots) -> None:
+    from gpumem_gui.core import Verdict
+    from gpumem_gui.ui.gpu_panel import GpuPanel
+
+    panel = GpuPanel()
+    qtbot.addWidget(panel)
+    seen: list[int] = []
+
+    def evaluator(d: GpuDevice, available: int) -> Verdict:
+        seen.append(available)
+        return Verdict(gpu_index=0, role="GPU 0", needed_bytes=0, available_bytes=available, margin_bytes=0,
+                       fits=True, headroom_bytes=available)  # fmt: skip
+
+    panel.set_evaluator(evaluator)
+    (snap,) = fake_snapshots("rtx4090_browser", steps=1)
+    panel.set_basis("total")
+    panel.show_snapshot(snap)
+    d = snap.devices[0]  # total 24564 MiB, reserved 318 MiB
+    assert seen[-1] == d.cuda_total_bytes == (24564 - 318) * MiB
+    assert panel.cards[d.key].memory.text().endswith("of 24.0 GiB (nvidia-smi; CUDA 23.7)")
+    assert panel.verdict_text(d.key).endswith("(CUDA's total)")

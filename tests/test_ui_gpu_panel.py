@@ -54,7 +54,7 @@ def test_a_card_per_gpu_with_verdicts_from_the_evaluator(qtbot, fake_snapshots) 
     assert len(panel.history.series("0")) == 4
     panel.set_basis("total")  # every H100 holds 60 GiB when idle
     assert all(panel.verdict_text(k).startswith("Fits with") for k in panel.cards)
-    assert all(panel.verdict_text(k).endswith("(total)") for k in panel.cards)
+    assert all(panel.verdict_text(k).endswith("(CUDA's total)") for k in panel.cards)
 
 
 def test_no_driver_shows_the_reason(qtbot, fake_snapshots) -> None:
@@ -118,7 +118,7 @@ def test_window_verdicts_change_with_the_plan_and_the_free_memory(
     # against the total memory it fits again
     w.gpu_panel.set_basis("total")
     assert w.gpu_panel.verdict_text("0").startswith("Fits with")
-    assert w.gpu_panel.verdict_text("0").endswith("(total)")
+    assert w.gpu_panel.verdict_text("0").endswith("(CUDA's total)")
     assert w.results.banner.state == "fits"
 
     # the verdict on the card is the core's verdict for that device

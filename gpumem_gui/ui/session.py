@@ -272,7 +272,7 @@ class Session(QObject):
             and runtime(est.engine).sizes_from_capacity
             and isinstance(run, InferenceRun)
         ):
-            memory = driver_gpu_memory(dev.total_bytes, dev.reserved_bytes)
+            memory = driver_gpu_memory(dev.total_bytes, dev.reserved_bytes)  # the engines read CUDA's
             key = (id(est), dev.total_bytes)
             cached = self._capacity_cache.get(key)
             if cached is None:
