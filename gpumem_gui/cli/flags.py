@@ -25,7 +25,6 @@ from gpumem_gui.core import (
     RunField,
     TrainingRun,
     count_params,
-    driver_gpu_memory,
     gpu_target_from_text,
     load_model,
     make_run,
@@ -176,7 +175,7 @@ def _local_target(fake: str | None) -> Any:
         name=devs[0].name if len(names) == 1 else "local GPUs (mixed)",
         capacity_bytes=smallest.total_bytes,
         # NVML shows the whole framebuffer; CUDA (what the engines read) leaves out the driver's reserve
-        cuda_bytes=min(driver_gpu_memory(d.total_bytes, d.reserved_bytes).cuda_bytes for d in devs),
+        cuda_bytes=min(d.cuda_total_bytes or 0 for d in devs) or None,
         count=len(devs),
         free_bytes=tuple(d.free_bytes or 0 for d in devs),
     )

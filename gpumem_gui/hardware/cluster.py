@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpumem_gui.core import ClusterGpu, driver_gpu_memory
+from gpumem_gui.core import ClusterGpu
 from gpumem_gui.hardware.snapshot import GpuSnapshot
 
 
@@ -22,7 +22,7 @@ def cluster_gpus(snap: GpuSnapshot) -> tuple[ClusterGpu, ...]:
                 index=d.parent_index if d.is_mig_instance and d.parent_index is not None else d.index,
                 name=d.name,
                 total_bytes=d.total_bytes,
-                cuda_bytes=driver_gpu_memory(d.total_bytes, d.reserved_bytes).cuda_bytes,
+                cuda_bytes=d.cuda_total_bytes,
                 free_bytes=d.free_bytes,
                 mig_instance=d.is_mig_instance,
             )

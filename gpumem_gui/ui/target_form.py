@@ -22,7 +22,6 @@ from gpumem_gui.core import (
     MiB,
     SizeUnit,
     catalog_target,
-    driver_gpu_memory,
     find_gpu,
     fmt_bytes,
     gpu_target_from_text,
@@ -130,7 +129,7 @@ def resolve_target(choice: GpuChoice, snapshot: GpuSnapshot | None, unit: SizeUn
         name=chosen[0].name,
         capacity_bytes=capacity,
         # NVML shows the whole framebuffer; CUDA (what the engines read) leaves out the driver's reserve
-        cuda_bytes=min(driver_gpu_memory(d.total_bytes or 0, d.reserved_bytes).cuda_bytes for d in chosen),
+        cuda_bytes=min(d.cuda_total_bytes or 0 for d in chosen) or None,
         count=len(chosen),
         free_bytes=free if choice.basis == "free" else None,
     )
