@@ -368,7 +368,7 @@ class Session(QObject):
     def _apply_background(self, result: BackgroundResult) -> None:
         self.last_background_ms = result.seconds * 1000
         self._fit = rep = result.report
-        capacity = self._resolved.target.capacity_bytes if self._resolved else None
+        capacity = self._resolved.target.cuda_capacity if self._resolved else None
         view = BackgroundView(
             report=self.report_view(rep) if rep is not None else None,
             message=result.report_error or NO_TARGET_TEXT,
