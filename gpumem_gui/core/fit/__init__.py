@@ -56,7 +56,10 @@ class GpuTarget(Frozen):
 
     @property
     def cuda_capacity(self) -> int:
-        """What a process can allocate on one GPU at most: CUDA's total."""
+        """What a process can allocate on one GPU at most: CUDA's total. Every engine measures its room
+        against it: PyTorch's caching allocator gets its blocks from cudaMalloc within cudaMemGetInfo's
+        total, llama.cpp's --fit reads cudaMemGetInfo (ggml-cuda.cu ggml_backend_cuda_get_device_memory),
+        vLLM and SGLang torch.cuda.mem_get_info."""
         return self.capacity_bytes if self.cuda_bytes is None else self.cuda_bytes
 
     def available(self, i: int) -> int:
