@@ -17,6 +17,7 @@ from gpumem_gui.core.training.profiles import check as check_profile
 from gpumem_gui.core.training.profiles import profile
 from gpumem_gui.core.training.run import TrainingRun
 from gpumem_gui.core.training.seq2seq import check_seq2seq_training
+from gpumem_gui.core.training.unused import unused_notes
 
 
 def lora_targets(run: TrainingRun) -> tuple[str, ...]:
@@ -70,8 +71,6 @@ def _check_model_parallel(spec: ModelSpec, run: TrainingRun) -> list[str]:
                 f"sequence_parallel: seq {run.seq} must be a multiple of tp x cp = {run.tp * run.cp}",
                 field="sequence_parallel",
             )
-    elif run.sequence_parallel:
-        warnings.append("sequence_parallel: with tp=1 there is nothing to split; memory is unchanged")
     if run.pp_schedule == "interleaved-1f1b" and run.pp > 1:
         chunks = run.pp * run.pp_virtual
         if spec.num_layers % chunks and not profile(run).uneven_pp_split:
@@ -88,8 +87,6 @@ def _check_model_parallel(spec: ModelSpec, run: TrainingRun) -> list[str]:
                 f"({run.pp})",
                 field="grad_accum",
             )
-    elif run.pp_virtual > 1:
-        warnings.append("pp_virtual: virtual stages apply to the interleaved 1F1B schedule only; ignored")
     return warnings
 
 
@@ -150,6 +147,7 @@ def check_training(spec: ModelSpec, run: TrainingRun) -> tuple[str, ...]:
         )
     warnings += framework(run).check(spec, run)
     warnings += check_profile(run)  # the framework profile's offers and the tricks' limits
+    warnings += unused_notes(run)  # fields this run does not use (training/unused.py)
     if run.cp > 1 and run.seq % run.cp:
         warnings.append(
             f"cp: seq {run.seq} is not a multiple of cp={run.cp}; ranks get {ceil(run.seq / run.cp)}"

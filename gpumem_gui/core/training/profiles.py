@@ -16,6 +16,8 @@ from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.training.run import TrainingRun
 
 ALL_LOSSES = ("standard", "chunked", "fused-linear")
+# the replay's losses (replay/loss.py LOSSES) that split the tokens into loss_chunks pieces
+CHUNKED_LOSSES = ("chunked", "chunked-linear")
 TRICKS = (
     "optimizer_in_backward",
     "activation_offload",
