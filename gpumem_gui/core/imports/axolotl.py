@@ -67,9 +67,13 @@ class AxolotlConfig:
 def _adapter(top: Keys) -> None:
     adapter = (top.str("adapter") or "").lower()
     four = bool(top.bool("load_in_4bit"))
+    eight = bool(top.bool("load_in_8bit"))
     if adapter in ("lora", "qlora") or four:
-        method = "qlora" if adapter == "qlora" or four else "lora"
+        method = "qlora" if adapter == "qlora" or four or eight else "lora"
         top.set("method", "adapter" if adapter else "load_in_4bit", method)
+        if eight and not four and adapter != "qlora":
+            # Axolotl's model loader: load_in_8bit -> BitsAndBytesConfig(load_in_8bit=True) (LLM.int8)
+            top.set("qlora_base", "load_in_8bit", "int8", "qlora_base = int8 (bitsandbytes load_in_8bit)")
         top.set("lora_rank", "lora_r", top.int("lora_r", lo=1, hi=1 << 16))
         top.set("lora_alpha", "lora_alpha", top.float("lora_alpha", lo=1e-9, hi=1 << 20))
         top.set("lora_dropout", "lora_dropout", top.float("lora_dropout", lo=0, hi=0.999))
@@ -78,7 +82,12 @@ def _adapter(top: Keys) -> None:
         lora_targets(top, "lora_target_modules")
     elif adapter:
         top.warn("adapter", "an adapter gpumem does not model (lora, qlora)")
-    top.warn("load_in_8bit", "an 8-bit base is not modelled: the base is estimated in the training dtype")
+    if eight and (four or adapter == "qlora"):
+        top.warn(
+            "load_in_8bit", "with a 4-bit base (load_in_4bit / adapter qlora); the 4-bit base is estimated"
+        )
+    elif eight and adapter not in ("lora", "qlora"):
+        top.warn("load_in_8bit", "an 8-bit base without a LoRA adapter is not modelled (full fine-tuning)")
     top.warn("lora_modules_to_save", "fully trained extra modules (embeddings, head) are not modelled")
 
 

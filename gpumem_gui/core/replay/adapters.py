@@ -6,6 +6,8 @@ linears, and the fused projections some architectures build.
 * bitsandbytes ``Linear4bit.forward`` -> ``MatMul4Bit`` (``bitsandbytes/autograd/_functions.py``): the 4-bit
   weight is dequantized to the compute dtype for the matmul (a transient of out x in); only the packed weight
   is kept for backward, where it is dequantized again for grad_input.
+* bitsandbytes ``Linear8bitLt`` (``load_in_8bit``, LLM.int8) -> ``MatMul8bitLt`` (same file): see
+  :func:`linear8bit`.
 * Fused projections: transformers builds one ``qkv_proj`` (:attr:`ArchTraits.fused_qkv`) or one
   ``gate_up_proj`` (:attr:`ArchTraits.fused_gate_up`) where the parameter accounting lists the parts.
 * Which linears PEFT adapts (``peft/tuners/tuners_utils.py`` ``check_target_module_exists``: a target names
@@ -150,6 +152,55 @@ def linear4bit(m: CausalLM, x: T, bias: T | None, n_out: int, n_in: int) -> T:
 
     s.node("custom", (x,), (out,), (), bw)
     return s.cast(out, inp_dtype)
+
+
+def linear8bit(m: CausalLM, x: T, bias: T | None, n_out: int, n_in: int) -> T:
+    """bitsandbytes ``Linear8bitLt.forward`` -> ``MatMul8bitLt`` (``bitsandbytes/autograd/_functions.py``,
+    CUDA kernels in ``backends/cuda/ops.py``, ``backends/default/ops.py``; bitsandbytes 95f9af3) on a frozen
+    int8 weight (``has_fp16_weights=False``, ``llm_int8_threshold=6.0``: the mixed-precision path):
+
+    * forward: ``A.to(torch.float16)`` (a copy unless fp16); ``int8_vectorwise_quant`` allocates the int8
+      ``CA`` (rows x in) and fp32 row stats, and with a threshold ``A.abs() >= threshold`` (an fp16 and a bool
+      rows x in temporary); the fp16 copy dies after the quantization; ``int8_mixed_scaled_mm`` ->
+      ``int8_scaled_mm``: an int32 ``rows x out`` product, dequantized into fp16 (``int8_mm_dequant``) and
+      cast to the input's dtype (``out.to(dtype)``); with outlier columns ``output.addmm(subA, subB)`` makes a
+      new output (assumed: LLM activations have outliers above 6.0, the reason for the threshold);
+    * saved (``ctx.tensors = (CAt, subA, A)``): the input ``A`` itself (no copy) and ``subA``, the outlier
+      columns of the input (data-dependent, a few columns: not counted);
+    * backward (grad_A only: the weight is frozen): ``CB.to(dtype_A, copy=True).mul_(SCB / 127)`` dequantizes
+      the whole weight (out x in, the input's dtype), then ``grad_output @ CB``.
+    """
+    s = m.s
+    dt = x.dt
+    rows = x.n // n_in
+    a16 = s.new(x.n, "f16", "temporaries") if dt != "f16" else None  # A.to(torch.float16)
+    row_stats = s.new(rows, "f32", "temporaries")  # SCA
+    ca = s.new(x.n, "u8", "temporaries")  # CA: int8, rows x in
+    absa = s.new(x.n, "f16", "temporaries")  # A.abs()
+    outliers = s.new(x.n, "bool", "temporaries")  # >= threshold
+    del absa, outliers, a16
+    i32 = s.new(rows * n_out, "i32", "temporaries")  # int8_linear_matmul
+    h16 = s.new(rows * n_out, "f16", "temporaries")  # int8_mm_dequant's fp16 output
+    out = s.new(rows * n_out, dt) if dt != "f16" else h16  # out.to(dtype)
+    del h16, i32
+    mixed = s.new(rows * n_out, dt)  # output.addmm(subA, subB): a new tensor
+    del out, ca, row_stats
+    numel = n_out * n_in
+
+    def bw(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
+        res: list[Storage | None] = [None] * len(nd.edges)
+        if nd.edges[0] is not None:
+            n, in_dt = nd.in_meta[0]
+            cb = sim.storage(round(numel * DT_BYTES[in_dt]), "dequantized weights")  # CB.to(dtype_A)
+            res[0] = sim.storage(round(n * DT_BYTES[in_dt]), "temporaries")  # grad_output @ CB
+            del cb
+        return res
+
+    s.node("custom", (x,), (mixed,), (x,), bw)
+    return mixed
+
+
+QUANTIZED_LINEARS = {"int8": linear8bit}  # the qlora_base formats whose linear is not Linear4bit's
 
 
 def _fuse(tensors: Sequence[Tensor], parts: tuple[str, ...], fused: str) -> tuple[Tensor, ...]:

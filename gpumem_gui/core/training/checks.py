@@ -90,6 +90,27 @@ def _check_model_parallel(spec: ModelSpec, run: TrainingRun) -> list[str]:
     return warnings
 
 
+def _check_int8_base(run: TrainingRun) -> None:
+    """An 8-bit bitsandbytes base (Int8Params) is not sharded: FSDP and DeepSpeed ZeRO-3 shard a quantized
+    base only as 4-bit weights stored in a float dtype (BitsAndBytesConfig bnb_4bit_quant_storage, HF PEFT
+    docs "FSDP + QLoRA", "DeepSpeed ZeRO-3 + QLoRA"); torchtune's QLoRA base is torchao's NF4Tensor only
+    (torchtune/modules/low_precision/nf4_linear.py)."""
+    where = (
+        "FSDP"
+        if run.fsdp != "none"
+        else "DeepSpeed ZeRO-3"
+        if run.zero == 3 and run.dp > 1
+        else "torchtune"
+        if run.framework == "torchtune"
+        else None
+    )
+    if where is not None:
+        raise GpumemInputError(
+            f"qlora_base int8: {where} cannot run an 8-bit bitsandbytes base; use qlora_base nf4 or nf4-dq",
+            field="qlora_base",
+        )
+
+
 # the Gemma 3n training replay against traces of a scaled-down Gemma 3n (synthetic__gemma3n-tiny, not in
 # tests/reference/trace yet): +0.2 % (checkpointing) .. +4.5 % (LoRA), +1.6 % bf16, +2.0 % amp-bf16
 ALTUP_TRAINING = (
@@ -161,6 +182,8 @@ def check_training(spec: ModelSpec, run: TrainingRun) -> tuple[str, ...]:
         warnings.append(
             f"pp: {run.pp} stages do not divide {spec.num_layers} layers; the first stages get more"
         )
+    if run.method == "qlora" and run.qlora_base == "int8":
+        _check_int8_base(run)
     if run.method == "qlora" and run.grad_ckpt is False:
         warnings.append(
             "qlora: PEFT's prepare_model_for_kbit_training usually turns gradient checkpointing on"

@@ -26,7 +26,9 @@ _AMP_FLAGS = {"amp-bf16": "bf16=True", "amp-fp16": "fp16=True"}
 
 def _adapter_configs(run: TrainingRun) -> list[str]:
     lines = []
-    if run.method == "qlora":
+    if run.method == "qlora" and run.qlora_base == "int8":
+        lines.append("BitsAndBytesConfig(load_in_8bit=True)  # LLM.int8, llm_int8_threshold=6.0")
+    elif run.method == "qlora":
         lines.append(
             "BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4', "
             f"bnb_4bit_use_double_quant={run.qlora_base == 'nf4-dq'}, bnb_4bit_compute_dtype=torch.bfloat16)"

@@ -59,14 +59,17 @@ LoraDropout = Annotated[
     ),
 ]
 
+# the bitsandbytes formats of a quantized base (formats/hf_quant.py ids): Linear4bit's, then Linear8bitLt's
+QLORA_BASES = ("nf4", "nf4-dq", "int8")
 QloraBase = Annotated[
     str,
     UI(
         "QLoRA base",
         _L,
-        "4-bit bitsandbytes format of the frozen base: nf4, or nf4-dq with double quantization "
-        "(bnb_4bit_use_double_quant: quantized absmax, ~0.4 bit/param less)",
-        choices=(("nf4", "nf4"), ("nf4 + double quantization", "nf4-dq")),
+        "bitsandbytes format of the frozen base: nf4 (load_in_4bit), nf4-dq with double quantization "
+        "(bnb_4bit_use_double_quant: quantized absmax, ~0.4 bit/param less), or int8 (load_in_8bit, "
+        "LLM.int8: int8 weights + an fp32 scale per row, Linear8bitLt)",
+        choices=(("nf4", "nf4"), ("nf4 + double quantization", "nf4-dq"), ("int8 (LLM.int8)", "int8")),
         shown=lambda v: v.get("method") == "qlora",
     ),
 ]
