@@ -19,6 +19,7 @@ def qwen():
 CASES = [
     ({"loss_chunks": 4}, {"framework": "torchtune"}),
     ({"loss_chunks": 4, "framework": "torchtune", "loss": "fused-linear"}, {"loss": "chunked"}),
+    ({"loss_chunks": 4, "framework": "axolotl", "method": "lora"}, {"loss": "chunked"}),
     ({"pp_schedule": "gpipe"}, {"pp": 2}),
     ({"pp_virtual": 2, "pp": 2}, {"pp_schedule": "interleaved-1f1b", "grad_accum": 2}),
     ({"sequence_parallel": True}, {"tp": 2}),

@@ -32,7 +32,7 @@ _NO_MEMORY = words(
     "shuffle_merged_datasets dataset_exact_deduplication auto_resume_from_checkpoints save_safetensors "
     "max_grad_norm eval_max_new_tokens eval_causal_lm_metrics save_strategy eval_strategy "
     "loss_watchdog_threshold "
-    "loss_watchdog_patience tokens special_tokens use_tensorboard plugins is_llama_derived_model "
+    "loss_watchdog_patience tokens special_tokens use_tensorboard is_llama_derived_model "
     "is_mistral_derived_model hf_use_auth_token dataloader_num_workers dataloader_pin_memory "
     "dataloader_prefetch_factor remove_unused_columns adam_beta1 adam_beta2 adam_epsilon cosine_min_lr_ratio "
     "base_model_config tokenizer_config processor_type"
@@ -89,6 +89,11 @@ def _adapter(top: Keys) -> None:
     elif eight and adapter not in ("lora", "qlora"):
         top.warn("load_in_8bit", "an 8-bit base without a LoRA adapter is not modelled (full fine-tuning)")
     top.warn("lora_modules_to_save", "fully trained extra modules (embeddings, head) are not modelled")
+    top.warn(
+        "quantize_moe_experts",
+        "NF4 MoE expert stacks (Axolotl's expert quantization) are not modelled: the experts are estimated "
+        "in the training dtype",
+    )
 
 
 def _step(top: Keys) -> None:
@@ -145,17 +150,34 @@ def _kernels(top: Keys) -> None:
             "attn_implementation",
             "flash" if "flash" in impl else "eager" if impl == "eager" else "sdpa",
         )
-    raw = top.data.get("plugins") or []
+    raw = top.raw("plugins") or []
     if not isinstance(raw, list):  # Axolotl's config schema: a list of plugin class paths
         raise bad("key 'plugins'", f"expected a list of plugin names, got {short(raw)}")
-    plugins = [str(p) for p in raw if isinstance(p, str)]
-    if (
+    plugins = [str(p) for p in raw]
+    fused = (
         top.bool("liger_fused_linear_cross_entropy")
         or top.bool("cut_cross_entropy")
         or any("CutCrossEntropyPlugin" in p for p in plugins)
-    ):
+    )
+    if fused:
         key = "liger_fused_linear_cross_entropy" if top.has("liger_fused_linear_cross_entropy") else "plugins"
         top.set("loss", key, "fused-linear", "loss = fused-linear (Liger / Cut Cross-Entropy)")
+        top.warn("chunked_cross_entropy", "the fused linear cross-entropy replaces it; ignored")
+    elif top.bool("chunked_cross_entropy"):
+        # ModelLoader._apply_chunked_cross_entropy_patch -> patch_chunked_ce_loss_fn(num_chunks or 8)
+        top.set(
+            "loss", "chunked_cross_entropy", "chunked", "loss = chunked (Axolotl's chunked cross-entropy)"
+        )
+        top.set(
+            "loss_chunks",
+            "chunked_cross_entropy_num_chunks",
+            top.int("chunked_cross_entropy_num_chunks", lo=1, hi=4096),
+        )
+    else:
+        top.warn("chunked_cross_entropy_num_chunks", "without chunked_cross_entropy; ignored")
+    for p in plugins:  # the Liger plugin's kernels are read from their own keys (liger_*)
+        if "CutCrossEntropyPlugin" not in p and "LigerPlugin" not in p:
+            top.reading.warn(f"plugins: {short(p, 60)}", "a plugin gpumem does not model; ignored")
     for k in _LIGER_OTHER:
         top.warn(k, "Liger's fused norm/rope/GLU kernels are not modelled (the loss is)")
     top.warn("flash_attn_cross_entropy", "flash-attn's cross-entropy is not modelled")
