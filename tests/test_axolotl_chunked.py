@@ -74,11 +74,11 @@ def test_chunked_cross_entropy_is_read_as_the_chunked_loss(tmp_path) -> None:
 def test_keys_and_plugins_gpumem_does_not_model_are_warned(tmp_path) -> None:
     imp = _axolotl(
         tmp_path,
-        "quantize_moe_experts: true\nplugins:\n  - axolotl.integrations.kd.KDPlugin\n"
+        "quantize_moe_experts: true\ntokens: ['<tool>']\nplugins:\n  - axolotl.integrations.kd.KDPlugin\n"
         "  - axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin\n",
     )
     text = " | ".join(imp.warnings)
-    assert "quantize_moe_experts" in text and "expert" in text
+    assert "quantize_moe_experts" in text and "expert" in text and "tokens" in text
     assert "KDPlugin" in text and "CutCrossEntropyPlugin" not in text
     assert imp.run.loss == "fused-linear"
     assert not [n for _, n in imp.read_as if "plugins" in n and "no effect" in n]

@@ -32,7 +32,7 @@ _NO_MEMORY = words(
     "shuffle_merged_datasets dataset_exact_deduplication auto_resume_from_checkpoints save_safetensors "
     "max_grad_norm eval_max_new_tokens eval_causal_lm_metrics save_strategy eval_strategy "
     "loss_watchdog_threshold "
-    "loss_watchdog_patience tokens special_tokens use_tensorboard is_llama_derived_model "
+    "loss_watchdog_patience special_tokens use_tensorboard is_llama_derived_model "
     "is_mistral_derived_model hf_use_auth_token dataloader_num_workers dataloader_pin_memory "
     "dataloader_prefetch_factor remove_unused_columns adam_beta1 adam_beta2 adam_epsilon cosine_min_lr_ratio "
     "base_model_config tokenizer_config processor_type"
@@ -89,6 +89,7 @@ def _adapter(top: Keys) -> None:
     elif eight and adapter not in ("lora", "qlora"):
         top.warn("load_in_8bit", "an 8-bit base without a LoRA adapter is not modelled (full fine-tuning)")
     top.warn("lora_modules_to_save", "fully trained extra modules (embeddings, head) are not modelled")
+    top.warn("tokens", "added tokens resize the embedding and the head: not modelled (config vocabulary)")
     top.warn(
         "quantize_moe_experts",
         "NF4 MoE expert stacks (Axolotl's expert quantization) are not modelled: the experts are estimated "
