@@ -11,7 +11,8 @@ linears, and the fused projections some architectures build.
 * Fused projections: transformers builds one ``qkv_proj`` (:attr:`ArchTraits.fused_qkv`) or one
   ``gate_up_proj`` (:attr:`ArchTraits.fused_gate_up`) where the parameter accounting lists the parts.
 * Which linears PEFT adapts (``peft/tuners/tuners_utils.py`` ``check_target_module_exists``: a target names
-  the last part of a module's path; ``_maybe_include_all_linear_layers``: ``all-linear`` is every
+  the last part of a module's path, or a dotted end of it; one string is a regex over the whole path;
+  ``_maybe_include_all_linear_layers``: ``all-linear`` is every
   ``nn.Linear`` and ``Conv1D`` but the output layer). Modules go by their real names
   (:attr:`ArchTraits.module_names`: GPT-2's ``c_attn``, Falcon's ``query_key_value``, OPT's ``fc1``), fused
   projections by their fused name; MoE routers (``*TopKRouter``) and 3-D expert tensors are not
@@ -20,6 +21,7 @@ linears, and the fused projections some architectures build.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -95,6 +97,9 @@ def lora_targets(spec: ModelSpec, tensors: Sequence[Tensor], targets: Sequence[s
         return frozenset(t.name for name, ts in modules.items() if name != "lm_head" for t in ts)
     chosen: set[str] = set()
     for target in targets:
+        if target.startswith(REGEX) or "." in target:
+            chosen.update(_by_path(spec, modules, target))
+            continue
         if target not in modules:
             raise GpumemInputError(
                 f"no linear module of this model is named {target!r}; its linear modules are "
@@ -103,6 +108,38 @@ def lora_targets(spec: ModelSpec, tensors: Sequence[Tensor], targets: Sequence[s
             )
         chosen.update(t.name for t in modules[target])
     return frozenset(chosen)
+
+
+# a regex target: PEFT matches a target_modules string with re.fullmatch against each module's whole path
+REGEX = "re:"  # a lora_targets value naming a regex (PEFT: target_modules given as one string)
+
+
+def module_path(spec: ModelSpec, t: Tensor) -> str:
+    """The module path PEFT sees for the linear ``t`` is the weight of, as transformers' decoder-only models
+    name it (``model.layers.3.self_attn.q_proj``, ``lm_head``), the module by its real name."""
+    parts = t.name[: -len(".weight")].split(".")
+    parts[-1] = module_name(spec, t) or parts[-1]
+    return ".".join(parts) if parts[0] == "lm_head" else "model." + ".".join(parts)
+
+
+def _by_path(spec: ModelSpec, modules: dict[str, list[Tensor]], target: str) -> set[str]:
+    """``peft/tuners/tuners_utils.py`` ``check_target_module_exists``: a regex (``target_modules`` given as
+    one string) must match a module's whole path (``re.fullmatch``); a dotted name in the list matches the
+    path itself or its end after a dot (``key.endswith(f".{target_key}")``)."""
+    paths = {t.name: module_path(spec, t) for ts in modules.values() for t in ts}
+    if target.startswith(REGEX):
+        pattern = re.compile(target[len(REGEX) :])
+        found = {name for name, path in paths.items() if pattern.fullmatch(path)}
+    else:
+        found = {name for name, path in paths.items() if path == target or path.endswith("." + target)}
+    if not found:
+        examples = ", ".join(list(dict.fromkeys(paths.values()))[:4])
+        raise GpumemInputError(
+            f"{target!r} matches no linear module of this model (PEFT fullmatches a regex against the whole "
+            f"path and a dotted name against its end; paths look like {examples})",
+            field="lora_targets",
+        )
+    return found
 
 
 def add_lora(m: CausalLM, t: Tensor) -> None:

@@ -4,6 +4,7 @@ PEFT / bitsandbytes configs of LoRA and QLoRA), the framework's own part from it
 
 from __future__ import annotations
 
+from gpumem_gui.core.replay.adapters import REGEX
 from gpumem_gui.core.training.frameworks import framework
 from gpumem_gui.core.training.run import TrainingRun
 
@@ -34,7 +35,9 @@ def _adapter_configs(run: TrainingRun) -> list[str]:
             f"bnb_4bit_use_double_quant={run.qlora_base == 'nf4-dq'}, bnb_4bit_compute_dtype=torch.bfloat16)"
         )
     if run.method != "full":
-        targets = run.lora_targets if isinstance(run.lora_targets, str) else list(run.lora_targets)
+        targets: object = run.lora_targets if isinstance(run.lora_targets, str) else list(run.lora_targets)
+        if isinstance(targets, list) and len(targets) == 1 and targets[0].startswith(REGEX):
+            targets = targets[0][len(REGEX) :]  # PEFT: a regex is target_modules as one string
         lines.append(
             f"LoraConfig(r={run.lora_rank}, lora_alpha={run.lora_alpha:g}, "
             f"lora_dropout={run.lora_dropout:g}, "

@@ -35,14 +35,16 @@ LoraTargets = Annotated[
         "Target modules",
         _L,
         "module names that get adapters, comma separated (q_proj,v_proj; fused projections by their own "
-        "name: query_key_value, qkv_proj, c_attn), or all-linear (every linear layer of the decoder but "
-        "the head, as PEFT resolves it); lm_head adapts the head too",
+        "name: query_key_value, qkv_proj, c_attn; or a dotted end of a path: self_attn.q_proj), 're:' and "
+        "a regex PEFT fullmatches against each module's path (re:.*layers\\.[0-7]\\..*_proj; paths as "
+        "model.layers.N.self_attn.q_proj), or all-linear (every linear layer of the decoder but the head, as "
+        "PEFT resolves it); lm_head adapts the head too",
         choices=(
             ("all-linear", "all-linear"),
             ("q_proj,v_proj", "q_proj,v_proj"),
             ("q_proj,k_proj,v_proj,o_proj", "q_proj,k_proj,v_proj,o_proj"),
         ),
-        values="all-linear, or module names, comma separated",
+        values="all-linear, module names or dotted path ends, comma separated, or re:<regex>",
         shown=_adapters,
     ),
 ]

@@ -1,0 +1,90 @@
+"""LoRA targets as PEFT takes them (issue 33 item 8): a dotted end of a module's path (``self_attn.q_proj``)
+and one regex over the whole path (``re:...``), as ``peft/tuners/tuners_utils.py``
+``check_target_module_exists`` matches them; checked against PEFT itself on the real (meta-device) model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpumem_gui.core import GpumemInputError, load_model
+from gpumem_gui.core.replay import adapters
+from gpumem_gui.core.replay.model import model_tensors
+from gpumem_gui.core.training import estimate_training, make_training_run
+from tests.conftest import reference_dir
+
+CONFIG = reference_dir() / "configs" / "Qwen__Qwen3-0.6B.json"
+RANK = 8
+
+# (gpumem's lora_targets, PEFT's target_modules)
+CASES = [
+    ("self_attn.q_proj,v_proj", ["self_attn.q_proj", "v_proj"]),
+    ("layers.1.self_attn.q_proj,mlp.down_proj", ["layers.1.self_attn.q_proj", "mlp.down_proj"]),
+    (
+        r"re:model\.layers\.(0|2)\.(self_attn|mlp)\.(q|gate)_proj",
+        r"model\.layers\.(0|2)\.(self_attn|mlp)\.(q|gate)_proj",
+    ),
+    (r"re:.*\.[kv]_proj", r".*\.[kv]_proj"),
+]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    cfg = json.loads(CONFIG.read_text()) | {"num_hidden_layers": 3}
+    path = tmp_path_factory.mktemp("qwen3") / "config.json"
+    path.write_text(json.dumps(cfg))
+    return cfg, load_model(str(path)).spec
+
+
+def _ours(spec, targets: str) -> int:
+    run = make_training_run(method="lora", lora_targets=targets, lora_rank=RANK)
+    shapes = {t.name: t.shape for t in model_tensors(spec)}
+    chosen = adapters.lora_targets(spec, model_tensors(spec), run.lora_targets)
+    return sum(RANK * (shapes[n][0] + shapes[n][1]) for n in chosen)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+@pytest.mark.parametrize(("ours", "peft_targets"), CASES)
+def test_trainable_parameters_equal_peft(small, ours: str, peft_targets) -> None:
+    torch = pytest.importorskip("torch")
+    peft = pytest.importorskip("peft")
+    transformers = pytest.importorskip("transformers")
+    cfg, spec = small
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**cfg))
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=RANK, target_modules=peft_targets))
+    trainable = sum(p.numel() for p in lora.parameters() if p.requires_grad)
+    assert _ours(spec, ours) == trainable
+
+
+def test_paths_change_the_estimate_and_a_miss_names_the_paths(small) -> None:
+    _, spec = small
+    one = estimate_training(spec, make_training_run(method="lora", lora_targets="layers.0.self_attn.q_proj"))
+    every = estimate_training(spec, make_training_run(method="lora", lora_targets="q_proj"))
+    assert one.peak_bytes < every.peak_bytes
+    with pytest.raises(GpumemInputError) as e:
+        estimate_training(spec, make_training_run(method="lora", lora_targets=r"re:transformer\.h\..*"))
+    assert e.value.field == "lora_targets" and "model.layers.0.self_attn.q_proj" in str(e.value)
+
+
+@pytest.mark.parametrize("bad", ["re:(", "re:(a+)+$", "a..b", "q_proj,re:.*"])
+def test_bad_targets_are_one_line_naming_the_field(bad: str) -> None:
+    with pytest.raises(GpumemInputError) as e:
+        make_training_run(method="lora", lora_targets=bad)
+    assert e.value.field == "lora_targets" and "\n" not in str(e.value)
+
+
+def test_a_config_string_with_regex_characters_is_peft_regex(tmp_path) -> None:
+    from gpumem_gui.core.imports.registry import import_file
+
+    path = tmp_path / "axolotl.yml"
+    path.write_text("base_model: Qwen/Qwen3-0.6B\nadapter: lora\nlora_target_modules: '.*\\.(q|v)_proj'\n")
+    assert import_file(str(path)).run.lora_targets == (r"re:.*\.(q|v)_proj",)
+
+
+def test_the_copied_config_gives_peft_the_regex_as_one_string() -> None:
+    from gpumem_gui.core.training.command import training_command
+
+    run = make_training_run(method="lora", lora_targets=r"re:.*\.(q|v)_proj")
+    assert r"target_modules='.*\\.(q|v)_proj'" in training_command("Qwen3-0.6B", run)
