@@ -88,3 +88,60 @@ def test_the_copied_config_gives_peft_the_regex_as_one_string() -> None:
 
     run = make_training_run(method="lora", lora_targets=r"re:.*\.(q|v)_proj")
     assert r"target_modules='.*\\.(q|v)_proj'" in training_command("Qwen3-0.6B", run)
+
+
+MOE = reference_dir() / "configs" / "Qwen__Qwen3-30B-A3B.json"
+_SMALL_MOE = {
+    "num_hidden_layers": 2,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "moe_intermediate_size": 128,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "vocab_size": 1024,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+
+@pytest.fixture(scope="module")
+def small_moe(tmp_path_factory):
+    cfg = json.loads(MOE.read_text()) | _SMALL_MOE
+    path = tmp_path_factory.mktemp("qwen3moe") / "config.json"
+    path.write_text(json.dumps(cfg))
+    return cfg, load_model(str(path)).spec
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+@pytest.mark.parametrize(
+    ("ours", "peft_targets"), [("gate", ["gate"]), ("q_proj,mlp.gate", ["q_proj", "mlp.gate"])]
+)
+def test_the_moe_router_as_a_target_equals_peft(small_moe, ours: str, peft_targets) -> None:
+    """transformers 5's Qwen3MoeTopKRouter is no nn.Linear: PEFT 0.21 wraps its weight in a ParamWrapper with
+    lora_A [r, hidden] and lora_B [experts, r]."""
+    torch = pytest.importorskip("torch")
+    peft = pytest.importorskip("peft")
+    transformers = pytest.importorskip("transformers")
+    cfg, spec = small_moe
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**cfg))
+    lora = peft.get_peft_model(model, peft.LoraConfig(r=RANK, target_modules=peft_targets))
+    trainable = sum(p.numel() for p in lora.parameters() if p.requires_grad)
+    assert _ours(spec, ours) == trainable
+
+
+def test_a_targeted_router_saves_its_merged_weight(small_moe) -> None:
+    """ParamWrapper: F.linear runs on W + (B @ A) * scaling, a bf16 copy of the router weight per MoE layer,
+    saved for backward."""
+    _, spec = small_moe
+    run = {"method": "lora", "precision": "bf16", "lora_rank": RANK, "seq": 64}
+    q = estimate_training(spec, make_training_run(**run, lora_targets="q_proj"))
+    both = estimate_training(spec, make_training_run(**run, lora_targets="q_proj,gate"))
+    fwd = both.phases["forward"].peak_bytes - q.phases["forward"].peak_bytes
+    layers, experts, hidden = spec.num_layers, 8, 256
+    adapters_bytes = layers * RANK * (hidden + experts) * 4  # fp32 adapters (bf16 precision keeps them fp32)
+    merged = layers * experts * hidden * 2
+    assert fwd >= adapters_bytes + merged

@@ -16,7 +16,8 @@ linears, and the fused projections some architectures build.
   ``nn.Linear`` and ``Conv1D`` but the output layer). Modules go by their real names
   (:attr:`ArchTraits.module_names`: GPT-2's ``c_attn``, Falcon's ``query_key_value``, OPT's ``fc1``), fused
   projections by their fused name; MoE routers (``*TopKRouter``) and 3-D expert tensors are not
-  ``nn.Linear``, a shared expert's gate is.
+  ``nn.Linear`` (``all-linear`` leaves them out), a shared expert's gate is; a router named as a target
+  (``gate``) gets PEFT's ``ParamWrapper`` (:func:`merged_weight`).
 """
 
 from __future__ import annotations
@@ -95,6 +96,9 @@ def lora_targets(spec: ModelSpec, tensors: Sequence[Tensor], targets: Sequence[s
         modules = {k: ts for k, ts in modules.items() if ts}
     if tuple(targets) == (ALL_LINEAR,):
         return frozenset(t.name for name, ts in modules.items() if name != "lm_head" for t in ts)
+    routers = [t for t in tensors if is_router(t)]
+    if routers:  # PEFT wraps a named router's weight in a ParamWrapper (merged_weight)
+        modules = {**modules, ROUTER: routers}
     chosen: set[str] = set()
     for target in targets:
         if target.startswith(REGEX) or "." in target:
@@ -108,6 +112,27 @@ def lora_targets(spec: ModelSpec, tensors: Sequence[Tensor], targets: Sequence[s
             )
         chosen.update(t.name for t in modules[target])
     return frozenset(chosen)
+
+
+# the MoE router's module name; in transformers 5 a ``*TopKRouter`` holding ``weight`` (not an nn.Linear)
+ROUTER = "gate"
+
+
+def is_router(t: Tensor) -> bool:
+    return t.component == "router" and t.name.endswith(f".{ROUTER}.weight") and len(t.shape) == 2
+
+
+def merged_weight(m: CausalLM, w: T, name: str, n_out: int, n_in: int) -> T:
+    """A router named as a LoRA target (``gate``): PEFT 0.21 wraps its weight in a ``ParamWrapper``
+    (``peft/tuners/lora/layer.py``): ``_activate_lora`` registers the parametrization ``W + delta`` with
+    ``delta = get_delta_weight()`` = ``(lora_B @ lora_A) * scaling`` (under the model's autocast) cast to the
+    weight's dtype, and the router's ``F.linear`` runs on (and saves) that merged copy of the weight."""
+    o, s = m.o, m.s
+    a, b = m.p[f"{name}.lora_A"].tensor, m.p[f"{name}.lora_B"].tensor
+    delta = o.bmm(b, a, n_out * n_in)
+    scaled = s.cast(o.mul(delta, None), w.dt)
+    del delta
+    return o.add(w, scaled)
 
 
 # a regex target: PEFT matches a target_modules string with re.fullmatch against each module's whole path

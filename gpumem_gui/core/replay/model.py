@@ -160,6 +160,8 @@ class CausalLM:
         w = self.param(w_name)
         n_out, n_in = self.shape[w_name]
         bias = self.w(f"{name}.bias")
+        if f"{name}.lora_A" in self.p and name.endswith(f".{adapters.ROUTER}"):
+            return self.o.linear(x, adapters.merged_weight(self, w, name, n_out, n_in), bias, n_out, n_in)
         if w_name in self.quantized:
             quantized = adapters.QUANTIZED_LINEARS.get(self.cfg.quant_base, adapters.linear4bit)
             result = quantized(self, x, bias, n_out, n_in)

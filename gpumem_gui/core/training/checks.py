@@ -36,7 +36,8 @@ def _check_adapters(spec: ModelSpec, run: TrainingRun) -> list[str]:
         raise GpumemInputError("this model has no linear layer for LoRA adapters", field="lora_targets")
     warnings = []
     modules = adapters.linear_modules(spec, tensors)
-    smallest = min(min(t.shape) for ts in modules.values() for t in ts if t.name in chosen)
+    shapes = {t.name: t.shape for t in tensors} | {t.name: t.shape for ts in modules.values() for t in ts}
+    smallest = min(min(shapes[name]) for name in chosen)
     if run.lora_rank > smallest:
         warnings.append(
             f"lora_rank: {run.lora_rank} exceeds the smallest targeted layer dimension ({smallest}); PEFT "
@@ -48,9 +49,10 @@ def _check_adapters(spec: ModelSpec, run: TrainingRun) -> list[str]:
         # merges each layer's LoRA delta into a full-size copy of the stack in the forward
         warnings.append(
             "lora: PEFT 0.21 on transformers 5 also adapts the fused expert stacks and the router of many "
-            "MoE models (and merges each layer's experts in the forward); this estimate adapts attention and "
-            "dense/shared MLP linears only: about half of the peak `gpumem trace` measures for Mixtral-8x7B, "
-            "Qwen3-30B-A3B and DeepSeek-V2-Lite; trace this model to know"
+            "MoE models (and merges each layer's experts in the forward); this estimate adapts attention, "
+            "dense/shared MLP linears and, when named as a target (gate), the router only: about half of "
+            "the peak `gpumem trace` measures for Mixtral-8x7B, Qwen3-30B-A3B and DeepSeek-V2-Lite; trace "
+            "this model to know"
         )
     return warnings
 

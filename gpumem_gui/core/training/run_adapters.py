@@ -38,7 +38,7 @@ LoraTargets = Annotated[
         "name: query_key_value, qkv_proj, c_attn; or a dotted end of a path: self_attn.q_proj), 're:' and "
         "a regex PEFT fullmatches against each module's path (re:.*layers\\.[0-7]\\..*_proj; paths as "
         "model.layers.N.self_attn.q_proj), or all-linear (every linear layer of the decoder but the head, as "
-        "PEFT resolves it); lm_head adapts the head too",
+        "PEFT resolves it); lm_head adapts the head too, gate a MoE router (PEFT's ParamWrapper)",
         choices=(
             ("all-linear", "all-linear"),
             ("q_proj,v_proj", "q_proj,v_proj"),
