@@ -6,14 +6,12 @@ the README's flag table are generated from these declarations (:mod:`gpumem_gui.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
-from gpumem_gui.core.errors import describe_validation_error, short
+from gpumem_gui.core.errors import describe_validation_error
 from gpumem_gui.core.fields import ATTN_CHOICES, UI, CudaContextMiB
-from gpumem_gui.core.replay.adapters import REGEX
 from gpumem_gui.core.spec.model import Frozen
 from gpumem_gui.core.training.precision import MEGATRON_OPTIMIZERS
 from gpumem_gui.core.training.run_adapters import (
@@ -23,6 +21,7 @@ from gpumem_gui.core.training.run_adapters import (
     LoraRank,
     LoraTargets,
     QloraBase,
+    parse_lora_targets,
 )
 from gpumem_gui.core.training.run_options import (
     ActivationOffload,
@@ -51,9 +50,6 @@ from gpumem_gui.core.training.run_options import (
 )
 
 Method = Literal["full", "lora", "qlora"]
-# a module name or a dotted end of a module's path (PEFT check_target_module_exists: key.endswith("." + name))
-_DOTTED = re.compile(r"[A-Za-z_]\w*(\.\w+)*")
-_NESTED_REPEAT = re.compile(r"\([^()]*[*+}][^()]*\)[*+{]")
 Precision = Literal["amp-bf16", "amp-fp16", "mp-bf16", "bf16", "fp32", "megatron-bf16"]
 Optimizer = Literal[
     "adamw", "adamw-fused", "adamw-foreach", "adamw-for-loop", "adamw-8bit", "paged-adamw-8bit", "adafactor",
@@ -341,31 +337,7 @@ class TrainingRun(Frozen):
     @field_validator("lora_targets", mode="before")
     @classmethod
     def _targets(cls, v: object) -> object:
-        if isinstance(v, str) and v.startswith(REGEX):
-            try:
-                re.compile(v[len(REGEX) :])
-            except (re.error, RecursionError, OverflowError) as e:
-                raise ValueError(f"{short(v)} is not a regular expression ({short(str(e), 60)})") from None
-            if _NESTED_REPEAT.search(v):  # (a+)+ backtracks exponentially: a hang, not an answer
-                raise ValueError(f"{short(v)}: a repeated group that repeats inside is not accepted")
-            return (v,)
-        if isinstance(v, str) and v != "all-linear":
-            v = tuple(x.strip() for x in v.split(",") if x.strip())
-        if isinstance(v, list | tuple):
-            if not v:
-                raise ValueError("name at least one module (q_proj, k_proj, ...) or 'all-linear'")
-            for name in v:
-                if isinstance(name, str) and name.startswith(REGEX) and len(v) == 1:
-                    return cls._targets(name)
-                if not isinstance(name, str) or not _DOTTED.fullmatch(name):
-                    raise ValueError(
-                        f"{short(name)} is not a module name: give the last part of a module's path (q_proj, "
-                        "query_key_value, c_attn, lm_head) or a dotted end of it (self_attn.q_proj), comma "
-                        "separated; 're:' and a regex over the whole path (re:.*\\.(q|v)_proj); or "
-                        "'all-linear'"
-                    )
-            return tuple(v)
-        return v
+        return parse_lora_targets(v)
 
     @field_validator("qlora_base")
     @classmethod
