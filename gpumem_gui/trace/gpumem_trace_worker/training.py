@@ -146,7 +146,7 @@ def prepare(
     check_torch()
     patch_transformers_for_fake()
     if run.get("method") == "qlora":
-        raise TraceError("QLoRA is not traced: bitsandbytes' 4-bit layers need a CUDA device")
+        raise TraceError("QLoRA is not traced: bitsandbytes' 4- and 8-bit layers need a CUDA device")
     cfg = load_config(raw, trust, notes)
     for k in _DROPOUT_KEYS:
         if run.get("dropout") is not None and hasattr(cfg, k):
