@@ -145,3 +145,19 @@ def test_a_targeted_router_saves_its_merged_weight(small_moe) -> None:
     adapters_bytes = layers * RANK * (hidden + experts) * 4  # fp32 adapters (bf16 precision keeps them fp32)
     merged = layers * experts * hidden * 2
     assert fwd >= adapters_bytes + merged
+
+
+@pytest.mark.parametrize("targets", [r"re:.*\.q_proj", "q_proj,gate"])
+def test_path_and_router_targets_match_pytorchs_trace(tmp_path, targets: str) -> None:
+    """The real model with PEFT's adapters under FakeTensorMode, counted by PyTorch's MemTracker: a regex
+    target and a targeted router (ParamWrapper's merged weight) give the replay's peak."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("peft")
+    from gpumem_gui.trace import trace
+
+    (tmp_path / "config.json").write_text(json.dumps(json.loads(MOE.read_text()) | _SMALL_MOE))
+    model = load_model(str(tmp_path))
+    run = make_training_run(method="lora", lora_targets=targets, precision="bf16", seq=512)
+    rep = trace(model, run, use_cache=False)
+    assert rep.peak.estimated_bytes == pytest.approx(rep.peak.traced_bytes, rel=1e-4)
