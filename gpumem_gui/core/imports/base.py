@@ -46,6 +46,9 @@ class ImportedRun(Frozen):
     # run fields the runtime takes from the model when the input leaves them out: (field, the ModelSpec
     # attribute, divided by this run field or "", why); :meth:`with_model` fills them once the model is loaded
     from_model: tuple[tuple[str, str, str, str], ...] = ()
+    # why the input names no model gpumem can load (a DeepSpeed JSON names none; a torchtune component without
+    # a Hub id): said where a model must be given, never a warning once one is
+    no_model: tuple[str, ...] = ()
 
     @property
     def mode(self) -> str:
@@ -287,6 +290,7 @@ class Reading:
         self.read_as: list[tuple[str, str]] = []
         self.warnings: list[str] = []
         self.from_model: list[tuple[str, str, str, str]] = []
+        self.no_model: list[str] = []
 
     def set(self, field: str, value: Any, where: str, written: str, shown: str | None = None) -> None:
         """Set run field ``field`` from the option at ``where`` (written as ``written``)."""
@@ -332,6 +336,11 @@ class Reading:
         """An option gpumem does not model: named, never dropped silently."""
         self.warnings.append(f"{clip(written)}: {why}")
 
+    def missing_model(self, written: str, why: str) -> None:
+        """Why the input names no model gpumem loads (:attr:`ImportedRun.no_model`): no warning, since the
+        model given beside it (the CLI's MODEL, the window's model) answers it."""
+        self.no_model.append(f"{clip(written)}: {why}")
+
     def error(self, where: str, message: str) -> GpumemInputError:
         return GpumemInputError(f"{where}: {message}", source=self.file)
 
@@ -361,6 +370,7 @@ class Reading:
             read_as=tuple(self.read_as),
             warnings=tuple(dict.fromkeys(self.warnings)),
             from_model=tuple(self.from_model),
+            no_model=tuple(self.no_model),
         )
 
 

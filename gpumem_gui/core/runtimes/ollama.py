@@ -290,6 +290,18 @@ class Ollama(Runtime):
             out.append((6, "offload", f"{n - best} layers on the CPU (num_gpu {best})", {"num_gpu": best}))
         return out
 
+    def kv_cache_dtype(self, spec: ModelSpec, run: InferenceRun) -> str:
+        """OLLAMA_KV_CACHE_TYPE where Ollama honours it (flash attention on), else f16."""
+        return ollama_settings(spec, run).kv_type
+
+    def batch_limit(self, run: InferenceRun) -> tuple[int, str] | None:
+        """With OLLAMA_NUM_PARALLEL set, Ollama serves that many requests at once and queues the rest
+        (server/sched.go: a runner takes numParallel requests; llm/server.go NewLlamaServer sizes the KV cache
+        num_ctx x numParallel): a larger batch needs no more memory."""
+        if run.num_parallel is None:
+            return None
+        return run.num_parallel, f"OLLAMA_NUM_PARALLEL={run.num_parallel}: Ollama queues more requests"
+
     def admits(self, est: Estimate) -> bool:
         """A fit means every layer on the GPU (Ollama would run the others on the CPU), unless num_gpu asked
         for fewer."""

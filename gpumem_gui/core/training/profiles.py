@@ -11,9 +11,12 @@ other trick fields are the user's (their defaults are off, as in every framework
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.training.run import TrainingRun
+
+if TYPE_CHECKING:  # run.py asks PROFILES for a framework's own precision (TrainingRun's before-validator)
+    from gpumem_gui.core.training.run import TrainingRun
 
 ALL_LOSSES = ("standard", "chunked", "fused-linear")
 TRICKS = (
@@ -35,7 +38,8 @@ class Profile:
     """One framework: ``loss`` is what ``loss = auto`` means (``loss_impl`` maps a chosen loss to the
     replay's implementation where the framework has its own), ``losses`` the ones it offers; ``tricks`` the
     trick fields it has; ``precisions`` / ``zero`` / ``fsdp`` what sharding and precision it runs (None:
-    any); ``ckpt_offload``: checkpointed layer inputs live in CPU RAM whenever checkpointing is on."""
+    any); ``precision``: the one it trains in when the run names none (None: the run's default, which it
+    offers); ``ckpt_offload``: checkpointed layer inputs live in CPU RAM whenever checkpointing is on."""
 
     name: str
     label: str
@@ -46,6 +50,8 @@ class Profile:
     tp_loss_impl: tuple[tuple[str, str], ...] = ()  # as loss_impl, with tensor parallelism (tp > 1)
     tricks: frozenset[str] = frozenset(TRICKS)
     precisions: tuple[str, ...] | None = None
+    precision: str | None = None
+    precision_source: str = ""
     zero: tuple[int, ...] = (0, 1, 2, 3)
     fsdp: bool = True
     fsdp_versions: tuple[int, ...] = (1, 2)
@@ -175,6 +181,11 @@ PROFILES: dict[str, Profile] = {
             loss_impl=(("standard", "vocab-parallel"),),
             tricks=frozenset(),
             precisions=("megatron-bf16", "fp32"),
+            # Megatron-LM's example training scripts (examples/) pass --bf16: bf16 weights with fp32 main
+            # grads (megatron/training/arguments.py validate_args: --bf16 turns on
+            # accumulate_allreduce_grads_in_fp32)
+            precision="megatron-bf16",
+            precision_source="--bf16 (megatron/training/arguments.py), as every Megatron-LM example script",
             zero=(0, 1),
             fsdp=False,
             notes=(
@@ -256,7 +267,7 @@ def resolve(run: TrainingRun) -> ResolvedTricks:
 
 
 def _off(run: TrainingRun, field: str) -> bool:
-    default = TrainingRun.model_fields[field].default
+    default = type(run).model_fields[field].default
     return getattr(run, field) == default
 
 

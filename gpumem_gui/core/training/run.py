@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from gpumem_gui.core.errors import describe_validation_error, short
 from gpumem_gui.core.fields import ATTN_CHOICES, UI, CudaContextMiB
 from gpumem_gui.core.spec.model import Frozen
 from gpumem_gui.core.training.precision import MEGATRON_OPTIMIZERS
+from gpumem_gui.core.training.profiles import PROFILES
 from gpumem_gui.core.training.run_adapters import LoraAlpha, LoraDropout, LoraRank, LoraTargets, QloraBase
 from gpumem_gui.core.training.run_options import (
     ActivationOffload,
@@ -314,6 +315,17 @@ class TrainingRun(Frozen):
     sequence_parallel: SequenceParallel = False
     pp_schedule: PpSchedule = "1f1b"
     pp_virtual: PpVirtual = 1
+
+    @model_validator(mode="before")
+    @classmethod
+    def _framework_precision(cls, data: Any) -> Any:
+        """A framework that trains in a precision of its own (``Profile.precision``: Megatron-LM's bf16) sets
+        it when the run names none; a precision given stays as given."""
+        if isinstance(data, dict) and "precision" not in data:
+            p = PROFILES.get(data.get("framework", "pytorch"))  # type: ignore[call-overload]
+            if p is not None and p.precision is not None:
+                return {**data, "precision": p.precision}
+        return data
 
     @field_validator("optimizer")
     @classmethod
