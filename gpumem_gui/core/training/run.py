@@ -14,7 +14,7 @@ from gpumem_gui.core.errors import describe_validation_error, short
 from gpumem_gui.core.fields import ATTN_CHOICES, UI, CudaContextMiB
 from gpumem_gui.core.spec.model import Frozen
 from gpumem_gui.core.training.precision import MEGATRON_OPTIMIZERS
-from gpumem_gui.core.training.profiles import PROFILES
+from gpumem_gui.core.training.profile_table import PROFILES
 from gpumem_gui.core.training.run_adapters import LoraAlpha, LoraDropout, LoraRank, LoraTargets, QloraBase
 from gpumem_gui.core.training.run_options import (
     ActivationOffload,
@@ -319,8 +319,7 @@ class TrainingRun(Frozen):
     @model_validator(mode="before")
     @classmethod
     def _framework_precision(cls, data: Any) -> Any:
-        """A framework that trains in a precision of its own (``Profile.precision``: Megatron-LM's bf16) sets
-        it when the run names none; a precision given stays as given."""
+        """A framework's own precision (``Profile.precision``) when the run names none; one given stays."""
         if isinstance(data, dict) and "precision" not in data:
             p = PROFILES.get(data.get("framework", "pytorch"))  # type: ignore[call-overload]
             if p is not None and p.precision is not None:
