@@ -10,8 +10,10 @@ GPU with fla's Triton kernels (``chunk_gated_delta_rule``) keeps none of these f
 intermediates in PyTorch's allocator (the kernels work chunk by chunk in on-chip memory and return the bf16
 output and the fp32 final state), so its linear-attention layers peak lower than modelled here.
 
-Each chunk of the scan allocates the same temporaries; the replay runs the first two iterations (the second
-holds the first's ``v_new`` and ``inter_chunk_attn`` while it makes its own, which every later one repeats).
+Each chunk of the scan allocates the same temporaries; inference replays the first two iterations (the second
+holds the first's ``v_new`` and ``inter_chunk_attn`` while it makes its own, which every later one repeats);
+training, where each iteration also leaves its saved tensors behind, replays a few and stands for the middle
+ones with their bytes (:mod:`.scan`), to the byte.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpumem_gui.core.replay.memory import T, promote
+from gpumem_gui.core.replay.scan import run_scan
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM
@@ -150,12 +153,13 @@ def _chunk(m: CausalLM, x: T, n: object) -> T:
 def _scan(
     m: CausalLM, la: LinearAttentionSpec, per_chunk: tuple[T, ...], chunk_decay: T, core: T, last: T, n: int
 ) -> tuple[T, T, T]:
-    """The sequential loop over chunks (``n`` iterations replayed): v_new, inter_chunk_attn, the output slice,
-    the new recurrent state."""
+    """The sequential loop over chunks (``n`` iterations, replayed in a number of steps that does not grow
+    with ``n``: :func:`.scan.run_scan`): v_new, inter_chunk_attn, the output slice, the new state."""
     b, hv, c, dk, dv = m.cfg.batch, la.value_heads, la.chunk_size, la.key_head_dim, la.value_head_dim
     blk = b * hv * c * dv
-    v_new = inter = None
-    for it in range(n):
+
+    def step(it: int, carry: tuple[T, T | None, T | None]) -> tuple[T, T, T]:
+        last, v_new, inter = carry
         # x[:, :, i]: views of one chunk (their backward: a zero-filled full-size gradient each)
         new_values, k_cumdecay, query, key, intra = (
             _chunk(m, x, b * hv * c * d) for x, d in zip(per_chunk, (dv, dk, dk, dk, c), strict=True)
@@ -178,6 +182,9 @@ def _scan(
         last = new_op(m, last.n, "f32", decayed, upd)
         del decayed, upd
         m.s.grad_enabled = grad
+        return last, v_new, inter
+
+    last, v_new, inter = run_scan(m.s, n, step, (last, None, None), lambda carry: carry[0])
     assert v_new is not None and inter is not None
     return last, v_new, inter
 
