@@ -77,6 +77,13 @@ def test_inference_fit_caps_the_context_at_the_window(qwen) -> None:
     assert small.max_context is not None and small.max_context < window and small.context_window is None
 
 
+def test_new_tokens_filling_the_window_leave_no_context(qwen) -> None:
+    window = qwen.max_position_embeddings
+    run = make_run(seq=16, new_tokens=window)
+    rep = fit_report(qwen, run, GpuTarget(name="big", capacity_bytes=80 * GiB))
+    assert rep.max_context is None and rep.context_window is None
+
+
 def test_training_fit_caps_the_sequence_at_the_window(qwen) -> None:
     window = qwen.max_position_embeddings
     rep = fit_training(

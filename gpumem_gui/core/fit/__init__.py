@@ -184,8 +184,10 @@ def fit_report(
     # contexts up to the model's context window (prompt + new tokens: what its position embeddings or rope
     # were built for), and never a prompt the run model would reject (seq is 1 to its declared maximum)
     ctx_hi = min(spec.max_position_embeddings, run.new_tokens + field_max(InferenceRun, "seq"))
-    max_ctx = largest(
-        lambda t: t > run.new_tokens and pb.fits(run, seq=t - run.new_tokens), run.new_tokens + 1, ctx_hi
+    max_ctx = (
+        largest(lambda t: pb.fits(run, seq=t - run.new_tokens), run.new_tokens + 1, ctx_hi)
+        if ctx_hi > run.new_tokens  # the new tokens alone may fill the window: then no prompt fits
+        else None
     )
     max_concurrency = runtime(run.engine).max_concurrency(est)
     fewest = _fewest_gpus(pb, run)
