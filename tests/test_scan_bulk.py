@@ -65,6 +65,11 @@ def _points(chunk: int) -> list[dict]:
         {"seq": mid, "grad_accum": 2},
         {"seq": mid, "method": "lora", "lora_rank": 4},
         {"seq": mid, "grad_ckpt": True},
+        {"seq": chunk * 9 - 3, "batch": 2, "grad_ckpt": True},
+        {"seq": chunk * 21, "grad_ckpt": True, "method": "lora", "lora_rank": 4},
+        {"seq": mid, "grad_ckpt": True, "ckpt_every": 2, "framework": "torchtitan"},
+        {"seq": mid, "grad_ckpt": True, "ckpt_policy": "selective-op", "framework": "torchtitan"},
+        {"seq": mid, "grad_ckpt": True, "zero": 3, "dp": 2},
         {"seq": mid, "zero": 3, "dp": 2},
         {"seq": mid, "fsdp": "full_shard", "dp": 2, "precision": "mp-bf16"},
         {"seq": mid, "framework": "torchtune", "activation_offload": True, "grad_ckpt": True},
@@ -115,9 +120,10 @@ def test_replayed_chunks_do_not_grow_with_the_sequence(monkeypatch: pytest.Monke
 
     monkeypatch.setattr("gpumem_gui.core.replay.delta_rule.run_scan", counted)
     for seq in (64 * 40, 64 * 4000):
-        steps.clear()
-        simulate_rank(spec, make_training_run(seq=seq))
-        assert steps and max(steps) <= scan.MAX_HEAD + 1 + scan.TAIL, (seq, steps)
+        for ckpt in (False, True):  # checkpointed: the first forward and the recomputation
+            steps.clear()
+            simulate_rank(spec, make_training_run(seq=seq, grad_ckpt=ckpt))
+            assert steps and max(steps) <= scan.MAX_HEAD + 1 + scan.TAIL, (seq, ckpt, steps)
 
 
 def test_a_wrong_stand_in_would_be_seen(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -135,3 +141,18 @@ def test_a_wrong_stand_in_would_be_seen(monkeypatch: pytest.MonkeyPatch) -> None
 
     monkeypatch.setattr("gpumem_gui.core.replay.delta_rule.run_scan", short)
     assert simulate_rank(spec, run)[0] != every
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        "Qwen__Qwen3-Next-80B-A3B-Instruct",
+        "MiniMaxAI__MiniMax-Text-01-hf",
+        "moonshotai__Kimi-Linear-48B-A3B-Instruct",
+    ],
+)
+def test_the_published_models_give_the_same_results(config: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = spec_from_config(_cfg(config), name=config)
+    for kw in ({"seq": 4096}, {"seq": 3000, "batch": 2, "zero": 3, "dp": 8, "grad_ckpt": True}):
+        every, stand_in = _both(spec, kw, monkeypatch)
+        assert stand_in == every, (config, kw)

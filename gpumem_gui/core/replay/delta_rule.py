@@ -158,18 +158,21 @@ def _scan(
     b, hv, c, dk, dv = m.cfg.batch, la.value_heads, la.chunk_size, la.key_head_dim, la.value_head_dim
     blk = b * hv * c * dv
 
-    def step(it: int, carry: tuple[T, T | None, T | None]) -> tuple[T, T, T]:
-        last, v_new, inter = carry
+    # the loop's variables, each replaced where the loop assigns it (the old value lives until then)
+    v: dict[str, T] = {"last": last}
+    del last
+
+    def step(it: int, v: dict[str, T]) -> dict[str, T]:
         # x[:, :, i]: views of one chunk (their backward: a zero-filled full-size gradient each)
         new_values, k_cumdecay, query, key, intra = (
             _chunk(m, x, b * hv * c * d) for x, d in zip(per_chunk, (dv, dk, dk, dk, c), strict=True)
         )
-        mm = m.o.bmm(k_cumdecay, last, blk)
-        v_new = new_op(m, blk, "f32", new_values, mm)
+        mm = m.o.bmm(k_cumdecay, v["last"], blk)
+        v["v_new"] = new_op(m, blk, "f32", new_values, mm)
         del mm
-        inter = m.o.bmm(query, last, blk)
-        mm = m.o.bmm(intra, v_new, blk)
-        out = new_op(m, blk, promote(inter.dt, mm.dt), inter, mm)
+        v["inter"] = m.o.bmm(query, v["last"], blk)
+        mm = m.o.bmm(intra, v["v_new"], blk)
+        out = new_op(m, blk, promote(v["inter"].dt, mm.dt), v["inter"], mm)
         del mm
         m.s.node("pass", (out, core), (core,))  # core_attn_out[:, :, i] = ...: CopySlices keeps the history
         del out
@@ -177,16 +180,16 @@ def _scan(
         # so they are replayed without one (a graph nobody reaches would hold a checkpoint's inputs)
         grad = m.s.grad_enabled
         m.s.grad_enabled = grad and not (it == n - 1 and m.cache is None)
+        last = v["last"]
         decayed = new_op(m, last.n, "f32", last, chunk_decay, saved=(last, chunk_decay))
-        upd = m.o.bmm(key, v_new, last.n)
-        last = new_op(m, last.n, "f32", decayed, upd)
-        del decayed, upd
+        upd = m.o.bmm(key, v["v_new"], last.n)
+        v["last"] = new_op(m, last.n, "f32", decayed, upd)
+        del decayed, upd, last
         m.s.grad_enabled = grad
-        return last, v_new, inter
+        return v
 
-    last, v_new, inter = run_scan(m.s, n, step, (last, None, None), lambda carry: carry[0])
-    assert v_new is not None and inter is not None
-    return last, v_new, inter
+    v = run_scan(m.s, n, step, v, lambda carry: carry["last"])
+    return v["last"], v["v_new"], v["inter"]
 
 
 def recurrent_rule(

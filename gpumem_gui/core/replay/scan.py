@@ -20,9 +20,14 @@ temporaries over a baseline lower by one iteration's bytes each time (the gradie
 from the first iteration processed on), so none of them was a peak. ``tests/test_scan_bulk.py`` compares both
 replays on many points, byte for byte.
 
-Not used (every iteration replayed) under activation checkpointing or activation offload (their hooks count
-or move each saved tensor), without autograd (inference replays two iterations anyway), when an iteration
-leaves bytes of more than one kind or a negative amount of a tag, or for a few chunks.
+Under activation checkpointing the first forward holds nothing the nodes save and the recomputation in the
+backward holds it all: both make the same nodes (``CKPT_HEAD`` iterations, then the ballast as one saved
+storage, empty in the first pass and filled in the recomputation), so the saved tensors reach the right nodes.
+
+Not used (every iteration replayed) under activation offload (its hooks move each saved tensor), with a
+selective checkpoint policy (it keeps some outputs of every op it sees), without autograd (the delta rules
+replay two iterations then; MiniMax's inference forward still walks every block), when an iteration leaves
+bytes of more than one kind or a negative amount of a tag, or for a few chunks.
 """
 
 from __future__ import annotations
@@ -40,16 +45,23 @@ TAIL = 3  # replayed last: the backward runs them first and sets up the gradient
 ENABLED = True  # tests/test_scan_bulk.py turns it off to compare with replaying every iteration
 
 
-def _bulk_allowed(s: Sim, n: int) -> bool:
+CKPT_HEAD = 4  # under checkpointing: replayed first, a fixed number (the first forward and the recomputation
+# must make the same nodes, while only the recomputation holds what they save); the last one is measured
+
+
+def _mode(s: Sim, n: int) -> str | None:
+    """How to stand for the middle iterations: ``plain`` (autograd, nothing checkpointed), ``ckpt`` (the
+    first forward of a checkpointed region: nothing saved is held), ``recompute`` (its recomputation in
+    the backward), or None: replay every iteration (activation offload, a selective checkpoint policy that
+    keeps some outputs, no autograd, a few chunks)."""
+    if not ENABLED or not s.grad_enabled or n <= CKPT_HEAD + TAIL + 1:
+        return None
+    if s.recomputing is not None:
+        return "recompute" if s.recomputing.policy is None and s.offload is None else None
+    if s.ckpt is not None:
+        return "ckpt" if s.ckpt.policy is None and s.offload is None else None
     off = s.offload
-    return (
-        ENABLED
-        and n > 2 + TAIL + 1
-        and s.grad_enabled
-        and s.ckpt is None
-        and s.recomputing is None
-        and (off is None or not off.active)
-    )
+    return "plain" if off is None or not off.active else None
 
 
 def _left_behind(s: Sim, before: tuple[dict[str, int], dict[str, int]]) -> tuple[str, dict[str, int]] | None:
@@ -78,10 +90,13 @@ def run_scan(
     the ballast hangs. ``step`` is told the real iteration number (its last one is special). ``collected``:
     a list each iteration appends its output to (kept until the caller concatenates them, not until the
     backward): the middle iterations' outputs join it as one tensor of their bytes."""
-    if not _bulk_allowed(s, n):
+    mode = _mode(s, n)
+    if mode is None:
         for it in range(n):
             carry = step(it, carry)
         return carry
+    if mode != "plain":
+        return _run_checkpointed(s, n, step, carry, state, collected, mode == "recompute")
     tr = s.tr
     it, prev, each = 0, None, None
     while it < n:  # replay until two iterations in a row leave the same bytes behind (a steady one)
@@ -96,8 +111,7 @@ def run_scan(
             each = None
             break
     middle = n - it - TAIL - 1  # iterations the ballast stands for
-    last = state(carry)
-    if each is None or middle < 1 or last.fn is None:
+    if each is None or middle < 1 or state(carry).fn is None:
         for k in range(it, n):
             carry = step(k, carry)
         return carry
@@ -111,11 +125,54 @@ def run_scan(
         by_tag = {**by_tag, out.st.tag: by_tag[out.st.tag] - out.st.nbytes}
         collected.append(T(Storage(tr, middle * out.st.nbytes, kind, out.st.tag), middle * out.n, out.dt))
     ballast = tuple(Storage(tr, middle * b, kind, tag) for tag, b in by_tag.items() if b)
+    last = state(carry)
     alias = T(last.st, last.n, last.dt)
     s.node("pass", (last,), (alias,), saved=ballast)  # freed when the backward reaches this node
-    del ballast
-    carry = step(it + middle, _replace_state(carry, last, alias))
+    carry = _replace_state(carry, last, alias)
+    del ballast, last, alias  # the state lives as long as the loop keeps it, no longer
+    carry = step(it + middle, carry)
     for k in range(it + middle + 1, n):
+        carry = step(k, carry)
+    return carry
+
+
+def _run_checkpointed(
+    s: Sim,
+    n: int,
+    step: Callable[[int, Any], Any],
+    carry: Any,
+    state: Callable[[Any], T],
+    collected: list[T] | None,
+    held: bool,
+) -> Any:
+    """:func:`run_scan` inside a checkpointed region: ``CKPT_HEAD`` iterations, then the ballast as ONE saved
+    storage on the state's node (the first forward counts it and drops it; the recomputation, ``held``,
+    fills it with the middle iterations' bytes, measured on the last head iteration), then the rest."""
+    tr = s.tr
+    for it in range(CKPT_HEAD - 1):
+        carry = step(it, carry)
+    before = (dict(tr.by_kind), dict(tr.by_tag))
+    carry = step(CKPT_HEAD - 1, carry)
+    middle = n - CKPT_HEAD - TAIL - 1
+    tags = {k: v - before[1].get(k, 0) for k, v in tr.by_tag.items() if v > before[1].get(k, 0)}
+    if collected is not None:  # each iteration's output, kept in the list in either pass
+        out = collected[-1]
+        assert out.st is not None
+        if out.st.tag in tags:
+            tags[out.st.tag] -= out.st.nbytes
+        collected.append(
+            T(Storage(tr, middle * out.st.nbytes, out.st.kind, out.st.tag), middle * out.n, out.dt)
+        )
+    tag = max(tags, key=lambda k: tags[k]) if tags else s.region
+    each = sum(b for b in tags.values() if b > 0) if held else 0
+    ballast = Storage(tr, middle * each, s.phase_kind, tag)
+    last = state(carry)
+    alias = T(last.st, last.n, last.dt)
+    s.node("pass", (last,), (alias,), saved=(ballast,))
+    carry = _replace_state(carry, last, alias)
+    del ballast, last, alias  # the state lives as long as the loop keeps it, no longer
+    carry = step(CKPT_HEAD + middle, carry)
+    for k in range(CKPT_HEAD + middle + 1, n):
         carry = step(k, carry)
     return carry
 
