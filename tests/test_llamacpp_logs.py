@@ -86,7 +86,7 @@ def test_command_spells_k_and_v_types_and_nkvo() -> None:
     spec = find_model("meta-llama/Llama-2-7b-hf").spec
     run = make_run(engine="llama.cpp", weights="gguf-Q4_K_M", cache_type_k="q8_0", kv_offload=False)
     cmd = runtime("llama.cpp").command("llama-2-7b", run, estimate_inference(spec, run))
-    assert "-ctk q8_0 -ctv bf16" in cmd  # -ctv: the KV cache field (auto = the compute dtype bf16)
+    assert "-ctk q8_0 -ctv f16" in cmd  # -ctv: the KV cache field (auto = llama.cpp's own f16)
     assert cmd.endswith("-nkvo")
 
 

@@ -123,8 +123,9 @@ class ImportGlue(QObject):
         w = self.window
         source = imp.model or (w.model.source if w.model is not None else None)
         if source is None:
+            why = "".join(f" ({w})" for w in imp.no_model)
             raise GpumemInputError(
-                f"the {imp.source} names no model: pick a model first, then import it again"
+                f"the {imp.source} names no model{why}: pick a model first, then import it again"
             )
         run = imp.run
         panel = w.model_panel

@@ -95,7 +95,16 @@ class FitReport(Frozen):
     verdicts: tuple[Verdict, ...]
     fits: bool
     max_batch: int | None
+    batch_limit: str | None = Field(
+        None,
+        description="why the engine runs no more sequences at once than max_batch (Ollama's num_parallel)",
+    )
     max_context: int | None
+    context_window: int | None = Field(
+        None,
+        description="the model's context window (max_position_embeddings) when it, not memory, bounds "
+        "max_context",
+    )
     max_concurrency: float | None
     fewest_gpus: int | None
     smallest_weights: str | None
@@ -167,6 +176,13 @@ def field_max(model: type, name: str) -> int:
     return int(f.hi) - (1 if f.hi_open else 0)
 
 
+def window_bound(spec: ModelSpec, longest: int | None) -> int | None:
+    """The model's context window when the longest context (or training sequence) that fits reaches it: the
+    window, not memory, is then the bound a report names."""
+    window = spec.max_position_embeddings
+    return window if longest is not None and longest >= window else None
+
+
 def fit_report(
     spec: ModelSpec,
     run: InferenceRun,
@@ -185,14 +201,18 @@ def fit_report(
     pb = _Problem(spec, target, margin, file_weights)
     est = estimate_inference(spec, run, target.memory, file_weights)
     vs = verdicts(est, target, margin)
-    max_batch = largest(lambda b: pb.fits(run, batch=b), 1, min(1 << 16, field_max(InferenceRun, "batch")))
-    # contexts up to 4x the model's trained length (or the run's own), and never a prompt the run model
-    # would reject (seq is 1 to its declared maximum)
-    ctx_hi = min(
-        max(run.tokens, spec.max_position_embeddings) * 4, run.new_tokens + field_max(InferenceRun, "seq")
-    )
-    max_ctx = largest(
-        lambda t: t > run.new_tokens and pb.fits(run, seq=t - run.new_tokens), run.new_tokens + 1, ctx_hi
+    batch_hi = min(1 << 16, field_max(InferenceRun, "batch"))
+    limit = runtime(run.engine).batch_limit(run)
+    if limit is not None:
+        batch_hi = min(batch_hi, limit[0])
+    max_batch = largest(lambda b: pb.fits(run, batch=b), 1, batch_hi)
+    # contexts up to the model's context window (prompt + new tokens: what its position embeddings or rope
+    # were built for), and never a prompt the run model would reject (seq is 1 to its declared maximum)
+    ctx_hi = min(spec.max_position_embeddings, run.new_tokens + field_max(InferenceRun, "seq"))
+    max_ctx = (
+        largest(lambda t: pb.fits(run, seq=t - run.new_tokens), run.new_tokens + 1, ctx_hi)
+        if ctx_hi > run.new_tokens  # the new tokens alone may fill the window: then no prompt fits
+        else None
     )
     max_concurrency = runtime(run.engine).max_concurrency(est)
     fewest = _fewest_gpus(pb, run)
@@ -206,7 +226,9 @@ def fit_report(
         verdicts=vs,
         fits=all(v.fits for v in vs),
         max_batch=max_batch,
+        batch_limit=limit[1] if limit is not None and max_batch == limit[0] else None,
         max_context=max_ctx,
+        context_window=window_bound(spec, max_ctx),
         max_concurrency=max_concurrency,
         fewest_gpus=fewest,
         smallest_weights=best_w,
@@ -347,9 +369,14 @@ def maxima_phrases(rep: FitReport) -> list[str]:
     train = rep.estimate.mode == "train"
     batch, ctx = ("micro-batch", "sequence") if train else ("batch", "context")
     out = [
-        f"max {batch} {rep.max_batch}" if rep.max_batch is not None else f"no {batch} size fits",
+        (
+            f"max {batch} {rep.max_batch}" + (f" ({rep.batch_limit})" if rep.batch_limit is not None else "")
+            if rep.max_batch is not None
+            else f"no {batch} size fits"
+        ),
         (
             f"{'longest sequence' if train else 'max context'} {rep.max_context:,} tokens"
+            + (" (the model's context window)" if rep.context_window is not None else "")
             if rep.max_context is not None
             else f"no {ctx} length fits"
         ),

@@ -17,17 +17,34 @@ its input, and builds the run, reporting a field the run rejects at the option t
 
 from __future__ import annotations
 
-import math
 import os
-import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from gpumem_gui.core.errors import GpumemInputError, clip, short
+from gpumem_gui.core.errors import GpumemInputError, clip
+from gpumem_gui.core.imports.values import bad, to_bool, to_choice, to_float, to_int
 from gpumem_gui.core.runtimes.run import InferenceRun, make_run
 from gpumem_gui.core.spec.model import Frozen, ModelSpec
 from gpumem_gui.core.training.run import TrainingRun, make_training_run
+
+__all__ = [
+    "TORCH_DTYPES",
+    "Arg",
+    "CommandParser",
+    "FileParser",
+    "ImportedRun",
+    "Reading",
+    "TextFileParser",
+    "bad",
+    "program",
+    "split_options",
+    "to_bool",
+    "to_choice",
+    "to_float",
+    "to_int",
+    "words",
+]
 
 
 class ImportedRun(Frozen):
@@ -54,6 +71,9 @@ class ImportedRun(Frozen):
     # quantized checkpoint keeps its format, --dtype casting only its unquantized tensors and the
     # activations. :meth:`with_model` decides once the model (its quantization_config) is known
     dtype_weights: tuple[str, str] | None = None
+    # why the input names no model gpumem can load (a DeepSpeed JSON names none; a torchtune component without
+    # a Hub id): said where a model must be given, never a warning once one is
+    no_model: tuple[str, ...] = ()
 
     @property
     def mode(self) -> str:
@@ -124,7 +144,6 @@ class FileParser(Protocol):
 # ------------------------------------------------------------------------------------------------ programs
 
 _PYTHONS = ("python", "python3", "py")
-_WHOLE = re.compile(r"[+-]?[0-9]+")  # a whole number as a command line writes it (ASCII digits)
 
 
 def program(argv: Sequence[str]) -> tuple[str, int]:
@@ -221,74 +240,6 @@ def split_options(
     return out
 
 
-# ------------------------------------------------------------------------------------------------ values
-
-
-def bad(where: str, message: str) -> GpumemInputError:
-    """One error line at ``where`` (``argument 5 '--max-model-len'`` or ``key 'optimizer.lr'``)."""
-    return GpumemInputError(f"{where}: {message}")
-
-
-def to_int(value: object, where: str, *, lo: int | None = None, hi: int | None = None) -> int:
-    """``value`` (a word, or a YAML/JSON number) as a whole number in [lo, hi], or an error at ``where``."""
-    if isinstance(value, bool):
-        raise bad(where, f"expected a whole number, got {short(value)}")
-    if isinstance(value, int):
-        n = value
-    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        n = int(value)
-    elif isinstance(value, str) and _WHOLE.fullmatch(value.strip()) and len(value) < 40:
-        n = int(value.strip())  # ASCII digits only: str.isdigit() also takes '²' or '٣', which int() refuses
-    else:
-        raise bad(where, f"expected a whole number, got {short(value)}")
-    if (lo is not None and n < lo) or (hi is not None and n > hi):
-        span = f"{lo if lo is not None else '-inf'} to {hi if hi is not None else 'inf'}"
-        raise bad(where, f"{n} is out of range ({span})")
-    return n
-
-
-def to_float(value: object, where: str, *, lo: float | None = None, hi: float | None = None) -> float:
-    """``value`` as a finite number in [lo, hi], or an error at ``where``."""
-    x: float | None = None
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        x = float(value)
-    elif isinstance(value, str) and len(value) < 60:
-        try:
-            x = float(value)
-        except ValueError:
-            x = None
-    if x is None or not math.isfinite(x):
-        raise bad(where, f"expected a number, got {short(value)}")
-    if (lo is not None and x < lo) or (hi is not None and x > hi):
-        raise bad(where, f"{x:g} is out of range ({lo} to {hi})")
-    return x
-
-
-_TRUE = ("1", "true", "yes", "on", "y", "t")
-_FALSE = ("0", "false", "no", "off", "n", "f", "none", "null")
-
-
-def to_bool(value: object, where: str) -> bool:
-    """``value`` as a boolean (true/false, yes/no, on/off, 1/0), or an error at ``where``."""
-    if isinstance(value, bool):
-        return value
-    if value is None:
-        return False
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
-        return value.strip().lower() in _TRUE
-    raise bad(where, f"expected true or false, got {short(value)}")
-
-
-def to_choice(value: object, where: str, choices: Mapping[str, Any]) -> Any:
-    """``value`` (case-insensitive) looked up in ``choices``, or an error listing them."""
-    key = str(value).strip().lower() if isinstance(value, str | int | float) else None
-    if key is None or key not in choices:
-        raise bad(where, f"{short(value)} is not one of {', '.join(sorted(choices))}")
-    return choices[key]
-
-
 # ------------------------------------------------------------------------------------------------ reading
 
 
@@ -309,6 +260,7 @@ class Reading:
         self.warnings: list[str] = []
         self.from_model: list[tuple[str, str, str, str]] = []
         self.dtype_weights: tuple[str, str] | None = None  # see ImportedRun.dtype_weights
+        self.no_model: list[str] = []
 
     def set(self, field: str, value: Any, where: str, written: str, shown: str | None = None) -> None:
         """Set run field ``field`` from the option at ``where`` (written as ``written``)."""
@@ -353,6 +305,11 @@ class Reading:
         """An option gpumem does not model: named, never dropped silently."""
         self.warnings.append(f"{clip(written)}: {why}")
 
+    def missing_model(self, written: str, why: str) -> None:
+        """Why the input names no model gpumem loads (:attr:`ImportedRun.no_model`): no warning, since the
+        model given beside it (the CLI's MODEL, the window's model) answers it."""
+        self.no_model.append(f"{clip(written)}: {why}")
+
     def error(self, where: str, message: str) -> GpumemInputError:
         return GpumemInputError(f"{where}: {message}", source=self.file)
 
@@ -384,6 +341,7 @@ class Reading:
             from_model=tuple(self.from_model),
             # a quantization option names the weights itself (vLLM --quantization, SGLang's likewise)
             dtype_weights=None if "weights" in self.fields else self.dtype_weights,
+            no_model=tuple(self.no_model),
         )
 
 

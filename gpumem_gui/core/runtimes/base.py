@@ -124,6 +124,17 @@ class Runtime(ABC):
     def max_concurrency(self, est: Estimate) -> float | None:
         return None
 
+    def kv_cache_dtype(self, spec: ModelSpec, run: InferenceRun) -> str:
+        """The KV cache's element type(s) this engine really uses for ``run``, as a report states them (by
+        default the run's own: ``auto`` is the compute dtype)."""
+        return run.kv_dtype_resolved
+
+    def batch_limit(self, run: InferenceRun) -> tuple[int, str] | None:
+        """The most sequences this engine runs at once under ``run``'s own settings, and why (None: the run's
+        batch itself is that number); a fit's largest batch stops there, since more sequences wait in a queue
+        and take no memory."""
+        return None
+
     def fit_levers(self, spec: ModelSpec, run: InferenceRun, fits: Callable[..., bool]) -> list[Lever]:
         """Changes only this engine has (llama.cpp: layers left on the CPU); ``fits(**update)``."""
         return []

@@ -66,10 +66,22 @@ def _offload(spec: ModelSpec, run: InferenceRun, wb: WeightBytes) -> tuple[int, 
     return offloaded, model_gpu, wb.total_bytes - model_gpu + copy
 
 
+# llama.cpp's own KV cache type when -ctk/-ctv are not given, whatever the model's dtype (common/common.h
+# common_params cache_type_k / cache_type_v = GGML_TYPE_F16; llama_context_default_params type_k / type_v)
+LLAMA_DEFAULT_KV = "fp16"
+
+
 def kv_types(run: InferenceRun) -> tuple[str, str]:
-    """(K type, V type): ``-ctk``/``-ctv`` when given, else the run's KV cache type for both."""
-    kv = run.kv_dtype_resolved
+    """(K type, V type): ``-ctk``/``-ctv`` when given, else the run's KV cache type for both (``auto``:
+    llama.cpp's default, f16)."""
+    kv = LLAMA_DEFAULT_KV if run.kv_dtype == "auto" else run.kv_dtype
     return run.cache_type_k or kv, run.cache_type_v or kv
+
+
+def kv_label(k_type: str, v_type: str) -> str:
+    """The K and V cache types in llama.cpp's spelling: ``f16``, or ``K q8_0, V f16`` when they differ."""
+    k, v = (_KV_FLAGS.get(t, t) for t in (k_type, v_type))
+    return k if k == v else f"K {k}, V {v}"
 
 
 def kv_row_widths(spec: ModelSpec, run: InferenceRun) -> tuple[int, int]:
@@ -289,6 +301,10 @@ class LlamaCpp(Runtime):
         if best is None or best >= n:
             return []
         return [(6, "offload", f"offload {n - best} layers to the CPU (-ngl {best})", {"n_gpu_layers": best})]
+
+    def kv_cache_dtype(self, spec: ModelSpec, run: InferenceRun) -> str:
+        """-ctk / -ctv as given, else llama.cpp's f16 (not the compute dtype)."""
+        return kv_label(*kv_types(run))
 
     def command(self, model: str, run: InferenceRun, est: Estimate) -> str:
         k_type, v_type = (_KV_FLAGS.get(t, t) for t in kv_types(run))

@@ -12,6 +12,7 @@ from gpumem_gui.core.spec import gemma4
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, check_degrees
 from gpumem_gui.core.training.frameworks import framework
+from gpumem_gui.core.training.model_parallel import shard_run
 from gpumem_gui.core.training.precision import precision
 from gpumem_gui.core.training.profiles import check as check_profile
 from gpumem_gui.core.training.profiles import profile
@@ -168,7 +169,9 @@ def check_training(spec: ModelSpec, run: TrainingRun) -> tuple[str, ...]:
             "shard_grad_op, hybrid_shard); without FSDP use amp-bf16 or bf16",
             field="precision",
         )
-    warnings += framework(run).check(spec, run)
+    # a framework checks the run as its sharding sees it: FSDP and ZeRO over the dp x cp ranks
+    # (torchtitan's dp_shard_cp mesh), so FSDP 1 x CP 8 has eight ranks to shard over
+    warnings += framework(run).check(spec, shard_run(run))
     warnings += check_profile(run)  # the framework profile's offers and the tricks' limits
     warnings += unused_notes(run)  # fields this run does not use (training/unused.py)
     if run.cp > 1 and run.seq % run.cp:

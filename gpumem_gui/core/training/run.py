@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from gpumem_gui.core.errors import describe_validation_error
 from gpumem_gui.core.fields import ATTN_CHOICES, UI, CudaContextMiB
 from gpumem_gui.core.spec.model import Frozen
 from gpumem_gui.core.training.precision import MEGATRON_OPTIMIZERS
+from gpumem_gui.core.training.profile_table import PROFILES
 from gpumem_gui.core.training.run_adapters import (
     QLORA_BASES,
     LoraAlpha,
@@ -323,6 +324,16 @@ class TrainingRun(Frozen):
     sequence_parallel: SequenceParallel = False
     pp_schedule: PpSchedule = "1f1b"
     pp_virtual: PpVirtual = 1
+
+    @model_validator(mode="before")
+    @classmethod
+    def _framework_precision(cls, data: Any) -> Any:
+        """A framework's own precision (``Profile.precision``) when the run names none; one given stays."""
+        if isinstance(data, dict) and "precision" not in data:
+            p = PROFILES.get(data.get("framework", "pytorch"))  # type: ignore[call-overload]
+            if p is not None and p.precision is not None:
+                return {**data, "precision": p.precision}
+        return data
 
     @field_validator("optimizer")
     @classmethod
