@@ -134,8 +134,7 @@ def run_from_args(
     _encoder_defaults(m, model, given)
     if model is TrainingRun:
         return make_training_run(**given)
-    # the files' own bytes, else the format the config's quantization_config names (as published), else bf16
-    given.setdefault("weights", "file" if m.weights is not None else m.checkpoint_weights or "bf16")
+    given.setdefault("weights", m.default_weights)  # the files, else the checkpoint as published, else bf16
     return make_run(**given)
 
 

@@ -305,14 +305,15 @@ class MainWindow(QMainWindow):
         return self.model_panel.load_source(source)
 
     def _on_model_loaded(self, m: LoadedModel) -> None:
+        self.run_panel.note_chosen_weights(self.session.model)  # read before the form changes
         self.session.set_model(m)
         self.setWindowTitle(f"{m.name} - gpumem")
         self.run_panel.set_file_weights_available(m.weights is not None)
         pending = self.documents.take_pending()
         if pending is not None:
             self._apply_scenario_settings(pending)
-        else:  # the files, the format as published, or the format chosen before the last checkpoint's
-            self.run_panel.adopt_weights(m.weights is not None, m.checkpoint_weights)
+        else:  # the model's own published format, else the user's choice, else bf16
+            self.run_panel.adopt_weights(m)
         self.run_panel.fit_to_model(m.spec if pending is None else None)
         if m.spec is None:
             self.results.show_unknown_architecture()

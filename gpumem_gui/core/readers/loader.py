@@ -64,6 +64,18 @@ class LoadedModel(Frozen):
         published, the default when no weight files were read."""
         return checkpoint_format(self.config, f"{self.source} (config.json)")
 
+    @property
+    def published_weights(self) -> str | None:
+        """The format the model itself comes in: its weight files' exact bytes (``file``) when they were read,
+        else the format its ``quantization_config`` names (the checkpoint as published); None for a config of
+        a checkpoint published unquantized."""
+        return "file" if self.weights is not None else self.checkpoint_weights
+
+    @property
+    def default_weights(self) -> str:
+        """The weight format an estimate of this model assumes unless told otherwise: its own, else bf16."""
+        return self.published_weights or "bf16"
+
 
 _default_hub_client: Callable[[], HubClient] | None = None
 
