@@ -305,15 +305,13 @@ class MainWindow(QMainWindow):
         return self.model_panel.load_source(source)
 
     def _on_model_loaded(self, m: LoadedModel) -> None:
-        self.run_panel.note_chosen_weights(self.session.model)  # read before the form changes
-        self.session.set_model(m)
-        self.setWindowTitle(f"{m.name} - gpumem")
-        self.run_panel.set_file_weights_available(m.weights is not None)
         pending = self.documents.take_pending()
+        self.form_glue.open_model(m, pending)  # its weight format and task head, or the scenario's
+        self.setWindowTitle(f"{m.name} - gpumem")
         if pending is not None:
-            self._apply_scenario_settings(pending)
-        else:  # the model's own published format, else the user's choice, else bf16
-            self.run_panel.adopt_weights(m)
+            self.results.set_mode(pending.mode)
+            self.gpu_panel.set_basis(pending.gpu.basis)
+            self.session.target_user_set = True
         self.run_panel.fit_to_model(m.spec if pending is None else None)
         if m.spec is None:
             self.results.show_unknown_architecture()
@@ -336,12 +334,6 @@ class MainWindow(QMainWindow):
     def open_scenario(self, path: Path | str) -> bool:
         """Load a scenario file; a bad file or a model that cannot be loaded changes nothing."""
         return self.documents.open_scenario(path)
-
-    def _apply_scenario_settings(self, sc: Scenario) -> None:
-        self.run_panel.apply_scenario(sc)
-        self.results.set_mode(sc.mode)
-        self.gpu_panel.set_basis(sc.gpu.basis)
-        self.session.target_user_set = True
 
     def open_path(self, path: Path | str) -> bool:
         """Open a model file/folder, or a scenario JSON (recognised by its ``format``)."""

@@ -11,7 +11,17 @@ from __future__ import annotations
 from PySide6.QtCore import QSignalBlocker, Qt
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QScrollArea, QTabWidget, QVBoxLayout, QWidget
 
-from gpumem_gui.core import GpumemInputError, InferenceRun, LoadedModel, ModelSpec, TrainingRun, model_kinds
+from gpumem_gui.core import (
+    GpumemInputError,
+    InferenceRun,
+    LoadedModel,
+    ModelSpec,
+    TaskHead,
+    TrainingRun,
+    make_task_head,
+    model_kinds,
+)
+from gpumem_gui.ui.field_form import RunFieldsForm
 from gpumem_gui.ui.plan import AnyRun, Inputs, run_gpus
 from gpumem_gui.ui.run_form import FILE_WEIGHTS, PRESETS, RunForm
 from gpumem_gui.ui.scenario import ModelRef, Scenario
@@ -54,6 +64,8 @@ class RunPanel(QWidget):
         self.run_form = RunForm()
         self.train_form = TrainingForm()
         self.target_form = TargetForm()
+        self.task_form = RunFieldsForm(TaskHead, make_task_head)  # an encoder's head: shown for encoders
+        self.task_form.setVisible(False)
         self.presets = preset_combo(PRESETS)
         self.train_presets = preset_combo(TRAINING_PRESETS)
         self.mode_tabs = QTabWidget()
@@ -64,10 +76,12 @@ class RunPanel(QWidget):
             1, "Training memory: parameters, gradients, optimizer states, activations, per phase"
         )
         self._file_weights = False
+        self._encoder = False  # the model opened is an encoder: its task head form is shown
         self._chosen_weights: str | None = None  # what the user picked, for the next model it applies to
         v = QVBoxLayout(self)
         v.setContentsMargins(0, 0, 0, 0)
         v.addWidget(self.target_form)
+        v.addWidget(self.task_form)
         v.addWidget(self.mode_tabs, 1)
 
     # ---- reading -------------------------------------------------------------------------------------------
@@ -88,6 +102,11 @@ class RunPanel(QWidget):
         """The active form's run (None when invalid: the form shows why) and the target choice."""
         return Inputs(self.mode, self.active_form.checked_value(), self.target_form.value())
 
+    def task_head(self) -> TaskHead | None:
+        """The encoder task head the form names (every field given: the model's own head when opened), or
+        None when a field is bad (the form shows why); a model that is no encoder gets the empty head."""
+        return self.task_form.checked_value() if self._encoder else TaskHead()
+
     def scenario(self, source: str, last_run: AnyRun | None) -> Scenario | None:
         """The forms as a scenario for the model ``source``; a form with an error gives ``last_run`` when that
         is its kind (None when the active one has neither)."""
@@ -103,8 +122,9 @@ class RunPanel(QWidget):
             return None
         if training is None and self.mode == "train":
             return None
+        task = self.task_head() if self._encoder else None
         return Scenario(
-            model=ModelRef(source=source),
+            model=ModelRef(source=source, task=task),
             mode=self.mode,  # type: ignore[arg-type]
             run=run or InferenceRun(),
             training=training,
@@ -112,6 +132,12 @@ class RunPanel(QWidget):
         )
 
     # ---- writing -------------------------------------------------------------------------------------------
+
+    def show_task_head(self, spec: ModelSpec | None) -> None:
+        """Offer the task head form for an encoder only, filled with the head and labels its config names."""
+        self._encoder = spec is not None and spec.encoder is not None
+        self.task_form.setVisible(self._encoder)
+        self.task_form.set_value(TaskHead.of(spec) if spec is not None else TaskHead())
 
     def set_file_weights_available(self, available: bool) -> None:
         """The model was (not) opened from weight files: offer them as a weight format."""
@@ -204,6 +230,8 @@ class RunPanel(QWidget):
         """The scenario's runs, mode (without the tab-change signal) and GPU target; its weight format
         replaces any chosen before (the next model reads the choice from the form)."""
         self._chosen_weights = None
+        if sc.model.task is not None and self._encoder:
+            self.task_form.set_value(sc.model.task)
         self.run_form.set_value(sc.run)
         if sc.training is not None:
             self.train_form.set_value(sc.training)

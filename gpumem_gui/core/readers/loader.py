@@ -29,6 +29,7 @@ from gpumem_gui.core.readers.safetensors import (
     inventory_from_safetensors,
 )
 from gpumem_gui.core.readers.weights import WeightsInventory
+from gpumem_gui.core.spec.encoder import TaskHead, with_head
 from gpumem_gui.core.spec.model import Frozen, ModelSpec, Provenance
 from gpumem_gui.core.spec.params import ParamCounts, count_params
 
@@ -63,6 +64,16 @@ class LoadedModel(Frozen):
         :func:`~gpumem_gui.core.readers.checkpoint_quant.checkpoint_format`): the bytes of the checkpoint as
         published, the default when no weight files were read."""
         return checkpoint_format(self.config, f"{self.source} (config.json)")
+
+    def with_task(self, head: TaskHead) -> LoadedModel:
+        """This model with the task ``head`` instead of its config's (spec/encoder.py with_head), its
+        parameters counted again; unchanged when ``head`` names nothing. A decoder has no head to change
+        (GpumemInputError, field ``task``)."""
+        if self.spec is None or (head.task is None and head.num_labels is None):
+            return self
+        task = head.task or (self.spec.encoder.head if self.spec.encoder is not None else "")
+        spec = with_head(self.spec, task, head.num_labels)
+        return self.model_copy(update={"spec": spec, "params": count_params(spec)})
 
     @property
     def published_weights(self) -> str | None:
