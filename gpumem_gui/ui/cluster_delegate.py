@@ -5,7 +5,7 @@ A card has three text lines and a memory bar: the GPU and its utilisation/temper
 best placement uses it), the bar (used by others | this plan | free), the memory numbers, and the plan's
 verdict on it. A stale GPU is drawn in the disabled text colour with the age of its last sample; a lost GPU
 shows its error; a GPU of the best placement gets the highlight colour's stripe and tint; the GPU target's
-card (a card clicked) a frame twice as thick, in the text colour, and "target" in its title.
+card (a card clicked) a frame twice as thick, in the text colour.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class ClusterDelegate(QStyledItemDelegate):
     def _title(self, p: QPainter, option: QStyleOptionViewItem, r: QRect, node: Node, grey: bool) -> None:
         d = node.device
         assert d is not None
-        stats = ["target"] if node.target else []
+        stats = []
         if node.rank is not None:
             stats.append(f"rank {node.rank}")
         if d.utilization_percent is not None:
