@@ -1,6 +1,6 @@
-"""An encoder's task head in the window (issue 33 item 2): the form the CLI's ``--task`` / ``--num-labels`` are
-generated from too (core TaskHead), shown only for encoders, filled with the config's head, changing the
-estimate as the CLI does, and kept in scenario files and the copied command."""
+"""An encoder's task head in the window (issue 33 item 2): one declaration (core TaskHead) makes the CLI's
+``--task`` / ``--num-labels`` and the form, shown only for encoders, filled with the config's head, changing
+the estimate and the counts as the CLI does, and kept in scenario files and the copied command."""
 
 from __future__ import annotations
 
@@ -56,6 +56,7 @@ def test_the_task_head_form_shows_for_encoders_and_changes_the_estimate(main_win
     w.recompute_now()
     assert _params(w) == _cli_params("--task", "token_classification", "--num-labels", "9") == 108_898_569
     assert "--task token_classification --num-labels 9" in w.command_line()
+    assert w.model_panel.subtitle.text().startswith("catalog · 108.90 M parameters")  # counted again
 
     assert w.load_source("Qwen/Qwen3-8B")  # a decoder: the form goes, the estimate is Qwen's own
     assert form.isHidden() and _params(w) == count_params(load_model("Qwen/Qwen3-8B").spec).total

@@ -27,6 +27,7 @@ class FormGlue(QObject):
     Args:
         guard: runs a slot's body, turning an error into a message.
         notify: tells the user (title, text).
+        show_model: shows the model with a new task head (the model panel's counts).
     """
 
     def __init__(
@@ -37,6 +38,7 @@ class FormGlue(QObject):
         *,
         guard: Callable[[Callable[[], object]], None],
         notify: Callable[[str, str], None],
+        show_model: Callable[[LoadedModel], None] = lambda _m: None,
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
@@ -44,6 +46,7 @@ class FormGlue(QObject):
         self.results = results
         self.session = session
         self._notify = notify
+        self._show_model = show_model
         self.loaded: LoadedModel | None = None  # the model as opened, before the task head form's head
         panel.run_form.changed.connect(lambda: session.schedule(panel.run_form.typing))
         panel.train_form.changed.connect(lambda: session.schedule(panel.train_form.typing))
@@ -74,7 +77,9 @@ class FormGlue(QObject):
         head = self.panel.task_head()
         if self.loaded is None or head is None:
             return
-        self.session.set_model(self.loaded.with_task(head))
+        model = self.loaded.with_task(head)
+        self.session.set_model(model)
+        self._show_model(model)
         self.session.schedule(self.panel.task_form.typing)
 
     def _on_target_edited(self) -> None:

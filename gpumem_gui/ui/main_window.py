@@ -167,7 +167,13 @@ class MainWindow(QMainWindow):
             parent=self,
         )
         self.form_glue = FormGlue(
-            self.run_panel, self.results, s, guard=guard, notify=self.notify, parent=self
+            self.run_panel,
+            self.results,
+            s,
+            guard=guard,
+            notify=self.notify,
+            show_model=self.model_panel.show_head,
+            parent=self,
         )
         self.presenter = Presenter(
             s,
