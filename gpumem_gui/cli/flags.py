@@ -133,7 +133,7 @@ def run_from_args(
     _encoder_defaults(m, model, given)
     if model is TrainingRun:
         return make_training_run(**given)
-    given.setdefault("weights", m.default_weights)  # the files, else the checkpoint as published, else bf16
+    given.setdefault("weights", m.default_weights)
     return make_run(**given)
 
 

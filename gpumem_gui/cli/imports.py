@@ -86,7 +86,7 @@ def model_and_run(args: argparse.Namespace) -> tuple[LoadedModel, Any, dict[str,
             f"--mode {args.mode}, but the {imp.source} describes a {imp.mode} run", field="mode"
         )
     m = loaded_spec(name, args)
-    imp = imp.with_model(m.spec)
+    imp = imp.with_model(m.spec, m.checkpoint_quantization)
     base = {k: getattr(imp.run, k) for k in imp.run.model_fields_set}
     for field, value in run_fields_given(args).items():
         if field in base and base[field] != value:

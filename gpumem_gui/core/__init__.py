@@ -12,7 +12,8 @@ only, never from the subpackages (an import-linter contract). The subpackages, f
 * ``formats``: weight formats and KV-cache dtypes, in bytes;
 * ``replay``: the symbolic PyTorch runtime and the one transformers forward that inference and training
   replay;
-* ``runtimes``: one module per inference engine (transformers, vLLM, llama.cpp) behind one protocol;
+* ``runtimes``: one module per inference engine (transformers, vLLM, SGLang, llama.cpp, Ollama) behind one
+  protocol;
 * ``training``: the training run, its framework/sharding profiles and the training estimate;
 * ``fit``: verdicts against GPUs, the solvers, sweeps and the JSON documents.
 

@@ -131,10 +131,11 @@ class ImportGlue(QObject):
         if panel.is_local_or_catalog(source):
             loaded = panel.try_load(source)
             if loaded.spec is not None:
-                imp = imp.with_model(loaded.spec)
+                imp = imp.with_model(loaded.spec, loaded.checkpoint_quantization)
                 run = imp.run
-            if isinstance(run, InferenceRun) and "weights" not in run.model_fields_set and loaded.weights:
-                run = make_run(**_set_fields(run), weights="file")  # as the CLI: the files' own bytes
+            if isinstance(run, InferenceRun) and "weights" not in run.model_fields_set:
+                # as the CLI: the files' own bytes, else the checkpoint's format as published
+                run = make_run(**_set_fields(run), weights=loaded.default_weights)
         current = w.current_scenario()
         gpu = current.gpu if current is not None else Scenario.model_fields["gpu"].default
         gpus = run.world if isinstance(run, TrainingRun) else run.gpus

@@ -177,15 +177,30 @@ def _sglang_rows() -> list[LogRow]:
 # ---- llama.cpp -------------------------------------------------------------------------------------------
 
 
+_LLAMACPP_BUFFERS = {  # a buffer line's kind -> our component (or fact)
+    "model_buffer": "weights",
+    "host_buffer": "cpu_bytes",
+    "kv_buffer": "kv_cache",
+    "compute_buffer": "compute_buffer",
+}
+
+
 def _llamacpp_rows() -> list[LogRow]:
-    """The per-layer K and V row widths of ``llama_kv_cache_init`` (the KV buffer lines are section (b)'s)."""
+    """The per-layer K and V row widths of ``llama_kv_cache_init`` (elements), and KV / compute buffer lines
+    (MiB) of logs not in section (b) (the buffer lines of validation/data/published_inference.json)."""
     rows = []
     for p in _doc("llamacpp")["points"]:
-        k, v = kv_row_widths(spec_for(p["model"]), make_run(**p["run"]))
-        ours = {"kv_width_k": k, "kv_width_v": v}
+        spec, run = spec_for(p["model"]), make_run(**p["run"])
+        k, v = kv_row_widths(spec, run)
+        ours: dict[str, float] = {"kv_width_k": k, "kv_width_v": v}
+        if any(m["kind"] in _LLAMACPP_BUFFERS for m in p["metrics"]):
+            est = estimate_inference(spec, run)
+            comp = {c.key: c.bytes for c in est.components} | {"cpu_bytes": est.facts["cpu_bytes"]}
+            ours |= {kind: comp[key] / MiB for kind, key in _LLAMACPP_BUFFERS.items()}  # type: ignore[operator]
         for m in p["metrics"]:
             gpu = p.get("gpu", "not stated")
-            rows.append(_row("llama.cpp", p, gpu, m["kind"], m["value"], ours[m["kind"]], "elements"))
+            unit = m.get("unit", "elements")
+            rows.append(_row("llama.cpp", p, gpu, m["kind"], m["value"], ours[m["kind"]], unit))
     return rows
 
 

@@ -46,6 +46,14 @@ class ImportedRun(Frozen):
     # run fields the runtime takes from the model when the input leaves them out: (field, the ModelSpec
     # attribute, divided by this run field or "", why); :meth:`with_model` fills them once the model is loaded
     from_model: tuple[tuple[str, str, str, str], ...] = ()
+    # a PyTorch server's --dtype (vLLM, SGLang) with no quantization option: (the dtype, the option as
+    # written). vllm/config/model.py ModelConfig.quantization: "If None, we first check the
+    # quantization_config attribute in the model config file. If that is None, we assume the model weights
+    # are not quantized and use dtype to determine the data type of the weights" (_verify_quantization reads
+    # it; SGLang's python/sglang/srt/configs/model_config.py _verify_quantization is adapted from it): a
+    # quantized checkpoint keeps its format, --dtype casting only its unquantized tensors and the
+    # activations. :meth:`with_model` decides once the model (its quantization_config) is known
+    dtype_weights: tuple[str, str] | None = None
 
     @property
     def mode(self) -> str:
@@ -59,13 +67,25 @@ class ImportedRun(Frozen):
         out += [f"warning: {w}" for w in self.warnings]
         return out
 
-    def with_model(self, spec: ModelSpec) -> ImportedRun:
+    def with_model(self, spec: ModelSpec, quantized: str | None = None) -> ImportedRun:
         """The run with every :attr:`from_model` field filled from ``spec`` (vLLM's max_model_len and
-        llama.cpp's context default to the model's own context length), each printed back."""
-        if not self.from_model:
+        llama.cpp's context default to the model's own context length), and the weights a ``--dtype`` gives
+        (:attr:`dtype_weights`): that dtype for an unquantized checkpoint, the checkpoint's own format for
+        one ``quantized`` as named (:attr:`LoadedModel.checkpoint_quantization`); each printed back."""
+        if not self.from_model and self.dtype_weights is None:
             return self
         update: dict[str, Any] = {}
         read_as = list(self.read_as)
+        if self.dtype_weights is not None:
+            dt, written = self.dtype_weights
+            if quantized is None:
+                update["weights"] = dt
+                read_as.append((written, f"weights = {dt} (an unquantized checkpoint is cast to --dtype)"))
+            else:
+                read_as.append(
+                    (written, f"weights stay in the checkpoint's quantized format ({quantized}); {dt} is the "
+                     "dtype of the activations and of the tensors it leaves unquantized")
+                )  # fmt: skip
         for field, attr, per, why in self.from_model:
             total = int(getattr(spec, attr))
             div = int(update.get(per, getattr(self.run, per))) if per else 1
@@ -75,7 +95,8 @@ class ImportedRun(Frozen):
             read_as.append((why, shown))
         fields = {**{k: getattr(self.run, k) for k in self.run.model_fields_set}, **update}
         run = make_training_run(**fields) if isinstance(self.run, TrainingRun) else make_run(**fields)
-        return self.model_copy(update={"run": run, "read_as": tuple(read_as), "from_model": ()})
+        changes = {"run": run, "read_as": tuple(read_as), "from_model": (), "dtype_weights": None}
+        return self.model_copy(update=changes)
 
 
 @runtime_checkable
@@ -287,6 +308,7 @@ class Reading:
         self.read_as: list[tuple[str, str]] = []
         self.warnings: list[str] = []
         self.from_model: list[tuple[str, str, str, str]] = []
+        self.dtype_weights: tuple[str, str] | None = None  # see ImportedRun.dtype_weights
 
     def set(self, field: str, value: Any, where: str, written: str, shown: str | None = None) -> None:
         """Set run field ``field`` from the option at ``where`` (written as ``written``)."""
@@ -311,7 +333,8 @@ class Reading:
 
     def torch_dtype(self, engine: str, value: Any, where: str, written: str) -> None:
         """A PyTorch server's ``--dtype`` (vLLM, SGLang: auto, half/float16, bfloat16, float/float32): the
-        compute dtype, and the weights' too unless a quantization option sets them."""
+        compute dtype, and that of the weights of an unquantized checkpoint (decided by
+        :meth:`ImportedRun.with_model`, unless a quantization option sets the weights)."""
         text = str(value).lower()
         if text == "auto":
             self.note(written, "the checkpoint's dtype (gpumem: bf16)")
@@ -324,9 +347,7 @@ class Reading:
                 f"(auto, {', '.join(TORCH_DTYPES)})",
             )
         self.set("compute_dtype", dt, where, written)
-        if "weights" not in self.fields:
-            self.fields["weights"] = dt
-            self.origin["weights"] = where
+        self.dtype_weights = (dt, clip(written))
 
     def warn(self, written: str, why: str = "not modelled by gpumem; ignored") -> None:
         """An option gpumem does not model: named, never dropped silently."""
@@ -361,6 +382,8 @@ class Reading:
             read_as=tuple(self.read_as),
             warnings=tuple(dict.fromkeys(self.warnings)),
             from_model=tuple(self.from_model),
+            # a quantization option names the weights itself (vLLM --quantization, SGLang's likewise)
+            dtype_weights=None if "weights" in self.fields else self.dtype_weights,
         )
 
 
