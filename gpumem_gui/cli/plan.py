@@ -137,9 +137,10 @@ def _fit_json(rep: Any, approximate: str | None) -> dict[str, Any]:
 
 def _print_fit(rep: Any) -> None:
     t = rep.target
-    print(
-        f"fit on {t.count} x {t.name} ({gib(t.capacity_bytes)} GiB each, margin {gib(rep.margin_bytes)} GiB):"
-    )
+    each = f"{gib(t.cuda_capacity)} GiB each as CUDA reports it"
+    if t.cuda_capacity != t.capacity_bytes:
+        each += f", {gib(t.capacity_bytes)} GiB in nvidia-smi"
+    print(f"fit on {t.count} x {t.name} ({each}; margin {gib(rep.margin_bytes)} GiB):")
     for v in rep.verdicts:
         state = (
             f"fits with {gib(v.headroom_bytes)} GiB headroom"

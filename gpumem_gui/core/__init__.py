@@ -67,7 +67,7 @@ from gpumem_gui.core.fit.sweep import (
     evenly_spaced,
     sweep,
 )
-from gpumem_gui.core.fit.targets import MAX_GPUS, gpu_target_from_text, parse_capacity
+from gpumem_gui.core.fit.targets import MAX_GPUS, catalog_target, gpu_target_from_text, parse_capacity
 from gpumem_gui.core.fit.tracked import CATEGORIES, traced_categories, tracked_breakdown
 from gpumem_gui.core.fit.training import fit_training
 from gpumem_gui.core.formats import (
@@ -80,6 +80,7 @@ from gpumem_gui.core.formats import (
     list_weight_formats,
     weight_bytes,
 )
+from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.imports import (
     ImportedRun,
     command_parsers,
@@ -92,6 +93,7 @@ from gpumem_gui.core.monotone import gallop, largest
 from gpumem_gui.core.readers.catalog import (
     CatalogModel,
     GpuInfo,
+    driver_gpu_memory,
     find_gpu,
     find_model,
     load_gpu_catalog,
@@ -161,6 +163,7 @@ __all__ = [
     "FitReport",
     "GiB",
     "GpuInfo",
+    "GpuMemory",
     "GpuShare",
     "GpuTarget",
     "GpumemError",
@@ -192,6 +195,7 @@ __all__ = [
     "WeightBytes",
     "WeightFormat",
     "WeightsInventory",
+    "catalog_target",
     "check_sweep_size",
     "cluster_document",
     "cluster_fit",
@@ -204,6 +208,7 @@ __all__ = [
     "cross_cache_bytes_per_source_token",
     "describe_linear_attention",
     "describe_validation_error",
+    "driver_gpu_memory",
     "engine_kv_dtypes",
     "estimate_any",
     "estimate_document",

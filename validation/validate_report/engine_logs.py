@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.readers.catalog import find_gpu, load_gpu_catalog
 from gpumem_gui.core.results.estimate import Estimate
 from gpumem_gui.core.runtimes.inference import estimate_inference, make_run
@@ -93,12 +94,13 @@ def file_of(engine: str) -> str:
 # ---- vLLM ------------------------------------------------------------------------------------------------
 
 
-def _vllm_capacity(value: object) -> int | None:
-    """The log's total GPU memory: a GPU catalog id, or the GiB vLLM printed."""
+def _vllm_capacity(value: object) -> GpuMemory | int | None:
+    """The log's total GPU memory: a GPU catalog id (its nvidia-smi and CUDA totals), or the GiB vLLM printed
+    (CUDA's total, the one vLLM reads)."""
     if value is None:
         return None
     if isinstance(value, str):
-        return find_gpu(value).memory_bytes
+        return find_gpu(value).gpu_memory
     return round(float(value) * GiB)  # type: ignore[arg-type]
 
 
@@ -143,9 +145,10 @@ def _vllm_rows() -> list[LogRow]:
 SGLANG_UNITS = {"max_total_num_tokens": "tokens", "max_running_requests": "requests"}  # the others: *_gib
 
 
-def sglang_gpu_bytes(gpu: str) -> int:
-    """The memory of a GPU catalog id, as SGLang's point names it."""
-    return next(g.memory_bytes for g in load_gpu_catalog() if g.id == gpu)
+def sglang_gpu_bytes(gpu: str) -> GpuMemory:
+    """The memory of a GPU catalog id, as SGLang's point names it: nvidia-smi's total (SGLang's defaults) and
+    CUDA's (its pool)."""
+    return next(g.gpu_memory for g in load_gpu_catalog() if g.id == gpu)
 
 
 def sglang_ours(point: dict[str, Any]) -> dict[str, float]:

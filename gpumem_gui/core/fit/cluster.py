@@ -18,6 +18,7 @@ from pydantic import Field
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.fit import DEFAULT_MARGIN_BYTES
 from gpumem_gui.core.fit.sweep import Run, estimate_any
+from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.runtimes.inference import InferenceRun, runtime
 from gpumem_gui.core.spec.model import Frozen, ModelSpec
@@ -35,9 +36,20 @@ class ClusterGpu(Frozen):
         description="the physical GPU's index on its host (the parent's for a MIG instance)"
     )
     name: str = Field(description="e.g. 'NVIDIA H100 80GB HBM3'")
-    total_bytes: Annotated[int, Field(gt=0)]
+    total_bytes: Annotated[int, Field(gt=0)] = Field(description="the framebuffer total (DCGM, nvidia-smi)")
+    cuda_bytes: Annotated[int, Field(gt=0)] | None = Field(
+        None, description="the total CUDA reports (the framebuffer less FB_RESERVED); None: total_bytes"
+    )
     free_bytes: NonNeg
     mig_instance: bool = False
+
+    @property
+    def memory(self) -> GpuMemory:
+        """Its two totals (the engines size from them; the plan is estimated once per distinct pair)."""
+        return GpuMemory(
+            driver_bytes=self.total_bytes,
+            cuda_bytes=min(self.cuda_bytes or self.total_bytes, self.total_bytes),
+        )
 
 
 class PlacedRank(Frozen):
@@ -95,7 +107,7 @@ class _Plan:
     unit: int
     margin: int
     engine: str
-    need: dict[int, tuple[int, ...] | None]
+    need: dict[GpuMemory, tuple[int, ...] | None]
     cls: tuple[int, ...]
     order: tuple[tuple[int, ...], ...]
     full: tuple[int, ...]  # units per class in the whole plan
@@ -115,7 +127,7 @@ class _Plan:
         # P2P (either PCIe or NVLink) is supported"). So a MIG instance takes one-rank plans only.
         if g.mig_instance and self.ranks > 1:
             return None
-        needs = self.need.get(g.total_bytes)
+        needs = self.need.get(g.memory)
         if needs is None:
             return None
         head = g.free_bytes - self.margin - needs[pos]
@@ -123,12 +135,17 @@ class _Plan:
 
     def biggest(self, g: ClusterGpu) -> int | None:
         """Headroom of the plan's biggest rank on ``g`` (None: no room)."""
-        needs = self.need.get(g.total_bytes)
+        needs = self.need.get(g.memory)
         return None if needs is None else self.headroom(g, needs.index(max(needs)))
 
 
 def _plan(
-    spec: ModelSpec, run: Run, totals: Sequence[int], margin: int, fw: WeightsInventory | None, across: bool
+    spec: ModelSpec,
+    run: Run,
+    totals: Sequence[GpuMemory],
+    margin: int,
+    fw: WeightsInventory | None,
+    across: bool,
 ) -> _Plan:
     """Estimate ``run`` once per distinct GPU total (only vLLM sizes its pool from it) and read the plan."""
     inference = isinstance(run, InferenceRun)
@@ -139,7 +156,7 @@ def _plan(
         for t in dict.fromkeys(totals)
     }
     rt = runtime(est.engine) if est.mode == "inference" else None
-    need: dict[int, tuple[int, ...] | None] = {}
+    need: dict[GpuMemory, tuple[int, ...] | None] = {}
     for t, e in ests.items():
         ok = rt is None or rt.admits(e)
         need[t] = tuple(rt.needed_bytes(e, s) if rt else s.total_bytes for s in e.per_gpu) if ok else None
@@ -254,7 +271,7 @@ def _placement(hs: _Hosts, chosen: list[tuple[str, _Take]]) -> Placement:
             u = next(units[c])
             for i, rep in pairs:
                 g, pos = hs.gpus[host][i], u % plan.kinds * plan.unit + rep % plan.unit
-                need = plan.need[g.total_bytes][pos]  # type: ignore[index]
+                need = plan.need[g.memory][pos]  # type: ignore[index]
                 kw = {"host": host, "index": g.index, "key": g.key, "free_bytes": g.free_bytes}
                 rank, head = u // plan.kinds * plan.per + pos, g.free_bytes - plan.margin - need
                 out.append(PlacedRank(rank=rank, needed_bytes=need, headroom_bytes=head, **kw))
@@ -309,7 +326,7 @@ def cluster_fit(
     twice = next((k for k, n in Counter(g.key for g in gpus).items() if n > 1), None)
     if twice is not None:
         raise GpumemInputError(f"GPU key {twice!r} appears twice", field="gpus")
-    plan = _plan(spec, run, [g.total_bytes for g in gpus], margin, file_weights, tp_across_hosts)
+    plan = _plan(spec, run, [g.memory for g in gpus], margin, file_weights, tp_across_hosts)
     by_host: dict[str, list[ClusterGpu]] = {}
     for g in gpus:
         by_host.setdefault(g.host, []).append(g)
@@ -350,13 +367,13 @@ def _reason(hs: _Hosts, gpus: list[ClusterGpu]) -> str:
     whole = [g for g in gpus if not (g.mig_instance and plan.ranks > 1)]
     if not whole:
         return f"the plan needs {plan.ranks} GPUs, and a MIG instance takes only one-rank plans"
-    admitted = [g for g in whole if plan.need.get(g.total_bytes) is not None]
+    admitted = [g for g in whole if plan.need.get(g.memory) is not None]
     if not admitted:
         return f"{runtime(plan.engine).label} would not start the run on these GPUs (KV pool too small)"
     room = [g for g in admitted if any(plan.headroom(g, p) is not None for p in range(plan.per))]
     if not room:
         g = max(admitted, key=lambda g: g.free_bytes)
-        want = plan.margin + min(plan.need[g.total_bytes] or (0,))
+        want = plan.margin + min(plan.need[g.memory] or (0,))
         return (
             f"no GPU has {fmt_bytes(want)} free for one rank "
             f"(the freest: {g.host} GPU {_index(g.index, g.key)} with {fmt_bytes(g.free_bytes)})"

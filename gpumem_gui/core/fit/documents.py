@@ -90,6 +90,7 @@ def fit_document(rep: FitReport, approximate: str | None = None) -> dict[str, An
         "gpu": rep.target.name,
         "gpu_count": rep.target.count,
         "capacity_bytes": rep.target.capacity_bytes,
+        "cuda_capacity_bytes": rep.target.cuda_capacity,
         "margin_bytes": rep.margin_bytes,
         "fits": rep.fits,
         "verdicts": [v.model_dump(mode="json") for v in rep.verdicts],

@@ -22,6 +22,7 @@ from gpumem_gui.core.spec.parallel import Degrees, stage_layers
 from gpumem_gui.core.spec.params import COMPONENTS, count_params
 
 if TYPE_CHECKING:
+    from gpumem_gui.core.gpu_memory import GpuMemory
     from gpumem_gui.core.runtimes.run import InferenceRun
 
 # one candidate change a runtime offers a fit: (rank, kind, description, the run fields it sets)
@@ -36,7 +37,10 @@ class Runtime(ABC):
     label: str = ""
     gguf: bool = False  # loads GGUF files (llama.cpp) rather than safetensors formats
     fallback_format: str = "nf4"  # the common 4-bit format a fit names when no format fits
-    sizes_from_capacity: bool = False  # the estimate depends on the GPU's memory (vLLM's KV pool)
+    # the estimate depends on the GPU's memory (vLLM's KV pool); which of its two totals (GpuMemory) the
+    # engine reads is each engine's estimate's own: vLLM, SGLang's pool and Ollama's placement read CUDA's,
+    # SGLang's GPU-size defaults nvidia-smi's; a fit verdict compares with CUDA's (fit.GpuTarget.available)
+    sizes_from_capacity: bool = False
     even_stages: bool = True  # pp stages take equal layer counts (Ollama splits them by free memory)
     # What this engine's profile models, by kind (spec/kinds.py): the model kinds it serves, the recurrent
     # mixers whose per-sequence state it sizes, whether it holds cross-attention layers' vision cache and
@@ -104,10 +108,10 @@ class Runtime(ABC):
         spec: ModelSpec,
         run: InferenceRun,
         warnings: tuple[str, ...],
-        capacity: int | None,
+        gpu: GpuMemory | None,
         wb: WeightBytes,
     ) -> Estimate:
-        """The estimate of ``spec`` under ``run``; ``capacity`` is one GPU's bytes (None: unknown)."""
+        """The estimate of ``spec`` under ``run`` on one GPU of ``gpu``'s memory (None: unknown)."""
 
     def needed_bytes(self, est: Estimate, share: GpuShare) -> int:
         """What one GPU must have for the run (vLLM: its whole budget)."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.formats import WeightBytes
+from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.results.estimate import Estimate
 from gpumem_gui.core.runtimes.base import Lever, Runtime
@@ -197,9 +198,13 @@ class Ollama(Runtime):
         spec: ModelSpec,
         run: InferenceRun,
         warnings: tuple[str, ...],
-        capacity: int | None,
+        gpu: GpuMemory | None,
         wb: WeightBytes,
     ) -> Estimate:
+        # Ollama places layers in the free memory its discovery reports: NVML's free
+        # (ml/backend/ggml/ggml/src/mem_nvml.cpp ggml_nvml_get_device_memory: nvmlDeviceGetMemoryInfo's free
+        # leaves out the driver's reserve) or cudaMemGetInfo's: on an idle GPU, CUDA's total
+        capacity = gpu.cuda_bytes if gpu else None
         s, pred, plc = ollama_plan(spec, run, wb, capacity)
         n = spec.num_layers + 1  # Ollama counts the output layer
         notes = list(warnings)
@@ -242,7 +247,7 @@ class Ollama(Runtime):
         )
         if has_state(spec):
             notes.append(recurrent_note(spec, pred, s.parallel))
-        est = OLLAMA_RUNNER.estimate(spec, lrun, tuple(notes), capacity, wb)
+        est = OLLAMA_RUNNER.estimate(spec, lrun, tuple(notes), gpu, wb)
         facts = {
             **est.facts,
             "offloaded": f"{layers}/{n}",

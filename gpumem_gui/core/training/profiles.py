@@ -16,14 +16,9 @@ from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.training.run import TrainingRun
 
 ALL_LOSSES = ("standard", "chunked", "fused-linear")
-TRICKS = (
-    "optimizer_in_backward",
-    "activation_offload",
-    "ckpt_every",
-    "ckpt_policy",
-    "float8",
-    "compile",
-)
+# the replay's losses (replay/loss.py LOSSES) that split the tokens into loss_chunks pieces
+CHUNKED_LOSSES = ("chunked", "chunked-linear", "chunked-trainer")
+TRICKS = ("optimizer_in_backward", "activation_offload", "ckpt_every", "ckpt_policy", "float8", "compile")
 _LIGER = (
     "Liger LigerFusedLinearCrossEntropyFunction (liger_kernel/ops/fused_linear_cross_entropy.py), enabled "
     "by TrainingArguments(use_liger_kernel=True) (transformers/trainer.py _apply_liger_kernel)"
@@ -99,9 +94,11 @@ PROFILES: dict[str, Profile] = {
             "Axolotl",
             "standard",
             _HF_CE + " (axolotl trains through the HF Trainer)",
-            losses=("standard", "fused-linear"),
+            loss_impl=(("chunked", "chunked-trainer"),),
             tricks=_TRAINER_TRICKS | {"activation_offload"},
-            notes=("loss fused-linear: axolotl's Liger plugin (liger_fused_linear_cross_entropy: true)",),
+            notes=(
+                "loss fused-linear: Liger (liger_fused_linear_cross_entropy); chunked: chunked_cross_entropy",
+            ),
         ),
         Profile(
             "llama-factory",
@@ -360,6 +357,8 @@ _TRICK_SOURCES = {
     "(torchtune/modules/loss/ce_chunked_output_loss.py, modules/transformer.py); traced",
     "chunked-linear": "loss: torchtune LinearCrossEntropyLoss "
     "(torchtune/modules/loss/cross_entropy_loss.py); traced",
+    "chunked-trainer": "loss: Axolotl chunked_cross_entropy (src/axolotl/monkeypatch/loss/chunked.py "
+    "patch_chunked_ce_loss_fn: a compiled cross-entropy per chunk of the logits); modelled, not traced",
     "fused-linear": "loss: " + _LIGER + "; modelled from the source, not traced",
     "vocab-parallel": "loss: Megatron-LM VocabParallelCrossEntropy (megatron/core/tensor_parallel/"
     "cross_entropy.py); modelled from the source, not traced",
