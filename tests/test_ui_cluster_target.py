@@ -38,8 +38,12 @@ def test_a_clicked_cluster_card_becomes_the_target(main_window: MainWindow, qtbo
     assert w.target_form.widget("gpu").currentText().strip() == "cluster GPU node-b/2"
     plan = w.session.plan
     assert plan is not None and plan.target is not None and plan.verdicts
-    assert plan.target.text.startswith("cluster GPU node-b/2: NVIDIA H100 80GB HBM3 (80.00 GiB each")
-    assert (plan.capacity_bytes, plan.free_now) == (80 * GiB, 70 * GiB)
+    card = tight().device("node-b/2")
+    assert card is not None and card.cuda_total_bytes is not None
+    cuda = f"{card.cuda_total_bytes / GiB:.2f} GiB each as CUDA reports it, 80.00 GiB in nvidia-smi"
+    assert plan.target.text.startswith(f"cluster GPU node-b/2: NVIDIA H100 80GB HBM3 ({cuda}")
+    assert plan.target.target.cuda_capacity == card.cuda_total_bytes  # the figure the engines read
+    assert (plan.target.target.capacity_bytes, plan.free_now) == (80 * GiB, 70 * GiB)
     assert all(v.fits for v in plan.verdicts)  # Llama-3.1-8B (~17 GiB) in node-b GPU 2's 70 GiB free
     m = view.model
     assert m.node(m.index_of("node-b/2")).target and m.line(m.node(m.index_of("node-b/2"))).endswith("target")
