@@ -16,23 +16,22 @@ from typing import Any
 
 from gpumem_gui.cli.output import clip
 from gpumem_gui.core import (
-    ENCODER_HEADS,
     MAX_GPUS,
     GpumemInputError,
     GpuTarget,
     InferenceRun,
     LoadedModel,
     RunField,
+    TaskHead,
     TrainingRun,
-    count_params,
     gpu_target_from_text,
     load_model,
     make_run,
+    make_task_head,
     make_training_run,
     model_kinds,
     run_fields,
     spec_from_config,
-    with_head,
 )
 
 MODES: dict[str, type] = {"inference": InferenceRun, "train": TrainingRun}
@@ -223,19 +222,16 @@ def target_from_args(args: argparse.Namespace) -> GpuTarget | None:
 
 
 def add_task_flags(sp: argparse.ArgumentParser) -> None:
-    """An encoder's task head (BERT, RoBERTa), which decides its head's parameters and activations."""
-    sp.add_argument(
-        "--task",
-        choices=list(ENCODER_HEADS),
-        help="an encoder's task head (BERT, RoBERTa; default: the config's architectures, else "
-        "sequence_classification)",
-    )
-    sp.add_argument(
-        "--num-labels",
-        type=bounded_int(1, 1 << 20),
-        metavar="N",
-        help="outputs of an encoder's classification head (default: the config's num_labels / id2label)",
-    )
+    """An encoder's task head (BERT, RoBERTa), which decides its head's parameters and activations: one flag
+    per :class:`TaskHead` field (``--task``, ``--num-labels``), as the window's encoder form is built."""
+    for f in run_fields(TaskHead):
+        kw: dict[str, Any] = {"help": f"{f.ui.help} (default: the config's)"}
+        if f.values:
+            kw["choices"] = list(f.values)
+        else:  # a count: argparse's message names the flag and the range
+            lo = int(f.lo or 0) + (1 if f.lo_open else 0)
+            kw.update(type=bounded_int(lo, int(f.hi or lo)), metavar="N")
+        sp.add_argument(f.flag, dest=f.name, **kw)
 
 
 def add_inspect_flags(sp: argparse.ArgumentParser) -> None:
@@ -246,12 +242,8 @@ def add_inspect_flags(sp: argparse.ArgumentParser) -> None:
 def with_task(m: LoadedModel, args: argparse.Namespace | None) -> LoadedModel:
     """``m`` with the task head ``--task`` / ``--num-labels`` name (spec/encoder.py with_head), its parameter
     counts recounted; unchanged without those flags."""
-    task, labels = getattr(args, "task", None), getattr(args, "num_labels", None)
-    if m.spec is None or (task is None and labels is None):
-        return m
-    head = task or (m.spec.encoder.head if m.spec.encoder is not None else "")
-    spec = with_head(m.spec, head, labels)
-    return m.model_copy(update={"spec": spec, "params": count_params(spec)})
+    fields = {f.name: getattr(args, f.name, None) for f in run_fields(TaskHead)}
+    return m.with_task(make_task_head(**fields))
 
 
 def encoder_line(spec: Any) -> str:

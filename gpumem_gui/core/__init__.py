@@ -109,7 +109,7 @@ from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, G
 from gpumem_gui.core.runtimes.base import Runtime
 from gpumem_gui.core.runtimes.inference import RUNTIMES, InferenceRun, estimate_inference, make_run, runtime
 from gpumem_gui.core.spec.cross_attention import cross_attention_layers, cross_cache_bytes
-from gpumem_gui.core.spec.encoder import ENCODER_HEADS, with_head
+from gpumem_gui.core.spec.encoder import ENCODER_HEADS, TaskHead, make_task_head, with_head
 from gpumem_gui.core.spec.kinds import ModelKinds
 from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.kv import kv_bytes_per_token_per_layer, kv_cache_bytes_transformers
@@ -188,6 +188,7 @@ __all__ = [
     "Runtime",
     "SizeUnit",
     "SweepPoint",
+    "TaskHead",
     "TrainingRun",
     "Verdict",
     "VisionSpec",
@@ -238,6 +239,7 @@ __all__ = [
     "load_model_catalog",
     "looks_like_hub_id",
     "make_run",
+    "make_task_head",
     "make_training_run",
     "maxima_phrases",
     "memory_by_layer_type",

@@ -4,13 +4,14 @@ on screen).
 A card has three text lines and a memory bar: the GPU and its utilisation/temperature (and its rank when the
 best placement uses it), the bar (used by others | this plan | free), the memory numbers, and the plan's
 verdict on it. A stale GPU is drawn in the disabled text colour with the age of its last sample; a lost GPU
-shows its error; a GPU of the best placement gets the highlight colour's stripe and tint.
+shows its error; a GPU of the best placement gets the highlight colour's stripe and tint; the GPU target's
+card (a card clicked) a frame twice as thick, in the text colour.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QRect, QRectF, QSize, Qt
-from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QPainter, QPalette
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics, QPainter, QPalette, QPen
 from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem, QWidget
 
 from gpumem_gui.core import Verdict
@@ -102,6 +103,10 @@ class ClusterDelegate(QStyledItemDelegate):
         p.setBrush(QBrush(fill))
         p.setPen(pal.color(QPalette.ColorRole.Highlight if node.rank is not None else QPalette.ColorRole.Mid))
         p.drawRoundedRect(card, 3, 3)
+        if node.target:
+            p.setBrush(Qt.BrushStyle.NoBrush)
+            p.setPen(QPen(pal.color(QPalette.ColorRole.Text), 2))
+            p.drawRoundedRect(card.adjusted(1, 1, -1, -1), 3, 3)
         if node.rank is not None:
             p.fillRect(
                 QRectF(card.left(), card.top(), 4, card.height()), pal.color(QPalette.ColorRole.Highlight)

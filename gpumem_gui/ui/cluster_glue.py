@@ -109,6 +109,7 @@ class ClusterGlue(QObject):
         self._runner.failed.connect(self._on_fit_failed)
         panel.source_changed.connect(lambda s: guard(lambda: self.choose(s)))
         panel.connection_requested.connect(lambda: guard(self.edit_connection))
+        self.view.card_clicked.connect(lambda key: guard(lambda: self.target_card(key)))
         session.plan_ready.connect(lambda _plan: guard(self.schedule_fit))
 
     # ---- the source --------------------------------------------------------------------------------------
@@ -197,6 +198,14 @@ class ClusterGlue(QObject):
         """The cluster poller's interval (None: no cluster poller)."""
         return self._cluster.controller.poller.interval_ms if self._cluster is not None else None
 
+    def target_card(self, key: str) -> None:
+        """A cluster GPU card was clicked: it becomes the target (one GPU, the margin kept), as a local card
+        does (:class:`~gpumem_gui.ui.gpu_glue.GpuGlue`)."""
+        current = self.target_form.value()
+        self.target_form.set_value(current.model_copy(update={"kind": "cluster", "device": key, "count": 1}))
+        self.session.target_user_set = True
+        self.session.recompute_now()
+
     # ---- readings and the fit ----------------------------------------------------------------------------
 
     @Slot(object)
@@ -204,6 +213,7 @@ class ClusterGlue(QObject):
         """A cluster reading: the cluster page shows it, and the plan is placed on it again."""
         self._snap = snap
         try:
+            self.session.take_cluster_snapshot(snap)
             self.view.show_snapshot(snap)
             self.schedule_fit()
         except Exception as e:  # never raise out of a slot

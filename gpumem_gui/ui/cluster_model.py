@@ -68,6 +68,7 @@ class Node:
     children: list[int] = field(default_factory=list)
     shown: object = None  # HostInfo of a host, shown_values() of a device
     rank: int | None = None  # the rank the best placement puts on this GPU
+    target: bool = False  # the GPU target's (first) GPU
 
     @property
     def is_host(self) -> bool:
@@ -117,6 +118,7 @@ class ClusterModel(QAbstractItemModel):
         self._verdicts: dict[int, Verdict | None] = {}
         self._structure: tuple = ()
         self._rooms: dict[str, int] = {}
+        self._target: str | None = None
 
     # ---- Qt's model interface ----------------------------------------------------------------------------
 
@@ -185,7 +187,8 @@ class ClusterModel(QAbstractItemModel):
             text = f"{node.key} · {info.gpus} GPU{'s' if info.gpus != 1 else ''}"
             return text + (f" · stale, {age_words(info.age_s)}" if info.stale else "")
         title = f"{'MIG ' if d.is_mig_instance else ''}GPU {d.local_key} · {d.name}"
-        return f"{title} · {d.error or memory_text(d, self.unit)}"
+        target = " · target" if node.target else ""
+        return f"{title} · {d.error or memory_text(d, self.unit)}{target}"
 
     def tooltip(self, node: Node) -> str:
         d = node.device
@@ -255,6 +258,15 @@ class ClusterModel(QAbstractItemModel):
                 changed.append(n)
         self._emit_changed(changed)
 
+    def set_target(self, key: str | None) -> None:
+        """Mark the card of the target's GPU ``key`` (None: none); only rows whose mark changed emit
+        ``dataChanged``."""
+        self._target = key
+        changed = [n for n in self.nodes if not n.is_host and n.target != (n.key == key)]
+        for n in changed:
+            n.target = n.key == key
+        self._emit_changed(changed)
+
     # ---- internals ---------------------------------------------------------------------------------------
 
     def _rebuild(self, layout: list[tuple[str, list[tuple[GpuDevice, list[GpuDevice]]]]]) -> None:
@@ -265,11 +277,12 @@ class ClusterModel(QAbstractItemModel):
             self.hosts.append(h.id)
             for grow, (d, migs) in enumerate(gpus):
                 g = self._add(Node(len(self.nodes), h.id, grow, d.key, d, [], shown_values(d)))
+                g.target = d.key == self._target
                 h.children.append(g.id)
                 for mrow, m in enumerate(migs):
-                    g.children.append(
-                        self._add(Node(len(self.nodes), g.id, mrow, m.key, m, [], shown_values(m))).id
-                    )
+                    mig = self._add(Node(len(self.nodes), g.id, mrow, m.key, m, [], shown_values(m)))
+                    mig.target = m.key == self._target
+                    g.children.append(mig.id)
         self._rooms = {}
 
     def _add(self, node: Node) -> Node:

@@ -4,13 +4,14 @@ virtualised tree of hosts > GPU cards > MIG instances (:mod:`~gpumem_gui.ui.clus
 
 The banner says where the plan on screen fits now (``cluster_summary`` of the core's ``cluster_fit``, worked
 out by :class:`~gpumem_gui.ui.cluster_glue.ClusterGlue` off the GUI thread), and the GPUs of the best
-placement are highlighted in the tree; "Show" scrolls to them. Hosts a person collapsed stay collapsed when
-the hosts change.
+placement are highlighted in the tree; "Show" scrolls to them. Clicking a GPU card makes it the target
+(``card_clicked``; the target's card is framed). Hosts a person collapsed stay collapsed when the hosts
+change.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QModelIndex, Qt, Signal
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -32,7 +33,13 @@ NO_PLAN_TEXT = "No plan to place yet."
 
 
 class ClusterView(QWidget):
-    """The cluster page of the GPU panel (see module docstring)."""
+    """The cluster page of the GPU panel (see module docstring).
+
+    Signals:
+        card_clicked(str): a GPU card that can be a target was clicked (its device key, ``"node-a/0"``).
+    """
+
+    card_clicked = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -78,6 +85,7 @@ class ClusterView(QWidget):
         self.tree.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.tree.collapsed.connect(lambda i: self._collapsed.add(self.model.node(i).key))
         self.tree.expanded.connect(lambda i: self._collapsed.discard(self.model.node(i).key))
+        self.tree.clicked.connect(self._on_clicked)
         self.model.modelReset.connect(self._expand)
 
         v = QVBoxLayout(self)
@@ -146,7 +154,17 @@ class ClusterView(QWidget):
             self.tree.expand(index.parent())
             self.tree.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtTop)
 
+    def set_target(self, key: str | None) -> None:
+        """Frame the card of the target's first GPU (None: the target is not a cluster GPU)."""
+        self.model.set_target(key)
+
     # ---- internals ---------------------------------------------------------------------------------------
+
+    def _on_clicked(self, index: QModelIndex) -> None:
+        """A click on a GPU card (not a host row, not a GPU in MIG mode: its instances are the devices)."""
+        node = self.model.node(index) if index.isValid() else None
+        if node is not None and node.device is not None and not node.children:
+            self.card_clicked.emit(node.key)
 
     def _expand(self) -> None:
         """After a reset: every host and GPU open, except the hosts a person collapsed."""

@@ -15,6 +15,7 @@ from gpumem_gui.core import (
     GpumemInputError,
     LoadedModel,
     SizeUnit,
+    TaskHead,
     TrainingRun,
     estimate_any,
     find_gpu,
@@ -58,7 +59,8 @@ def command_line(
     if m is None or run is None:
         raise GpumemInputError("no plan yet")
     gpu, count = cli_gpu(choice, resolved)
-    return cli_command(m.source, run, gpu, count, choice.margin_bytes)
+    task = TaskHead.of(m.spec) if m.spec is not None else None
+    return cli_command(m.source, run, gpu, count, choice.margin_bytes, task)
 
 
 def runtime_flags_text(m: LoadedModel | None, run: AnyRun | None, est: Estimate | None) -> str:

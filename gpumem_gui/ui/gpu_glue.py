@@ -112,9 +112,11 @@ class GpuGlue(QObject):
         self.panel.show_error(reason)
 
     def show_plan(self, plan: Plan) -> None:
-        """Select the target's first local GPU and check the new plan against every card."""
+        """Select the target's first local or cluster GPU and check the new plan against every card."""
         devices = plan.target.devices if plan.target else ()
-        self.panel.set_selected(devices[0] if devices else None)
+        cluster = plan.target is not None and plan.target.cluster
+        self.panel.set_selected(devices[0] if devices and not cluster else None)
+        self.panel.cluster.set_target(devices[0] if devices and cluster else None)
         self.panel.refresh_verdicts()
 
     def _on_card_clicked(self, key: str) -> None:

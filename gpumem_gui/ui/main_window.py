@@ -167,7 +167,13 @@ class MainWindow(QMainWindow):
             parent=self,
         )
         self.form_glue = FormGlue(
-            self.run_panel, self.results, s, guard=guard, notify=self.notify, parent=self
+            self.run_panel,
+            self.results,
+            s,
+            guard=guard,
+            notify=self.notify,
+            show_model=self.model_panel.show_head,
+            parent=self,
         )
         self.presenter = Presenter(
             s,
@@ -305,14 +311,13 @@ class MainWindow(QMainWindow):
         return self.model_panel.load_source(source)
 
     def _on_model_loaded(self, m: LoadedModel) -> None:
-        self.session.set_model(m)
-        self.setWindowTitle(f"{m.name} - gpumem")
-        self.run_panel.set_file_weights_available(m.weights is not None)
         pending = self.documents.take_pending()
+        self.form_glue.open_model(m, pending)  # its weight format and task head, or the scenario's
+        self.setWindowTitle(f"{m.name} - gpumem")
         if pending is not None:
-            self._apply_scenario_settings(pending)
-        else:  # the files, the format as published, or the format chosen before the last checkpoint's
-            self.run_panel.adopt_weights(m.weights is not None, m.checkpoint_weights)
+            self.results.set_mode(pending.mode)
+            self.gpu_panel.set_basis(pending.gpu.basis)
+            self.session.target_user_set = True
         self.run_panel.fit_to_model(m.spec if pending is None else None)
         if m.spec is None:
             self.results.show_unknown_architecture()
@@ -335,12 +340,6 @@ class MainWindow(QMainWindow):
     def open_scenario(self, path: Path | str) -> bool:
         """Load a scenario file; a bad file or a model that cannot be loaded changes nothing."""
         return self.documents.open_scenario(path)
-
-    def _apply_scenario_settings(self, sc: Scenario) -> None:
-        self.run_panel.apply_scenario(sc)
-        self.results.set_mode(sc.mode)
-        self.gpu_panel.set_basis(sc.gpu.basis)
-        self.session.target_user_set = True
 
     def open_path(self, path: Path | str) -> bool:
         """Open a model file/folder, or a scenario JSON (recognised by its ``format``)."""

@@ -350,6 +350,12 @@ class ModelPanel(QWidget):
             self._select_catalog_row("")
         self.model_loaded.emit(m)
 
+    def show_head(self, m: LoadedModel) -> None:
+        """Show ``m``, the current model with another task head (its parameters counted again); emits
+        nothing."""
+        self.model = m
+        self._show(m)
+
     def set_unit(self, unit: SizeUnit) -> None:
         self.unit = unit
         if self.model is not None:

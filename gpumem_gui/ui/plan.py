@@ -179,12 +179,17 @@ def training_target(resolved: ResolvedTarget, unit: SizeUnit) -> ResolvedTarget:
 
 
 def resolve_for(
-    run: AnyRun, choice: GpuChoice, snap: GpuSnapshot | None, unit: SizeUnit
+    run: AnyRun,
+    choice: GpuChoice,
+    snap: GpuSnapshot | None,
+    unit: SizeUnit,
+    cluster: GpuSnapshot | None = None,
 ) -> tuple[ResolvedTarget | None, str | None]:
-    """The core's target for ``choice`` (training on local GPUs: against the least-free one), or why there
-    is none (a message for the target form's ``gpu`` field)."""
+    """The core's target for ``choice`` (``snap``: this machine's reading, ``cluster``: the cluster's;
+    training on local or cluster GPUs: against the least-free one), or why there is none (a message for the
+    target form's ``gpu`` field)."""
     try:
-        resolved = resolve_target(choice, snap, unit)
+        resolved = resolve_target(choice, snap, unit, cluster)
         if isinstance(run, TrainingRun) and run.world > resolved.target.count:
             raise GpumemInputError(
                 f"the run uses {run.world} GPUs (dp x tp x pp x cp) but the target has "
@@ -237,7 +242,7 @@ def local_changed(old: GpuSnapshot | None, new: GpuSnapshot, resolved: ResolvedT
 
 def local_gpu_count(resolved: ResolvedTarget | None, snap: GpuSnapshot | None) -> int | None:
     """How many whole GPUs this machine has (None when the target is not local or nothing was read)."""
-    if resolved is None or not resolved.devices or snap is None:
+    if resolved is None or not resolved.devices or resolved.cluster or snap is None:
         return None
     return sum(1 for d in snap.physical_devices if d.ok and not (d.mig_mode and snap.mig_instances(d.index)))
 
@@ -267,7 +272,8 @@ def report_view(
             )
         changes = kept
     suggestion = None
-    if rep.local_gpus and resolved is not None and resolved.devices and run is not None:
+    machine = resolved is not None and bool(resolved.devices) and not resolved.cluster  # local GPUs
+    if rep.local_gpus and machine and resolved is not None and run is not None:
         keys = [resolved.devices[i] for i in rep.local_gpus if i < len(resolved.devices)]
         if keys != list(resolved.devices) or (rep.local_tp or run.tp) != run.tp:  # a suggestion
             ids = ",".join(keys)

@@ -22,6 +22,7 @@ from gpumem_gui.core import (
     LoadedModel,
     MiB,
     SizeUnit,
+    TaskHead,
     TrainingRun,
     Verdict,
     command_args,
@@ -78,12 +79,15 @@ def cli_command(
     gpu: str | None = None,
     count: int = 1,
     margin_bytes: int = DEFAULT_MARGIN_BYTES,
+    task: TaskHead | None = None,
 ) -> str:
     """The ``gpumem estimate ...`` command line that rebuilds this plan, shell-quoted: the flags come from
     the run model's own field declarations (:func:`command_args`), the same the CLI's parser is built from.
     Inference always names ``--weights``: the CLI's default depends on the model (its files' bytes when it
-    has weight files)."""
+    has weight files). An encoder's ``task`` head is named too (``--task``, ``--num-labels``)."""
     args = ["gpumem", "estimate", source]
+    if task is not None:
+        args += command_args(task)
     if isinstance(run, TrainingRun):
         args += ["--mode", "train"]
     else:

@@ -11,7 +11,17 @@ from __future__ import annotations
 from PySide6.QtCore import QSignalBlocker, Qt
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QScrollArea, QTabWidget, QVBoxLayout, QWidget
 
-from gpumem_gui.core import GpumemInputError, InferenceRun, ModelSpec, TrainingRun, model_kinds
+from gpumem_gui.core import (
+    GpumemInputError,
+    InferenceRun,
+    LoadedModel,
+    ModelSpec,
+    TaskHead,
+    TrainingRun,
+    make_task_head,
+    model_kinds,
+)
+from gpumem_gui.ui.field_form import RunFieldsForm
 from gpumem_gui.ui.plan import AnyRun, Inputs, run_gpus
 from gpumem_gui.ui.run_form import FILE_WEIGHTS, PRESETS, RunForm
 from gpumem_gui.ui.scenario import ModelRef, Scenario
@@ -54,6 +64,8 @@ class RunPanel(QWidget):
         self.run_form = RunForm()
         self.train_form = TrainingForm()
         self.target_form = TargetForm()
+        self.task_form = RunFieldsForm(TaskHead, make_task_head)  # an encoder's head: shown for encoders
+        self.task_form.setVisible(False)
         self.presets = preset_combo(PRESETS)
         self.train_presets = preset_combo(TRAINING_PRESETS)
         self.mode_tabs = QTabWidget()
@@ -64,11 +76,12 @@ class RunPanel(QWidget):
             1, "Training memory: parameters, gradients, optimizer states, activations, per phase"
         )
         self._file_weights = False
-        # the weight format a model's own files or quantization_config set, and the user's choice it replaced
-        self._auto_weights: tuple[str, str] | None = None
+        self._encoder = False  # the model opened is an encoder: its task head form is shown
+        self._chosen_weights: str | None = None  # what the user picked, for the next model it applies to
         v = QVBoxLayout(self)
         v.setContentsMargins(0, 0, 0, 0)
         v.addWidget(self.target_form)
+        v.addWidget(self.task_form)
         v.addWidget(self.mode_tabs, 1)
 
     # ---- reading -------------------------------------------------------------------------------------------
@@ -89,6 +102,11 @@ class RunPanel(QWidget):
         """The active form's run (None when invalid: the form shows why) and the target choice."""
         return Inputs(self.mode, self.active_form.checked_value(), self.target_form.value())
 
+    def task_head(self) -> TaskHead | None:
+        """The encoder task head the form names (every field given: the model's own head when opened), or
+        None when a field is bad (the form shows why); a model that is no encoder gets the empty head."""
+        return self.task_form.checked_value() if self._encoder else TaskHead()
+
     def scenario(self, source: str, last_run: AnyRun | None) -> Scenario | None:
         """The forms as a scenario for the model ``source``; a form with an error gives ``last_run`` when that
         is its kind (None when the active one has neither)."""
@@ -104,8 +122,9 @@ class RunPanel(QWidget):
             return None
         if training is None and self.mode == "train":
             return None
+        task = self.task_head() if self._encoder else None
         return Scenario(
-            model=ModelRef(source=source),
+            model=ModelRef(source=source, task=task),
             mode=self.mode,  # type: ignore[arg-type]
             run=run or InferenceRun(),
             training=training,
@@ -114,38 +133,37 @@ class RunPanel(QWidget):
 
     # ---- writing -------------------------------------------------------------------------------------------
 
+    def show_task_head(self, spec: ModelSpec | None) -> None:
+        """Offer the task head form for an encoder only, filled with the head and labels its config names."""
+        self._encoder = spec is not None and spec.encoder is not None
+        self.task_form.setVisible(self._encoder)
+        self.task_form.set_value(TaskHead.of(spec) if spec is not None else TaskHead())
+
     def set_file_weights_available(self, available: bool) -> None:
         """The model was (not) opened from weight files: offer them as a weight format."""
         self._file_weights = available
         self.run_form.set_file_weights_available(available)
 
-    def use_file_weights(self, fmt: str | None = None) -> None:
-        """Estimate the model's own weight files (a model just opened from them), or ``fmt``: the format its
-        config's quantization_config names (a checkpoint as published, opened from its config alone)."""
-        run = self.run_form.value() if not self.run_form.has_errors() else InferenceRun()
-        auto = fmt or FILE_WEIGHTS
-        before = self._auto_weights[1] if self._auto_weights is not None else run.weights
-        self._auto_weights = (auto, before)
-        self.run_form.set_value(run.model_copy(update={"weights": auto}))
-
-    def adopt_weights(self, files: bool, checkpoint_format: str | None) -> None:
-        """A model was opened: estimate its weight ``files``, else the format its quantization_config names,
-        else give back the format the previous checkpoint replaced."""
-        if files or checkpoint_format:
-            self.use_file_weights(None if files else checkpoint_format)
-        else:
-            self.release_file_weights()
-
-    def release_file_weights(self) -> None:
-        """A model without files or a quantization_config was opened: a format the previous model's checkpoint
-        set (and the user left alone) gives way to the format chosen before it."""
-        if self._auto_weights is None or self.run_form.has_errors():
+    def note_chosen_weights(self, previous: LoadedModel | None) -> None:
+        """Before the next model is opened: remember the format the user chose for the ``previous`` one (the
+        form's format when it is not that model's own). A form holding a plain model's own bf16 chose nothing;
+        one holding a published format (the files, a quantized checkpoint) keeps the choice made before it."""
+        weights = self.run_form.raw_values()["weights"]
+        if previous is None or weights is None:
             return
-        auto, before = self._auto_weights
-        self._auto_weights = None
-        run = self.run_form.value()
-        if run.weights == auto:
-            self.run_form.set_value(run.model_copy(update={"weights": before}))
+        if weights != previous.default_weights:
+            self._chosen_weights = weights
+        elif previous.published_weights is None:
+            self._chosen_weights = None
+
+    def adopt_weights(self, model: LoadedModel) -> None:
+        """A model was opened: its own published format (its files, its quantization_config) if it has one,
+        else the format the user chose (it applies to any checkpoint published unquantized), else bf16."""
+        chosen = self._chosen_weights if self._chosen_weights != FILE_WEIGHTS else None
+        weights = model.published_weights or chosen or model.default_weights
+        run = self.run_form.value() if not self.run_form.has_errors() else InferenceRun()
+        if run.weights != weights:
+            self.run_form.set_value(run.model_copy(update={"weights": weights}))
 
     def fit_to_model(self, spec: ModelSpec | None) -> None:
         """An encoder (BERT, RoBERTa, ...) generates nothing and reads at most its position table: new tokens
@@ -209,7 +227,11 @@ class RunPanel(QWidget):
             self.target_form.set_value(choice.model_copy(update={"count": run_gpus(run)}))
 
     def apply_scenario(self, sc: Scenario) -> None:
-        """The scenario's runs, mode (without the tab-change signal) and GPU target."""
+        """The scenario's runs, mode (without the tab-change signal) and GPU target; its weight format
+        replaces any chosen before (the next model reads the choice from the form)."""
+        self._chosen_weights = None
+        if sc.model.task is not None and self._encoder:
+            self.task_form.set_value(sc.model.task)
         self.run_form.set_value(sc.run)
         if sc.training is not None:
             self.train_form.set_value(sc.training)

@@ -3,7 +3,7 @@
 A scenario file::
 
     {"format": "gpumem-scenario", "version": 2,
-     "model": {"source": "meta-llama/Llama-3.1-8B"},
+     "model": {"source": "meta-llama/Llama-3.1-8B"},   # an encoder: "task": {"task", "num_labels"} too
      "mode": "infer",                      # or "train": which tab (and estimate) the scenario is about
      "run": {... every InferenceRun field ...},
      "training": {... every TrainingRun field ...},   # or null
@@ -25,9 +25,16 @@ import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
@@ -47,6 +54,7 @@ from gpumem_gui.core import (
     Estimate,
     InferenceRun,
     SizeUnit,
+    TaskHead,
     TrainingRun,
     describe_validation_error,
     fmt_bytes,
@@ -71,6 +79,15 @@ class ModelRef(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     source: str = Field(min_length=1, max_length=4096, description="catalog id, local path or hub id")
+    task: TaskHead | None = Field(None, description="an encoder's task head (None: the config's)")
+
+    @model_serializer(mode="wrap")
+    def _encoders_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A model that is no encoder is written as before: its source alone."""
+        out = handler(self)
+        if self.task is None:
+            out.pop("task", None)
+        return out
 
 
 class Scenario(BaseModel):

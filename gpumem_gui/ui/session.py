@@ -122,6 +122,7 @@ class Session(QObject):
         self._plan: Plan | None = None
         self._fit: FitReport | None = None
         self._snapshot: GpuSnapshot | None = None
+        self._cluster_snapshot: GpuSnapshot | None = None  # the cluster view's latest reading
         self._capacity_cache: dict[tuple[int, int], Estimate] = {}
         # bumped by every recompute except a refresh for new free-memory readings; a fit report made for the
         # same serial is still worth showing when a refresh superseded it (busy GPUs change every poll)
@@ -235,7 +236,9 @@ class Session(QObject):
             self.problem.emit(Problem(FIX_FIELD_TEXT))
             return
         self._choice = inputs.choice
-        resolved, target_error = resolve_for(run, inputs.choice, self._snapshot, self.unit)
+        resolved, target_error = resolve_for(
+            run, inputs.choice, self._snapshot, self.unit, self._cluster_snapshot
+        )
         self.target_checked.emit(target_error)
         t0 = time.perf_counter()
         try:
@@ -309,6 +312,12 @@ class Session(QObject):
         if choice.kind == "local" and local_changed(old, snap, self._resolved):
             self.schedule_refresh()
         return SnapshotUpdate(usable)
+
+    def take_cluster_snapshot(self, snap: GpuSnapshot) -> None:
+        """A new cluster reading: recompute when the target is a cluster GPU whose reading changed."""
+        old, self._cluster_snapshot = self._cluster_snapshot, snap
+        if self._choice.kind == "cluster" and local_changed(old, snap, self._resolved):
+            self.schedule_refresh()
 
     # ---- the fit report and the sweep --------------------------------------------------------------------
 

@@ -36,14 +36,19 @@ CUSTOM_EXAMPLE = "24GiB"
 
 
 class GpuChoice(BaseModel):
-    """Which GPUs the plan must fit on: ``count`` catalog GPUs, local GPUs from ``device`` on, or ``count``
-    GPUs of a custom ``capacity``."""
+    """Which GPUs the plan must fit on: ``count`` catalog GPUs, local GPUs from ``device`` on, GPUs of one
+    cluster host from its GPU ``device`` on (a card clicked in the cluster view), or ``count`` GPUs of a
+    custom ``capacity``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: Literal["catalog", "local", "custom"] = "catalog"
+    kind: Literal["catalog", "local", "cluster", "custom"] = "catalog"
     gpu_id: str = Field("RTX-4090", min_length=1, max_length=100, description="catalog id (kind 'catalog')")
-    device: str | None = Field(None, max_length=20, description="local device key, e.g. '0' or '0:1'")
+    device: str | None = Field(
+        None,
+        max_length=300,  # a cluster key starts with its host name (DNS names: at most 253 characters)
+        description="device key: local '0' or '0:1'; cluster 'node-a/0' (host, then the GPU on it)",
+    )
     capacity: str | None = Field(
         None, max_length=80, description="kind 'custom': memory per GPU as typed, e.g. '24GiB' or '80GB'"
     )
@@ -62,11 +67,29 @@ class ResolvedTarget:
 
     target: GpuTarget
     text: str
-    free_now: tuple[int, ...] | None = None  # local GPUs: free memory now, whatever the basis
-    devices: tuple[str, ...] = ()  # local device keys, in target order
+    free_now: tuple[int, ...] | None = None  # local or cluster GPUs: free memory now, whatever the basis
+    devices: tuple[str, ...] = ()  # local or cluster device keys, in target order
+    cluster: bool = False  # the devices are a cluster host's, not this machine's
 
 
-def _local_devices(choice: GpuChoice, snapshot: GpuSnapshot | None) -> list[GpuDevice]:
+def _cluster_host(choice: GpuChoice, cluster: GpuSnapshot | None) -> GpuSnapshot:
+    """The cluster reading narrowed to the host of the chosen GPU: a plan's GPUs are one host's."""
+    key = choice.device or ""
+    if cluster is None or not cluster.available:
+        raise GpumemInputError(
+            f"cluster GPU {key}: no cluster reading now; show the cluster in the GPU panel", field="gpu"
+        )
+    dev = cluster.device(key)
+    if dev is None:
+        raise GpumemInputError(f"cluster GPU {key} is not in the latest cluster reading", field="gpu")
+    if dev.stale:
+        raise GpumemInputError(f"cluster GPU {key}: its readings are stale", field="gpu")
+    return cluster.model_copy(update={"devices": tuple(d for d in cluster.devices if d.host == dev.host)})
+
+
+def _local_devices(choice: GpuChoice, snapshot: GpuSnapshot | None, where: str = "local") -> list[GpuDevice]:
+    """The chosen GPU and the count - 1 freest others of ``snapshot`` (this machine's, or one cluster
+    host's: ``where`` names which in the messages)."""
     key = choice.device or "0"
     if snapshot is None:
         raise GpumemInputError("no reading of the local GPUs yet", field="gpu")
@@ -74,8 +97,8 @@ def _local_devices(choice: GpuChoice, snapshot: GpuSnapshot | None) -> list[GpuD
         raise GpumemInputError(f"no local GPU: {snapshot.unavailable_reason}", field="gpu")
     dev = snapshot.device(key)
     if dev is None:
-        raise GpumemInputError(f"local GPU {key} is not there now; pick a catalog GPU", field="gpu")
-    instances = snapshot.mig_instances(dev.index) if dev.mig_mode else ()
+        raise GpumemInputError(f"{where} GPU {key} is not there now; pick a catalog GPU", field="gpu")
+    instances = snapshot.mig_instances(dev.index, dev.host) if dev.mig_mode else ()
     if instances:
         keys = ", ".join(m.key for m in instances)
         raise GpumemInputError(
@@ -88,10 +111,15 @@ def _local_devices(choice: GpuChoice, snapshot: GpuSnapshot | None) -> list[GpuD
     else:
         # the picked GPU and the count - 1 freest others (most free memory first, ties by index),
         # in index order
-        phys = [d for d in snapshot.physical_devices if not (d.mig_mode and snapshot.mig_instances(d.index))]
+        phys = [
+            d
+            for d in snapshot.physical_devices
+            if not (d.mig_mode and snapshot.mig_instances(d.index, d.host))
+        ]
+        machine = "this machine" if dev.host is None else dev.host
         if len(phys) < choice.count:
             raise GpumemInputError(
-                f"only {len(phys)} local GPU(s) on this machine, not {choice.count}", field="gpu"
+                f"only {len(phys)} {where} GPU(s) on {machine}, not {choice.count}", field="gpu"
             )
         others = sorted(
             (d for d in phys if d.key != dev.key and d.ok),
@@ -100,18 +128,21 @@ def _local_devices(choice: GpuChoice, snapshot: GpuSnapshot | None) -> list[GpuD
         chosen = sorted([dev, *others[: choice.count - 1]], key=lambda d: d.index)
         if len(chosen) < choice.count:
             raise GpumemInputError(
-                f"only {len(chosen)} usable local GPU(s) on this machine, not {choice.count}", field="gpu"
+                f"only {len(chosen)} usable {where} GPU(s) on {machine}, not {choice.count}", field="gpu"
             )
     for d in chosen:
         if d.error:
-            raise GpumemInputError(f"local GPU {d.key}: {d.error}", field="gpu")
+            raise GpumemInputError(f"{where} GPU {d.key}: {d.error}", field="gpu")
         if d.total_bytes is None or d.free_bytes is None:
-            raise GpumemInputError(f"local GPU {d.key} does not report its memory", field="gpu")
+            raise GpumemInputError(f"{where} GPU {d.key} does not report its memory", field="gpu")
     return chosen
 
 
-def resolve_target(choice: GpuChoice, snapshot: GpuSnapshot | None, unit: SizeUnit) -> ResolvedTarget:
-    """The core's :class:`GpuTarget` for ``choice``; local GPUs need the latest ``snapshot``.
+def resolve_target(
+    choice: GpuChoice, snapshot: GpuSnapshot | None, unit: SizeUnit, cluster: GpuSnapshot | None = None
+) -> ResolvedTarget:
+    """The core's :class:`GpuTarget` for ``choice``; local GPUs need the latest ``snapshot``, cluster GPUs
+    the latest ``cluster`` reading.
 
     Raises :class:`GpumemInputError` (field ``gpu``) when the choice cannot be met.
     """
@@ -122,7 +153,10 @@ def resolve_target(choice: GpuChoice, snapshot: GpuSnapshot | None, unit: SizeUn
         target = catalog_target(g, choice.count)
         text = f"{choice.count} x {g.name} ({_each(target, unit)})"
         return ResolvedTarget(target=target, text=text)
-    chosen = _local_devices(choice, snapshot)
+    where = choice.kind  # 'local' or 'cluster'
+    if where == "cluster":
+        snapshot = _cluster_host(choice, cluster)
+    chosen = _local_devices(choice, snapshot, where)
     capacity = min(d.total_bytes or 0 for d in chosen)
     free = tuple(d.free_bytes or 0 for d in chosen)
     target = GpuTarget(
@@ -135,8 +169,9 @@ def resolve_target(choice: GpuChoice, snapshot: GpuSnapshot | None, unit: SizeUn
     )
     keys = ", ".join(d.key for d in chosen)
     basis = "free memory now" if choice.basis == "free" else "CUDA's total"
-    text = f"local GPU {keys}: {chosen[0].name} ({_each(target, unit)}; checked against {basis})"
-    return ResolvedTarget(target=target, text=text, free_now=free, devices=tuple(d.key for d in chosen))
+    text = f"{where} GPU {keys}: {chosen[0].name} ({_each(target, unit)}; checked against {basis})"
+    devices = tuple(d.key for d in chosen)
+    return ResolvedTarget(target, text, free, devices, cluster=where == "cluster")
 
 
 def _custom_target(choice: GpuChoice, unit: SizeUnit) -> ResolvedTarget:
@@ -280,10 +315,15 @@ class TargetForm(FieldForm):
         assert isinstance(combo, QComboBox)
         if combo_set(combo, data):
             return
-        if data.startswith("local:"):  # keep a choice whose GPU has not been seen (yet)
+        kind, _, key = data.partition(":")
+        if kind in ("local", "cluster"):  # a GPU not in the list: a local one not seen (yet), a cluster card
             model = combo.model()
             assert isinstance(model, QStandardItemModel)
-            item = QStandardItem(f"    local GPU {data.partition(':')[2]} (not seen now)")
+            for row in reversed(range(model.rowCount())):  # one cluster card at a time
+                if str(model.item(row).data(Qt.ItemDataRole.UserRole)).startswith("cluster:"):
+                    model.removeRow(row)
+            text = f"    local GPU {key} (not seen now)" if kind == "local" else f"    cluster GPU {key}"
+            item = QStandardItem(text)
             item.setData(data, Qt.ItemDataRole.UserRole)
             model.insertRow(0, item)
             combo.setCurrentIndex(0)
@@ -312,7 +352,7 @@ class TargetForm(FieldForm):
         return GpuChoice(
             kind=kind,
             gpu_id=ident if kind == "catalog" else GpuChoice().gpu_id,
-            device=ident if kind == "local" else None,
+            device=ident if kind in ("local", "cluster") else None,
             capacity=self._capacity.text()[:80] if kind == "custom" else None,  # type: ignore[attr-defined]
             count=self.widget("count").value(),  # type: ignore[attr-defined]
             margin_mib=self.widget("margin_mib").value(),  # type: ignore[attr-defined]
@@ -321,9 +361,11 @@ class TargetForm(FieldForm):
 
     def set_value(self, choice: GpuChoice) -> None:
         with blocked(self._all_widgets()):
-            data = {"local": f"local:{choice.device or '0'}", "custom": "custom:"}.get(
-                choice.kind, f"catalog:{choice.gpu_id}"
-            )
+            data = {
+                "local": f"local:{choice.device or '0'}",
+                "cluster": f"cluster:{choice.device or ''}",
+                "custom": "custom:",
+            }.get(choice.kind, f"catalog:{choice.gpu_id}")
             self._select(data)
             if choice.kind == "custom":
                 self._capacity.setText(choice.capacity or "")  # type: ignore[attr-defined]

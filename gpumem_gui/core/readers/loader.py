@@ -29,6 +29,7 @@ from gpumem_gui.core.readers.safetensors import (
     inventory_from_safetensors,
 )
 from gpumem_gui.core.readers.weights import WeightsInventory
+from gpumem_gui.core.spec.encoder import TaskHead, with_head
 from gpumem_gui.core.spec.model import Frozen, ModelSpec, Provenance
 from gpumem_gui.core.spec.params import ParamCounts, count_params
 
@@ -64,11 +65,28 @@ class LoadedModel(Frozen):
         published, the default when no weight files were read."""
         return checkpoint_format(self.config, f"{self.source} (config.json)")
 
+    def with_task(self, head: TaskHead) -> LoadedModel:
+        """This model with the task ``head`` instead of its config's (spec/encoder.py with_head), its
+        parameters counted again; unchanged when ``head`` names nothing. A decoder has no head to change
+        (GpumemInputError, field ``task``)."""
+        if self.spec is None or (head.task is None and head.num_labels is None):
+            return self
+        task = head.task or (self.spec.encoder.head if self.spec.encoder is not None else "")
+        spec = with_head(self.spec, task, head.num_labels)
+        return self.model_copy(update={"spec": spec, "params": count_params(spec)})
+
+    @property
+    def published_weights(self) -> str | None:
+        """The format the model itself comes in: its weight files' exact bytes (``file``) when they were read,
+        else the format its ``quantization_config`` names (the checkpoint as published); None for a config of
+        a checkpoint published unquantized."""
+        return "file" if self.weights is not None else self.checkpoint_weights
+
     @property
     def default_weights(self) -> str:
-        """The weight format a run of this model takes unless one is chosen: its own weight ``file``s when
-        they were read, else the format as published (:attr:`checkpoint_weights`), else bf16."""
-        return "file" if self.weights is not None else self.checkpoint_weights or "bf16"
+        """The weight format a run of this model takes unless one is chosen: its own
+        (:attr:`published_weights`: its weight files, else the format as published), else bf16."""
+        return self.published_weights or "bf16"
 
     @property
     def checkpoint_quantization(self) -> str | None:

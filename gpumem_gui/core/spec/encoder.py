@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpumem_gui.core.fields import UI
 
 if TYPE_CHECKING:
     from gpumem_gui.core.spec.model import ModelSpec
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
 # BertForSequenceClassification, BertForTokenClassification, BertForMaskedLM; the RoBERTa equivalents)
 EncoderHead = Literal["sequence_classification", "token_classification", "masked_lm"]
 ENCODER_HEADS: tuple[str, ...] = ("sequence_classification", "token_classification", "masked_lm")
+MAX_LABELS = 1 << 20  # a bound of ours, not a library's: a classifier wider than the largest vocabularies
 # the architectures name a checkpoint's head (config.json "architectures"; suffix of the model class)
 HEAD_OF_ARCHITECTURE = {
     "ForSequenceClassification": "sequence_classification",
@@ -40,7 +43,7 @@ class EncoderSpec(BaseModel):
         "classification (num_labels logits per token) or masked LM (transform + vocabulary decoder tied "
         "to the embedding)"
     )
-    num_labels: Annotated[int, Field(gt=0, le=1 << 20)] = Field(
+    num_labels: Annotated[int, Field(gt=0, le=MAX_LABELS)] = Field(
         2, description="classifier outputs (PreTrainedConfig.num_labels: len(id2label), default 2)"
     )
     type_vocab_size: Annotated[int, Field(ge=0, le=1 << 20)] = Field(
@@ -92,6 +95,62 @@ class EncoderSpec(BaseModel):
         description="DeBERTa-v2: relative-position buckets on each side (position_buckets; the attention "
         "span att_span, rel_embeddings has 2 x span rows); 0 for other encoders",
     )
+
+
+_HEAD = "Encoder task head"
+
+
+class TaskHead(BaseModel):
+    """The task head to put on an encoder instead of the one its config names, declared once: the CLI's
+    ``--task`` / ``--num-labels`` and the window's encoder form are generated from these fields (None: what
+    the config says)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task: Annotated[
+        EncoderHead | None,
+        UI(
+            "Task head",
+            _HEAD,
+            "an encoder's task head (BERT, RoBERTa): the Auto class transformers builds, which decides the "
+            "head's parameters and activations; the config's architectures name it, else sequence "
+            "classification",
+            choices=(
+                ("sequence classification", "sequence_classification"),
+                ("token classification", "token_classification"),
+                ("masked LM", "masked_lm"),
+            ),
+            special="from the config",
+        ),
+    ] = None
+    num_labels: Annotated[
+        int | None,
+        Field(gt=0, le=MAX_LABELS),
+        UI(
+            "Labels",
+            _HEAD,
+            "outputs of an encoder's classification head (the config's num_labels / id2label by default)",
+            special="from the config",
+            none=0,
+            shown=lambda v: v.get("task") != "masked_lm",
+        ),
+    ] = None
+
+    @classmethod
+    def of(cls, spec: ModelSpec) -> TaskHead:
+        """The head ``spec`` carries, every field given (empty for a model that is no encoder)."""
+        enc = spec.encoder
+        return cls() if enc is None else cls(task=enc.head, num_labels=enc.num_labels)
+
+
+def make_task_head(**fields: object) -> TaskHead:
+    """Build a :class:`TaskHead`; a bad value is one :class:`GpumemInputError` naming the field."""
+    from gpumem_gui.core.errors import describe_validation_error
+
+    try:
+        return TaskHead(**fields)  # type: ignore[arg-type]
+    except ValidationError as e:
+        raise describe_validation_error(e, source="task head") from None
 
 
 def with_head(spec: ModelSpec, head: str, num_labels: int | None = None) -> ModelSpec:
