@@ -33,6 +33,10 @@ def _why(engine: str, weights: str, source: str) -> str | None:
         ("ollama", "file", "/models/llama-3.1-8b.Q4_K_M.gguf", True),  # FROM in a Modelfile
         ("vllm", "bf16", "meta-llama/Llama-3.1-8B", True),
         ("vllm", "gguf-Q4_K_M", "meta-llama/Llama-3.1-8B", False),
+        ("vllm", "fp8", "meta-llama/Llama-3.1-8B", True),  # --quantization fp8 (online)
+        ("vllm", "nf4", "meta-llama/Llama-3.1-8B", True),  # --quantization bitsandbytes (online)
+        ("vllm", "fp32", "meta-llama/Llama-3.1-8B", False),  # cast to --dtype (bf16 here)
+        ("vllm", "gptq-4", "meta-llama/Llama-3.1-8B", False),  # needs a GPTQ checkpoint
         ("sglang", "gguf-Q4_K_M", "meta-llama/Llama-3.1-8B", False),
         ("transformers", "file", "/models/llama-3.1-8b.Q4_K_M.gguf", False),
         ("transformers", "nf4", "meta-llama/Llama-3.1-8B", True),
@@ -48,9 +52,9 @@ def test_expresses(engine: str, weights: str, source: str, ok: bool) -> None:
 def test_every_runtime_answers() -> None:
     for name, rt in RUNTIMES.items():
         fmt = rt.formats()[0].id
-        assert rt.expresses(SPEC, make_run(engine=name, weights=fmt), "meta-llama/Llama-3.1-8B") is None or (
-            name == "ollama"
-        )
+        compute = fmt if fmt in ("bf16", "fp16", "fp32") else "bf16"  # servers load float weights in --dtype
+        run = make_run(engine=name, weights=fmt, compute_dtype=compute)
+        assert rt.expresses(SPEC, run, "meta-llama/Llama-3.1-8B") is None or name == "ollama"
 
 
 def test_ollama_gguf_file_command_reads_back() -> None:

@@ -74,10 +74,13 @@ class Runtime(ABC):
         """The weight formats this engine loads."""
         return [f for f in list_weight_formats() if f.id.startswith("gguf-") == self.gguf]
 
-    def expresses(self, spec: ModelSpec, run: InferenceRun, source: str) -> str | None:
+    def expresses(
+        self, spec: ModelSpec, run: InferenceRun, source: str, checkpoint: str | None = None
+    ) -> str | None:
         """Whether this engine's own command can express ``run`` on the model opened from ``source`` (a
-        Hugging Face id, a path): None when it can, else the reason in one line. By default an engine loads
-        the weight formats :meth:`formats` lists (and the model's own files)."""
+        Hugging Face id, a path) published in weight format ``checkpoint`` (None: a float checkpoint, or
+        unknown): None when it can, else the reason in one line. By default an engine loads the weight
+        formats :meth:`formats` lists (and the model's own files)."""
         name = self.label or self.name
         gguf_file = source.lower().endswith(".gguf")
         if run.weights == "file":
@@ -127,6 +130,26 @@ class Runtime(ABC):
     @abstractmethod
     def command(self, model: str, run: InferenceRun, est: Estimate) -> str:
         """The engine's own launch command (or load call) for the run."""
+
+    # Run fields this engine's command cannot say, and why (data per engine; the command names each one set
+    # away from its default in a comment line, :meth:`unsaid_line`, and the import leaves it at its default)
+    unexpressed: tuple[tuple[str, str], ...] = ()
+
+    def unsaid_line(self, run: InferenceRun) -> str | None:
+        """``# gpumem: ...`` naming the run's values that :attr:`unexpressed` says the command cannot carry
+        (None when all are at their defaults); a shell comment, which every importer skips."""
+        fields = type(run).model_fields
+        said = [
+            f"{name} {getattr(run, name)} ({why})"
+            for name, why in self.unexpressed
+            if getattr(run, name) != fields[name].default
+        ]
+        return f"# gpumem, not in this command: {'; '.join(said)}" if said else None
+
+    def with_unsaid(self, run: InferenceRun, lines: list[str]) -> str:
+        """The command's lines, after the comment line of what it cannot say (if any)."""
+        note = self.unsaid_line(run)
+        return "\n".join([note, *lines] if note else lines)
 
 
 def component(key: str, label: str, n: int, formula: str, source: str, **inputs: object) -> Component:

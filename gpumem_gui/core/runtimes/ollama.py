@@ -296,10 +296,12 @@ class Ollama(Runtime):
         done, _, total = str(est.facts.get("offloaded", "0/1")).partition("/")
         return done == total or est.facts.get("layers_requested", -1) != -1
 
-    def expresses(self, spec: ModelSpec, run: InferenceRun, source: str) -> str | None:
+    def expresses(
+        self, spec: ModelSpec, run: InferenceRun, source: str, checkpoint: str | None = None
+    ) -> str | None:
         """A GGUF weight format of a model with an Ollama library tag (or a Hugging Face GGUF repository,
         ``hf.co/<repo>:<type>``), or a GGUF file (``FROM`` in a Modelfile)."""
-        why = super().expresses(spec, run, source)
+        why = super().expresses(spec, run, source, checkpoint)
         if why is not None or run.weights == "file":
             return why
         if source.startswith(("/", "./", "../", "~")) or "\\" in source:
