@@ -177,7 +177,8 @@ def round_trip(engine: str, lm: LoadedModel, fields: dict[str, Any], capacity: i
         assert "\n" not in why and len(why) < 300
         assume(False)
     own = run.weights == lm.checkpoint_weights
-    assume(_DTYPE_AWARE or not (own and run.compute_dtype != "bf16"))  # see _DTYPE_AWARE
+    if own and run.compute_dtype != "bf16" and not _DTYPE_AWARE:
+        assume(False)  # see _DTYPE_AWARE
     text = rt.command(lm.source, run, est)
     imp = _with_model(import_command(text), lm)
     assert not imp.warnings, (text, imp.warnings)  # every option written is one the runtime takes
@@ -244,3 +245,13 @@ def test_unsaid_workload_is_a_comment_line() -> None:
     text = round_trip("vllm", lm, {"batch": 8, "seq": 1000, "new_tokens": 24}, 80 * GiB)
     first = text.splitlines()[0]
     assert first.startswith("# gpumem, not in this command:") and "batch 8" in first and "seq 1000" in first
+
+
+def test_sglang_dp_attention_wider_than_tp_is_refused_on_a_hybrid() -> None:
+    """Found by the round trip: DP attention with dp_size above tp on a hybrid (Qwen3-Next) divided by an
+    attention TP of 0 (ZeroDivisionError) before the dp_size check said why."""
+    lm = _model("Qwen/Qwen3-Next-80B-A3B-Instruct")
+    assert lm.spec is not None
+    run = make_run(engine="sglang", tp=1, dp_size=2, enable_dp_attention=True)
+    with pytest.raises(GpumemInputError, match="DP attention needs dp_size"):
+        estimate_inference(lm.spec, run)

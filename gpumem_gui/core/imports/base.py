@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from gpumem_gui.core.errors import GpumemInputError, clip, short
+from gpumem_gui.core.runtimes.base import SERVER_DTYPES
 from gpumem_gui.core.runtimes.run import InferenceRun, make_run
 from gpumem_gui.core.spec.model import Frozen, ModelSpec
 from gpumem_gui.core.training.run import TrainingRun, make_training_run
@@ -272,7 +273,7 @@ def to_choice(value: object, where: str, choices: Mapping[str, Any]) -> Any:
 
 
 # --dtype of vLLM and SGLang (vllm/config ModelConfig dtype, sglang server_args.py dtype choices)
-TORCH_DTYPES = {"half": "fp16", "float16": "fp16", "bfloat16": "bf16", "float": "fp32", "float32": "fp32"}
+TORCH_DTYPES = SERVER_DTYPES  # vLLM's and SGLang's --dtype (runtimes/base.py, shared with their commands)
 
 
 class Reading:

@@ -152,6 +152,49 @@ class Runtime(ABC):
         return "\n".join([note, *lines] if note else lines)
 
 
+# the formats a PyTorch server (vLLM, SGLang) loads a float checkpoint in: its --dtype, the compute dtype
+FLOAT_WEIGHTS = ("bf16", "fp16", "fp32")
+# --dtype value -> compute dtype, the same choices in both servers (vllm/config/model.py ModelDType; SGLang
+# python/sglang/srt/server_args.py --dtype: auto, half, float16, bfloat16, float, float32; "auto" is the
+# checkpoint's dtype); the first spelling of each is the one a command gpumem writes uses
+SERVER_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16", "float": "fp32"}
+
+
+def server_weights_refusal(
+    label: str, run: InferenceRun, checkpoint: str | None, online: dict[str, str]
+) -> str | None:
+    """Why a PyTorch server (vLLM, SGLang) cannot load the run's weights as the run has them (None: it can).
+    Both cast a float checkpoint to ``--dtype`` (vllm/config/model.py ``_verify_quantization``; SGLang's
+    ``configs/model_config.py`` copy of it), quantize on load only by the ``--quantization`` methods in
+    ``online`` (method -> weight format), and read any other format from a checkpoint published in it
+    (``checkpoint``: the model's own format, None when unknown)."""
+    w = run.weights
+    if w in ("file", run.compute_dtype, checkpoint) or w in online.values():
+        return None
+    if w in FLOAT_WEIGHTS:
+        return (
+            f"{label} casts float weights to --dtype: weights {w} with compute dtype {run.compute_dtype} "
+            f"are loaded as {run.compute_dtype} (set the weights to {run.compute_dtype})"
+        )
+    ways = " or ".join(dict.fromkeys(online.values()))
+    return (
+        f"{label} quantizes on load only to {ways}; {w} weights come from a checkpoint published in that "
+        "format (open that checkpoint)"
+    )
+
+
+def server_dtype_args(run: InferenceRun, online: dict[str, str]) -> list[str]:
+    """``--quantization`` (a method that quantizes on load) and ``--dtype`` for a PyTorch server's command:
+    the dtype is written for a float or on-load-quantized checkpoint, and left to the server's ``auto`` (the
+    checkpoint's) only for a checkpoint in its own quantized format at the default bf16."""
+    args = []
+    if run.weights in online.values() and run.weights not in FLOAT_WEIGHTS:
+        args += ["--quantization", next(k for k, v in online.items() if v == run.weights)]
+    if run.compute_dtype != "bf16" or run.weights in (run.compute_dtype, *online.values()):
+        args += ["--dtype", next(k for k, v in SERVER_DTYPES.items() if v == run.compute_dtype)]
+    return args
+
+
 def component(key: str, label: str, n: int, formula: str, source: str, **inputs: object) -> Component:
     """One breakdown entry (bytes clamped at 0) with its formula, inputs and source."""
     return Component(
