@@ -22,7 +22,11 @@ def _why(engine: str, weights: str, source: str) -> str | None:
     ("engine", "weights", "source", "ok"),
     [
         ("llama.cpp", "bf16", "meta-llama/Llama-3.1-8B", False),  # safetensors: no llama.cpp command
-        ("llama.cpp", "gguf-Q4_K_M", "meta-llama/Llama-3.1-8B", True),
+        # no GGUF repository: no file for llama-server to load (issue 33: -m meta-llama/Llama-3.1-8B.gguf)
+        ("llama.cpp", "gguf-Q4_K_M", "meta-llama/Llama-3.1-8B", False),
+        ("llama.cpp", "gguf-Q4_K_M", "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF", True),  # -hf <repo>:Q4_K_M
+        ("llama.cpp", "gguf-Q4_K_M-pure", "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF", False),  # not a type
+        ("llama.cpp", "gguf-Q4_K_M", "/models/llama-3.1-8b.Q8_0.gguf", False),  # the file holds its own types
         ("llama.cpp", "file", "/models/llama-3.1-8b.Q4_K_M.gguf", True),
         ("llama.cpp", "file", "/models/llama-3.1-8b", False),  # a safetensors folder
         ("ollama", "bf16", "meta-llama/Llama-3.1-8B", False),
@@ -54,7 +58,8 @@ def test_every_runtime_answers() -> None:
         fmt = rt.formats()[0].id
         compute = fmt if fmt in ("bf16", "fp16", "fp32") else "bf16"  # servers load float weights in --dtype
         run = make_run(engine=name, weights=fmt, compute_dtype=compute)
-        assert rt.expresses(SPEC, run, "meta-llama/Llama-3.1-8B") is None or name == "ollama"
+        # Ollama and llama.cpp pull GGUF files: this is no GGUF repository
+        assert rt.expresses(SPEC, run, "meta-llama/Llama-3.1-8B") is None or name in ("ollama", "llama.cpp")
 
 
 def test_ollama_gguf_file_command_reads_back() -> None:

@@ -28,6 +28,7 @@ from gpumem_gui.core.imports import ImportedRun, import_command
 from gpumem_gui.core.readers.loader import LoadedModel, load_model
 from gpumem_gui.core.results.estimate import Estimate
 from gpumem_gui.core.runtimes.inference import InferenceRun, estimate_inference, make_run, runtime
+from gpumem_gui.core.runtimes.llamacpp import kv_types
 from tests.fuzz_strategies import fuzz_settings
 
 EXAMPLES = 50  # per engine under make test; x40 under make fuzz
@@ -147,6 +148,50 @@ def sglang_runs(draw: st.DrawFn) -> tuple[LoadedModel, dict[str, Any]]:
     return lm, f
 
 
+_GGUF_TYPES = ["gguf-Q4_K_M", "gguf-Q8_0", "gguf-Q6_K", "gguf-Q4_0", "gguf-F16", "gguf-BF16", "gguf-IQ4_XS"]
+_LLAMA_CACHE = ["f16", "bf16", "f32", "q8_0", "q4_0", "q5_1", "iq4_nl"]
+
+
+def _gguf_repo(lm: LoadedModel) -> LoadedModel:
+    """The model as a Hugging Face GGUF repository names it (llama-server -hf, Ollama hf.co/...)."""
+    return lm.model_copy(update={"source": f"someone/{lm.source.split('/')[-1]}-GGUF"})
+
+
+@st.composite
+def llamacpp_runs(draw: st.DrawFn) -> tuple[LoadedModel, dict[str, Any]]:
+    lm = _gguf_repo(_model(draw(st.sampled_from(_SERVER_MODELS))))
+    assert lm.spec is not None
+    f = draw(_workload())
+    f["weights"] = draw(st.sampled_from([*_GGUF_TYPES, "gguf-Q4_K_M-pure", "bf16"]))
+    f["kv_dtype"] = draw(st.sampled_from(["auto", *engine_kv_dtypes("llama.cpp")]))
+    ub = draw(st.sampled_from([512, 512, 128, 1024, 4096]))
+    f |= {
+        "n_gpu_layers": draw(
+            st.sampled_from([-1, -1, 0, 1, lm.spec.num_layers // 2, lm.spec.num_layers + 3])
+        ),
+        "n_ubatch": ub,
+        "n_batch": max(ub, draw(st.sampled_from([2048, 2048, 512, 8192]))),
+        "flash_attn": draw(st.booleans()),
+        "cache_type_k": draw(_opt(st.sampled_from(_LLAMA_CACHE))),
+        "cache_type_v": draw(_opt(st.sampled_from(_LLAMA_CACHE))),
+        "kv_offload": draw(st.booleans()),
+        "mla_cache": draw(st.sampled_from(["latent", "latent", "full"])),
+    }
+    return lm, f
+
+
+_F = {"f16": "fp16", "f32": "fp32"}
+
+
+def _llama_kv(run: InferenceRun) -> tuple[str, ...]:
+    return tuple(_F.get(t, t) for t in kv_types(run))
+
+
+# fields an engine reads only through what they resolve to: llama.cpp's K and V types (-ctk / -ctv, each
+# the KV cache field unless given)
+_VIEWS = {"llama.cpp": {"kv_dtype": _llama_kv, "cache_type_k": _llama_kv, "cache_type_v": _llama_kv}}
+
+
 def _estimate(lm: LoadedModel, run: InferenceRun, capacity: int | None) -> Estimate:
     assert lm.spec is not None
     return estimate_inference(lm.spec, run, capacity, lm.weights)
@@ -192,7 +237,8 @@ def round_trip(engine: str, lm: LoadedModel, fields: dict[str, Any], capacity: i
     for name in InferenceRun.model_fields:
         if not _applies(name, engine) or name in unsaid:
             continue
-        a, b = getattr(run, name), getattr(restored, name)
+        view = _VIEWS.get(engine, {}).get(name)
+        a, b = (view(run), view(restored)) if view else (getattr(run, name), getattr(restored, name))
         assert a == b or (a is None and b == est.facts.get(name)), (name, a, b, text)
     note = rt.unsaid_line(run)
     assert (note is None) == (not text.startswith("#")) and (note is None or note in text)
@@ -210,6 +256,12 @@ def test_copy_as_vllm_round_trips(case: tuple[LoadedModel, dict[str, Any]], capa
 @given(sglang_runs(), st.sampled_from(_CAPACITIES))
 def test_copy_as_sglang_round_trips(case: tuple[LoadedModel, dict[str, Any]], capacity: int | None) -> None:
     round_trip("sglang", *case, capacity)
+
+
+@fuzz_settings(EXAMPLES)
+@given(llamacpp_runs(), st.sampled_from(_CAPACITIES))
+def test_copy_as_llamacpp_round_trips(case: tuple[LoadedModel, dict[str, Any]], capacity: int | None) -> None:
+    round_trip("llama.cpp", *case, capacity)
 
 
 # ---- the issue's reproducers ----------------------------------------------------------------------------

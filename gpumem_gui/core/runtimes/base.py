@@ -139,11 +139,11 @@ class Runtime(ABC):
         """``# gpumem: ...`` naming the run's values that :attr:`unexpressed` says the command cannot carry
         (None when all are at their defaults); a shell comment, which every importer skips."""
         fields = type(run).model_fields
-        said = [
-            f"{name} {getattr(run, name)} ({why})"
-            for name, why in self.unexpressed
-            if getattr(run, name) != fields[name].default
-        ]
+        by_why: dict[str, list[str]] = {}  # fields that share a reason are named together
+        for name, why in self.unexpressed:
+            if getattr(run, name) != fields[name].default:
+                by_why.setdefault(why, []).append(f"{name} {getattr(run, name)}")
+        said = [f"{', '.join(names)} ({why})" for why, names in by_why.items()]
         return f"# gpumem, not in this command: {'; '.join(said)}" if said else None
 
     def with_unsaid(self, run: InferenceRun, lines: list[str]) -> str:
