@@ -156,7 +156,14 @@ def _training_cases(llama: ModelSpec, h100: int) -> list[Case]:
     train = make_training_run(method="lora", batch=1, seq=4096, grad_ckpt=True)
     train_z3 = make_training_run(batch=1, seq=4096, zero=3, dp=8, tp=2, gpus=16)
     h100_target = GpuTarget(name="H100-SXM-80GB", capacity_bytes=h100)
+    qwen_next = _spec("Qwen/Qwen3-Next-80B-A3B-Instruct")
+    long_linear = make_training_run(batch=1, seq=262144, zero=3, dp=8)
     return [
+        (
+            "estimate: training Qwen3-Next-80B s262144 ZeRO-3, uncached",
+            lambda: (_clear_training_cache(), estimate_training(qwen_next, long_linear)),
+            "gated DeltaNet chunk loop: steps independent of seq (issue 33)",
+        ),
         (
             "estimate: training LoRA Llama-3.1-8B b1 s4096 ckpt",
             lambda: estimate_training(llama, train),

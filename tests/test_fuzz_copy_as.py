@@ -176,6 +176,7 @@ def llamacpp_runs(draw: st.DrawFn) -> tuple[LoadedModel, dict[str, Any]]:
         "cache_type_v": draw(_opt(st.sampled_from(_LLAMA_CACHE))),
         "kv_offload": draw(st.booleans()),
         "mla_cache": draw(st.sampled_from(["latent", "latent", "full"])),
+        "swa_full": draw(st.booleans()),
     }
     return lm, f
 

@@ -130,6 +130,7 @@ def test_json_keys_are_stable() -> None:
         "sample_age_s",
         "stale",
         "workloads",
+        "cuda_total_bytes",  # added with issue 33: total less reserved, what CUDA reports
     ]
     assert doc["devices"][0]["processes"] is None
     assert list(doc["devices"][1]["processes"][0]) == ["pid", "name", "used_bytes", "kind"]
@@ -146,6 +147,7 @@ def test_table() -> None:
         "Used",
         "/",
         "Total",
+        "(CUDA)",
         "GiB",
         "Free",
         "GiB",
@@ -154,7 +156,7 @@ def test_table() -> None:
         "Procs",
     ]
     row = lines[2].split()
-    assert row[:2] == ["0", "0"] and "24.0" in row and row[-1] == "2"
+    assert row[:2] == ["0", "0"] and "24.0" in row and "(23.7)" in row and row[-1] == "2"  # 24564 - 318 MiB
     mig = format_snapshot(FakeBackend("a100_mig").snapshot())
     assert "  0:1" in mig and "MIG 2g.20gb" in mig
     assert format_snapshot(GpuSnapshot(taken_at=0, backend="nvml")) == "No NVIDIA GPU found (backend nvml)."

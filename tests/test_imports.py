@@ -78,7 +78,8 @@ FILES = {
         "NousResearch/Meta-Llama-3-8B",
         {
             "framework": "axolotl",
-            "method": "lora",
+            "method": "qlora",
+            "qlora_base": "int8",  # load_in_8bit: true
             "lora_rank": 32,
             "lora_targets": "all-linear",
             "batch": 2,
@@ -201,7 +202,7 @@ def test_published_configs(name: str) -> None:
 def test_unmodelled_keys_are_named() -> None:
     imp = import_file(_f("axolotl_llama3_lora-8b.yml"))
     text = " | ".join(imp.warnings)
-    assert "load_in_8bit" in text and "lora_modules_to_save" in text
+    assert "load_in_8bit" not in text and "lora_modules_to_save" in text  # the 8-bit base is read
     imp = import_file(_f("axolotl_llama3_fft-8b-liger-fsdp.yaml"))
     assert any(w.startswith("liger_rope") for w in imp.warnings)
 

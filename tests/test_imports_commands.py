@@ -41,7 +41,7 @@ EXPECT: dict[str, tuple[str, dict[str, object]]] = {
     ),
     "vllm-issue-2248": (
         "/models/deepseek-coder-33b-instruct",
-        {"tp": 2, "compute_dtype": "fp16", "weights": "fp16"},
+        {"tp": 2, "compute_dtype": "fp16", "dtype_weights": ("fp16", "--dtype float16")},
     ),
     "vllm-recipes-pr-12": (
         "/tmp/model/Qwen3-Coder-480B-A35B-Instruct-FP8",
@@ -69,7 +69,7 @@ def test_published_commands(ident: str) -> None:
     assert imp.model == model
     assert imp.mode == "inference"
     for name, value in fields.items():
-        assert getattr(imp.run, name) == value, name
+        assert getattr(imp if name == "dtype_weights" else imp.run, name) == value, name
 
 
 def test_every_published_command_parses_and_has_a_source() -> None:
@@ -86,10 +86,12 @@ def test_a_full_vllm_command() -> None:
     expect = {
         "tp": 2, "max_model_len": 32768, "seq": 32768, "gpu_memory_utilization": 0.85, "enforce_eager": True,
         "kv_dtype": "fp8", "max_num_seqs": 128, "max_num_batched_tokens": 4096, "compute_dtype": "bf16",
-        "weights": "bf16",
     }  # fmt: skip
     for name, value in expect.items():
         assert getattr(imp.run, name) == value, name
+    # --dtype is the weights' dtype once the checkpoint is known to be unquantized (test_imports_dtype.py)
+    m = load_model("Qwen/Qwen3-8B")
+    assert imp.with_model(m.spec, m.checkpoint_quantization).run.weights == "bf16"
 
 
 def test_a_full_llama_server_command() -> None:
@@ -111,6 +113,20 @@ def test_vllm_every_unmapped_option_is_named() -> None:
         assert option in text
     assert "--port" not in text  # a server option: printed back as "no effect", not a warning
     assert any(w == "--port 9000" for w, _ in imp.read_as)
+
+
+def test_config_format_mistral_is_named() -> None:
+    """vLLM builds a --config-format mistral run from params.json (transformers_utils/configs/mistral.py),
+    whose max_model_len default is not config.json's: a warning, not a silent 'no effect'."""
+    imp = import_command(
+        "vllm serve mistralai/Mistral-Small-3.1-24B-Instruct-2503 --tokenizer-mode mistral "
+        "--config-format mistral --load-format mistral"
+    )
+    assert any(w.startswith("--config-format mistral: vLLM reads params.json") for w in imp.warnings)
+    assert not any("--load-format" in w or "--tokenizer-mode" in w for w in imp.warnings)
+    imp = import_command("vllm serve Qwen/Qwen3-8B --config-format hf")
+    assert not imp.warnings
+    assert ("--config-format hf", "loading option: no effect on GPU memory") in imp.read_as
 
 
 def test_vllm_human_readable_length_and_model_default() -> None:

@@ -1,6 +1,7 @@
-"""Published llama.cpp KV lines (validation/data/engine_logs/llamacpp.json, and the llama.cpp KV buffer
-lines of validation/data/published_inference.json) against our llama.cpp estimate; and the cache knobs
--ctk/-ctv, --no-kv-offload and partial -ngl, whose buffers follow from the per-layer row."""
+"""Published llama.cpp KV and compute-buffer lines (validation/data/engine_logs/llamacpp.json, and the
+llama.cpp buffer lines of validation/data/published_inference.json) against our llama.cpp estimate; and the
+cache knobs -ctk/-ctv, --no-kv-offload, --swa-full and partial -ngl, whose buffers follow from the per-layer
+row."""
 
 from __future__ import annotations
 
@@ -20,17 +21,25 @@ MiB = 1 << 20
 ROWS = engine_rows("llama.cpp")  # the comparison section (i) of docs/validation.md shows
 
 
-def _kv_lines() -> list:
-    """Section (b)'s rows of the llama.cpp KV buffer lines of validation/data/published_inference.json."""
+def _lines(prefix: str) -> list:
+    """Section (b)'s rows of the llama.cpp lines of validation/data/published_inference.json starting with
+    ``prefix``."""
     entries = json.loads((reference_dir() / "published" / "published.json").read_text())
     ids = [m.id for m in PUBLISHED if m.run.get("engine") == "llama.cpp"]
     rows, _ = published_rows(entries, ids)
-    return [r for r in rows if r.metric.startswith("KV self size")]
+    return [r for r in rows if r.metric.startswith(prefix)]
+
+
+def _kv_lines() -> list:
+    return _lines("KV self size")
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[f"{r.point}:{r.metric}" for r in ROWS])
-def test_kv_row_widths_match_the_log(row: LogRow) -> None:
-    assert row.ours == row.published, f"{row.point} {row.metric}: log {row.published}, ours {row.ours}"
+def test_published_llamacpp_lines_match(row: LogRow) -> None:
+    """Widths exactly; buffer lines to the log's two decimals of MiB."""
+    tol = 0 if row.unit == "elements" else 0.005
+    msg = f"{row.point} {row.metric}: log {row.published}, ours {row.ours}"
+    assert abs(row.ours - row.published) <= tol, msg
 
 
 def test_published_kv_buffers_stay_exact() -> None:
@@ -77,5 +86,115 @@ def test_command_spells_k_and_v_types_and_nkvo() -> None:
     spec = find_model("meta-llama/Llama-2-7b-hf").spec
     run = make_run(engine="llama.cpp", weights="gguf-Q4_K_M", cache_type_k="q8_0", kv_offload=False)
     cmd = runtime("llama.cpp").command("llama-2-7b", run, estimate_inference(spec, run))
-    assert "-ctk q8_0 -ctv bf16" in cmd  # -ctv: the KV cache field (auto = the compute dtype bf16)
+    assert "-ctk q8_0 -ctv f16" in cmd  # -ctv: the KV cache field (auto = llama.cpp's own f16)
     assert cmd.endswith("-nkvo")
+
+
+# ---- the compute buffer (runtimes/llamacpp_compute.py) -----------------------------------------------------
+
+
+def _estimate(model: str, **run: object):
+    spec = find_model(model).spec
+    return spec, estimate_inference(spec, make_run(engine="llama.cpp", **run))
+
+
+def _compute(est) -> int:
+    return est.component("compute_buffer").bytes
+
+
+def test_without_flash_attention_the_scores_share_their_softmax_and_the_masks_stay() -> None:
+    """llama.cpp without -fa over 8192 cells (published Ollama #8310 log, llama.cpp's context): kq 8192 x
+    512 x 24 heads x 4 B = 384 MiB (the softmax in place: ggml-alloc.c ggml_op_can_inplace(GGML_OP_SOFT_MAX)),
+    the f32 mask 8192 x pad(512, 64) x 4 B = 16 MiB and 4 rows of 512 x 3072 x 4 B: 424.00 MiB."""
+    _, est = _estimate(
+        "meta-llama/Llama-3.2-3B", weights="gguf-Q4_K_M", seq=2048, batch=4, flash_attn=False, n_batch=512
+    )
+    assert _compute(est) == (384 + 16 + 4 * 6) * MiB
+    assert est.component("compute_buffer").explain.inputs["stage"] == "attention"
+
+
+def test_the_open_llama_compute_line_is_exact() -> None:
+    """open_llama 7B F16, n_ctx 2048, no flash attention: CUDA0 compute buffer size = 164.00 MiB = kq 128 +
+    mask 4 + 4 rows of 8 MiB (published_inference.json, inf-llamacpp-openllama7b-f16)."""
+    (row,) = [r for r in _lines("CUDA0 compute buffer size") if "openllama" in r.source]
+    assert row.ours == row.measured == 164 * MiB
+
+
+def test_with_flash_attention_no_scores_nor_masks() -> None:
+    _, est = _estimate("meta-llama/Llama-3.2-3B", weights="gguf-Q4_K_M", seq=8192)
+    assert _compute(est) == 512 * 128256 * 4 + 512 * 3072 * 4  # the output stage, as the 256.50 MiB log
+
+
+# the output weight of Llama-3.1-8B in a Q4_K_M GGUF: token_embd's shape in Q6_K (210 B per 256 elements,
+# ggml-common.h block_q6_K; llama-quantize keeps output.weight at Q6_K) and the f32 output norm
+_Q6K_OUTPUT = 128256 * 4096 // 256 * 210 + 4096 * 4
+
+
+def test_output_layer_in_host_memory_is_copied_to_the_gpu_for_a_large_batch() -> None:
+    """-ngl 20 of 32: the output layer stays in host memory, but ggml_backend_sched runs its matmul on the GPU
+    for a micro-batch of at least 32 tokens (op offload, llama.cpp PR #6083): the GPU's compute buffer holds
+    the copied output weight, the logits and a row."""
+    _, est = _estimate("meta-llama/Llama-3.1-8B", weights="gguf-Q4_K_M", seq=4096, n_gpu_layers=20)
+    logits = 512 * 128256 * 4 + 512 * 4096 * 4
+    assert est.facts["offloaded_layers"] == 20
+    assert _compute(est) == _Q6K_OUTPUT + logits
+    _, full = _estimate("meta-llama/Llama-3.1-8B", weights="gguf-Q4_K_M", seq=4096)
+    assert _compute(full) == logits  # every layer on the GPU: the output weight is in the model buffer
+
+
+def test_output_layer_in_host_memory_below_the_op_offload_batch_runs_on_the_cpu() -> None:
+    """-ub 16 (< 32, ggml-cuda.cu offload_op): the output stage runs on the CPU, in the host compute buffer;
+    the GPU's is the largest of its own stages (FFN: 2 x 16 x 14336 x 4 B + 2 rows)."""
+    _, est = _estimate(
+        "meta-llama/Llama-3.1-8B", weights="gguf-Q4_K_M", seq=4096, n_gpu_layers=20, n_ubatch=16
+    )
+    assert _compute(est) == 2 * 16 * 14336 * 4 + 2 * 16 * 4096 * 4
+    assert est.component("compute_buffer").explain.inputs["stage"] == "ffn"
+
+
+# ---- --swa-full ------------------------------------------------------------------------------------------
+
+
+def test_swa_full_gives_sliding_layers_the_whole_context() -> None:
+    """Gemma 3 27B at n_ctx 32768: 52 sliding layers (window 1024) keep pad(1024 + 512, 256) = 1536 cells,
+    10 full layers 32768, at 16 KV heads x 128 x 2 (K, V) x 2 B per cell and layer; --swa-full gives the
+    sliding layers n_ctx cells too (src/llama-kv-cache-iswa.cpp: size_swa = size_base)."""
+    spec = find_model("google/gemma-3-27b-it").spec
+    row = 16 * 128 * 2 * 2
+    run = make_run(engine="llama.cpp", weights="gguf-Q4_K_M", seq=32768, kv_dtype="f16")
+    assert kv_buffers(spec, run, spec.num_layers) == ((52 * 1536 + 10 * 32768) * row, 0)
+    full = run.model_copy(update={"swa_full": True})
+    assert kv_buffers(spec, full, spec.num_layers) == (62 * 32768 * row, 0)
+    assert estimate_inference(spec, full).kv_cache_bytes == 62 * 32768 * row
+
+
+def test_swa_full_is_read_from_a_launch_command_and_written_back() -> None:
+    from gpumem_gui.core import import_command
+    from gpumem_gui.core.runtimes.inference import runtime
+
+    imp = import_command("llama-server -m gemma-3-27b-it-Q4_K_M.gguf -c 32768 --swa-full")
+    assert imp.run.swa_full is True
+    assert not any("--swa-full" in w for w in imp.warnings)
+    spec = find_model("google/gemma-3-27b-it").spec
+    cmd = runtime("llama.cpp").command("gemma-3-27b-it", imp.run, estimate_inference(spec, imp.run))
+    assert cmd.endswith("--swa-full")
+    assert import_command(cmd).run.swa_full is True
+
+
+# ---- a tied embedding --------------------------------------------------------------------------------------
+
+_TOKEN_EMBD = 128256 * 3072 // 256 * 210  # Llama 3.2 3B's token_embd in Q6_K: the published 308.23 MiB
+
+
+def test_tied_output_is_a_gpu_copy_only_with_the_output_layer() -> None:
+    """Llama 3.2 3B (tied): every layer offloaded, the output layer is token_embd's duplicate on the GPU and
+    token_embd stays in host memory (published: CPU 308.23 MiB, CUDA0 1918.35 MiB, the llama.cpp data's
+    Llama 3.2 3B point); -ngl 28 leaves the output layer (and norm) in host memory, where the duplicate maps
+    token_embd's file range: the GPU loses the copy and the norm, the host keeps token_embd once
+    (src/llama-model.cpp load_tensors: output = create_tensor(tok_embd's name, TENSOR_DUPLICATED))."""
+    _, full = _estimate("meta-llama/Llama-3.2-3B", weights="gguf-Q4_K_M", seq=2048)
+    _, part = _estimate("meta-llama/Llama-3.2-3B", weights="gguf-Q4_K_M", seq=2048, n_gpu_layers=28)
+    norm = 3072 * 4
+    assert full.facts["cpu_bytes"] == _TOKEN_EMBD
+    assert part.facts["cpu_bytes"] == _TOKEN_EMBD + norm
+    assert part.component("weights").bytes == full.component("weights").bytes - _TOKEN_EMBD - norm

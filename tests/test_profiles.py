@@ -64,7 +64,7 @@ def test_unsloth_offloads_checkpointed_inputs_by_default() -> None:
         ({"framework": "torchtitan", "activation_offload": True}, "activation_offload"),
         ({"framework": "hf-trainer", "loss": "chunked"}, "loss"),
         ({"framework": "hf-trainer", "optimizer_in_backward": True}, "optimizer_in_backward"),
-        ({"framework": "megatron"}, "precision"),
+        ({"framework": "megatron", "precision": "amp-bf16"}, "precision"),  # a precision given stays given
         ({"framework": "megatron", "precision": "megatron-bf16", "fsdp": "full_shard", "dp": 2}, "fsdp"),
         ({"framework": "torchtune", "fsdp": "full_shard", "dp": 2, "fsdp_version": 1}, "fsdp_version"),
         ({"ckpt_every": 2}, "ckpt_every"),

@@ -4,7 +4,6 @@ server is tests/test_prometheus_backend.py."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -178,29 +177,4 @@ def test_a_malformed_answer_is_a_fault_naming_where(data: object, where: str) ->
     assert where in e.value.reason and "\n" not in e.value.reason
 
 
-_json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=20,
-)
-_answers = st.fixed_dictionaries(
-    {
-        "resultType": st.sampled_from(["vector", "matrix", "scalar", "string"]) | st.text(max_size=5),
-        "result": st.lists(
-            st.fixed_dictionaries({"metric": _json, "value": _json, "values": _json}) | _json, max_size=4
-        ),
-    }
-)
-
-
-@given(_answers | _json)
-@settings(max_examples=600, deadline=None)
-def test_any_answer_is_read_or_refused_as_a_fault(data: object) -> None:
-    try:
-        _kind, series = parse_result(json.loads(json.dumps(data, allow_nan=True)))
-    except PrometheusFault as e:
-        assert "\n" not in e.reason and len(e.reason) < 300
-        return
-    for s in series:
-        assert all(isinstance(k, str) and isinstance(v, str) for k, v in s.labels.items())
-        assert all(isinstance(t, float) and isinstance(v, float) for t, v in s.samples)
+# the property over any answer document: tests/test_fuzz_prometheus.py (make fuzz runs it at length)

@@ -1,7 +1,7 @@
 """The refactoring oracle stays in force: a sample of the 4,325 recorded estimates and fits
 (``tests/reference/regression``, made by ``validation/regression.py`` after issue 12) gives the same numbers
 with the code as it is. A change that moves numbers on purpose regenerates the dump and says why
-(``docs/changes-issue-12.md`` shows how)::
+(``CHANGELOG.md``, "Numbers that moved", shows how)::
 
     python validation/regression.py dump --calls tests/reference/regression/calls.jsonl.gz \\
         --out tests/reference/regression/issue12.json.gz

@@ -86,8 +86,9 @@ def test_gpu_capacity_text(text: str, capacity: int, count: int, name: str) -> N
 
 
 def test_catalog_names_still_parse() -> None:
+    h100 = find_gpu("H100")
     assert gpu_target_from_text("H100:4") == GpuTarget(
-        name="H100-SXM-80GB", capacity_bytes=find_gpu("H100").memory_bytes, count=4
+        name="H100-SXM-80GB", capacity_bytes=h100.memory_bytes, cuda_bytes=h100.cuda_memory_bytes, count=4
     )
     assert gpu_target_from_text("4090").name == "RTX-4090"  # a catalog alias that is a bare number
 

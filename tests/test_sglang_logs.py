@@ -103,4 +103,4 @@ def test_constants_are_the_medians_of_their_published_readings() -> None:
 def test_default_fraction_is_the_one_sglang_printed() -> None:
     for r in _data()["constants"]["default_fraction"]:
         run = make_run(engine="sglang", tp=r["tp"])
-        assert server_defaults(run, sglang_gpu_bytes(r["gpu"])).mem_fraction_static == r["value"]
+        assert server_defaults(run, sglang_gpu_bytes(r["gpu"]).driver_bytes).mem_fraction_static == r["value"]

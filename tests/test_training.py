@@ -322,7 +322,7 @@ def test_sharding_never_raises_per_gpu_memory(dp: int, optimizer: str, seq: int,
     ("fields", "field"),
     [
         ({"lora_rank": 0}, "lora_rank"),
-        ({"method": "qlora", "qlora_base": "int8"}, "qlora_base"),
+        ({"method": "qlora", "qlora_base": "fp4"}, "qlora_base"),  # bnb fp4 is not a modelled base
         ({"method": "qlora", "qlora_base": "gptq-4bit"}, "qlora_base"),
         ({"dp": 2, "tp": 2, "gpus": 6}, "gpus"),
         ({"precision": "megatron-bf16", "optimizer": "adamw-8bit"}, "optimizer"),

@@ -49,7 +49,8 @@ def test_custom_choice_round_trip(target: TargetForm, qtbot) -> None:
 def test_resolve_custom_target_uses_the_cli_parser() -> None:
     r = resolve_target(GpuChoice(kind="custom", capacity="23.5GiB", count=2), None, SizeUnit.GIB)
     assert r.target == gpu_target_from_text("23.5GiB:2")
-    assert r.target.capacity_bytes == int(23.5 * GiB) and r.text == "2 x custom 23.5 GiB GPU (23.50 GiB each)"
+    assert r.target.capacity_bytes == int(23.5 * GiB)
+    assert r.text == "2 x custom 23.5 GiB GPU (23.50 GiB each as CUDA reports it)"
 
 
 @pytest.mark.parametrize("text", ["", "24", "H100", "24GiB:2", "100MB", "24XB"])

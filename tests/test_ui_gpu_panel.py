@@ -54,7 +54,7 @@ def test_a_card_per_gpu_with_verdicts_from_the_evaluator(qtbot, fake_snapshots) 
     assert len(panel.history.series("0")) == 4
     panel.set_basis("total")  # every H100 holds 60 GiB when idle
     assert all(panel.verdict_text(k).startswith("Fits with") for k in panel.cards)
-    assert all(panel.verdict_text(k).endswith("(total)") for k in panel.cards)
+    assert all(panel.verdict_text(k).endswith("(CUDA's total)") for k in panel.cards)
 
 
 def test_no_driver_shows_the_reason(qtbot, fake_snapshots) -> None:
@@ -118,7 +118,7 @@ def test_window_verdicts_change_with_the_plan_and_the_free_memory(
     # against the total memory it fits again
     w.gpu_panel.set_basis("total")
     assert w.gpu_panel.verdict_text("0").startswith("Fits with")
-    assert w.gpu_panel.verdict_text("0").endswith("(total)")
+    assert w.gpu_panel.verdict_text("0").endswith("(CUDA's total)")
     assert w.results.banner.state == "fits"
 
     # the verdict on the card is the core's verdict for that device
@@ -141,7 +141,8 @@ def test_clicking_a_card_makes_it_the_target(main_window: MainWindow, fake_snaps
     choice = w.target_form.value()
     assert choice.kind == "local" and choice.device == "5"
     assert w.gpu_panel.cards["5"].selected and not w.gpu_panel.cards["4"].selected
-    capacity = snap.device("5").total_bytes
+    capacity = snap.device("5").cuda_total_bytes  # the line is CUDA's total, what the verdict checks against
+    assert capacity < snap.device("5").total_bytes
     assert w.results.breakdown.capacity_line.value() == pytest.approx(capacity / GiB)
 
 
@@ -166,7 +167,8 @@ def test_a_mig_gpu_is_targeted_through_its_instances(main_window: MainWindow, fa
     w.recompute_now()
     choice = w.target_form.value()
     assert choice.kind == "local" and choice.device == "0:0"  # the first MIG instance, not the parent
-    assert w.results.breakdown.capacity_line.value() == pytest.approx(snap.device("0:0").total_bytes / GiB)
+    cuda = snap.device("0:0").cuda_total_bytes
+    assert w.results.breakdown.capacity_line.value() == pytest.approx(cuda / GiB)
     w.gpu_panel.cards["0"].clicked.emit("0")
     assert "MIG mode" in w.target_form.error_text("gpu")
 

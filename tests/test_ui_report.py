@@ -35,7 +35,7 @@ def test_runtime_flags(llama) -> None:
         engine="llama.cpp", weights="gguf-Q4_K_M", batch=2, seq=4000, new_tokens=96, n_gpu_layers=20
     )
     flags = runtime_flags("llama.gguf", run, estimate_inference(llama.spec, run))
-    expected = "llama-server -m llama.gguf -c 8192 -ngl 20 -ctk bf16 -ctv bf16 -b 2048 -ub 512 -fa on -np 2"
+    expected = "llama-server -m llama.gguf -c 8192 -ngl 20 -ctk f16 -ctv f16 -b 2048 -ub 512 -fa on -np 2"
     note = (
         "# gpumem, not in this command: seq 4000, new_tokens 96 (each slot's context (-c / -np) is prompt +"
     )

@@ -81,8 +81,13 @@ def cluster_target(gpus: tuple[Any, ...], ranks: int) -> GpuTarget:
             "the cluster has no usable GPU now (all stale, lost or unreadable)", field="prometheus"
         )
     name, _ = Counter(g.name for g in gpus).most_common(1)[0]
-    capacity = max(g.total_bytes for g in gpus if g.name == name)
-    return GpuTarget(name=name, capacity_bytes=capacity, count=max(1, min(ranks, 4096)))
+    largest = max((g for g in gpus if g.name == name), key=lambda g: g.total_bytes)
+    return GpuTarget(
+        name=name,
+        capacity_bytes=largest.total_bytes,
+        cuda_bytes=largest.memory.cuda_bytes,  # the framebuffer less FB_RESERVED
+        count=max(1, min(ranks, 4096)),
+    )
 
 
 def cluster_fit_for(m: Any, run: Any, args: argparse.Namespace, snap: Any) -> ClusterFit:

@@ -134,8 +134,7 @@ def run_from_args(
     _encoder_defaults(m, model, given)
     if model is TrainingRun:
         return make_training_run(**given)
-    # the files' own bytes, else the format the config's quantization_config names (as published), else bf16
-    given.setdefault("weights", "file" if m.weights is not None else m.checkpoint_weights or "bf16")
+    given.setdefault("weights", m.default_weights)
     return make_run(**given)
 
 
@@ -170,9 +169,12 @@ def _local_target(fake: str | None) -> Any:
             field="local",
         )
     names = {d.name for d in devs}
+    smallest = min(devs, key=lambda d: d.total_bytes)
     return GpuTarget(
         name=devs[0].name if len(names) == 1 else "local GPUs (mixed)",
-        capacity_bytes=min(d.total_bytes for d in devs),
+        capacity_bytes=smallest.total_bytes,
+        # NVML shows the whole framebuffer; CUDA (what the engines read) leaves out the driver's reserve
+        cuda_bytes=min(d.cuda_total_bytes or 0 for d in devs) or None,
         count=len(devs),
         free_bytes=tuple(d.free_bytes or 0 for d in devs),
     )

@@ -73,8 +73,9 @@ def model_and_run(args: argparse.Namespace) -> tuple[LoadedModel, Any, dict[str,
         return m, run_from_args(args, m), None
     name = args.model or imp.model
     if not name:
+        why = "".join(f" ({w})" for w in imp.no_model)
         raise GpumemInputError(
-            f"the {imp.source} names no model: give one (gpumem estimate MODEL ...)", field="model"
+            f"the {imp.source} names no model{why}: give one (gpumem estimate MODEL ...)", field="model"
         )
     overrides: list[str] = []
     if args.model and imp.model and args.model != imp.model:
@@ -86,7 +87,7 @@ def model_and_run(args: argparse.Namespace) -> tuple[LoadedModel, Any, dict[str,
             f"--mode {args.mode}, but the {imp.source} describes a {imp.mode} run", field="mode"
         )
     m = loaded_spec(name, args)
-    imp = imp.with_model(m.spec)
+    imp = imp.with_model(m.spec, m.checkpoint_quantization)
     base = {k: getattr(imp.run, k) for k in imp.run.model_fields_set}
     for field, value in run_fields_given(args).items():
         if field in base and base[field] != value:

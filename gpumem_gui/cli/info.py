@@ -104,11 +104,18 @@ def cmd_gpus(args: argparse.Namespace) -> int:
             g.vendor,
             f"{g.memory_bytes / GiB:.2f}",
             f"{g.memory_bytes / GB:.2f}",
+            f"{g.cuda_memory_bytes / GiB:.2f}" + ("" if g.cuda_memory_kind == "published" else "*"),
             f"{g.bandwidth_bytes_per_s / 1e12:.2f}" if g.bandwidth_bytes_per_s else "?",
         ]
         for g in gpus
     ]
-    print_table(rows, ["id", "name", "vendor", "GiB", "GB", "TB/s"], right={3, 4, 5})
+    head = ["id", "name", "vendor", "nvidia-smi GiB", "nvidia-smi GB", "CUDA GiB", "TB/s"]
+    print_table(rows, head, right={3, 4, 5, 6})
+    print(
+        "nvidia-smi: the total the driver shows; CUDA: the total cudaMemGetInfo reports (less the driver's "
+        "reserve), what vLLM, SGLang's pool, llama.cpp, Ollama and PyTorch allocate from and fit verdicts "
+        "use; * derived by rule where no CUDA total is published (--json: cuda_memory_source)"
+    )
     return 0
 
 

@@ -15,6 +15,7 @@ from gpumem_gui.core import (
     fit_document,
     maxima_phrases,
     run_fields,
+    runtime,
 )
 
 
@@ -28,6 +29,12 @@ def _approximate(m: LoadedModel) -> str | None:
     return m.spec.approximate if m.spec is not None else None
 
 
+def _kv_dtype(m: LoadedModel, run: Any) -> str:
+    """The KV cache type the engine really uses (llama.cpp: -ctk/-ctv or its f16; Ollama: f16 unless flash
+    attention lets OLLAMA_KV_CACHE_TYPE apply)."""
+    return runtime(run.engine).kv_cache_dtype(m.spec, run) if m.spec is not None else run.kv_dtype_resolved
+
+
 def _print_estimate(m: LoadedModel, run: Any, est: Any) -> None:
     if est.mode == "train":
         print(
@@ -38,7 +45,7 @@ def _print_estimate(m: LoadedModel, run: Any, est: Any) -> None:
     else:
         print(
             f"{m.name}: {est.mode}, engine {est.engine}, batch {run.batch}, prompt {run.seq}, "
-            f"new {run.new_tokens}, weights {run.weights}, KV {run.kv_dtype_resolved}, attn {run.attn}"
+            f"new {run.new_tokens}, weights {run.weights}, KV {_kv_dtype(m, run)}, attn {run.attn}"
         )
     rows = [
         [c.label, f"{c.bytes:,}", gib(c.bytes), f"{100 * c.bytes / max(1, est.total_bytes):.1f}%"]
@@ -137,9 +144,10 @@ def _fit_json(rep: Any, approximate: str | None) -> dict[str, Any]:
 
 def _print_fit(rep: Any) -> None:
     t = rep.target
-    print(
-        f"fit on {t.count} x {t.name} ({gib(t.capacity_bytes)} GiB each, margin {gib(rep.margin_bytes)} GiB):"
-    )
+    each = f"{gib(t.cuda_capacity)} GiB each as CUDA reports it"
+    if t.cuda_capacity != t.capacity_bytes:
+        each += f", {gib(t.capacity_bytes)} GiB in nvidia-smi"
+    print(f"fit on {t.count} x {t.name} ({each}; margin {gib(rep.margin_bytes)} GiB):")
     for v in rep.verdicts:
         state = (
             f"fits with {gib(v.headroom_bytes)} GiB headroom"

@@ -12,7 +12,8 @@ only, never from the subpackages (an import-linter contract). The subpackages, f
 * ``formats``: weight formats and KV-cache dtypes, in bytes;
 * ``replay``: the symbolic PyTorch runtime and the one transformers forward that inference and training
   replay;
-* ``runtimes``: one module per inference engine (transformers, vLLM, llama.cpp) behind one protocol;
+* ``runtimes``: one module per inference engine (transformers, vLLM, SGLang, llama.cpp, Ollama) behind one
+  protocol;
 * ``training``: the training run, its framework/sharding profiles and the training estimate;
 * ``fit``: verdicts against GPUs, the solvers, sweeps and the JSON documents.
 
@@ -66,7 +67,7 @@ from gpumem_gui.core.fit.sweep import (
     evenly_spaced,
     sweep,
 )
-from gpumem_gui.core.fit.targets import MAX_GPUS, gpu_target_from_text, parse_capacity
+from gpumem_gui.core.fit.targets import MAX_GPUS, catalog_target, gpu_target_from_text, parse_capacity
 from gpumem_gui.core.fit.tracked import CATEGORIES, traced_categories, tracked_breakdown
 from gpumem_gui.core.fit.training import fit_training
 from gpumem_gui.core.formats import (
@@ -79,6 +80,7 @@ from gpumem_gui.core.formats import (
     list_weight_formats,
     weight_bytes,
 )
+from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.imports import (
     ImportedRun,
     command_parsers,
@@ -91,6 +93,7 @@ from gpumem_gui.core.monotone import gallop, largest
 from gpumem_gui.core.readers.catalog import (
     CatalogModel,
     GpuInfo,
+    driver_gpu_memory,
     find_gpu,
     find_model,
     load_gpu_catalog,
@@ -160,6 +163,7 @@ __all__ = [
     "FitReport",
     "GiB",
     "GpuInfo",
+    "GpuMemory",
     "GpuShare",
     "GpuTarget",
     "GpumemError",
@@ -190,6 +194,7 @@ __all__ = [
     "WeightBytes",
     "WeightFormat",
     "WeightsInventory",
+    "catalog_target",
     "check_sweep_size",
     "cluster_document",
     "cluster_fit",
@@ -202,6 +207,7 @@ __all__ = [
     "cross_cache_bytes_per_source_token",
     "describe_linear_attention",
     "describe_validation_error",
+    "driver_gpu_memory",
     "engine_kv_dtypes",
     "estimate_any",
     "estimate_document",

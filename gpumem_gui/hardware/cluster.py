@@ -22,6 +22,7 @@ def cluster_gpus(snap: GpuSnapshot) -> tuple[ClusterGpu, ...]:
                 index=d.parent_index if d.is_mig_instance and d.parent_index is not None else d.index,
                 name=d.name,
                 total_bytes=d.total_bytes,
+                cuda_bytes=d.cuda_total_bytes,
                 free_bytes=d.free_bytes,
                 mig_instance=d.is_mig_instance,
             )

@@ -30,6 +30,8 @@ Each device:
   identity; ``mig_mode``: a physical GPU's MIG mode
 * ``total_bytes``, ``used_bytes``, ``free_bytes``, ``reserved_bytes``: memory; ``reserved_bytes`` (held by the
   driver/firmware) is ``null`` when the driver only has memory info v1, and ``used_bytes`` then includes it
+* ``cuda_total_bytes``: the total CUDA reports (what the engines allocate from): ``total_bytes`` less
+  ``reserved_bytes``, or by the GPU catalog's rule under memory info v1
 * ``utilization_percent`` (0-100), ``temperature_c``, ``power_draw_w``, ``power_limit_w``
 * ``processes``: ``[{pid, name, used_bytes, kind}]`` (``kind``: compute, graphics or compute+graphics), or
   ``null`` when the driver denied the list
@@ -81,6 +83,7 @@ def _device_json(d: GpuDevice) -> dict[str, Any]:
         "sample_age_s": d.sample_age_s,
         "stale": d.stale,
         "workloads": list(d.workloads),
+        "cuda_total_bytes": d.cuda_total_bytes,  # added with issue 33 (CUDA's total)
     }
 
 
@@ -139,7 +142,7 @@ def _row(d: GpuDevice) -> tuple[str, ...]:
         key,
         second,
         d.name,
-        f"{_gib(d.used_bytes)} / {_gib(d.total_bytes)}",
+        f"{_gib(d.used_bytes)} / {_gib(d.total_bytes)} ({_gib(d.cuda_total_bytes)})",
         _gib(d.free_bytes),
         _opt(d.utilization_percent, "%"),
         _opt(d.temperature_c, "C"),
@@ -163,7 +166,9 @@ def format_snapshot(snapshot: GpuSnapshot) -> str:
         return f"No NVIDIA GPU found ({head})."
 
     cluster = bool(snapshot.hosts)
-    header = ("GPU", "Host" if cluster else "CUDA", "Name", "Used / Total GiB", "Free GiB", "Util", "Temp")
+    # Total: nvidia-smi's (NVML / DCGM); in brackets the total CUDA reports, less the driver's reserve
+    memory = "Used / Total (CUDA) GiB"
+    header = ("GPU", "Host" if cluster else "CUDA", "Name", memory, "Free GiB", "Util", "Temp")
     header += ("State",) if cluster else ("Procs",)
     rows = [_row(d) for d in snapshot.devices]
 

@@ -116,6 +116,16 @@ class GpuDevice(_Frozen):
         return self.error is None
 
     @property
+    def cuda_total_bytes(self) -> int | None:
+        """The total CUDA reports (what the engines allocate from and a verdict checks against): the total
+        less the driver's reserve (the core's ``driver_gpu_memory``); None when the total is not known."""
+        if not self.total_bytes:
+            return None
+        from gpumem_gui.core import driver_gpu_memory
+
+        return driver_gpu_memory(self.total_bytes, self.reserved_bytes).cuda_bytes
+
+    @property
     def process_used_bytes(self) -> int | None:
         """Sum of the memory the listed processes hold, or None when unknown."""
         if self.processes is None:

@@ -62,7 +62,7 @@ def _check_inference(run: InferenceRun) -> None:
 def _check_training(run: TrainingRun) -> None:
     if run.method == "qlora":
         raise GpumemInputError(
-            "QLoRA is not traced: bitsandbytes' 4-bit layers need a CUDA device", field="method"
+            "QLoRA is not traced: bitsandbytes' 4- and 8-bit layers need a CUDA device", field="method"
         )
     if run.optimizer not in TRACED_OPTIMIZERS:
         raise GpumemInputError(

@@ -84,7 +84,7 @@ class BreakdownChart(QWidget):
         set_axis_label(self.plot, "left", unit.value, self.text_color())
         top = float(self.bars.tops.max()) if len(self.bars.tops) else 0.0
         for line, value, name in (
-            (self.capacity_line, capacity_bytes, "capacity"),
+            (self.capacity_line, capacity_bytes, "CUDA total"),
             (self.free_line, free_bytes, "free now"),
         ):
             if value is None:
@@ -211,9 +211,8 @@ class SweepChart(Chart):
         set_axis_label(self.plot, "bottom", what, self.text_color())
         top = float(ys.max()) if len(ys) else 0.0
         if capacity_bytes is not None:
-            set_line(
-                self.capacity_line, capacity_bytes / factor, f"capacity {fmt_bytes(capacity_bytes, unit, 1)}"
-            )
+            label = f"CUDA total {fmt_bytes(capacity_bytes, unit, 1)}"
+            set_line(self.capacity_line, capacity_bytes / factor, label)
             top = max(top, capacity_bytes / factor)
         else:
             self.capacity_line.hide()

@@ -172,7 +172,7 @@ class ClusterModel(QAbstractItemModel):
         d, v = node.device, None
         usable = d is not None and d.ok and not d.stale and d.total_bytes is not None and not node.children
         if usable and self._evaluator is not None and d is not None:
-            available = d.free_bytes if self.basis == "free" else d.total_bytes
+            available = d.free_bytes if self.basis == "free" else d.cuda_total_bytes
             v = self._evaluator(d, available or 0)
         self._verdicts[node.id] = v
         return v

@@ -181,9 +181,10 @@ class GpuCard(QFrame):
             self.memory.setText("memory not reported by the driver")
         else:
             f = unit.factor
+            cuda = d.cuda_total_bytes or d.total_bytes
             self.memory.setText(
                 f"used {(d.used_bytes or 0) / f:.1f} · free {(d.free_bytes or 0) / f:.1f} "
-                f"of {fmt_bytes(d.total_bytes, unit, 1)}"
+                f"of {fmt_bytes(d.total_bytes, unit, 1)} (nvidia-smi; CUDA {cuda / f:.1f})"
             )
         parts = []
         if d.utilization_percent is not None:
@@ -203,7 +204,7 @@ class GpuCard(QFrame):
             self.verdict.setText("" if d.error else "no plan to check")
             self.bar.set_values(total, used, 0)
             return
-        against = "free now" if basis == "free" else "total"
+        against = "free now" if basis == "free" else "CUDA's total"
         words = verdict_words(v, unit)
         self.verdict.setText(f"{words[0].upper()}{words[1:]} ({against})")
         pal = self.verdict.palette()

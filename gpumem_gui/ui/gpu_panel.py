@@ -199,7 +199,7 @@ class GpuPanel(QWidget):
                 continue
             v = None
             if self._evaluator is not None and d.ok and d.total_bytes is not None:
-                available = d.free_bytes if self.basis == "free" else d.total_bytes
+                available = d.free_bytes if self.basis == "free" else d.cuda_total_bytes
                 v = self._evaluator(d, available or 0)
             card.show_verdict(v, d, self.unit, self.basis)
 

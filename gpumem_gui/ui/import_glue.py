@@ -124,18 +124,20 @@ class ImportGlue(QObject):
         w = self.window
         source = imp.model or (w.model.source if w.model is not None else None)
         if source is None:
+            why = "".join(f" ({w})" for w in imp.no_model)
             raise GpumemInputError(
-                f"the {imp.source} names no model: pick a model first, then import it again"
+                f"the {imp.source} names no model{why}: pick a model first, then import it again"
             )
         run = imp.run
         panel = w.model_panel
         if panel.is_local_or_catalog(source):
             loaded = panel.try_load(source)
             if loaded.spec is not None:
-                imp = imp.with_model(loaded.spec)
+                imp = imp.with_model(loaded.spec, loaded.checkpoint_quantization)
                 run = imp.run
-            if isinstance(run, InferenceRun) and "weights" not in run.model_fields_set and loaded.weights:
-                run = make_run(**_set_fields(run), weights="file")  # as the CLI: the files' own bytes
+            if isinstance(run, InferenceRun) and "weights" not in run.model_fields_set:
+                # as the CLI: the files' own bytes, else the checkpoint's format as published
+                run = make_run(**_set_fields(run), weights=loaded.default_weights)
         current = w.current_scenario()
         gpu = current.gpu if current is not None else Scenario.model_fields["gpu"].default
         gpus = run.world if isinstance(run, TrainingRun) else run.gpus

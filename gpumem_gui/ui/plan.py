@@ -82,7 +82,8 @@ class Plan:
 
     @property
     def capacity_bytes(self) -> int | None:
-        return self.target.target.capacity_bytes if self.target else None
+        """The chart's capacity line: CUDA's total, what a verdict checks against."""
+        return self.target.target.cuda_capacity if self.target else None
 
 
 @dataclass(frozen=True)

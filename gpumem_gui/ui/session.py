@@ -34,6 +34,7 @@ from gpumem_gui.core import (
     LoadedModel,
     SizeUnit,
     Verdict,
+    driver_gpu_memory,
     estimate_any,
     estimate_inference,
     runtime,
@@ -271,11 +272,12 @@ class Session(QObject):
             and runtime(est.engine).sizes_from_capacity
             and isinstance(run, InferenceRun)
         ):
+            memory = driver_gpu_memory(dev.total_bytes, dev.reserved_bytes)  # the engines read CUDA's
             key = (id(est), dev.total_bytes)
             cached = self._capacity_cache.get(key)
             if cached is None:
                 try:
-                    cached = estimate_inference(model.spec, run, dev.total_bytes, model.weights)
+                    cached = estimate_inference(model.spec, run, memory, model.weights)
                 except GpumemInputError:
                     return None
                 self._capacity_cache = {k: v for k, v in self._capacity_cache.items() if k[0] == id(est)}
@@ -366,7 +368,7 @@ class Session(QObject):
     def _apply_background(self, result: BackgroundResult) -> None:
         self.last_background_ms = result.seconds * 1000
         self._fit = rep = result.report
-        capacity = self._resolved.target.capacity_bytes if self._resolved else None
+        capacity = self._resolved.target.cuda_capacity if self._resolved else None
         view = BackgroundView(
             report=self.report_view(rep) if rep is not None else None,
             message=result.report_error or NO_TARGET_TEXT,

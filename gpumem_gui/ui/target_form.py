@@ -21,6 +21,7 @@ from gpumem_gui.core import (
     GpuTarget,
     MiB,
     SizeUnit,
+    catalog_target,
     find_gpu,
     fmt_bytes,
     gpu_target_from_text,
@@ -118,8 +119,8 @@ def resolve_target(choice: GpuChoice, snapshot: GpuSnapshot | None, unit: SizeUn
         return _custom_target(choice, unit)
     if choice.kind == "catalog":
         g = find_gpu(choice.gpu_id)
-        target = GpuTarget(name=g.id, capacity_bytes=g.memory_bytes, count=choice.count)
-        text = f"{choice.count} x {g.name} ({fmt_bytes(g.memory_bytes, unit)} each)"
+        target = catalog_target(g, choice.count)
+        text = f"{choice.count} x {g.name} ({_each(target, unit)})"
         return ResolvedTarget(target=target, text=text)
     chosen = _local_devices(choice, snapshot)
     capacity = min(d.total_bytes or 0 for d in chosen)
@@ -127,12 +128,14 @@ def resolve_target(choice: GpuChoice, snapshot: GpuSnapshot | None, unit: SizeUn
     target = GpuTarget(
         name=chosen[0].name,
         capacity_bytes=capacity,
+        # NVML shows the whole framebuffer; CUDA (what the engines read) leaves out the driver's reserve
+        cuda_bytes=min(d.cuda_total_bytes or 0 for d in chosen) or None,
         count=len(chosen),
         free_bytes=free if choice.basis == "free" else None,
     )
     keys = ", ".join(d.key for d in chosen)
-    basis = "free memory now" if choice.basis == "free" else "total memory"
-    text = f"local GPU {keys}: {chosen[0].name} ({fmt_bytes(capacity, unit)} each; checked against {basis})"
+    basis = "free memory now" if choice.basis == "free" else "CUDA's total"
+    text = f"local GPU {keys}: {chosen[0].name} ({_each(target, unit)}; checked against {basis})"
     return ResolvedTarget(target=target, text=text, free_now=free, devices=tuple(d.key for d in chosen))
 
 
@@ -145,9 +148,16 @@ def _custom_target(choice: GpuChoice, unit: SizeUnit) -> ResolvedTarget:
             field="gpu",
         )
     t = gpu_target_from_text(text).model_copy(update={"count": choice.count})
-    return ResolvedTarget(
-        target=t, text=f"{choice.count} x {t.name} GPU ({fmt_bytes(t.capacity_bytes, unit)} each)"
-    )
+    return ResolvedTarget(target=t, text=f"{choice.count} x {t.name} GPU ({_each(t, unit)})")
+
+
+def _each(t: GpuTarget, unit: SizeUnit) -> str:
+    """One GPU's memory in words, naming the figure: CUDA's total (what the engines and the verdict use) and,
+    where it differs, nvidia-smi's."""
+    out = f"{fmt_bytes(t.cuda_capacity, unit)} each as CUDA reports it"
+    if t.cuda_capacity != t.capacity_bytes:
+        out += f", {fmt_bytes(t.capacity_bytes, unit)} in nvidia-smi"
+    return out
 
 
 class TargetForm(FieldForm):

@@ -16,6 +16,7 @@ if str(REPO) not in sys.path:  # a source tree that was never installed
 
 from gpumem_gui.core.readers.catalog import find_model  # noqa: E402
 from gpumem_gui.core.readers.hf_config import load_config_file  # noqa: E402
+from gpumem_gui.core.spec.encoder import with_head  # noqa: E402
 from gpumem_gui.core.spec.model import ModelSpec  # noqa: E402
 
 MiB = 1 << 20
@@ -51,7 +52,13 @@ def config_path(name: str) -> Path:
 
 
 def spec_for(model: str) -> ModelSpec:
-    """A catalog model, or ``config:<name>`` for a config file of the reference data."""
+    """A catalog model, or ``config:<name>`` for a config file of the reference data; an encoder's task head
+    after a ``#`` (``google-bert/bert-large-uncased#sequence_classification:2``, as ``--task`` and
+    ``--num-labels`` give it)."""
+    if "#" in model:
+        base, _, head = model.partition("#")
+        task, _, labels = head.partition(":")
+        return with_head(spec_for(base), task, int(labels) if labels else None)
     if model.startswith("config:"):
         return load_config_file(config_path(model.removeprefix("config:")))
     entry = find_model(model)

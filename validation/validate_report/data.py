@@ -74,6 +74,9 @@ class Metric(_Strict):
     ours: str  # a key of OURS
     reason: str | None = None  # a template, for rows off by more than REASON_THRESHOLD
     note: str = ""  # shown in the reason column whatever the error
+    # the quote's unit where the line prints a bare number (transformers' docs print
+    # bytes_to_giga_bytes(torch.cuda.max_memory_allocated()), i.e. bytes / 1024**3, without a unit)
+    unit: Literal["GiB", "MiB"] | None = None
 
     _kind = field_validator("kind")(_kind)
 

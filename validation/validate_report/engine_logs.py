@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.readers.catalog import find_gpu, load_gpu_catalog
 from gpumem_gui.core.results.estimate import Estimate
 from gpumem_gui.core.runtimes.inference import estimate_inference, make_run
@@ -93,12 +94,13 @@ def file_of(engine: str) -> str:
 # ---- vLLM ------------------------------------------------------------------------------------------------
 
 
-def _vllm_capacity(value: object) -> int | None:
-    """The log's total GPU memory: a GPU catalog id, or the GiB vLLM printed."""
+def _vllm_capacity(value: object) -> GpuMemory | int | None:
+    """The log's total GPU memory: a GPU catalog id (its nvidia-smi and CUDA totals), or the GiB vLLM printed
+    (CUDA's total, the one vLLM reads)."""
     if value is None:
         return None
     if isinstance(value, str):
-        return find_gpu(value).memory_bytes
+        return find_gpu(value).gpu_memory
     return round(float(value) * GiB)  # type: ignore[arg-type]
 
 
@@ -143,9 +145,10 @@ def _vllm_rows() -> list[LogRow]:
 SGLANG_UNITS = {"max_total_num_tokens": "tokens", "max_running_requests": "requests"}  # the others: *_gib
 
 
-def sglang_gpu_bytes(gpu: str) -> int:
-    """The memory of a GPU catalog id, as SGLang's point names it."""
-    return next(g.memory_bytes for g in load_gpu_catalog() if g.id == gpu)
+def sglang_gpu_bytes(gpu: str) -> GpuMemory:
+    """The memory of a GPU catalog id, as SGLang's point names it: nvidia-smi's total (SGLang's defaults) and
+    CUDA's (its pool)."""
+    return next(g.gpu_memory for g in load_gpu_catalog() if g.id == gpu)
 
 
 def sglang_ours(point: dict[str, Any]) -> dict[str, float]:
@@ -177,15 +180,30 @@ def _sglang_rows() -> list[LogRow]:
 # ---- llama.cpp -------------------------------------------------------------------------------------------
 
 
+_LLAMACPP_BUFFERS = {  # a buffer line's kind -> our component (or fact)
+    "model_buffer": "weights",
+    "host_buffer": "cpu_bytes",
+    "kv_buffer": "kv_cache",
+    "compute_buffer": "compute_buffer",
+}
+
+
 def _llamacpp_rows() -> list[LogRow]:
-    """The per-layer K and V row widths of ``llama_kv_cache_init`` (the KV buffer lines are section (b)'s)."""
+    """The per-layer K and V row widths of ``llama_kv_cache_init`` (elements), and KV / compute buffer lines
+    (MiB) of logs not in section (b) (the buffer lines of validation/data/published_inference.json)."""
     rows = []
     for p in _doc("llamacpp")["points"]:
-        k, v = kv_row_widths(spec_for(p["model"]), make_run(**p["run"]))
-        ours = {"kv_width_k": k, "kv_width_v": v}
+        spec, run = spec_for(p["model"]), make_run(**p["run"])
+        k, v = kv_row_widths(spec, run)
+        ours: dict[str, float] = {"kv_width_k": k, "kv_width_v": v}
+        if any(m["kind"] in _LLAMACPP_BUFFERS for m in p["metrics"]):
+            est = estimate_inference(spec, run)
+            comp = {c.key: c.bytes for c in est.components} | {"cpu_bytes": est.facts["cpu_bytes"]}
+            ours |= {kind: comp[key] / MiB for kind, key in _LLAMACPP_BUFFERS.items()}  # type: ignore[operator]
         for m in p["metrics"]:
             gpu = p.get("gpu", "not stated")
-            rows.append(_row("llama.cpp", p, gpu, m["kind"], m["value"], ours[m["kind"]], "elements"))
+            unit = m.get("unit", "elements")
+            rows.append(_row("llama.cpp", p, gpu, m["kind"], m["value"], ours[m["kind"]], unit))
     return rows
 
 

@@ -51,6 +51,14 @@ def _c(key: str) -> Callable[[Estimate], float]:
 
 
 OURS: dict[str, tuple[str, Callable[[Estimate], float]]] = {
+    "weights_context": (
+        "weights + CUDA context components (a model just moved to the GPU, as nvidia-smi shows it)",
+        lambda e: _c("weights")(e) + _c("cuda_context")(e),
+    ),
+    "peak": (
+        "peak_bytes (live tensors at the peak: torch.cuda.max_memory_allocated)",
+        lambda e: e.peak_bytes,
+    ),
     "weights": ("weights component (on the GPU)", _c("weights")),
     "cpu_bytes": ("facts.cpu_bytes (weights left in host memory)", lambda e: e.facts["cpu_bytes"]),  # type: ignore[dict-item]
     "all_weights": (
@@ -68,11 +76,11 @@ OURS: dict[str, tuple[str, Callable[[Estimate], float]]] = {
 }
 
 # the published training figures we can stand for (their wording is in published_training.json's "ours")
-TRAIN_OURS_KEYS = ("peak", "fwd_bwd", "reserved", "max_seq", "fits")
+TRAIN_OURS_KEYS = ("peak", "fwd_bwd", "reserved", "total", "max_seq", "fits")
 
 
 def ours_train(est: Estimate, key: str) -> float:
-    """Our number for a published training figure of kind ``peak``, ``fwd_bwd`` or ``reserved``."""
+    """Our number for a published training figure of kind ``peak``, ``fwd_bwd``, ``reserved`` or ``total``."""
     if key == "peak":
         return est.peak_bytes
     if key == "fwd_bwd":
@@ -80,6 +88,8 @@ def ours_train(est: Estimate, key: str) -> float:
     if key == "reserved":
         ctx = est.component("cuda_context")
         return est.total_bytes - (ctx.bytes if ctx is not None else 0)
+    if key == "total":
+        return est.total_bytes
     raise KeyError(key)
 
 
@@ -87,22 +97,19 @@ def ours_train(est: Estimate, key: str) -> float:
 
 
 def _compute_buffer(c: Ctx) -> str:
-    """Our compute-buffer sum against the log, and which term of it is the largest."""
-    r, s = c.run, c.spec
-    ub = min(r.n_ubatch, r.batch * r.tokens)
-    terms = {"logits": ub * s.vocab_size * 4}
-    terms["KQ scores"] = 0 if r.flash_attn else ub * r.batch * r.tokens * s.num_attention_heads * 4
-    terms["FFN/hidden"] = c.ours - sum(terms.values())
-    parts = " + ".join(f"{k} {v / MiB:.1f}" for k, v in terms.items() if v)
-    big_name, big = max(terms.items(), key=lambda kv: kv[1])
-    text = f"our compute-buffer formula is a calibrated approximation: a sum ({parts} MiB)"
-    if c.measured < c.ours:
-        return text + (
-            f"; the log ({c.measured / MiB:.1f} MiB) is nearer our largest single term ({big_name} "
-            f"{big / MiB:.1f} MiB) than the sum: ggml's graph allocator frees each stage's tensors and "
-            "reuses the memory, so the buffer is a max over graph stages, not a sum of them"
-        )
-    return text + f"; the log is {(c.measured - c.ours) / MiB:.0f} MiB larger, so a graph stage is missing"
+    """Our compute buffer (the largest graph stage, runtimes/llamacpp_compute.py) against the log."""
+    comp = c.est.component("compute_buffer")
+    stage = comp.explain.inputs.get("stage", "?") if comp is not None else "?"
+    text = (
+        f"our compute buffer is the largest graph stage of one micro-batch ({stage}, {c.ours / MiB:.1f} MiB; "
+        "ggml's graph allocator reuses memory between stages)"
+    )
+    gap = (c.measured - c.ours) / MiB
+    return text + (
+        f"; the log is {gap:.0f} MiB larger, so a graph stage is missing"
+        if gap > 0
+        else f"; the log is {-gap:.0f} MiB smaller"
+    )
 
 
 def _quant_mix(c: Ctx) -> str:

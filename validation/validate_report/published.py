@@ -29,12 +29,13 @@ def is_training(entry: dict) -> bool:
     return not (mode.startswith("inference") or mode.startswith("weights only"))
 
 
-def parse_value(text: str) -> tuple[float, str]:
-    """The last number of a quoted log line and its unit: bytes for MiB/GiB, else a count."""
+def parse_value(text: str, unit: str | None = None) -> tuple[float, str]:
+    """The last number of a quoted log line and its unit: bytes for MiB/GiB, else a count. ``unit`` names
+    the unit of a line that prints a bare number."""
     m = list(re.finditer(r"(\d[\d,]*(?:\.\d+)?)\s*(MiB|GiB|tokens|x)?", text))
     if not m:
         raise ValueError(f"no number in {text!r}")
-    num, unit = m[-1].group(1), m[-1].group(2)
+    num, unit = m[-1].group(1), m[-1].group(2) or unit
     value = float(num.replace(",", ""))
     if unit == "MiB":
         return value * MiB, "bytes"
@@ -87,12 +88,12 @@ def _metric_rows(m: data.Mapping, entry: dict, capacity: int | None) -> list[Row
     spec = spec_for(m.model)
     run = make_run(**m.run)
     est = estimate_inference(spec, run, capacity)
-    table = "vllm" if run.engine == "vllm" else "llama.cpp"
+    table = run.engine
     rows = []
     for i, mt in enumerate(m.metrics):
         if mt.quote not in entry["quote"]:
             raise ValueError(f"{m.id}: {mt.quote!r} is not in the published quote")
-        measured, unit = parse_value(mt.quote)
+        measured, unit = parse_value(mt.quote, mt.unit)
         ours = float(OURS[mt.ours][1](est))
         per_unit = _bytes_per_unit(unit, est)
         row = Row(

@@ -160,7 +160,12 @@ def _render_published(rep: Report, add: Add) -> None:
     add("|---|---|---|---|---|")
     for mid, model, run, numbers, assumptions in rep.mapping:
         add(f"| {mid} | {esc(model)} | `{run}` | {esc(numbers)} | {esc(assumptions)} |")
-    for table, title in (("llama.cpp", "llama.cpp buffers"), ("vllm", "vLLM profiles")):
+    tables = (
+        ("transformers", "transformers peaks"),
+        ("llama.cpp", "llama.cpp buffers"),
+        ("vllm", "vLLM profiles"),
+    )
+    for table, title in tables:
         rows = [r for r in rep.published if r.table == table]
         if not rows:
             continue

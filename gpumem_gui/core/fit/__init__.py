@@ -1,8 +1,9 @@
 """Will it fit, and what would make it fit.
 
-A verdict compares each GPU's ``total_bytes`` (what nvidia-smi would show) with its capacity minus a safety
-margin. The solvers use the estimate's monotone structure (memory never falls as batch, context or bits
-grow) and bisect, so each answer costs a few dozen estimates, not a scan. Every search stays inside the
+A verdict compares each GPU's ``total_bytes`` (what nvidia-smi would show as used) with the memory a process
+can allocate, CUDA's total (or the free memory now), minus a safety margin. The solvers use the estimate's
+monotone structure (memory never falls as batch, context or bits grow) and bisect, so each answer costs a few
+dozen estimates, not a scan. Every search stays inside the
 run fields' declared ranges, and a candidate the run model rejects (a value out of range, tp not dividing
 the heads) simply does not fit: a solver answers "none", it never raises.
 """
@@ -12,11 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.fields import run_fields
 from gpumem_gui.core.formats import KV_DTYPES, engine_kv_dtypes, get_weight_format
+from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.results.estimate import Estimate
@@ -30,17 +32,40 @@ DEFAULT_MARGIN_BYTES = 1024 * MiB
 
 
 class GpuTarget(Frozen):
-    """The GPUs a plan must fit on: ``count`` GPUs with ``capacity_bytes`` usable each."""
+    """The GPUs a plan must fit on: ``count`` GPUs of ``capacity_bytes`` each (nvidia-smi's total), of which
+    CUDA reports ``cuda_bytes`` (None: the same figure, a GPU given by its memory)."""
 
     name: str
-    capacity_bytes: Annotated[int, Field(gt=0)]
+    capacity_bytes: Annotated[int, Field(gt=0)] = Field(description="the total nvidia-smi / NVML shows")
+    cuda_bytes: Annotated[int, Field(gt=0)] | None = Field(
+        None, description="the total CUDA reports (cudaMemGetInfo); None: capacity_bytes"
+    )
     count: Annotated[int, Field(ge=1, le=4096)] = 1
     free_bytes: tuple[int, ...] | None = Field(None, description="free memory per GPU now (local GPUs)")
+
+    @model_validator(mode="after")
+    def _check(self) -> GpuTarget:
+        if self.cuda_bytes is not None and self.cuda_bytes > self.capacity_bytes:
+            raise ValueError("cuda_bytes: CUDA's total cannot exceed the driver's total (capacity_bytes)")
+        return self
+
+    @property
+    def memory(self) -> GpuMemory:
+        """One GPU's two totals, as the engines read them."""
+        return GpuMemory(driver_bytes=self.capacity_bytes, cuda_bytes=self.cuda_capacity)
+
+    @property
+    def cuda_capacity(self) -> int:
+        """What a process can allocate on one GPU at most: CUDA's total. Every engine measures its room
+        against it: PyTorch's caching allocator gets its blocks from cudaMalloc within cudaMemGetInfo's
+        total, llama.cpp's --fit reads cudaMemGetInfo (ggml-cuda.cu ggml_backend_cuda_get_device_memory),
+        vLLM and SGLang torch.cuda.mem_get_info."""
+        return self.capacity_bytes if self.cuda_bytes is None else self.cuda_bytes
 
     def available(self, i: int) -> int:
         if self.free_bytes is not None and i < len(self.free_bytes):
             return self.free_bytes[i]
-        return self.capacity_bytes
+        return self.cuda_capacity
 
 
 class Verdict(Frozen):
@@ -70,7 +95,16 @@ class FitReport(Frozen):
     verdicts: tuple[Verdict, ...]
     fits: bool
     max_batch: int | None
+    batch_limit: str | None = Field(
+        None,
+        description="why the engine runs no more sequences at once than max_batch (Ollama's num_parallel)",
+    )
     max_context: int | None
+    context_window: int | None = Field(
+        None,
+        description="the model's context window (max_position_embeddings) when it, not memory, bounds "
+        "max_context",
+    )
     max_concurrency: float | None
     fewest_gpus: int | None
     smallest_weights: str | None
@@ -125,7 +159,7 @@ class _Problem:
         t = target or self.target
         try:
             run = InferenceRun.model_validate(run.model_dump())
-            est = estimate_inference(self.spec, run, t.capacity_bytes, self.file_weights)
+            est = estimate_inference(self.spec, run, t.memory, self.file_weights)
             return all(v.fits for v in verdicts(est, t, self.margin)), est
         except (GpumemInputError, ValidationError):
             return False, None
@@ -140,6 +174,13 @@ def field_max(model: type, name: str) -> int:
     f = next(f for f in run_fields(model) if f.name == name)
     assert f.hi is not None, name
     return int(f.hi) - (1 if f.hi_open else 0)
+
+
+def window_bound(spec: ModelSpec, longest: int | None) -> int | None:
+    """The model's context window when the longest context (or training sequence) that fits reaches it: the
+    window, not memory, is then the bound a report names."""
+    window = spec.max_position_embeddings
+    return window if longest is not None and longest >= window else None
 
 
 def fit_report(
@@ -158,16 +199,20 @@ def fit_report(
             f"tp x pp = {run.gpus} GPUs but --gpu gives {target.count}; use NAME:COUNT", field="gpu"
         )
     pb = _Problem(spec, target, margin, file_weights)
-    est = estimate_inference(spec, run, target.capacity_bytes, file_weights)
+    est = estimate_inference(spec, run, target.memory, file_weights)
     vs = verdicts(est, target, margin)
-    max_batch = largest(lambda b: pb.fits(run, batch=b), 1, min(1 << 16, field_max(InferenceRun, "batch")))
-    # contexts up to 4x the model's trained length (or the run's own), and never a prompt the run model
-    # would reject (seq is 1 to its declared maximum)
-    ctx_hi = min(
-        max(run.tokens, spec.max_position_embeddings) * 4, run.new_tokens + field_max(InferenceRun, "seq")
-    )
-    max_ctx = largest(
-        lambda t: t > run.new_tokens and pb.fits(run, seq=t - run.new_tokens), run.new_tokens + 1, ctx_hi
+    batch_hi = min(1 << 16, field_max(InferenceRun, "batch"))
+    limit = runtime(run.engine).batch_limit(run)
+    if limit is not None:
+        batch_hi = min(batch_hi, limit[0])
+    max_batch = largest(lambda b: pb.fits(run, batch=b), 1, batch_hi)
+    # contexts up to the model's context window (prompt + new tokens: what its position embeddings or rope
+    # were built for), and never a prompt the run model would reject (seq is 1 to its declared maximum)
+    ctx_hi = min(spec.max_position_embeddings, run.new_tokens + field_max(InferenceRun, "seq"))
+    max_ctx = (
+        largest(lambda t: pb.fits(run, seq=t - run.new_tokens), run.new_tokens + 1, ctx_hi)
+        if ctx_hi > run.new_tokens  # the new tokens alone may fill the window: then no prompt fits
+        else None
     )
     max_concurrency = runtime(run.engine).max_concurrency(est)
     fewest = _fewest_gpus(pb, run)
@@ -181,7 +226,9 @@ def fit_report(
         verdicts=vs,
         fits=all(v.fits for v in vs),
         max_batch=max_batch,
+        batch_limit=limit[1] if limit is not None and max_batch == limit[0] else None,
         max_context=max_ctx,
+        context_window=window_bound(spec, max_ctx),
         max_concurrency=max_concurrency,
         fewest_gpus=fewest,
         smallest_weights=best_w,
@@ -322,9 +369,14 @@ def maxima_phrases(rep: FitReport) -> list[str]:
     train = rep.estimate.mode == "train"
     batch, ctx = ("micro-batch", "sequence") if train else ("batch", "context")
     out = [
-        f"max {batch} {rep.max_batch}" if rep.max_batch is not None else f"no {batch} size fits",
+        (
+            f"max {batch} {rep.max_batch}" + (f" ({rep.batch_limit})" if rep.batch_limit is not None else "")
+            if rep.max_batch is not None
+            else f"no {batch} size fits"
+        ),
         (
             f"{'longest sequence' if train else 'max context'} {rep.max_context:,} tokens"
+            + (" (the model's context window)" if rep.context_window is not None else "")
             if rep.max_context is not None
             else f"no {ctx} length fits"
         ),

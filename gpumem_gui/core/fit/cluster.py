@@ -11,75 +11,26 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
-from typing import Annotated
-
-from pydantic import Field
 
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.fit import DEFAULT_MARGIN_BYTES
+from gpumem_gui.core.fit.cluster_models import ClusterFit, ClusterGpu, HostRoom, PlacedRank, Placement
 from gpumem_gui.core.fit.sweep import Run, estimate_any
+from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.runtimes.inference import InferenceRun, runtime
-from gpumem_gui.core.spec.model import Frozen, ModelSpec
+from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.units import fmt_bytes
 
-NonNeg = Annotated[int, Field(ge=0)]
-
-
-class ClusterGpu(Frozen):
-    """One GPU (or MIG instance) of a cluster that can take a rank: its host, name and memory now."""
-
-    host: str = Field(min_length=1, description="host name (dcgm-exporter's Hostname label)")
-    key: str = Field(min_length=1, description="unique over the cluster: 'node-a/0', 'node-a/0:1' (MIG)")
-    index: NonNeg = Field(
-        description="the physical GPU's index on its host (the parent's for a MIG instance)"
-    )
-    name: str = Field(description="e.g. 'NVIDIA H100 80GB HBM3'")
-    total_bytes: Annotated[int, Field(gt=0)]
-    free_bytes: NonNeg
-    mig_instance: bool = False
-
-
-class PlacedRank(Frozen):
-    """One rank of the plan on one GPU."""
-
-    rank: NonNeg
-    host: str
-    index: NonNeg
-    key: str
-    needed_bytes: NonNeg
-    free_bytes: NonNeg
-    headroom_bytes: int = Field(description="free - margin - needed (never negative in a placement)")
-
-
-class Placement(Frozen):
-    """Every rank of the plan on a GPU of its own."""
-
-    hosts: tuple[str, ...]
-    gpus: tuple[PlacedRank, ...]
-    headroom_bytes: int = Field(description="the smallest headroom over its GPUs")
-
-
-class HostRoom(Frozen):
-    """One host: how many of its GPUs could take one rank of the plan now."""
-
-    host: str
-    gpus: NonNeg = Field(description="GPUs and MIG instances it reports that are usable now")
-    gpus_for_one_rank: NonNeg = Field(description="of those, how many have room for the plan's biggest rank")
-
-
-class ClusterFit(Frozen):
-    """The ranked placements of a run's whole plan on a cluster, or why there is none."""
-
-    ranks: Annotated[int, Field(ge=1)]
-    tp: Annotated[int, Field(ge=1)]
-    tp_across_hosts: bool
-    margin_bytes: NonNeg
-    fits: bool
-    placements: tuple[Placement, ...] = Field(description="ranked: fewest hosts, then most headroom")
-    placement_count: NonNeg = Field(description="distinct placements found (at least len(placements))")
-    hosts: tuple[HostRoom, ...]
-    reason: str | None = Field(None, description="when nothing fits: why, in words")
+__all__ = [
+    "ClusterFit",
+    "ClusterGpu",
+    "HostRoom",
+    "PlacedRank",
+    "Placement",
+    "cluster_fit",
+    "cluster_summary",
+]
 
 
 @dataclass(frozen=True)
@@ -95,7 +46,7 @@ class _Plan:
     unit: int
     margin: int
     engine: str
-    need: dict[int, tuple[int, ...] | None]
+    need: dict[GpuMemory, tuple[int, ...] | None]
     cls: tuple[int, ...]
     order: tuple[tuple[int, ...], ...]
     full: tuple[int, ...]  # units per class in the whole plan
@@ -115,7 +66,7 @@ class _Plan:
         # P2P (either PCIe or NVLink) is supported"). So a MIG instance takes one-rank plans only.
         if g.mig_instance and self.ranks > 1:
             return None
-        needs = self.need.get(g.total_bytes)
+        needs = self.need.get(g.memory)
         if needs is None:
             return None
         head = g.free_bytes - self.margin - needs[pos]
@@ -123,12 +74,17 @@ class _Plan:
 
     def biggest(self, g: ClusterGpu) -> int | None:
         """Headroom of the plan's biggest rank on ``g`` (None: no room)."""
-        needs = self.need.get(g.total_bytes)
+        needs = self.need.get(g.memory)
         return None if needs is None else self.headroom(g, needs.index(max(needs)))
 
 
 def _plan(
-    spec: ModelSpec, run: Run, totals: Sequence[int], margin: int, fw: WeightsInventory | None, across: bool
+    spec: ModelSpec,
+    run: Run,
+    totals: Sequence[GpuMemory],
+    margin: int,
+    fw: WeightsInventory | None,
+    across: bool,
 ) -> _Plan:
     """Estimate ``run`` once per distinct GPU total (only vLLM sizes its pool from it) and read the plan."""
     inference = isinstance(run, InferenceRun)
@@ -139,7 +95,7 @@ def _plan(
         for t in dict.fromkeys(totals)
     }
     rt = runtime(est.engine) if est.mode == "inference" else None
-    need: dict[int, tuple[int, ...] | None] = {}
+    need: dict[GpuMemory, tuple[int, ...] | None] = {}
     for t, e in ests.items():
         ok = rt is None or rt.admits(e)
         need[t] = tuple(rt.needed_bytes(e, s) if rt else s.total_bytes for s in e.per_gpu) if ok else None
@@ -254,7 +210,7 @@ def _placement(hs: _Hosts, chosen: list[tuple[str, _Take]]) -> Placement:
             u = next(units[c])
             for i, rep in pairs:
                 g, pos = hs.gpus[host][i], u % plan.kinds * plan.unit + rep % plan.unit
-                need = plan.need[g.total_bytes][pos]  # type: ignore[index]
+                need = plan.need[g.memory][pos]  # type: ignore[index]
                 kw = {"host": host, "index": g.index, "key": g.key, "free_bytes": g.free_bytes}
                 rank, head = u // plan.kinds * plan.per + pos, g.free_bytes - plan.margin - need
                 out.append(PlacedRank(rank=rank, needed_bytes=need, headroom_bytes=head, **kw))
@@ -309,7 +265,7 @@ def cluster_fit(
     twice = next((k for k, n in Counter(g.key for g in gpus).items() if n > 1), None)
     if twice is not None:
         raise GpumemInputError(f"GPU key {twice!r} appears twice", field="gpus")
-    plan = _plan(spec, run, [g.total_bytes for g in gpus], margin, file_weights, tp_across_hosts)
+    plan = _plan(spec, run, [g.memory for g in gpus], margin, file_weights, tp_across_hosts)
     by_host: dict[str, list[ClusterGpu]] = {}
     for g in gpus:
         by_host.setdefault(g.host, []).append(g)
@@ -350,13 +306,13 @@ def _reason(hs: _Hosts, gpus: list[ClusterGpu]) -> str:
     whole = [g for g in gpus if not (g.mig_instance and plan.ranks > 1)]
     if not whole:
         return f"the plan needs {plan.ranks} GPUs, and a MIG instance takes only one-rank plans"
-    admitted = [g for g in whole if plan.need.get(g.total_bytes) is not None]
+    admitted = [g for g in whole if plan.need.get(g.memory) is not None]
     if not admitted:
         return f"{runtime(plan.engine).label} would not start the run on these GPUs (KV pool too small)"
     room = [g for g in admitted if any(plan.headroom(g, p) is not None for p in range(plan.per))]
     if not room:
         g = max(admitted, key=lambda g: g.free_bytes)
-        want = plan.margin + min(plan.need[g.total_bytes] or (0,))
+        want = plan.margin + min(plan.need[g.memory] or (0,))
         return (
             f"no GPU has {fmt_bytes(want)} free for one rank "
             f"(the freest: {g.host} GPU {_index(g.index, g.key)} with {fmt_bytes(g.free_bytes)})"

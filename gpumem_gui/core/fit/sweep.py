@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
 from gpumem_gui.core.fit import DEFAULT_MARGIN_BYTES, GpuTarget, verdicts
+from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.results.estimate import Estimate
 from gpumem_gui.core.runtimes.inference import InferenceRun, estimate_inference
@@ -80,7 +81,10 @@ class SweepPoint:
 
 
 def estimate_any(
-    spec: ModelSpec, run: Run, capacity: int | None = None, file_weights: WeightsInventory | None = None
+    spec: ModelSpec,
+    run: Run,
+    capacity: int | GpuMemory | None = None,
+    file_weights: WeightsInventory | None = None,
 ) -> Estimate:
     """An inference or a training estimate, by the run's type."""
     if isinstance(run, InferenceRun):
@@ -142,7 +146,7 @@ def _point(
         point_run = validate({**fields, over: x})
     except ValidationError as e:
         raise describe_validation_error(e, source="sweep") from None
-    est = estimate_any(spec, point_run, target.capacity_bytes if target else None, file_weights)
+    est = estimate_any(spec, point_run, target.memory if target else None, file_weights)
     return SweepPoint(
         x=x,
         peak_bytes=est.peak_bytes,

@@ -12,7 +12,7 @@ from decimal import Decimal
 
 from gpumem_gui.core.errors import GpumemInputError, short
 from gpumem_gui.core.fit import GpuTarget
-from gpumem_gui.core.readers.catalog import find_gpu
+from gpumem_gui.core.readers.catalog import GpuInfo, find_gpu
 from gpumem_gui.core.units import GB, KB, MB, GiB, KiB, MiB
 
 # GpuTarget.count's bound: the run models' parallel degrees (tp, pp, dp, ...) go to 4,096 too
@@ -97,8 +97,12 @@ def gpu_target_from_text(text: str) -> GpuTarget:
             f"{short(name.strip())}: a capacity needs a unit (24GiB = 24 x 2^30 bytes, 24GB = 24 x 10^9)",
             field="gpu",
         )
-    g = find_gpu(name)
-    return GpuTarget(name=g.id, capacity_bytes=g.memory_bytes, count=count)
+    return catalog_target(find_gpu(name), count)
+
+
+def catalog_target(g: GpuInfo, count: int = 1) -> GpuTarget:
+    """``count`` GPUs of catalog entry ``g``: nvidia-smi's total and CUDA's (gpus.json)."""
+    return GpuTarget(name=g.id, capacity_bytes=g.memory_bytes, cuda_bytes=g.cuda_memory_bytes, count=count)
 
 
 def _catalog_name(name: str) -> bool:

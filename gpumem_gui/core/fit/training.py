@@ -16,7 +16,15 @@ from __future__ import annotations
 from math import ceil
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.fit import DEFAULT_MARGIN_BYTES, Change, FitReport, GpuTarget, field_max, verdicts
+from gpumem_gui.core.fit import (
+    DEFAULT_MARGIN_BYTES,
+    Change,
+    FitReport,
+    GpuTarget,
+    field_max,
+    verdicts,
+    window_bound,
+)
 from gpumem_gui.core.fit.levers import ADAMW_FAMILY, levers
 from gpumem_gui.core.monotone import gallop
 from gpumem_gui.core.results.estimate import Estimate
@@ -57,7 +65,8 @@ def fit_training(
 
     # searches stay inside the run fields' declared ranges (a value past them is no answer, not an error)
     max_batch = gallop(lambda b: fits(batch=b), run.batch, 1, min(1 << 14, field_max(TrainingRun, "batch")))
-    seq_hi = min(4 * spec.max_position_embeddings, field_max(TrainingRun, "seq"))
+    # sequences up to the model's context window (its position embeddings or rope were built for them)
+    seq_hi = min(spec.max_position_embeddings, field_max(TrainingRun, "seq"))
     max_seq = gallop(lambda s: fits(seq=s), run.seq, 1, seq_hi)
     fewest = _fewest_gpus(spec, run, target, margin)
     return FitReport(
@@ -68,6 +77,7 @@ def fit_training(
         fits=all(v.fits for v in vs),
         max_batch=max_batch,
         max_context=max_seq,
+        context_window=window_bound(spec, max_seq),
         max_concurrency=None,
         fewest_gpus=fewest[0] if fewest else None,
         smallest_weights=None,

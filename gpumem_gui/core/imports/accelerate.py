@@ -80,7 +80,7 @@ class AccelerateConfig:
         top.used.add("mixed_precision")
         top.no_memory(_NO_MEMORY)
         top.rest()
-        r.warn("model", "an accelerate config names no model: give --model")
+        r.missing_model("model", "an accelerate config names none")
         return r.training(None)
 
 

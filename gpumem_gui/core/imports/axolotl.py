@@ -32,7 +32,7 @@ _NO_MEMORY = words(
     "shuffle_merged_datasets dataset_exact_deduplication auto_resume_from_checkpoints save_safetensors "
     "max_grad_norm eval_max_new_tokens eval_causal_lm_metrics save_strategy eval_strategy "
     "loss_watchdog_threshold "
-    "loss_watchdog_patience tokens special_tokens use_tensorboard plugins is_llama_derived_model "
+    "loss_watchdog_patience special_tokens use_tensorboard is_llama_derived_model "
     "is_mistral_derived_model hf_use_auth_token dataloader_num_workers dataloader_pin_memory "
     "dataloader_prefetch_factor remove_unused_columns adam_beta1 adam_beta2 adam_epsilon cosine_min_lr_ratio "
     "base_model_config tokenizer_config processor_type"
@@ -67,9 +67,13 @@ class AxolotlConfig:
 def _adapter(top: Keys) -> None:
     adapter = (top.str("adapter") or "").lower()
     four = bool(top.bool("load_in_4bit"))
+    eight = bool(top.bool("load_in_8bit"))
     if adapter in ("lora", "qlora") or four:
-        method = "qlora" if adapter == "qlora" or four else "lora"
+        method = "qlora" if adapter == "qlora" or four or eight else "lora"
         top.set("method", "adapter" if adapter else "load_in_4bit", method)
+        if eight and not four and adapter != "qlora":
+            # Axolotl's model loader: load_in_8bit -> BitsAndBytesConfig(load_in_8bit=True) (LLM.int8)
+            top.set("qlora_base", "load_in_8bit", "int8", "qlora_base = int8 (bitsandbytes load_in_8bit)")
         top.set("lora_rank", "lora_r", top.int("lora_r", lo=1, hi=1 << 16))
         top.set("lora_alpha", "lora_alpha", top.float("lora_alpha", lo=1e-9, hi=1 << 20))
         top.set("lora_dropout", "lora_dropout", top.float("lora_dropout", lo=0, hi=0.999))
@@ -78,8 +82,19 @@ def _adapter(top: Keys) -> None:
         lora_targets(top, "lora_target_modules")
     elif adapter:
         top.warn("adapter", "an adapter gpumem does not model (lora, qlora)")
-    top.warn("load_in_8bit", "an 8-bit base is not modelled: the base is estimated in the training dtype")
+    if eight and (four or adapter == "qlora"):
+        top.warn(
+            "load_in_8bit", "with a 4-bit base (load_in_4bit / adapter qlora); the 4-bit base is estimated"
+        )
+    elif eight and adapter not in ("lora", "qlora"):
+        top.warn("load_in_8bit", "an 8-bit base without a LoRA adapter is not modelled (full fine-tuning)")
     top.warn("lora_modules_to_save", "fully trained extra modules (embeddings, head) are not modelled")
+    top.warn("tokens", "added tokens resize the embedding and the head: not modelled (config vocabulary)")
+    top.warn(
+        "quantize_moe_experts",
+        "NF4 MoE expert stacks (Axolotl's expert quantization) are not modelled: the experts are estimated "
+        "in the training dtype",
+    )
 
 
 def _step(top: Keys) -> None:
@@ -136,17 +151,34 @@ def _kernels(top: Keys) -> None:
             "attn_implementation",
             "flash" if "flash" in impl else "eager" if impl == "eager" else "sdpa",
         )
-    raw = top.data.get("plugins") or []
+    raw = top.raw("plugins") or []
     if not isinstance(raw, list):  # Axolotl's config schema: a list of plugin class paths
         raise bad("key 'plugins'", f"expected a list of plugin names, got {short(raw)}")
-    plugins = [str(p) for p in raw if isinstance(p, str)]
-    if (
+    plugins = [str(p) for p in raw]
+    fused = (
         top.bool("liger_fused_linear_cross_entropy")
         or top.bool("cut_cross_entropy")
         or any("CutCrossEntropyPlugin" in p for p in plugins)
-    ):
+    )
+    if fused:
         key = "liger_fused_linear_cross_entropy" if top.has("liger_fused_linear_cross_entropy") else "plugins"
         top.set("loss", key, "fused-linear", "loss = fused-linear (Liger / Cut Cross-Entropy)")
+        top.warn("chunked_cross_entropy", "the fused linear cross-entropy replaces it; ignored")
+    elif top.bool("chunked_cross_entropy"):
+        # ModelLoader._apply_chunked_cross_entropy_patch -> patch_chunked_ce_loss_fn(num_chunks or 8)
+        top.set(
+            "loss", "chunked_cross_entropy", "chunked", "loss = chunked (Axolotl's chunked cross-entropy)"
+        )
+        top.set(
+            "loss_chunks",
+            "chunked_cross_entropy_num_chunks",
+            top.int("chunked_cross_entropy_num_chunks", lo=1, hi=4096),
+        )
+    else:
+        top.warn("chunked_cross_entropy_num_chunks", "without chunked_cross_entropy; ignored")
+    for p in plugins:  # the Liger plugin's kernels are read from their own keys (liger_*)
+        if "CutCrossEntropyPlugin" not in p and "LigerPlugin" not in p:
+            top.reading.warn(f"plugins: {short(p, 60)}", "a plugin gpumem does not model; ignored")
     for k in _LIGER_OTHER:
         top.warn(k, "Liger's fused norm/rope/GLU kernels are not modelled (the loss is)")
     top.warn("flash_attn_cross_entropy", "flash-attn's cross-entropy is not modelled")

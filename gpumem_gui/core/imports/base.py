@@ -17,18 +17,35 @@ its input, and builds the run, reporting a field the run rejects at the option t
 
 from __future__ import annotations
 
-import math
 import os
-import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from gpumem_gui.core.errors import GpumemInputError, clip, short
+from gpumem_gui.core.errors import GpumemInputError, clip
+from gpumem_gui.core.imports.values import bad, to_bool, to_choice, to_float, to_int
 from gpumem_gui.core.runtimes.base import SERVER_DTYPES
 from gpumem_gui.core.runtimes.run import InferenceRun, make_run
 from gpumem_gui.core.spec.model import Frozen, ModelSpec
 from gpumem_gui.core.training.run import TrainingRun, make_training_run
+
+__all__ = [
+    "TORCH_DTYPES",
+    "Arg",
+    "CommandParser",
+    "FileParser",
+    "ImportedRun",
+    "Reading",
+    "TextFileParser",
+    "bad",
+    "program",
+    "split_options",
+    "to_bool",
+    "to_choice",
+    "to_float",
+    "to_int",
+    "words",
+]
 
 
 class ImportedRun(Frozen):
@@ -47,6 +64,17 @@ class ImportedRun(Frozen):
     # run fields the runtime takes from the model when the input leaves them out: (field, the ModelSpec
     # attribute, divided by this run field or "", why); :meth:`with_model` fills them once the model is loaded
     from_model: tuple[tuple[str, str, str, str], ...] = ()
+    # a PyTorch server's --dtype (vLLM, SGLang) with no quantization option: (the dtype, the option as
+    # written). vllm/config/model.py ModelConfig.quantization: "If None, we first check the
+    # quantization_config attribute in the model config file. If that is None, we assume the model weights
+    # are not quantized and use dtype to determine the data type of the weights" (_verify_quantization reads
+    # it; SGLang's python/sglang/srt/configs/model_config.py _verify_quantization is adapted from it): a
+    # quantized checkpoint keeps its format, --dtype casting only its unquantized tensors and the
+    # activations. :meth:`with_model` decides once the model (its quantization_config) is known
+    dtype_weights: tuple[str, str] | None = None
+    # why the input names no model gpumem can load (a DeepSpeed JSON names none; a torchtune component without
+    # a Hub id): said where a model must be given, never a warning once one is
+    no_model: tuple[str, ...] = ()
 
     @property
     def mode(self) -> str:
@@ -60,13 +88,25 @@ class ImportedRun(Frozen):
         out += [f"warning: {w}" for w in self.warnings]
         return out
 
-    def with_model(self, spec: ModelSpec) -> ImportedRun:
+    def with_model(self, spec: ModelSpec, quantized: str | None = None) -> ImportedRun:
         """The run with every :attr:`from_model` field filled from ``spec`` (vLLM's max_model_len and
-        llama.cpp's context default to the model's own context length), each printed back."""
-        if not self.from_model:
+        llama.cpp's context default to the model's own context length), and the weights a ``--dtype`` gives
+        (:attr:`dtype_weights`): that dtype for an unquantized checkpoint, the checkpoint's own format for
+        one ``quantized`` as named (:attr:`LoadedModel.checkpoint_quantization`); each printed back."""
+        if not self.from_model and self.dtype_weights is None:
             return self
         update: dict[str, Any] = {}
         read_as = list(self.read_as)
+        if self.dtype_weights is not None:
+            dt, written = self.dtype_weights
+            if quantized is None:
+                update["weights"] = dt
+                read_as.append((written, f"weights = {dt} (an unquantized checkpoint is cast to --dtype)"))
+            else:
+                read_as.append(
+                    (written, f"weights stay in the checkpoint's quantized format ({quantized}); {dt} is the "
+                     "dtype of the activations and of the tensors it leaves unquantized")
+                )  # fmt: skip
         for field, attr, per, why in self.from_model:
             total = int(getattr(spec, attr))
             div = int(update.get(per, getattr(self.run, per))) if per else 1
@@ -76,7 +116,8 @@ class ImportedRun(Frozen):
             read_as.append((why, shown))
         fields = {**{k: getattr(self.run, k) for k in self.run.model_fields_set}, **update}
         run = make_training_run(**fields) if isinstance(self.run, TrainingRun) else make_run(**fields)
-        return self.model_copy(update={"run": run, "read_as": tuple(read_as), "from_model": ()})
+        changes = {"run": run, "read_as": tuple(read_as), "from_model": (), "dtype_weights": None}
+        return self.model_copy(update=changes)
 
 
 @runtime_checkable
@@ -104,7 +145,6 @@ class FileParser(Protocol):
 # ------------------------------------------------------------------------------------------------ programs
 
 _PYTHONS = ("python", "python3", "py")
-_WHOLE = re.compile(r"[+-]?[0-9]+")  # a whole number as a command line writes it (ASCII digits)
 
 
 def program(argv: Sequence[str]) -> tuple[str, int]:
@@ -201,74 +241,6 @@ def split_options(
     return out
 
 
-# ------------------------------------------------------------------------------------------------ values
-
-
-def bad(where: str, message: str) -> GpumemInputError:
-    """One error line at ``where`` (``argument 5 '--max-model-len'`` or ``key 'optimizer.lr'``)."""
-    return GpumemInputError(f"{where}: {message}")
-
-
-def to_int(value: object, where: str, *, lo: int | None = None, hi: int | None = None) -> int:
-    """``value`` (a word, or a YAML/JSON number) as a whole number in [lo, hi], or an error at ``where``."""
-    if isinstance(value, bool):
-        raise bad(where, f"expected a whole number, got {short(value)}")
-    if isinstance(value, int):
-        n = value
-    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        n = int(value)
-    elif isinstance(value, str) and _WHOLE.fullmatch(value.strip()) and len(value) < 40:
-        n = int(value.strip())  # ASCII digits only: str.isdigit() also takes '²' or '٣', which int() refuses
-    else:
-        raise bad(where, f"expected a whole number, got {short(value)}")
-    if (lo is not None and n < lo) or (hi is not None and n > hi):
-        span = f"{lo if lo is not None else '-inf'} to {hi if hi is not None else 'inf'}"
-        raise bad(where, f"{n} is out of range ({span})")
-    return n
-
-
-def to_float(value: object, where: str, *, lo: float | None = None, hi: float | None = None) -> float:
-    """``value`` as a finite number in [lo, hi], or an error at ``where``."""
-    x: float | None = None
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        x = float(value)
-    elif isinstance(value, str) and len(value) < 60:
-        try:
-            x = float(value)
-        except ValueError:
-            x = None
-    if x is None or not math.isfinite(x):
-        raise bad(where, f"expected a number, got {short(value)}")
-    if (lo is not None and x < lo) or (hi is not None and x > hi):
-        raise bad(where, f"{x:g} is out of range ({lo} to {hi})")
-    return x
-
-
-_TRUE = ("1", "true", "yes", "on", "y", "t")
-_FALSE = ("0", "false", "no", "off", "n", "f", "none", "null")
-
-
-def to_bool(value: object, where: str) -> bool:
-    """``value`` as a boolean (true/false, yes/no, on/off, 1/0), or an error at ``where``."""
-    if isinstance(value, bool):
-        return value
-    if value is None:
-        return False
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
-        return value.strip().lower() in _TRUE
-    raise bad(where, f"expected true or false, got {short(value)}")
-
-
-def to_choice(value: object, where: str, choices: Mapping[str, Any]) -> Any:
-    """``value`` (case-insensitive) looked up in ``choices``, or an error listing them."""
-    key = str(value).strip().lower() if isinstance(value, str | int | float) else None
-    if key is None or key not in choices:
-        raise bad(where, f"{short(value)} is not one of {', '.join(sorted(choices))}")
-    return choices[key]
-
-
 # ------------------------------------------------------------------------------------------------ reading
 
 
@@ -288,6 +260,8 @@ class Reading:
         self.read_as: list[tuple[str, str]] = []
         self.warnings: list[str] = []
         self.from_model: list[tuple[str, str, str, str]] = []
+        self.dtype_weights: tuple[str, str] | None = None  # see ImportedRun.dtype_weights
+        self.no_model: list[str] = []
 
     def set(self, field: str, value: Any, where: str, written: str, shown: str | None = None) -> None:
         """Set run field ``field`` from the option at ``where`` (written as ``written``)."""
@@ -312,7 +286,8 @@ class Reading:
 
     def torch_dtype(self, engine: str, value: Any, where: str, written: str) -> None:
         """A PyTorch server's ``--dtype`` (vLLM, SGLang: auto, half/float16, bfloat16, float/float32): the
-        compute dtype, and the weights' too unless a quantization option sets them."""
+        compute dtype, and that of the weights of an unquantized checkpoint (decided by
+        :meth:`ImportedRun.with_model`, unless a quantization option sets the weights)."""
         text = str(value).lower()
         if text == "auto":
             self.note(written, "the checkpoint's dtype (gpumem: bf16)")
@@ -325,13 +300,16 @@ class Reading:
                 f"(auto, {', '.join(TORCH_DTYPES)})",
             )
         self.set("compute_dtype", dt, where, written)
-        if "weights" not in self.fields:
-            self.fields["weights"] = dt
-            self.origin["weights"] = where
+        self.dtype_weights = (dt, clip(written))
 
     def warn(self, written: str, why: str = "not modelled by gpumem; ignored") -> None:
         """An option gpumem does not model: named, never dropped silently."""
         self.warnings.append(f"{clip(written)}: {why}")
+
+    def missing_model(self, written: str, why: str) -> None:
+        """Why the input names no model gpumem loads (:attr:`ImportedRun.no_model`): no warning, since the
+        model given beside it (the CLI's MODEL, the window's model) answers it."""
+        self.no_model.append(f"{clip(written)}: {why}")
 
     def error(self, where: str, message: str) -> GpumemInputError:
         return GpumemInputError(f"{where}: {message}", source=self.file)
@@ -362,6 +340,9 @@ class Reading:
             read_as=tuple(self.read_as),
             warnings=tuple(dict.fromkeys(self.warnings)),
             from_model=tuple(self.from_model),
+            # a quantization option names the weights itself (vLLM --quantization, SGLang's likewise)
+            dtype_weights=None if "weights" in self.fields else self.dtype_weights,
+            no_model=tuple(self.no_model),
         )
 
 

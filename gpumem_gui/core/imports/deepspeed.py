@@ -32,7 +32,7 @@ class DeepSpeedConfig:
         r = Reading("DeepSpeed config", file=path)
         r.fields["framework"] = "deepspeed"
         deepspeed_dict(Keys(data, r), r)
-        r.warn("model", "a DeepSpeed config names no model: give --model")
+        r.missing_model("model", "a DeepSpeed config names none")
         return r.training(None)
 
 

@@ -103,14 +103,14 @@ def peft_model(top: Keys) -> None:
     top.set("attn", "attn_implementation", _attn(top.str("attn_implementation")))
     lora = top.bool("use_peft") or any(top.has(k) for k in ("lora_r", "lora_rank"))
     four = bool(top.bool("load_in_4bit")) or top.str("train_mode") == "qlora"
+    eight = bool(top.bool("load_in_8bit"))
     mode = top.str("train_mode")  # Firefly's own switch (component/argument.py): full, lora, qlora
     if mode in ("full", "lora", "qlora"):
         lora, four = mode != "full", mode == "qlora"
     if lora or four:
-        method = "qlora" if four else "lora"
-        key = next(
-            (k for k in ("load_in_4bit", "train_mode", "use_peft", "lora_r", "lora_rank") if top.has(k)), ""
-        )
+        method = "qlora" if four or (eight and lora) else "lora"
+        names = ("load_in_4bit", "train_mode", "load_in_8bit", "use_peft", "lora_r", "lora_rank")
+        key = next((k for k in names if top.has(k)), "")
         top.set("method", key, method)
         for k in ("lora_r", "lora_rank"):
             top.set("lora_rank", k, top.int(k, lo=1, hi=1 << 16))
@@ -119,7 +119,11 @@ def peft_model(top: Keys) -> None:
         lora_targets(top, "lora_target_modules")
         if top.bool("use_bnb_nested_quant") or top.bool("bnb_4bit_use_double_quant"):
             top.set("qlora_base", "use_bnb_nested_quant", "nf4-dq")
-    top.warn("load_in_8bit", "an 8-bit base is not modelled (QLoRA takes a 4-bit base)")
+    if eight and lora and not four:
+        # TRL ModelConfig load_in_8bit -> get_quantization_config: BitsAndBytesConfig(load_in_8bit=True)
+        top.set("qlora_base", "load_in_8bit", "int8", "qlora_base = int8 (bitsandbytes load_in_8bit)")
+    elif eight:
+        top.warn("load_in_8bit", "an 8-bit base is modelled with a LoRA adapter (use_peft) only; ignored")
     top.warn("lora_modules_to_save", "fully trained extra modules are not modelled")
     top.no_memory(
         ("bnb_4bit_quant_type", "use_bnb_nested_quant", "bnb_4bit_use_double_quant"), "read with QLoRA"

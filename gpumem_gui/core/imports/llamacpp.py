@@ -91,7 +91,6 @@ _UNMODELLED = {
     "-cmoe": "expert tensors kept in host memory are not modelled",
     "--n-cpu-moe": "expert tensors kept in host memory are not modelled",
     "-ncmoe": "expert tensors kept in host memory are not modelled",
-    "--swa-full": "the full-size sliding-window cache is not modelled",
     "-md": "the draft model of speculative decoding is not modelled",
     "--model-draft": "the draft model of speculative decoding is not modelled",
     "-ngld": "the draft model of speculative decoding is not modelled",
@@ -257,6 +256,8 @@ def _option(r: Reading, arg: Arg, state: dict[str, Any]) -> None:
         _flash(r, arg, bench)
     elif key in ("-ctk", "--cache-type-k", "-ctv", "--cache-type-v"):
         _cache_type(r, arg, state)
+    elif key == "--swa-full":
+        r.set("swa_full", True, where, arg.text)
     elif key in ("-nkvo", "--no-kv-offload"):
         r.maybe(InferenceRun, ("kv_offload",), False, where, arg.text, "KV in host memory is not modelled")
     elif key in _NO_MEMORY:

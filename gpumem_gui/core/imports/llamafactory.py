@@ -78,15 +78,22 @@ def _method(top: Keys) -> None:
     kind = (top.str("finetuning_type") or "lora").lower()
     bits = top.int("quantization_bit", lo=1, hi=16)
     if kind == "lora":
-        method = "qlora" if bits == 4 else "lora"
+        # llamafactory/model/model_utils/quantization.py: quantization_bit 8 or 4 with the default
+        # quantization_method bitsandbytes: BitsAndBytesConfig(load_in_8bit=True) / (load_in_4bit=True, nf4)
+        method = "qlora" if bits in (4, 8) else "lora"
         top.set("method", "quantization_bit" if method == "qlora" else "finetuning_type", method)
+        if bits == 8:
+            top.set("qlora_base", "quantization_bit", "int8", "qlora_base = int8 (bitsandbytes load_in_8bit)")
+        elif bits is not None and bits != 4:
+            top.warn("quantization_bit", "only 4- and 8-bit bitsandbytes bases are modelled: a 16-bit base")
+            bits = None
         rank = top.int("lora_rank", lo=1, hi=1 << 16) or 8
         top.set("lora_rank", "lora_rank", rank, None if top.has("lora_rank") else "lora_rank = 8 (default)")
         alpha = top.float("lora_alpha", lo=1e-9, hi=1 << 20)
         top.set("lora_alpha", "lora_alpha", alpha if alpha is not None else 2 * rank)
         top.set("lora_dropout", "lora_dropout", top.float("lora_dropout", lo=0, hi=0.999))
         lora_targets(top, "lora_target")
-        if method == "qlora" and top.bool("double_quantization") is not False:
+        if bits == 4 and top.bool("double_quantization") is not False:
             top.set(
                 "qlora_base",
                 "quantization_bit",
@@ -100,8 +107,10 @@ def _method(top: Keys) -> None:
         top.warn(
             "finetuning_type", "a fine-tuning type gpumem does not model (lora, full): full is estimated"
         )
-    if bits is not None and not (bits == 4 and kind == "lora"):
-        top.warn("quantization_bit", "a quantized base other than 4-bit LoRA (QLoRA) is not modelled")
+    if bits is not None and kind != "lora":
+        top.warn(
+            "quantization_bit", "a quantized base is modelled under LoRA only (4- or 8-bit bitsandbytes)"
+        )
 
 
 PARSERS = (LlamaFactoryConfig(),)

@@ -89,9 +89,7 @@ def _model(top: Keys, r: Reading) -> str | None:
     if hub is None and assets:
         hub = _from_assets(assets)
     if hub is None:
-        r.warn(
-            f"model.name/flavor: {name} {flavor}", "a torchtitan model gpumem has no Hub id for: give --model"
-        )
+        r.missing_model(f"model.name/flavor: {name} {flavor}", "a torchtitan model gpumem has no Hub id for")
         return None
     r.note(f"model: {name} {flavor}", f"model {hub}")
     return hub

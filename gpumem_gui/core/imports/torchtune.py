@@ -153,7 +153,7 @@ def _model(top: Keys, r: Reading) -> str | None:
     m.set("lora_dropout", "lora_dropout", dropout)
     m.rest("a builder argument gpumem does not model; ignored")
     if hub is None:
-        r.warn(f"model._component_: {component}", "a torchtune model gpumem has no Hub id for: give --model")
+        r.missing_model(f"model._component_: {component}", "a torchtune model gpumem has no Hub id for")
         return None
     r.note(f"model._component_: {component}", f"model {hub}")
     return hub

@@ -8,6 +8,7 @@ import json
 import os
 from collections.abc import Mapping
 
+from gpumem_gui.core.errors import short
 from gpumem_gui.core.imports.base import Reading
 from gpumem_gui.core.imports.keys import Keys
 
@@ -95,13 +96,21 @@ def hf_optim(keys: Keys, key: str) -> None:
         keys.set("optimizer", key, name)
 
 
+_REGEX_CHARS = "*+?()[]|^$\\"
+
+
 def lora_targets(keys: Keys, key: str) -> None:
-    """A LoRA target list (``[q_proj, v_proj]``, ``"q_proj,v_proj"``, ``all`` / ``all-linear``)."""
+    """A LoRA target list (``[q_proj, v_proj]``, ``"q_proj,v_proj"``, ``all`` / ``all-linear``), or one string
+    with regex characters (``.*\\.(q|v)_proj``): PEFT's regex form."""
     value = keys.raw(key)
     if value is None:
         return
     if isinstance(value, str) and value.strip().lower() in ("all", "all-linear", "all_linear"):
         keys.set("lora_targets", key, "all-linear")
+        return
+    if isinstance(value, str) and any(c in value for c in _REGEX_CHARS):
+        # PEFT LoraConfig(target_modules=<one string>): a regex fullmatched against each module's path
+        keys.set("lora_targets", key, "re:" + value, f"lora_targets = re:{short(value, 60)} (a regex)")
         return
     if isinstance(value, str):
         value = [v.strip() for v in value.split(",") if v.strip()]

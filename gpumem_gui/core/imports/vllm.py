@@ -120,7 +120,7 @@ _NO_MEMORY = {
     k: "loading / tokenizer option: no effect on GPU memory"
     for k in words(
         "--trust-remote-code --download-dir --tokenizer --tokenizer-mode --revision --code-revision "
-        "--tokenizer-revision --seed --load-format --config-format --generation-config --skip-tokenizer-init "
+        "--tokenizer-revision --seed --load-format --generation-config --skip-tokenizer-init "
         "--distributed-executor-backend --worker-cls --model-impl --override-generation-config --hf-token "
         "--safetensors-load-strategy --ignore-patterns --model-loader-extra-config"
     )
@@ -282,12 +282,30 @@ def _other(r: Reading, arg: Arg) -> None:
         r.maybe(InferenceRun, ("hybrid_kv_cache",), False, where, arg.text, _UNMODELLED[key])
     elif key == "--limit-mm-per-prompt":
         mm_limit(r, arg, _UNMODELLED[key])
+    elif key == "--config-format":
+        _config_format(r, arg)
     elif key in _NO_MEMORY:
         r.note(arg.text, _NO_MEMORY[key])
     elif key in _UNMODELLED:
         r.warn(arg.text, _UNMODELLED[key])
     else:
         r.warn(arg.text, "not a vLLM option gpumem knows; ignored")
+
+
+def _config_format(r: Reading, arg: Arg) -> None:
+    """``--config-format mistral``: vLLM builds its config from the checkpoint's ``params.json`` instead of
+    ``config.json`` (vllm/transformers_utils/configs/mistral.py ``adapt_config_dict``); its
+    ``_remap_general_mistral_args`` defaults ``max_position_embeddings`` and ``max_seq_len`` to 128,000 when
+    params.json names neither, so vLLM's default max_model_len can differ from the config.json gpumem
+    reads."""
+    if str(arg.value).lower() == "mistral":
+        r.warn(
+            arg.text,
+            "vLLM reads params.json (Mistral's format), gpumem the model's config.json: vLLM's default "
+            "max_model_len is params.json's max_seq_len (128,000 when it names none); give --max-model-len",
+        )
+    else:
+        r.note(arg.text, "loading option: no effect on GPU memory")
 
 
 def _human_int(value: str | None, where: str) -> int:

@@ -93,3 +93,17 @@ def checkpoint_format(config: Mapping[str, Any] | None, source: str = "config.js
     if block is None:
         return "fp8"
     return "fp8-block" if block == _FP8_BLOCK else None
+
+
+def checkpoint_quantization(config: Mapping[str, Any] | None, source: str = "config.json") -> str | None:
+    """How the checkpoint is quantized, for people: the format :func:`checkpoint_format` names, else the
+    ``quant_method`` itself (a method or layout no format here sizes: compressed-tensors, modelopt, ...); None
+    for an unquantized checkpoint (no ``quantization_config``, or one without a ``quant_method``)."""
+    fmt = checkpoint_format(config, source)
+    if fmt is not None:
+        return fmt
+    qc = config.get(_FIELD) if isinstance(config, Mapping) else None
+    method = qc.get("quant_method") if isinstance(qc, Mapping) else None
+    if not isinstance(method, str) or not method.strip():
+        return None
+    return method.strip().lower()

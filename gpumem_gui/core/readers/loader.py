@@ -18,7 +18,7 @@ from pydantic import Field
 
 from gpumem_gui.core.errors import GpumemInputError, clip
 from gpumem_gui.core.readers.catalog import catalog_config, find_model
-from gpumem_gui.core.readers.checkpoint_quant import checkpoint_format
+from gpumem_gui.core.readers.checkpoint_quant import checkpoint_format, checkpoint_quantization
 from gpumem_gui.core.readers.generic import NotModelled
 from gpumem_gui.core.readers.hf_config import load_config_file, spec_from_config
 from gpumem_gui.core.readers.hub import HubClient, looks_like_hub_id
@@ -63,6 +63,19 @@ class LoadedModel(Frozen):
         :func:`~gpumem_gui.core.readers.checkpoint_quant.checkpoint_format`): the bytes of the checkpoint as
         published, the default when no weight files were read."""
         return checkpoint_format(self.config, f"{self.source} (config.json)")
+
+    @property
+    def default_weights(self) -> str:
+        """The weight format a run of this model takes unless one is chosen: its own weight ``file``s when
+        they were read, else the format as published (:attr:`checkpoint_weights`), else bf16."""
+        return "file" if self.weights is not None else self.checkpoint_weights or "bf16"
+
+    @property
+    def checkpoint_quantization(self) -> str | None:
+        """How the checkpoint's weights are quantized (its format id, else the config's ``quant_method``), or
+        None for an unquantized checkpoint: a runtime's ``--dtype`` casts only an unquantized one's
+        weights."""
+        return checkpoint_quantization(self.config, f"{self.source} (config.json)")
 
 
 _default_hub_client: Callable[[], HubClient] | None = None

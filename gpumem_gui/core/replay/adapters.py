@@ -6,18 +6,23 @@ linears, and the fused projections some architectures build.
 * bitsandbytes ``Linear4bit.forward`` -> ``MatMul4Bit`` (``bitsandbytes/autograd/_functions.py``): the 4-bit
   weight is dequantized to the compute dtype for the matmul (a transient of out x in); only the packed weight
   is kept for backward, where it is dequantized again for grad_input.
+* bitsandbytes ``Linear8bitLt`` (``load_in_8bit``, LLM.int8) -> ``MatMul8bitLt`` (same file): see
+  :func:`linear8bit`.
 * Fused projections: transformers builds one ``qkv_proj`` (:attr:`ArchTraits.fused_qkv`) or one
   ``gate_up_proj`` (:attr:`ArchTraits.fused_gate_up`) where the parameter accounting lists the parts.
 * Which linears PEFT adapts (``peft/tuners/tuners_utils.py`` ``check_target_module_exists``: a target names
-  the last part of a module's path; ``_maybe_include_all_linear_layers``: ``all-linear`` is every
+  the last part of a module's path, or a dotted end of it; one string is a regex over the whole path;
+  ``_maybe_include_all_linear_layers``: ``all-linear`` is every
   ``nn.Linear`` and ``Conv1D`` but the output layer). Modules go by their real names
   (:attr:`ArchTraits.module_names`: GPT-2's ``c_attn``, Falcon's ``query_key_value``, OPT's ``fc1``), fused
   projections by their fused name; MoE routers (``*TopKRouter``) and 3-D expert tensors are not
-  ``nn.Linear``, a shared expert's gate is.
+  ``nn.Linear`` (``all-linear`` leaves them out), a shared expert's gate is; a router named as a target
+  (``gate``) gets PEFT's ``ParamWrapper`` (:func:`merged_weight`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -91,8 +96,14 @@ def lora_targets(spec: ModelSpec, tensors: Sequence[Tensor], targets: Sequence[s
         modules = {k: ts for k, ts in modules.items() if ts}
     if tuple(targets) == (ALL_LINEAR,):
         return frozenset(t.name for name, ts in modules.items() if name != "lm_head" for t in ts)
+    routers = [t for t in tensors if is_router(t)]
+    if routers:  # PEFT wraps a named router's weight in a ParamWrapper (merged_weight)
+        modules = {**modules, ROUTER: routers}
     chosen: set[str] = set()
     for target in targets:
+        if target.startswith(REGEX) or "." in target:
+            chosen.update(_by_path(spec, modules, target))
+            continue
         if target not in modules:
             raise GpumemInputError(
                 f"no linear module of this model is named {target!r}; its linear modules are "
@@ -101,6 +112,59 @@ def lora_targets(spec: ModelSpec, tensors: Sequence[Tensor], targets: Sequence[s
             )
         chosen.update(t.name for t in modules[target])
     return frozenset(chosen)
+
+
+# the MoE router's module name; in transformers 5 a ``*TopKRouter`` holding ``weight`` (not an nn.Linear)
+ROUTER = "gate"
+
+
+def is_router(t: Tensor) -> bool:
+    return t.component == "router" and t.name.endswith(f".{ROUTER}.weight") and len(t.shape) == 2
+
+
+def merged_weight(m: CausalLM, w: T, name: str, n_out: int, n_in: int) -> T:
+    """A router named as a LoRA target (``gate``): PEFT 0.21 wraps its weight in a ``ParamWrapper``
+    (``peft/tuners/lora/layer.py``): ``_activate_lora`` registers the parametrization ``W + delta`` with
+    ``delta = get_delta_weight()`` = ``(lora_B @ lora_A) * scaling`` (under the model's autocast) cast to the
+    weight's dtype, and the router's ``F.linear`` runs on (and saves) that merged copy of the weight."""
+    o, s = m.o, m.s
+    a, b = m.p[f"{name}.lora_A"].tensor, m.p[f"{name}.lora_B"].tensor
+    delta = o.bmm(b, a, n_out * n_in)
+    scaled = s.cast(o.mul(delta, None), w.dt)
+    del delta
+    return o.add(w, scaled)
+
+
+# a regex target: PEFT matches a target_modules string with re.fullmatch against each module's whole path
+REGEX = "re:"  # a lora_targets value naming a regex (PEFT: target_modules given as one string)
+
+
+def module_path(spec: ModelSpec, t: Tensor) -> str:
+    """The module path PEFT sees for the linear ``t`` is the weight of, as transformers' decoder-only models
+    name it (``model.layers.3.self_attn.q_proj``, ``lm_head``), the module by its real name."""
+    parts = t.name[: -len(".weight")].split(".")
+    parts[-1] = module_name(spec, t) or parts[-1]
+    return ".".join(parts) if parts[0] == "lm_head" else "model." + ".".join(parts)
+
+
+def _by_path(spec: ModelSpec, modules: dict[str, list[Tensor]], target: str) -> set[str]:
+    """``peft/tuners/tuners_utils.py`` ``check_target_module_exists``: a regex (``target_modules`` given as
+    one string) must match a module's whole path (``re.fullmatch``); a dotted name in the list matches the
+    path itself or its end after a dot (``key.endswith(f".{target_key}")``)."""
+    paths = {t.name: module_path(spec, t) for ts in modules.values() for t in ts}
+    if target.startswith(REGEX):
+        pattern = re.compile(target[len(REGEX) :])
+        found = {name for name, path in paths.items() if pattern.fullmatch(path)}
+    else:
+        found = {name for name, path in paths.items() if path == target or path.endswith("." + target)}
+    if not found:
+        examples = ", ".join(list(dict.fromkeys(paths.values()))[:4])
+        raise GpumemInputError(
+            f"{target!r} matches no linear module of this model (PEFT fullmatches a regex against the whole "
+            f"path and a dotted name against its end; paths look like {examples})",
+            field="lora_targets",
+        )
+    return found
 
 
 def add_lora(m: CausalLM, t: Tensor) -> None:
@@ -150,6 +214,55 @@ def linear4bit(m: CausalLM, x: T, bias: T | None, n_out: int, n_in: int) -> T:
 
     s.node("custom", (x,), (out,), (), bw)
     return s.cast(out, inp_dtype)
+
+
+def linear8bit(m: CausalLM, x: T, bias: T | None, n_out: int, n_in: int) -> T:
+    """bitsandbytes ``Linear8bitLt.forward`` -> ``MatMul8bitLt`` (``bitsandbytes/autograd/_functions.py``,
+    CUDA kernels in ``backends/cuda/ops.py``, ``backends/default/ops.py``; bitsandbytes 95f9af3) on a frozen
+    int8 weight (``has_fp16_weights=False``, ``llm_int8_threshold=6.0``: the mixed-precision path):
+
+    * forward: ``A.to(torch.float16)`` (a copy unless fp16); ``int8_vectorwise_quant`` allocates the int8
+      ``CA`` (rows x in) and fp32 row stats, and with a threshold ``A.abs() >= threshold`` (an fp16 and a bool
+      rows x in temporary); the fp16 copy dies after the quantization; ``int8_mixed_scaled_mm`` ->
+      ``int8_scaled_mm``: an int32 ``rows x out`` product, dequantized into fp16 (``int8_mm_dequant``) and
+      cast to the input's dtype (``out.to(dtype)``); with outlier columns ``output.addmm(subA, subB)`` makes a
+      new output (assumed: LLM activations have outliers above 6.0, the reason for the threshold);
+    * saved (``ctx.tensors = (CAt, subA, A)``): the input ``A`` itself (no copy) and ``subA``, the outlier
+      columns of the input (data-dependent, a few columns: not counted);
+    * backward (grad_A only: the weight is frozen): ``CB.to(dtype_A, copy=True).mul_(SCB / 127)`` dequantizes
+      the whole weight (out x in, the input's dtype), then ``grad_output @ CB``.
+    """
+    s = m.s
+    dt = x.dt
+    rows = x.n // n_in
+    a16 = s.new(x.n, "f16", "temporaries") if dt != "f16" else None  # A.to(torch.float16)
+    row_stats = s.new(rows, "f32", "temporaries")  # SCA
+    ca = s.new(x.n, "u8", "temporaries")  # CA: int8, rows x in
+    absa = s.new(x.n, "f16", "temporaries")  # A.abs()
+    outliers = s.new(x.n, "bool", "temporaries")  # >= threshold
+    del absa, outliers, a16
+    i32 = s.new(rows * n_out, "i32", "temporaries")  # int8_linear_matmul
+    h16 = s.new(rows * n_out, "f16", "temporaries")  # int8_mm_dequant's fp16 output
+    out = s.new(rows * n_out, dt) if dt != "f16" else h16  # out.to(dtype)
+    del h16, i32
+    mixed = s.new(rows * n_out, dt)  # output.addmm(subA, subB): a new tensor
+    del out, ca, row_stats
+    numel = n_out * n_in
+
+    def bw(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
+        res: list[Storage | None] = [None] * len(nd.edges)
+        if nd.edges[0] is not None:
+            n, in_dt = nd.in_meta[0]
+            cb = sim.storage(round(numel * DT_BYTES[in_dt]), "dequantized weights")  # CB.to(dtype_A)
+            res[0] = sim.storage(round(n * DT_BYTES[in_dt]), "temporaries")  # grad_output @ CB
+            del cb
+        return res
+
+    s.node("custom", (x,), (mixed,), (x,), bw)
+    return mixed
+
+
+QUANTIZED_LINEARS = {"int8": linear8bit}  # the qlora_base formats whose linear is not Linear4bit's
 
 
 def _fuse(tensors: Sequence[Tensor], parts: tuple[str, ...], fused: str) -> tuple[Tensor, ...]:

@@ -29,6 +29,9 @@ class ReplayConfig:
     lora_dropout: float = 0.0
     adapter_dt: str = "f32"
     quant_bytes: int = 0  # qlora: bytes of the 4-bit linears (packed weights + quantization state)
+    quant_base: str = (
+        "nf4"  # qlora: the base's bitsandbytes format (nf4, nf4-dq: Linear4bit; int8: Linear8bitLt)
+    )
     frozen_layers: int = 0
     lm_head: bool = True  # this rank holds the head (and the loss)
     embedding: bool = True  # this rank holds the token embedding

@@ -10,8 +10,10 @@ GPU with fla's Triton kernels (``chunk_gated_delta_rule``) keeps none of these f
 intermediates in PyTorch's allocator (the kernels work chunk by chunk in on-chip memory and return the bf16
 output and the fp32 final state), so its linear-attention layers peak lower than modelled here.
 
-Each chunk of the scan allocates the same temporaries; the replay runs the first two iterations (the second
-holds the first's ``v_new`` and ``inter_chunk_attn`` while it makes its own, which every later one repeats).
+Each chunk of the scan allocates the same temporaries; inference replays the first two iterations (the second
+holds the first's ``v_new`` and ``inter_chunk_attn`` while it makes its own, which every later one repeats);
+training, where each iteration also leaves its saved tensors behind, replays a few and stands for the middle
+ones with their bytes (:mod:`.scan`), to the byte.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpumem_gui.core.replay.memory import T, promote
+from gpumem_gui.core.replay.scan import run_scan
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM
@@ -150,22 +153,26 @@ def _chunk(m: CausalLM, x: T, n: object) -> T:
 def _scan(
     m: CausalLM, la: LinearAttentionSpec, per_chunk: tuple[T, ...], chunk_decay: T, core: T, last: T, n: int
 ) -> tuple[T, T, T]:
-    """The sequential loop over chunks (``n`` iterations replayed): v_new, inter_chunk_attn, the output slice,
-    the new recurrent state."""
+    """The sequential loop over chunks (``n`` iterations, replayed in a number of steps that does not grow
+    with ``n``: :func:`.scan.run_scan`): v_new, inter_chunk_attn, the output slice, the new state."""
     b, hv, c, dk, dv = m.cfg.batch, la.value_heads, la.chunk_size, la.key_head_dim, la.value_head_dim
     blk = b * hv * c * dv
-    v_new = inter = None
-    for it in range(n):
+
+    # the loop's variables, each replaced where the loop assigns it (the old value lives until then)
+    v: dict[str, T] = {"last": last}
+    del last
+
+    def step(it: int, v: dict[str, T]) -> dict[str, T]:
         # x[:, :, i]: views of one chunk (their backward: a zero-filled full-size gradient each)
         new_values, k_cumdecay, query, key, intra = (
             _chunk(m, x, b * hv * c * d) for x, d in zip(per_chunk, (dv, dk, dk, dk, c), strict=True)
         )
-        mm = m.o.bmm(k_cumdecay, last, blk)
-        v_new = new_op(m, blk, "f32", new_values, mm)
+        mm = m.o.bmm(k_cumdecay, v["last"], blk)
+        v["v_new"] = new_op(m, blk, "f32", new_values, mm)
         del mm
-        inter = m.o.bmm(query, last, blk)
-        mm = m.o.bmm(intra, v_new, blk)
-        out = new_op(m, blk, promote(inter.dt, mm.dt), inter, mm)
+        v["inter"] = m.o.bmm(query, v["last"], blk)
+        mm = m.o.bmm(intra, v["v_new"], blk)
+        out = new_op(m, blk, promote(v["inter"].dt, mm.dt), v["inter"], mm)
         del mm
         m.s.node("pass", (out, core), (core,))  # core_attn_out[:, :, i] = ...: CopySlices keeps the history
         del out
@@ -173,13 +180,16 @@ def _scan(
         # so they are replayed without one (a graph nobody reaches would hold a checkpoint's inputs)
         grad = m.s.grad_enabled
         m.s.grad_enabled = grad and not (it == n - 1 and m.cache is None)
+        last = v["last"]
         decayed = new_op(m, last.n, "f32", last, chunk_decay, saved=(last, chunk_decay))
-        upd = m.o.bmm(key, v_new, last.n)
-        last = new_op(m, last.n, "f32", decayed, upd)
-        del decayed, upd
+        upd = m.o.bmm(key, v["v_new"], last.n)
+        v["last"] = new_op(m, last.n, "f32", decayed, upd)
+        del decayed, upd, last
         m.s.grad_enabled = grad
-    assert v_new is not None and inter is not None
-    return last, v_new, inter
+        return v
+
+    v = run_scan(m.s, n, step, v, lambda carry: carry["last"])
+    return v["last"], v["v_new"], v["inter"]
 
 
 def recurrent_rule(

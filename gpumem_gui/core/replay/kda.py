@@ -18,6 +18,7 @@ from gpumem_gui.core.replay import causal_conv
 from gpumem_gui.core.replay.delta_rule import _l2norm, _to_f32, chunks, new_op
 from gpumem_gui.core.replay.memory import T
 from gpumem_gui.core.replay.registry import MIXERS, register
+from gpumem_gui.core.replay.scan import run_scan
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.autograd import Node, Sim
@@ -189,13 +190,21 @@ def _chunk(m: CausalLM, la: LinearAttentionSpec, qkv: tuple[T, T, T], g: T, beta
     core = m.s.new(rows * d, "f32")  # zeros_like(value)
     mask = new_op(m, c * c, "bool", new_op(m, c * c, "bool"))
     n_iter = nc if m.s.grad_enabled else min(nc, 2)
-    for it in range(n_iter):
-        last = _scan_step(
-            m, la, (query, key, value, g, decay, k_cumdecay), core, last, mask, it == n_iter - 1
-        )
+    last = _scan(m, la, (query, key, value, g, decay, k_cumdecay), core, last, mask, n_iter)  # lives on
     flat = new_op(m, rows * d, "f32", core)  # [:, :, :s].transpose(1, 2).contiguous()
     del core
     return new_op(m, b * cfg.q * la.key_heads * d, dt, flat)  # .to(initial_dtype)
+
+
+def _scan(
+    m: CausalLM, la: LinearAttentionSpec, per_chunk: tuple[T, ...], core: T, last: T, mask: T, n: int
+) -> T:
+    """The inter-chunk loop, ``n`` iterations in steps that do not grow with ``n`` (:mod:`.scan`)."""
+
+    def step(it: int, carry: T) -> T:
+        return _scan_step(m, la, per_chunk, core, carry, mask, it == n - 1)
+
+    return run_scan(m.s, n, step, last, lambda carry: carry)
 
 
 def _solve_rows(m: CausalLM, attn: T, blocks: object, c: int) -> T:

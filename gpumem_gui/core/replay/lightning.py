@@ -28,6 +28,7 @@ from gpumem_gui.core.replay import attention, mlp
 from gpumem_gui.core.replay.delta_rule import chunks, new_op
 from gpumem_gui.core.replay.memory import T, promote
 from gpumem_gui.core.replay.registry import BLOCKS, register
+from gpumem_gui.core.replay.scan import run_scan
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM
@@ -56,39 +57,56 @@ def _blockwise(m: CausalLM, i: int, qkv: T) -> tuple[T, T, list[T]]:
     kv = m.s.new(b * h * d * d, vdt)  # torch.zeros(b, h, d, d, dtype=value_states.dtype)
     outs: list[T] = []
     nb = chunks(q, bs)
-    for blk in range(nb):
+
+    # the loop's variables, each replaced where the loop assigns it (the old value lives until then, and the
+    # last ones outlive the loop, as Python keeps them)
+    v: dict[str, T] = {"kv": kv}
+    del kv
+
+    def step(blk: int, v: dict[str, T]) -> dict[str, T]:
         n = bs if blk < nb - 1 else q - bs * (nb - 1)
-        qb, kb, vb = _view(qkv, b * h * n * d), _view(qkv, b * h * n * d), _view(qkv, b * h * n * d)
-        decay = new_op(m, h, bdt, new_op(m, h, bdt, new_op(m, h, bdt)))  # exp(-slope_rate * n)
-        w_intra = _mm(m, qb, kb, b * h * n * n, batched)
+        qb, kb, v["vb"] = _view(qkv, b * h * n * d), _view(qkv, b * h * n * d), _view(qkv, b * h * n * d)
+        v["decay"] = new_op(m, h, bdt, new_op(m, h, bdt, new_op(m, h, bdt)))  # exp(-slope_rate * n)
+        v["w_intra"] = w_intra = _mm(m, qb, kb, b * h * n * n, batched)
         weighted = new_op(m, w_intra.n, promote(w_intra.dt, bdt), w_intra)  # * diagonal_decay (a buffer)
-        o_intra = _mm(m, weighted, vb, b * h * n * d, batched)
+        del w_intra
+        v["o_intra"] = _mm(m, weighted, v["vb"], b * h * n * d, batched)
         del weighted
         q_dec = new_op(m, qb.n, promote(vdt, bdt), qb)  # * query_decay
-        o_inter = _mm(m, q_dec, kv, b * h * n * d, batched)
+        v["o_inter"] = _mm(m, q_dec, v["kv"], b * h * n * d, batched)
         del q_dec
-        cur = m.o.add(o_inter, o_intra)
-        outs.append(cur)
+        v["cur"] = m.o.add(v["o_inter"], v["o_intra"])
+        outs.append(v["cur"])
         k_dec = new_op(m, kb.n, promote(vdt, bdt), kb)  # * key_decay
         if st is None and blk == nb - 1:  # the final KV feeds nothing without a cache: no saved tensors
             if batched:
-                k_dec, vb = new_op(m, k_dec.n, k_dec.dt, k_dec), new_op(m, vb.n, vb.dt, vb)
-            ka, va = m.s.ac_cast(k_dec), m.s.ac_cast(vb)
+                k_dec, v["vb"] = (
+                    new_op(m, k_dec.n, k_dec.dt, k_dec),
+                    new_op(m, v["vb"].n, v["vb"].dt, v["vb"]),
+                )
+            ka, va = m.s.ac_cast(k_dec), m.s.ac_cast(v["vb"])
             assert ka is not None and va is not None
-            nxt = new_op(m, b * h * d * d, promote(ka.dt, va.dt), ka, va)
+            v["nxt"] = new_op(m, b * h * d * d, promote(ka.dt, va.dt), ka, va)
             del ka, va
         else:
-            nxt = _mm(m, k_dec, vb, b * h * d * d, batched)
+            v["nxt"] = _mm(m, k_dec, v["vb"], b * h * d * d, batched)
         del k_dec
-        scaled = new_op(m, kv.n, promote(kv.dt, bdt), kv, decay, saved=(decay,))
-        kv_dt = promote(scaled.dt, nxt.dt)
+        kv = v["kv"]
+        scaled = new_op(m, kv.n, promote(kv.dt, bdt), kv, v["decay"], saved=(v["decay"],))
+        kv_dt = promote(scaled.dt, v["nxt"].dt)
         if st is not None and blk == nb - 1:  # set_linear_cache keeps this very tensor
             kv = st.new_state(i, kv.n, kv_dt)
-            m.s.node("pass", (scaled, nxt), (kv,))
+            m.s.node("pass", (scaled, v["nxt"]), (kv,))
         else:
-            kv = m.o.add(scaled, nxt)
-        del scaled
-    last = [w_intra, o_intra, o_inter, cur, nxt, decay]  # the loop's locals outlive it
+            kv = m.o.add(scaled, v["nxt"])
+        v["kv"] = kv
+        del scaled, kv
+        return v
+
+    # every block under autograd, in steps that do not grow with the blocks (replay/scan.py)
+    v = run_scan(m.s, nb, step, v, lambda carry: carry["kv"], collected=outs)
+    kv = v.pop("kv")
+    last = [v[k] for k in ("w_intra", "o_intra", "o_inter", "cur", "nxt", "decay")]  # the loop's locals
     total = outs[0] if len(outs) == 1 else m.s.new(b * h * q * d, outs[0].dt)  # torch.cat(attn_output)
     if len(outs) > 1:
         m.s.node("pass", tuple(outs), (total,))

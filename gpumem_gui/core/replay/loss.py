@@ -10,6 +10,10 @@ transformers' ``ForCausalLMLoss`` over the full logits, is :meth:`.model.CausalL
 * ``chunked-linear``: torchtune's ``LinearCrossEntropyLoss`` (the loss of 162 of the 172 recipe configs
   that name one, torchtune bd2a0fc): hidden states projected and upcast chunk by chunk inside the loss
   (:func:`chunked_linear`).
+* ``chunked-trainer``: Axolotl's ``chunked_cross_entropy`` (``src/axolotl/monkeypatch/loss/chunked.py``
+  ``patch_chunked_ce_loss_fn``, which replaces transformers' ``ForCausalLMLoss`` under the HF Trainer): the
+  model's full logits, then per chunk a ``torch.compile``'d cross-entropy of the upcast chunk
+  (:func:`chunked_trainer`).
 * ``fused-linear``: Liger's ``LigerFusedLinearCrossEntropyFunction``
   (``liger_kernel/ops/fused_linear_cross_entropy.py``, ``fused_linear_cross_entropy_forward``): tokens in
   chunks of ``next_power_of_2(ceil(BT / ceil(V / H)))`` rows; per chunk the logits (compute dtype) are
@@ -31,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from gpumem_gui.core.replay import adapters, block
 from gpumem_gui.core.replay.autograd import Node, Sim
-from gpumem_gui.core.replay.memory import Storage, T
+from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM
@@ -110,6 +114,65 @@ def chunked(m: CausalLM, h: T) -> T:
     s.node("pass", (total,), (loss,))  # / total_elements
     del total, total_elements
     return loss
+
+
+def chunked_trainer(m: CausalLM, h: T) -> T:
+    """Axolotl's ``chunked_cross_entropy`` (``patch_chunked_ce_loss_fn``; ``chunked_cross_entropy_num_chunks``
+    default 8): the model computes its full logits as usual (compute dtype); the patched loss pads and
+    shifts the labels, ``source.chunk(n, dim=1)`` splits the logits (views: one ``SplitBackward``, whose
+    backward concatenates the chunks' gradients into one logits-sized gradient),
+    ``logit_chunk.reshape(-1, V)`` (a view for one sequence, a copy of every chunk otherwise, all made before
+    the loop) and runs ``F.cross_entropy(logits.float(), labels, reduction="sum")`` under ``torch.compile``
+    chunk by chunk. Inductor fuses the upcast and the log-softmax into its reductions and keeps, for
+    backward, the 16-bit chunk and one fp32 statistic per row (its partitioner recomputes the softmax from
+    them), so no fp32 logits exist; backward gives each chunk a 16-bit gradient. Modelled from the source,
+    not traced (the trace does not run inductor)."""
+    s, cfg = m.s, m.cfg
+    b, q = cfg.batch, cfg.q
+    logits = m.head(h)
+    v = logits.n // (b * q)
+    s.tr.where = "loss"
+    n = max(1, min(cfg.loss_chunks, q))
+    step = -(-q // n)
+    sizes = [min(step, q - k) for k in range(0, q, step)]  # torch.chunk: chunks of ceil(q / n)
+    s.region = "inputs"
+    padded = s.new(b * (q + 1), "i64")  # F.pad(labels, (0, 1), value=ignore_index)
+    labels = s.new(b * q, "i64") if b > 1 else padded  # labels[..., 1:].contiguous()
+    mask = s.new(b * q, "bool")  # total_elements = (labels != ignore_index).sum()
+    total_elements = s.new(1, "i64")
+    del mask
+    copies = b > 1 and len(sizes) > 1  # a chunk of dim 1 of a [b, q, V] tensor is not contiguous
+    label_chunks = [s.new(b * k, "i64") if copies else labels for k in sizes]
+    s.region = "logits"
+    parts = tuple(T(logits.st, b * k * v, logits.dt) for k in sizes)
+    s.node("custom", (logits,), parts, (), ctx=_grad_like_input)
+    if copies:
+        parts = tuple(m.o.clone(p) for p in parts)  # reshape(-1, V): a copy of each chunk
+    total: T | None = None
+    for part, chunk_labels in zip(parts, label_chunks, strict=True):
+        rows = part.n // v
+        stat = s.new(rows, "f32")  # the row statistic the compiled forward keeps (logsumexp)
+        ce = s.new(1, "f32")
+        s.node("custom", (part,), (ce,), (part, chunk_labels, stat), ctx=_grad_like_input)
+        del stat
+        if total is None:
+            total = m.o.add(ce, None)  # 0.0 + ce: a new tensor; later += in place
+        else:
+            s.node("pass", (total, ce), (total,))
+        del ce
+    del parts, label_chunks, labels, padded, logits, part, chunk_labels
+    s.region = "hidden_states"
+    loss = s.new(1, "f32")
+    s.node("pass", (total,), (loss,))  # / num_items_in_batch or total_elements
+    del total, total_elements
+    return loss
+
+
+def _grad_like_input(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
+    """One new gradient of the input's size and dtype: ``SplitBackward`` (``torch.cat`` of the chunks'
+    gradients) and the compiled cross-entropy's backward."""
+    n, dt = nd.in_meta[0]
+    return [sim.storage(round(n * DT_BYTES[dt]), "temporaries")]
 
 
 def chunked_linear(m: CausalLM, h: T) -> T:
@@ -310,6 +373,7 @@ def _nll_log_softmax_back(sim: Sim, nd: Node, gout: list[Storage | None]) -> lis
 LOSSES: dict[str, Callable[[CausalLM, T], T]] = {
     "chunked": chunked,
     "chunked-linear": chunked_linear,
+    "chunked-trainer": chunked_trainer,
     "fused-linear": fused_linear,
     "vocab-parallel": vocab_parallel,
     "loss-parallel": loss_parallel,

@@ -127,7 +127,8 @@ class CausalLM:
             self.shape[head.name] = head.shape
             adapters.add_lora(self, head)
         if cfg.method == "qlora" and cfg.quant_bytes:
-            s.param("bnb 4-bit linears", 0, "u8", False, cfg.quant_bytes, None, sharded=False)
+            label = "bnb 8-bit linears" if cfg.quant_base == "int8" else "bnb 4-bit linears"
+            s.param(label, 0, "u8", False, cfg.quant_bytes, None, sharded=False)
         if spec.vision is not None and cfg.embedding:
             # the vision tower and projector: counted (trainable in a full fine-tune), not run on text, so
             # a text step gives them no gradient
@@ -159,8 +160,11 @@ class CausalLM:
         w = self.param(w_name)
         n_out, n_in = self.shape[w_name]
         bias = self.w(f"{name}.bias")
+        if f"{name}.lora_A" in self.p and name.endswith(f".{adapters.ROUTER}"):
+            return self.o.linear(x, adapters.merged_weight(self, w, name, n_out, n_in), bias, n_out, n_in)
         if w_name in self.quantized:
-            result = adapters.linear4bit(self, x, bias, n_out, n_in)
+            quantized = adapters.QUANTIZED_LINEARS.get(self.cfg.quant_base, adapters.linear4bit)
+            result = quantized(self, x, bias, n_out, n_in)
         elif self.cfg.float8 and name.startswith("layers."):  # torchao converts the decoder's linears
             result = tricks.float8_linear(self, x, w, bias, n_out, n_in)
         else:

@@ -22,6 +22,7 @@ from gpumem_gui.core.spec.parallel import Degrees, stage_layers
 from gpumem_gui.core.spec.params import COMPONENTS, count_params
 
 if TYPE_CHECKING:
+    from gpumem_gui.core.gpu_memory import GpuMemory
     from gpumem_gui.core.runtimes.run import InferenceRun
 
 # one candidate change a runtime offers a fit: (rank, kind, description, the run fields it sets)
@@ -36,7 +37,10 @@ class Runtime(ABC):
     label: str = ""
     gguf: bool = False  # loads GGUF files (llama.cpp) rather than safetensors formats
     fallback_format: str = "nf4"  # the common 4-bit format a fit names when no format fits
-    sizes_from_capacity: bool = False  # the estimate depends on the GPU's memory (vLLM's KV pool)
+    # the estimate depends on the GPU's memory (vLLM's KV pool); which of its two totals (GpuMemory) the
+    # engine reads is each engine's estimate's own: vLLM, SGLang's pool and Ollama's placement read CUDA's,
+    # SGLang's GPU-size defaults nvidia-smi's; a fit verdict compares with CUDA's (fit.GpuTarget.available)
+    sizes_from_capacity: bool = False
     even_stages: bool = True  # pp stages take equal layer counts (Ollama splits them by free memory)
     # What this engine's profile models, by kind (spec/kinds.py): the model kinds it serves, the recurrent
     # mixers whose per-sequence state it sizes, whether it holds cross-attention layers' vision cache and
@@ -107,10 +111,10 @@ class Runtime(ABC):
         spec: ModelSpec,
         run: InferenceRun,
         warnings: tuple[str, ...],
-        capacity: int | None,
+        gpu: GpuMemory | None,
         wb: WeightBytes,
     ) -> Estimate:
-        """The estimate of ``spec`` under ``run``; ``capacity`` is one GPU's bytes (None: unknown)."""
+        """The estimate of ``spec`` under ``run`` on one GPU of ``gpu``'s memory (None: unknown)."""
 
     def needed_bytes(self, est: Estimate, share: GpuShare) -> int:
         """What one GPU must have for the run (vLLM: its whole budget)."""
@@ -121,6 +125,17 @@ class Runtime(ABC):
         return True
 
     def max_concurrency(self, est: Estimate) -> float | None:
+        return None
+
+    def kv_cache_dtype(self, spec: ModelSpec, run: InferenceRun) -> str:
+        """The KV cache's element type(s) this engine really uses for ``run``, as a report states them (by
+        default the run's own: ``auto`` is the compute dtype)."""
+        return run.kv_dtype_resolved
+
+    def batch_limit(self, run: InferenceRun) -> tuple[int, str] | None:
+        """The most sequences this engine runs at once under ``run``'s own settings, and why (None: the run's
+        batch itself is that number); a fit's largest batch stops there, since more sequences wait in a queue
+        and take no memory."""
         return None
 
     def fit_levers(self, spec: ModelSpec, run: InferenceRun, fits: Callable[..., bool]) -> list[Lever]:
@@ -167,9 +182,17 @@ def server_weights_refusal(
     Both cast a float checkpoint to ``--dtype`` (vllm/config/model.py ``_verify_quantization``; SGLang's
     ``configs/model_config.py`` copy of it), quantize on load only by the ``--quantization`` methods in
     ``online`` (method -> weight format), and read any other format from a checkpoint published in it
-    (``checkpoint``: the model's own format, None when unknown)."""
+    (``checkpoint``: the model's own quantized format, None for a float checkpoint), which it loads as
+    published whatever ``--dtype`` says (vllm/config/model.py ``_verify_quantization``)."""
     w = run.weights
-    if w in ("file", run.compute_dtype, checkpoint) or w in online.values():
+    if w in ("file", checkpoint):
+        return None
+    if checkpoint is not None:  # a quantized checkpoint loads as published (its quantization_config)
+        return (
+            f"{label} loads this checkpoint in its published format {checkpoint} (its quantization_config), "
+            f"not as {w}"
+        )
+    if w == run.compute_dtype or w in online.values():
         return None
     if w in FLOAT_WEIGHTS:
         return (

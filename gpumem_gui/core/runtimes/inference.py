@@ -11,6 +11,7 @@ from math import ceil
 
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.formats import check_kv_dtype
+from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.results.estimate import Estimate
 from gpumem_gui.core.runtimes.base import Runtime, run_weight_bytes
@@ -98,15 +99,16 @@ def check_run(spec: ModelSpec, run: InferenceRun) -> tuple[str, ...]:
 def estimate_inference(
     spec: ModelSpec,
     run: InferenceRun,
-    capacity: int | None = None,
+    capacity: int | GpuMemory | None = None,
     file_weights: WeightsInventory | None = None,
 ) -> Estimate:
     """The inference estimate of ``spec`` under ``run`` on the run's engine.
 
-    ``capacity`` (bytes of one GPU) matters only to engines that size a pool from it (vLLM);
+    ``capacity`` (one GPU's memory: its nvidia-smi and CUDA totals, or a byte count that is both) matters
+    only to engines that size a pool from it (vLLM, SGLang, Ollama);
     ``file_weights`` (a model's header inventory) is used when ``run.weights == 'file'``.
     """
     warnings = check_run(spec, run)
     rt = runtime(run.engine)
     wb = run_weight_bytes(spec, run, rt.quantizes_experts(run), file_weights)
-    return rt.estimate(spec, run, warnings, capacity, wb)
+    return rt.estimate(spec, run, warnings, GpuMemory.of(capacity), wb)

@@ -14,9 +14,11 @@ from math import ceil
 
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.formats import WeightBytes, check_kv_dtype, kv_bytes_per_element
+from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase
 from gpumem_gui.core.runtimes.base import Lever, Runtime, component
+from gpumem_gui.core.runtimes.llamacpp_compute import OP_OFFLOAD_MIN_BATCH, compute_buffer
 from gpumem_gui.core.runtimes.ollama_models import gguf_weights_id
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.state_pools import llamacpp_state_buffers
@@ -43,31 +45,54 @@ _FLOAT_KV = ("fp16", "f16", "fp32", "f32", "bf16")
 # layers, n_ff(il) != 0); cross-attention layers keep their cells as before
 
 
+def output_on_gpu(spec: ModelSpec, run: InferenceRun) -> bool:
+    """llama.cpp offloads the output layer (and norm) only when every repeating layer is offloaded
+    (``-ngl`` above n_layer; src/llama-model.cpp load_tensors: dev_output)."""
+    return run.n_gpu_layers < 0 or run.n_gpu_layers > spec.num_layers
+
+
+def _head_bytes(spec: ModelSpec, wb: WeightBytes) -> int:
+    """The output norm and output layer; a tied output layer is its own copy of token_embd
+    (src/llama-model.cpp: output = create_tensor(tok_embd's name, TENSOR_DUPLICATED) on the output's
+    device)."""
+    embeddings = sum(
+        wb.by_component.get(k, 0) for k in ("embedding", "position_embedding", "embedding_extra", "vision")
+    )
+    head = wb.total_bytes - sum(wb.per_layer) - embeddings
+    return head + (wb.by_component.get("embedding", 0) if spec.tie_word_embeddings else 0)
+
+
 def _offload(spec: ModelSpec, run: InferenceRun, wb: WeightBytes) -> tuple[int, int, int]:
     """(offloaded layers, model bytes on the GPU, model bytes in host memory): llama.cpp offloads the last
     layers first and the output layer (and norm) only when every layer is offloaded."""
     n_layers = spec.num_layers
     ngl = run.n_gpu_layers
     offloaded = n_layers if ngl < 0 or ngl > n_layers else ngl
-    output_on_gpu = ngl < 0 or ngl > n_layers
-    layers_gpu = sum(wb.per_layer[n_layers - offloaded :])
-    embeddings = sum(
-        wb.by_component.get(k, 0) for k in ("embedding", "position_embedding", "embedding_extra", "vision")
-    )
-    head = wb.total_bytes - sum(wb.per_layer) - embeddings  # output norm + output layer
-    if spec.tie_word_embeddings:
-        head += wb.by_component.get("embedding", 0)  # the output layer reuses token_embd, copied to the GPU
-    model_gpu = layers_gpu + (head if output_on_gpu else 0)
+    on_gpu = output_on_gpu(spec, run)
+    model_gpu = sum(wb.per_layer[n_layers - offloaded :]) + (_head_bytes(spec, wb) if on_gpu else 0)
     # a tied output layer on the GPU is a copy: token_embd itself stays in host memory (published Ollama log
-    # of llama3.2:3b: CPU model buffer 308.23 MiB = token_embd, docs/changes-issue-16.md)
-    copy = wb.by_component.get("embedding", 0) if spec.tie_word_embeddings and output_on_gpu else 0
+    # of llama3.2:3b: CPU model buffer 308.23 MiB = token_embd, CHANGELOG.md, 0.1.0-dev.3); with the output
+    # layer in host memory too, the duplicate maps the same file range (CPU_Mapped counts it once)
+    copy = wb.by_component.get("embedding", 0) if spec.tie_word_embeddings and on_gpu else 0
     return offloaded, model_gpu, wb.total_bytes - model_gpu + copy
 
 
+# llama.cpp's own KV cache type when -ctk/-ctv are not given, whatever the model's dtype (common/common.h
+# common_params cache_type_k / cache_type_v = GGML_TYPE_F16; llama_context_default_params type_k / type_v)
+LLAMA_DEFAULT_KV = "fp16"
+
+
 def kv_types(run: InferenceRun) -> tuple[str, str]:
-    """(K type, V type): ``-ctk``/``-ctv`` when given, else the run's KV cache type for both."""
-    kv = run.kv_dtype_resolved
+    """(K type, V type): ``-ctk``/``-ctv`` when given, else the run's KV cache type for both (``auto``:
+    llama.cpp's default, f16)."""
+    kv = LLAMA_DEFAULT_KV if run.kv_dtype == "auto" else run.kv_dtype
     return run.cache_type_k or kv, run.cache_type_v or kv
+
+
+def kv_label(k_type: str, v_type: str) -> str:
+    """The K and V cache types in llama.cpp's spelling: ``f16``, or ``K q8_0, V f16`` when they differ."""
+    k, v = (_KV_FLAGS.get(t, t) for t in (k_type, v_type))
+    return k if k == v else f"K {k}, V {v}"
 
 
 def kv_row_widths(spec: ModelSpec, run: InferenceRun) -> tuple[int, int]:
@@ -81,28 +106,37 @@ def kv_row_widths(spec: ModelSpec, run: InferenceRun) -> tuple[int, int]:
     return latent.llamacpp_elems(full=run.mla_cache == "full")
 
 
+def kv_caches(spec: ModelSpec, run: InferenceRun, chunked: bool = True) -> list[tuple[tuple[int, ...], int]]:
+    """(layers, cells) of each attention kind: ``n_ctx`` cells for full attention; llama_kv_cache_iswa gives
+    an SWA layer min(n_ctx, pad(n_swa x n_seq + n_ubatch, 256)) cells, Llama 4's chunked layers too
+    (LLAMA_SWA_TYPE_CHUNKED, n_swa 8192 = its attention_chunk_size: load_hparams), and with ``--swa-full``
+    n_ctx (src/llama-kv-cache-iswa.cpp: size_swa = size_base). llama_memory_hybrid gives KV cells to the
+    attention layers only, and a layer reading another's cache has none (llama_hparams::has_kv: Gemma 3n's
+    n_layer_kv_from_start). ``chunked`` False: chunked layers keep every token (Ollama v0.12.10's own engine,
+    ``kvcache.NewChunkedAttentionCache``: the chunk only masks)."""
+    n_ctx = run.batch * run.tokens
+    bounds = model_kinds(spec).bounds(chunked)
+    out = []
+    for kind in model_kinds(spec).attention:
+        b = bounds[kind.layers[0]]
+        swa = b is not None and not run.swa_full
+        cells = min(n_ctx, ceil((b[1] * run.batch + run.n_ubatch) / 256) * 256) if swa and b else n_ctx
+        out.append((tuple(kind.layers), cells))
+    return out
+
+
 def kv_buffers(spec: ModelSpec, run: InferenceRun, offloaded: int, chunked: bool = True) -> tuple[int, int]:
-    """(GPU bytes, host bytes) of the KV cache: ``n_ctx`` cells for full attention, fewer for sliding-window
-    and chunked-local layers; each layer's KV lives where the layer runs (the last ``offloaded`` layers on
-    the GPU), or all of it in host memory with ``--no-kv-offload`` (``kv_offload`` off)
-    (src/llama-kv-cache.cpp, offload_kqv). ``chunked`` False: chunked layers keep every token (Ollama
-    v0.12.10's own engine, ``kvcache.NewChunkedAttentionCache``: the chunk only masks)."""
+    """(GPU bytes, host bytes) of the KV cache (the cells of :func:`kv_caches`); each layer's KV lives
+    where the layer runs (the last ``offloaded`` layers on the GPU), or all of it in host memory with
+    ``--no-kv-offload`` (``kv_offload`` off) (src/llama-kv-cache.cpp, offload_kqv)."""
     k_type, v_type = kv_types(run)
     k_w, v_w = kv_row_widths(spec, run)
     row = k_w * kv_bytes_per_element(k_type) + v_w * kv_bytes_per_element(v_type)
-    n_ctx = run.batch * run.tokens
     first_gpu = spec.num_layers - offloaded
     gpu = host = 0
-    # the layers of the attention kinds: llama_memory_hybrid gives KV cells to the attention layers only, and
-    # a layer reading another's cache has none (llama_hparams::has_kv: Gemma 3n's n_layer_kv_from_start);
-    # llama_kv_cache_iswa: an SWA layer keeps min(n_ctx, pad(n_swa x n_seq + n_ubatch, 256)) cells, Llama 4's
-    # chunked layers too (LLAMA_SWA_TYPE_CHUNKED, n_swa 8192 = its attention_chunk_size: load_hparams)
-    bounds = model_kinds(spec).bounds(chunked)
-    for kind in model_kinds(spec).attention:
-        b = bounds[kind.layers[0]]
-        cells = min(n_ctx, ceil((b[1] * run.batch + run.n_ubatch) / 256) * 256) if b else n_ctx
+    for layers, cells in kv_caches(spec, run, chunked):
         size = round(cells * row)
-        for i in kind.layers:
+        for i in layers:
             if i >= first_gpu and run.kv_offload:
                 gpu += size
             else:
@@ -115,39 +149,33 @@ def _kv_buffer(spec: ModelSpec, run: InferenceRun, offloaded: int) -> int:
     return kv_buffers(spec, run, offloaded)[0]
 
 
-def _compute_buffer(spec: ModelSpec, run: InferenceRun, output: bool = True) -> Component:
-    """ggml's graph allocator reuses memory between the stages of one micro-batch, so the buffer is the
-    largest stage, not the sum (``ggml/src/ggml-alloc.c``): f32 tensors of ``n_ubatch`` rows each.
-    ``output`` False: a GPU of a layer split that does not hold the output layer (no logits stage)."""
-    n_ctx = run.batch * run.tokens
-    ub = min(run.n_ubatch, n_ctx)
-    h = spec.hidden_size
-    f = spec.moe.expert_intermediate_size * spec.moe.experts_per_token if spec.moe else spec.intermediate_size
-    row = ub * h * 4  # one hidden-state tensor
-    stages = {
-        # logits of the micro-batch and the normed hidden state feeding them
-        "output": ub * spec.vocab_size * 4 + row,
-        # gate and up projections (x experts used per token) and their product
-        "ffn": 2 * ub * f * 4 + 2 * row,
-        # without flash attention the KQ matrix [n_kv, n_ubatch, n_head] is materialised in f32; with it,
-        # only per-head tiles; plus q/k/v/out rows
-        "attention": (0 if run.flash_attn else ub * n_ctx * spec.num_attention_heads * 4) + 4 * row,
-    }
-    if not output:
-        del stages["output"]
-    stage = max(stages, key=lambda k: stages[k])
-    return component(
-        "compute_buffer",
-        "compute buffer",
-        stages[stage],
-        "largest graph stage of one micro-batch, f32: output (n_ubatch x vocab + row), FFN "
-        "(2 x n_ubatch x F_used + 2 rows) or attention (n_ubatch x n_ctx x heads without flash attention "
-        "+ 4 rows); row = n_ubatch x hidden x 4 B",
-        "ggml/src/ggml-alloc.c (buffers reused between stages); checked against published llama.cpp logs "
-        "(docs/validation.md)",
-        n_ubatch=ub,
-        flash_attn=run.flash_attn,
-        stage=stage,
+def _compute_buffer(
+    spec: ModelSpec,
+    run: InferenceRun,
+    output: bool = True,
+    wb: WeightBytes | None = None,
+    chunked: bool = True,
+) -> Component:
+    """The GPU's compute buffer (:func:`.llamacpp_compute.compute_buffer`), one KQ mask per KV cache (the
+    full-attention one and llama_kv_cache_iswa's SWA one). ``output`` False: a GPU of a layer split that
+    does not hold the output layer (no logits stage). ``wb`` given: a single GPU under ``-ngl``, where the
+    output layer and the layers left in host memory are copied in for a micro-batch of at least
+    OP_OFFLOAD_MIN_BATCH tokens (ggml_backend_sched op offload)."""
+    cells = kv_caches(spec, run, chunked)
+    full = [c for layers, c in cells if model_kinds(spec).bounds(chunked)[layers[0]] is None]
+    swa = [c for layers, c in cells if model_kinds(spec).bounds(chunked)[layers[0]] is not None]
+    caches = tuple(max(group) for group in (full, swa) if group)
+    if wb is None or output_on_gpu(spec, run):
+        return compute_buffer(spec, run, caches, output=output)
+    offload = min(run.n_ubatch, run.batch * run.tokens) >= OP_OFFLOAD_MIN_BATCH
+    host_layers = wb.per_layer[: spec.num_layers - max(run.n_gpu_layers, 0)]
+    return compute_buffer(
+        spec,
+        run,
+        caches,
+        output=offload,
+        output_weight=_head_bytes(spec, wb) if offload else 0,
+        host_layer=max(host_layers, default=0) if offload else 0,
     )
 
 
@@ -211,7 +239,7 @@ class LlamaCpp(Runtime):
         spec: ModelSpec,
         run: InferenceRun,
         warnings: tuple[str, ...],
-        capacity: int | None,
+        gpu: GpuMemory | None,
         wb: WeightBytes,
     ) -> Estimate:
         offloaded, model_gpu, model_cpu = _offload(spec, run, wb)
@@ -238,7 +266,7 @@ class LlamaCpp(Runtime):
             type_v=v_type,
             host_bytes=kv_host,
         )
-        compute_c = _compute_buffer(spec, run)
+        compute_c = _compute_buffer(spec, run, wb=wb, chunked=self.chunked_local)
         rs = llamacpp_state_buffers(spec, run.batch, spec.num_layers - offloaded, run.kv_offload)
         state_c = _state_component(rs) if has_state(spec) else None
         ctx = component(
@@ -284,6 +312,10 @@ class LlamaCpp(Runtime):
         if best is None or best >= n:
             return []
         return [(6, "offload", f"offload {n - best} layers to the CPU (-ngl {best})", {"n_gpu_layers": best})]
+
+    def kv_cache_dtype(self, spec: ModelSpec, run: InferenceRun) -> str:
+        """-ctk / -ctv as given, else llama.cpp's f16 (not the compute dtype)."""
+        return kv_label(*kv_types(run))
 
     # the run fields llama-server has no option for (Runtime.unexpressed): -c holds each slot's prompt + new
     # tokens together; the GGUF file's MLA layout; a split over GPUs is llama.cpp's own (-sm, -ts)
@@ -343,6 +375,8 @@ class LlamaCpp(Runtime):
             args += ["-np", str(run.batch)]
         if not run.kv_offload:
             args.append("-nkvo")
+        if run.swa_full:
+            args.append("--swa-full")
         return self.with_unsaid(run, [shlex.join(args)])
 
 

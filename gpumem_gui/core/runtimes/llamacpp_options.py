@@ -67,6 +67,18 @@ LlamaKvOffload = Annotated[
     ),
 ]
 
+LlamaSwaFull = Annotated[
+    bool,
+    UI(
+        "Full-size SWA cache (--swa-full)",
+        _G,
+        "llama.cpp's --swa-full: sliding-window (and chunked-local) layers keep n_ctx cells like the full "
+        "attention layers instead of their window + a micro-batch (src/llama-kv-cache-iswa.cpp: size_swa = "
+        "size_base)",
+        engines=_E,
+    ),
+]
+
 LlamaMlaCache = Annotated[
     Literal["latent", "full"],
     UI(

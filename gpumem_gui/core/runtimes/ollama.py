@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.formats import WeightBytes
+from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.results.estimate import Estimate
 from gpumem_gui.core.runtimes.base import Lever, Runtime
@@ -197,32 +198,19 @@ class Ollama(Runtime):
         spec: ModelSpec,
         run: InferenceRun,
         warnings: tuple[str, ...],
-        capacity: int | None,
+        gpu: GpuMemory | None,
         wb: WeightBytes,
     ) -> Estimate:
+        # Ollama places layers in the free memory its discovery reports: NVML's free
+        # (ml/backend/ggml/ggml/src/mem_nvml.cpp ggml_nvml_get_device_memory: nvmlDeviceGetMemoryInfo's free
+        # leaves out the driver's reserve) or cudaMemGetInfo's: on an idle GPU, CUDA's total
+        capacity = gpu.cuda_bytes if gpu else None
         s, pred, plc = ollama_plan(spec, run, wb, capacity)
         n = spec.num_layers + 1  # Ollama counts the output layer
-        notes = list(warnings)
         # a num_gpu the user sets goes to llama.cpp as is (llm/server.go: the estimate's count only replaces
         # num_gpu = -1), so it may exceed what Ollama predicts fits
         layers = plc.layers if run.num_gpu is None else min(run.num_gpu, n)
-        if capacity is None and run.num_gpu is None:
-            notes.append("no GPU memory given: Ollama's placement is taken as every layer on the GPU")
-        elif run.num_gpu is None and layers < n:
-            notes.append(
-                f"Ollama offloads {layers}/{n} layers (it predicts {plc.total / 2**30:.1f} GiB for "
-                "all of them); the rest run on the CPU"
-            )
-        elif run.num_gpu is not None and layers > plc.layers and capacity is not None:
-            notes.append(
-                f"num_gpu {layers}: more layers than Ollama predicts fit ({plc.layers}); it loads them "
-                "anyway and may run out of memory"
-            )
-        if run.pp > 1 and capacity is not None:
-            notes.append(
-                f"Ollama loads the model on {len(plc.split)} of the {run.pp} GPUs, layers split "
-                f"{','.join(str(k) for k in plc.split)} (--tensor-split)"
-            )
+        notes = [*warnings, *_placement_notes(run, plc, layers, n, capacity)]
         lrun = run.model_copy(
             update={
                 "engine": "llama.cpp",
@@ -242,7 +230,7 @@ class Ollama(Runtime):
         )
         if has_state(spec):
             notes.append(recurrent_note(spec, pred, s.parallel))
-        est = OLLAMA_RUNNER.estimate(spec, lrun, tuple(notes), capacity, wb)
+        est = OLLAMA_RUNNER.estimate(spec, lrun, tuple(notes), gpu, wb)
         facts = {
             **est.facts,
             "offloaded": f"{layers}/{n}",
@@ -289,6 +277,18 @@ class Ollama(Runtime):
         if best is not None and best < n:
             out.append((6, "offload", f"{n - best} layers on the CPU (num_gpu {best})", {"num_gpu": best}))
         return out
+
+    def kv_cache_dtype(self, spec: ModelSpec, run: InferenceRun) -> str:
+        """OLLAMA_KV_CACHE_TYPE where Ollama honours it (flash attention on), else f16."""
+        return ollama_settings(spec, run).kv_type
+
+    def batch_limit(self, run: InferenceRun) -> tuple[int, str] | None:
+        """With OLLAMA_NUM_PARALLEL set, Ollama serves that many requests at once and queues the rest
+        (server/sched.go: a runner takes numParallel requests; llm/server.go NewLlamaServer sizes the KV cache
+        num_ctx x numParallel): a larger batch needs no more memory."""
+        if run.num_parallel is None:
+            return None
+        return run.num_parallel, f"OLLAMA_NUM_PARALLEL={run.num_parallel}: Ollama queues more requests"
 
     def admits(self, est: Estimate) -> bool:
         """A fit means every layer on the GPU (Ollama would run the others on the CPU), unless num_gpu asked
@@ -359,3 +359,28 @@ class Ollama(Runtime):
 
 
 OLLAMA = Ollama()
+
+
+def _placement_notes(
+    run: InferenceRun, plc: Placement, layers: int, n: int, capacity: int | None
+) -> list[str]:
+    """What the estimate says about where Ollama puts the layers (``n`` with the output layer)."""
+    notes = []
+    if capacity is None and run.num_gpu is None:
+        notes.append("no GPU memory given: Ollama's placement is taken as every layer on the GPU")
+    elif run.num_gpu is None and layers < n:
+        notes.append(
+            f"Ollama offloads {layers}/{n} layers (it predicts {plc.total / 2**30:.1f} GiB for "
+            "all of them); the rest run on the CPU"
+        )
+    elif run.num_gpu is not None and layers > plc.layers and capacity is not None:
+        notes.append(
+            f"num_gpu {layers}: more layers than Ollama predicts fit ({plc.layers}); it loads them "
+            "anyway and may run out of memory"
+        )
+    if run.pp > 1 and capacity is not None:
+        notes.append(
+            f"Ollama loads the model on {len(plc.split)} of the {run.pp} GPUs, layers split "
+            f"{','.join(str(k) for k in plc.split)} (--tensor-split)"
+        )
+    return notes

@@ -104,7 +104,7 @@ def _share(
         n_ctx=run.batch * run.tokens,
         blocks=len(blocks),
     )
-    compute_c = _compute_buffer(spec, run, output=has_output)
+    compute_c = _compute_buffer(spec, run, output=has_output, chunked=False)
     ctx = component(
         "cuda_context",
         "CUDA context",

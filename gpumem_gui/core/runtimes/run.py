@@ -17,6 +17,7 @@ from gpumem_gui.core.runtimes.llamacpp_options import (
     LlamaCacheTypeV,
     LlamaKvOffload,
     LlamaMlaCache,
+    LlamaSwaFull,
 )
 from gpumem_gui.core.runtimes.ollama_options import (
     OllamaFlashAttention,
@@ -334,6 +335,7 @@ class InferenceRun(Frozen):
     cache_type_k: LlamaCacheTypeK = None
     cache_type_v: LlamaCacheTypeV = None
     kv_offload: LlamaKvOffload = True
+    swa_full: LlamaSwaFull = False  # common/arg.cpp --swa-full (common_params::swa_full = false)
     mla_cache: LlamaMlaCache = "latent"
     num_ctx: OllamaNumCtx = None
     num_parallel: OllamaNumParallel = None

@@ -28,6 +28,7 @@ from math import ceil
 
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.formats import WeightBytes, kv_bytes_per_element
+from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase, tp_ranks
 from gpumem_gui.core.runtimes.base import Lever, Runtime, load_phase, server_weights_refusal
 from gpumem_gui.core.runtimes.run import InferenceRun
@@ -172,10 +173,15 @@ class Sglang(Runtime):
         spec: ModelSpec,
         run: InferenceRun,
         warnings: tuple[str, ...],
-        capacity: int | None,
+        gpu: GpuMemory | None,
         wb: WeightBytes,
     ) -> Estimate:
-        sd = server_defaults(run, capacity)
+        # SGLang picks its GPU-size defaults from nvidia-smi's total (server_args.py
+        # get_device_memory_capacity runs nvidia-smi --query-gpu=memory.total) and sizes its pool from the
+        # free memory torch reports before loading (model_runner.py get_available_gpu_memory:
+        # torch.cuda.mem_get_info()[0]), i.e. from CUDA's total less the CUDA context
+        sd = server_defaults(run, gpu.driver_bytes if gpu else None)
+        capacity = gpu.cuda_bytes if gpu else None
         context_len = run.max_model_len or spec.max_position_embeddings
         stages = [_stage(spec, run, wb, s, self.quantizes_experts(run)) for s in range(run.pp)]
         state = state_per_request(spec, _attn_tp(run), ssm_dtype(run)) if has_state(spec) else None

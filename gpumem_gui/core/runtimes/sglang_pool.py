@@ -22,10 +22,11 @@ from gpumem_gui.core.runtimes.sglang_swa import Cells, per_layer_bytes, split_to
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.units import GiB, MiB
 
-# Memory taken before the weights load on one GPU (CUDA context, caching allocator): the GPU's memory minus
-# "Load weight begin. avail mem=" at tp 1 in published SGLang logs, median of 0.84, 1.06 and 1.22 GiB on H100
-# 80GB (sglang.json key "constants.preload").
-SGLANG_PRELOAD_BYTES = round(1.06 * GiB)
+# Memory taken before the weights load on one GPU (CUDA context, caching allocator): CUDA's total (what
+# SGLang's torch.cuda.mem_get_info reads; gpus.json cuda_memory_bytes, 79.19 GiB on H100 80GB) minus "Load
+# weight begin. avail mem=" at tp 1 in published SGLang logs, median of 0.38, 0.60 and 0.76 GiB on H100 80GB
+# (sglang.json key "constants.preload").
+SGLANG_PRELOAD_BYTES = round(0.60 * GiB)
 # What distributed init adds per tensor-parallel peer ("Init torch distributed ends. mem usage="): NCCL
 # communicators and the custom all-reduce buffers over NVLink, 2.01 GB at tp 8 on H200 (sglang PR #11716);
 # NCCL alone over PCIe (custom all-reduce off), 0.13 GB at tp 4 on L4 (sglang.json "constants.distributed").
@@ -197,7 +198,7 @@ def dynamic_components(
         "non_torch",
         "before loading (CUDA context, NCCL, all-reduce buffers)",
         preload_bytes(run, pool.capacity),
-        "1.06 GiB + (tp - 1) x per-peer communicator memory (0.29 GiB over NVLink, 0.04 GiB over PCIe)",
+        "0.60 GiB + (tp - 1) x per-peer communicator memory (0.29 GiB over NVLink, 0.04 GiB over PCIe)",
         "published SGLang logs: 'Load weight begin. avail mem', 'Init torch distributed ends. mem usage' "
         "(validation/data/engine_logs/sglang.json constants)",
         tp=run.tp,

@@ -14,6 +14,7 @@ from functools import lru_cache
 
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.formats import WeightBytes, get_weight_format, kv_bytes_per_element
+from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.replay.config import ReplayConfig
 from gpumem_gui.core.replay.forward import KINDS, ForwardResult, replay_forward
 from gpumem_gui.core.replay.vision import has_tower as _has_tower
@@ -190,7 +191,7 @@ class Transformers(Runtime):
         spec: ModelSpec,
         run: InferenceRun,
         warnings: tuple[str, ...],
-        capacity: int | None,
+        gpu: GpuMemory | None,
         wb: WeightBytes,
     ) -> Estimate:
         shares: list[tuple[GpuShare, dict[str, Phase]]] = []

@@ -18,6 +18,7 @@ from math import ceil
 
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.formats import WeightBytes, kv_bytes_per_element
+from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase
 from gpumem_gui.core.runtimes import state_pools as sp
 from gpumem_gui.core.runtimes import vllm_kv as vk
@@ -69,9 +70,10 @@ def _kv_pool(
         "kv_tokens": lay.reported_tokens(blocks, bs),
         "gpu_blocks": blocks,
         "budget_bytes": budget,
+        "gpu_cuda_total_bytes": capacity,
     }
     graphs = " - CUDA graphs" if run.profile_cudagraphs else ""
-    head = f"(gpu_memory_utilization x capacity - weights - activations - non-torch{graphs}), "
+    head = f"(gpu_memory_utilization x CUDA's total - weights - activations - non-torch{graphs}), "
     if not lay.windowed:  # full attention: one group of every layer
         kv_tokens = blocks * bs
         facts["max_concurrency"] = round(kv_tokens / max_len, 2) if max_len else 0
@@ -261,9 +263,13 @@ class Vllm(Runtime):
         spec: ModelSpec,
         run: InferenceRun,
         warnings: tuple[str, ...],
-        capacity: int | None,
+        gpu: GpuMemory | None,
         wb: WeightBytes,
     ) -> Estimate:
+        # vLLM budgets on the total CUDA reports: vllm/v1/worker/gpu_worker.py init_device takes
+        # MemorySnapshot().total_memory (torch.cuda.mem_get_info()[1]) x gpu_memory_utilization, and its batch
+        # defaults read current_platform.get_device_total_memory (the same total)
+        capacity = gpu.cuda_bytes if gpu else None
         layers = vp.stage_layers(spec, run.pp)
         kv_elem = kv_bytes_per_element(run.kv_dtype_resolved)
         run, state_facts = _state_run(spec, run, kv_elem)

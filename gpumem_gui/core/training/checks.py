@@ -12,11 +12,13 @@ from gpumem_gui.core.spec import gemma4
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, check_degrees
 from gpumem_gui.core.training.frameworks import framework
+from gpumem_gui.core.training.model_parallel import shard_run
 from gpumem_gui.core.training.precision import precision
 from gpumem_gui.core.training.profiles import check as check_profile
 from gpumem_gui.core.training.profiles import profile
 from gpumem_gui.core.training.run import TrainingRun
 from gpumem_gui.core.training.seq2seq import check_seq2seq_training
+from gpumem_gui.core.training.unused import unused_notes
 
 
 def lora_targets(run: TrainingRun) -> tuple[str, ...]:
@@ -35,7 +37,8 @@ def _check_adapters(spec: ModelSpec, run: TrainingRun) -> list[str]:
         raise GpumemInputError("this model has no linear layer for LoRA adapters", field="lora_targets")
     warnings = []
     modules = adapters.linear_modules(spec, tensors)
-    smallest = min(min(t.shape) for ts in modules.values() for t in ts if t.name in chosen)
+    shapes = {t.name: t.shape for t in tensors} | {t.name: t.shape for ts in modules.values() for t in ts}
+    smallest = min(min(shapes[name]) for name in chosen)
     if run.lora_rank > smallest:
         warnings.append(
             f"lora_rank: {run.lora_rank} exceeds the smallest targeted layer dimension ({smallest}); PEFT "
@@ -47,9 +50,10 @@ def _check_adapters(spec: ModelSpec, run: TrainingRun) -> list[str]:
         # merges each layer's LoRA delta into a full-size copy of the stack in the forward
         warnings.append(
             "lora: PEFT 0.21 on transformers 5 also adapts the fused expert stacks and the router of many "
-            "MoE models (and merges each layer's experts in the forward); this estimate adapts attention and "
-            "dense/shared MLP linears only: about half of the peak `gpumem trace` measures for Mixtral-8x7B, "
-            "Qwen3-30B-A3B and DeepSeek-V2-Lite; trace this model to know"
+            "MoE models (and merges each layer's experts in the forward); this estimate adapts attention, "
+            "dense/shared MLP linears and, when named as a target (gate), the router only: about half of "
+            "the peak `gpumem trace` measures for Mixtral-8x7B, Qwen3-30B-A3B and DeepSeek-V2-Lite; trace "
+            "this model to know"
         )
     return warnings
 
@@ -70,8 +74,6 @@ def _check_model_parallel(spec: ModelSpec, run: TrainingRun) -> list[str]:
                 f"sequence_parallel: seq {run.seq} must be a multiple of tp x cp = {run.tp * run.cp}",
                 field="sequence_parallel",
             )
-    elif run.sequence_parallel:
-        warnings.append("sequence_parallel: with tp=1 there is nothing to split; memory is unchanged")
     if run.pp_schedule == "interleaved-1f1b" and run.pp > 1:
         chunks = run.pp * run.pp_virtual
         if spec.num_layers % chunks and not profile(run).uneven_pp_split:
@@ -88,9 +90,28 @@ def _check_model_parallel(spec: ModelSpec, run: TrainingRun) -> list[str]:
                 f"({run.pp})",
                 field="grad_accum",
             )
-    elif run.pp_virtual > 1:
-        warnings.append("pp_virtual: virtual stages apply to the interleaved 1F1B schedule only; ignored")
     return warnings
+
+
+def _check_int8_base(run: TrainingRun) -> None:
+    """An 8-bit bitsandbytes base (Int8Params) is not sharded: FSDP and DeepSpeed ZeRO-3 shard a quantized
+    base only as 4-bit weights stored in a float dtype (BitsAndBytesConfig bnb_4bit_quant_storage, HF PEFT
+    docs "FSDP + QLoRA", "DeepSpeed ZeRO-3 + QLoRA"); torchtune's QLoRA base is torchao's NF4Tensor only
+    (torchtune/modules/low_precision/nf4_linear.py)."""
+    where = (
+        "FSDP"
+        if run.fsdp != "none"
+        else "DeepSpeed ZeRO-3"
+        if run.zero == 3 and run.dp > 1
+        else "torchtune"
+        if run.framework == "torchtune"
+        else None
+    )
+    if where is not None:
+        raise GpumemInputError(
+            f"qlora_base int8: {where} cannot run an 8-bit bitsandbytes base; use qlora_base nf4 or nf4-dq",
+            field="qlora_base",
+        )
 
 
 # the Gemma 3n training replay against traces of a scaled-down Gemma 3n (synthetic__gemma3n-tiny, not in
@@ -148,8 +169,11 @@ def check_training(spec: ModelSpec, run: TrainingRun) -> tuple[str, ...]:
             "shard_grad_op, hybrid_shard); without FSDP use amp-bf16 or bf16",
             field="precision",
         )
-    warnings += framework(run).check(spec, run)
+    # a framework checks the run as its sharding sees it: FSDP and ZeRO over the dp x cp ranks
+    # (torchtitan's dp_shard_cp mesh), so FSDP 1 x CP 8 has eight ranks to shard over
+    warnings += framework(run).check(spec, shard_run(run))
     warnings += check_profile(run)  # the framework profile's offers and the tricks' limits
+    warnings += unused_notes(run)  # fields this run does not use (training/unused.py)
     if run.cp > 1 and run.seq % run.cp:
         warnings.append(
             f"cp: seq {run.seq} is not a multiple of cp={run.cp}; ranks get {ceil(run.seq / run.cp)}"
@@ -163,6 +187,8 @@ def check_training(spec: ModelSpec, run: TrainingRun) -> tuple[str, ...]:
         warnings.append(
             f"pp: {run.pp} stages do not divide {spec.num_layers} layers; the first stages get more"
         )
+    if run.method == "qlora" and run.qlora_base == "int8":
+        _check_int8_base(run)
     if run.method == "qlora" and run.grad_ckpt is False:
         warnings.append(
             "qlora: PEFT's prepare_model_for_kbit_training usually turns gradient checkpointing on"

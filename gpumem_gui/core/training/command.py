@@ -4,6 +4,7 @@ PEFT / bitsandbytes configs of LoRA and QLoRA), the framework's own part from it
 
 from __future__ import annotations
 
+from gpumem_gui.core.replay.adapters import REGEX
 from gpumem_gui.core.training.frameworks import framework
 from gpumem_gui.core.training.run import TrainingRun
 
@@ -26,13 +27,17 @@ _AMP_FLAGS = {"amp-bf16": "bf16=True", "amp-fp16": "fp16=True"}
 
 def _adapter_configs(run: TrainingRun) -> list[str]:
     lines = []
-    if run.method == "qlora":
+    if run.method == "qlora" and run.qlora_base == "int8":
+        lines.append("BitsAndBytesConfig(load_in_8bit=True)  # LLM.int8, llm_int8_threshold=6.0")
+    elif run.method == "qlora":
         lines.append(
             "BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4', "
             f"bnb_4bit_use_double_quant={run.qlora_base == 'nf4-dq'}, bnb_4bit_compute_dtype=torch.bfloat16)"
         )
     if run.method != "full":
-        targets = run.lora_targets if isinstance(run.lora_targets, str) else list(run.lora_targets)
+        targets: object = run.lora_targets if isinstance(run.lora_targets, str) else list(run.lora_targets)
+        if isinstance(targets, list) and len(targets) == 1 and targets[0].startswith(REGEX):
+            targets = targets[0][len(REGEX) :]  # PEFT: a regex is target_modules as one string
         lines.append(
             f"LoraConfig(r={run.lora_rank}, lora_alpha={run.lora_alpha:g}, "
             f"lora_dropout={run.lora_dropout:g}, "

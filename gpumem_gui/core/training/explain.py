@@ -65,12 +65,28 @@ class _Ctx:
         self.sharding = rank_sharding(run)  # over the dp x cp ranks
 
 
+# the quantized base's formula and source, by whether it is bitsandbytes' 8-bit format
+_QUANT_BASE = {
+    False: (
+        "4-bit base linears at their packed size + quantization state",
+        "bitsandbytes Linear4bit via formats.weight_bytes",
+    ),
+    True: (
+        "8-bit base linears (Linear8bitLt): int8 weights + fp32 row scales (SCB); each keeps its input for "
+        "backward and dequantizes its whole weight there",
+        "bitsandbytes Linear8bitLt / MatMul8bitLt (bitsandbytes/nn/modules.py, autograd/_functions.py) via "
+        "formats.weight_bytes",
+    ),
+}
+
+
 def _parameters(c: _Ctx) -> Explanation:
     run, qlora = c.run, c.run.method == "qlora"
+    int8 = run.qlora_base == "int8"
     return Explanation(
         formula="every parameter tensor of this rank x bytes of its dtype"
         + (" / data-parallel shard" if c.sharding.param_shard > 1 else "")
-        + ("; 4-bit base linears at their packed size + quantization state" if qlora else "")
+        + (f"; {_QUANT_BASE[int8][0]}" if qlora else "")
         + (
             f"; DeepSpeed casts the model to {c.sharding.model_dtype} (no autocast)"
             if c.sharding.model_dtype
@@ -85,7 +101,7 @@ def _parameters(c: _Ctx) -> Explanation:
             "precision": run.precision,
         },
         source="transformers modeling code (parameter shapes, gpumem_gui.core.spec.params); "
-        + ("bitsandbytes Linear4bit via formats.weight_bytes; " if qlora else "")
+        + (f"{_QUANT_BASE[int8][1]}; " if qlora else "")
         + (
             "deepspeed/runtime/engine.py _configure_distributed_model (module.bfloat16() / half())"
             if c.sharding.model_dtype

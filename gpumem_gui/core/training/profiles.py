@@ -13,193 +13,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.training.profile_table import ALL_LOSSES, LIGER_SOURCE, PROFILES, TRICKS, Profile
 from gpumem_gui.core.training.run import TrainingRun
 
-ALL_LOSSES = ("standard", "chunked", "fused-linear")
-TRICKS = (
-    "optimizer_in_backward",
-    "activation_offload",
-    "ckpt_every",
-    "ckpt_policy",
-    "float8",
-    "compile",
-)
-_LIGER = (
-    "Liger LigerFusedLinearCrossEntropyFunction (liger_kernel/ops/fused_linear_cross_entropy.py), enabled "
-    "by TrainingArguments(use_liger_kernel=True) (transformers/trainer.py _apply_liger_kernel)"
-)
-
-
-@dataclass(frozen=True)
-class Profile:
-    """One framework: ``loss`` is what ``loss = auto`` means (``loss_impl`` maps a chosen loss to the
-    replay's implementation where the framework has its own), ``losses`` the ones it offers; ``tricks`` the
-    trick fields it has; ``precisions`` / ``zero`` / ``fsdp`` what sharding and precision it runs (None:
-    any); ``ckpt_offload``: checkpointed layer inputs live in CPU RAM whenever checkpointing is on."""
-
-    name: str
-    label: str
-    loss: str
-    loss_source: str
-    losses: tuple[str, ...] = ALL_LOSSES
-    loss_impl: tuple[tuple[str, str], ...] = ()
-    tp_loss_impl: tuple[tuple[str, str], ...] = ()  # as loss_impl, with tensor parallelism (tp > 1)
-    tricks: frozenset[str] = frozenset(TRICKS)
-    precisions: tuple[str, ...] | None = None
-    zero: tuple[int, ...] = (0, 1, 2, 3)
-    fsdp: bool = True
-    fsdp_versions: tuple[int, ...] = (1, 2)
-    ckpt_offload: bool = False
-    ckpt_offload_source: str = ""
-    notes: tuple[str, ...] = ()
-    # chunks split unevenly, embedding / head as a layer each (torchtitan generate_llm_fqn_per_model_part)
-    uneven_pp_split: bool = False
-
-
-_HF_CE = (
-    "transformers loss/loss_utils.py ForCausalLMLoss: logits.float() then cross_entropy over the full "
-    "logits (HF Trainer compute_loss calls the model's loss)"
-)
-_TRAINER_TRICKS = frozenset({"compile", "float8"})  # torch_compile=True; accelerate's torchao float8 recipe
-
-PROFILES: dict[str, Profile] = {
-    p.name: p
-    for p in (
-        Profile(
-            "pytorch",
-            "plain PyTorch",
-            "standard",
-            _HF_CE + "; a plain training loop calling model(input_ids, labels=...)",
-        ),
-        Profile(
-            "hf-trainer",
-            "Hugging Face Trainer",
-            "standard",
-            _HF_CE,
-            losses=("standard", "fused-linear"),
-            tricks=_TRAINER_TRICKS,
-            notes=("loss fused-linear: " + _LIGER,),
-        ),
-        Profile(
-            "trl",
-            "TRL SFTTrainer",
-            "standard",
-            _HF_CE + "; trl/trainer/sft_trainer.py compute_loss",
-            losses=("standard", "fused-linear"),
-            tricks=_TRAINER_TRICKS | {"activation_offload"},
-            notes=(
-                "loss fused-linear: SFTConfig(use_liger_kernel=True): " + _LIGER,
-                "activation_offload: SFTConfig(activation_offloading=True), "
-                "trl/models/activation_offloading.py "
-                "(torchtune's OffloadActivations)",
-            ),
-        ),
-        Profile(
-            "axolotl",
-            "Axolotl",
-            "standard",
-            _HF_CE + " (axolotl trains through the HF Trainer)",
-            losses=("standard", "fused-linear"),
-            tricks=_TRAINER_TRICKS | {"activation_offload"},
-            notes=("loss fused-linear: axolotl's Liger plugin (liger_fused_linear_cross_entropy: true)",),
-        ),
-        Profile(
-            "llama-factory",
-            "LLaMA-Factory",
-            "standard",
-            _HF_CE + " (LLaMA-Factory trains through the HF Trainer)",
-            losses=("standard", "fused-linear"),
-            tricks=_TRAINER_TRICKS,
-            notes=(
-                "loss fused-linear: enable_liger_kernel: true "
-                "(llamafactory/model/model_utils/liger_kernel.py)",
-            ),
-        ),
-        Profile(
-            "torchtune",
-            "torchtune",
-            "chunked",
-            "torchtune recipes/configs/*/*.yaml loss: torchtune.modules.loss.LinearCrossEntropyLoss "
-            "(num_output_chunks=8; 162 of the 172 configs naming a loss, torchtune bd2a0fc), "
-            "torchtune/modules/loss/cross_entropy_loss.py",
-            loss_impl=(("chunked", "chunked-linear"),),
-            tricks=frozenset(TRICKS) - {"ckpt_every", "ckpt_policy", "float8"},
-            zero=(0,),
-            fsdp_versions=(2,),
-            notes=(
-                "optimizer_in_backward: recipe optimizer_in_bwd (torchtune/training/memory.py "
-                "register_optim_in_bwd_hooks), off in the distributed configs, on in most single-device ones",
-                "activation_offload: enable_activation_offloading "
-                "(torchtune/training/_activation_offloading.py)",
-                "FSDP: fully_shard (FSDP2) in every distributed recipe",
-            ),
-        ),
-        Profile(
-            "torchtitan",
-            "torchtitan",
-            "standard",
-            "torchtitan/components/loss.py cross_entropy_loss: pred.float() then cross_entropy over the full "
-            "logits",
-            losses=("standard",),
-            # under TP the loss runs in torch's loss_parallel() (train.py loss_parallel_enabled, on unless
-            # --parallelism.disable_loss_parallel; the head keeps its vocabulary shard, model_parallel.py)
-            tp_loss_impl=(("standard", "loss-parallel"),),
-            tricks=frozenset({"ckpt_every", "ckpt_policy", "float8", "compile"}),
-            precisions=("mp-bf16", "amp-bf16", "fp32", "bf16"),
-            zero=(0,),
-            fsdp_versions=(2,),
-            uneven_pp_split=True,
-            notes=(
-                "FSDP2 fully_shard with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) "
-                "(torchtitan/distributed/utils.py, parallelize.py apply_fsdp): precision mp-bf16",
-                "ckpt_every: activation_checkpoint selective_ac_option = N (layer SAC, torchtitan before "
-                "114151ad); ckpt_policy selective-op: op SAC",
-            ),
-        ),
-        Profile(
-            "deepspeed",
-            "DeepSpeed",
-            "standard",
-            _HF_CE + " (the model's own loss under the DeepSpeed engine)",
-            losses=("standard", "fused-linear"),
-            tricks=frozenset({"compile"}),
-            fsdp=False,
-        ),
-        Profile(
-            "megatron",
-            "Megatron-LM",
-            "standard",
-            "megatron/core/tensor_parallel/cross_entropy.py VocabParallelCrossEntropy: an fp32 copy of the "
-            "(vocabulary-shard) logits, softmax in place and saved, gradient in place",
-            losses=("standard",),
-            loss_impl=(("standard", "vocab-parallel"),),
-            tricks=frozenset(),
-            precisions=("megatron-bf16", "fp32"),
-            zero=(0, 1),
-            fsdp=False,
-            notes=(
-                "ZeRO-1 = --use-distributed-optimizer (megatron/core/optimizer/distrib_optimizer.py)",
-                "sequence_parallel: --sequence-parallel (recommended with TP; set it on the run)",
-            ),
-        ),
-        Profile(
-            "unsloth",
-            "unsloth",
-            "fused-linear",
-            "unsloth's fused cross-entropy (unsloth_zoo fused_ce / fast_cross_entropy_loss), modelled as "
-            "Liger's fused linear cross-entropy (liger_kernel/ops/fused_linear_cross_entropy.py)",
-            losses=("standard", "fused-linear"),
-            tricks=frozenset({"compile"}),
-            zero=(0,),
-            fsdp=False,
-            ckpt_offload=True,
-            ckpt_offload_source="unsloth use_gradient_checkpointing='unsloth' "
-            "(FastLanguageModel.get_peft_model default; unsloth_zoo gradient_checkpointing.py "
-            "Unsloth_Offloaded_Gradient_Checkpointer: the layer "
-            "input to CPU in forward, back for the recomputation)",
-        ),
-    )
-}
+# the replay's losses (replay/loss.py LOSSES) that split the tokens into loss_chunks pieces
+CHUNKED_LOSSES = ("chunked", "chunked-linear", "chunked-trainer")
+__all__ = [
+    "ALL_LOSSES",
+    "CHUNKED_LOSSES",
+    "PROFILES",
+    "TRICKS",
+    "Profile",
+    "ResolvedTricks",
+    "check",
+    "profile",
+    "resolve",
+]
 
 
 @dataclass(frozen=True)
@@ -360,7 +189,9 @@ _TRICK_SOURCES = {
     "(torchtune/modules/loss/ce_chunked_output_loss.py, modules/transformer.py); traced",
     "chunked-linear": "loss: torchtune LinearCrossEntropyLoss "
     "(torchtune/modules/loss/cross_entropy_loss.py); traced",
-    "fused-linear": "loss: " + _LIGER + "; modelled from the source, not traced",
+    "chunked-trainer": "loss: Axolotl chunked_cross_entropy (src/axolotl/monkeypatch/loss/chunked.py "
+    "patch_chunked_ce_loss_fn: a compiled cross-entropy per chunk of the logits); modelled, not traced",
+    "fused-linear": "loss: " + LIGER_SOURCE + "; modelled from the source, not traced",
     "vocab-parallel": "loss: Megatron-LM VocabParallelCrossEntropy (megatron/core/tensor_parallel/"
     "cross_entropy.py); modelled from the source, not traced",
     "loss-parallel": "loss: torch loss_parallel() (torch/distributed/tensor/parallel/loss.py _log_softmax, "

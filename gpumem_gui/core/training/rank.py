@@ -24,8 +24,8 @@ from gpumem_gui.core.training.sharding import ShardingHooks
 
 
 def _quant_bytes(run: TrainingRun, rspec: ModelSpec) -> int:
-    """Bytes of the 4-bit linears (packed weights + absmax/quant state) on this rank
-    (formats.weight_bytes)."""
+    """Bytes of the quantized linears on this rank (formats.weight_bytes): 4-bit packed weights + absmax /
+    quant state, or int8 weights + fp32 row scales (SCB)."""
     cdt = precision(run).compute_bytes
     wb = weight_bytes(rspec, run.qlora_base, compute_dtype_bytes=cdt, quantize_experts=False)
     return wb.quantized_bytes
@@ -64,6 +64,7 @@ def step_config(spec: ModelSpec, run: TrainingRun, stage: int = 0) -> tuple[Repl
         lora_dropout=run.lora_dropout,
         adapter_dt=mdt or ("bf16" if precision(run).store_scale != 1 else "f32"),  # FSDP mp: like the base
         quant_bytes=_quant_bytes(run, rspec) if run.method == "qlora" else 0,
+        quant_base=run.qlora_base,
         frozen_layers=frozen,
         lm_head=stage == run.pp - 1,
         embedding=stage == 0,

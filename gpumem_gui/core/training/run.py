@@ -8,13 +8,22 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from gpumem_gui.core.errors import describe_validation_error, short
+from gpumem_gui.core.errors import describe_validation_error
 from gpumem_gui.core.fields import ATTN_CHOICES, UI, CudaContextMiB
 from gpumem_gui.core.spec.model import Frozen
 from gpumem_gui.core.training.precision import MEGATRON_OPTIMIZERS
-from gpumem_gui.core.training.run_adapters import LoraAlpha, LoraDropout, LoraRank, LoraTargets, QloraBase
+from gpumem_gui.core.training.profile_table import PROFILES
+from gpumem_gui.core.training.run_adapters import (
+    QLORA_BASES,
+    LoraAlpha,
+    LoraDropout,
+    LoraRank,
+    LoraTargets,
+    QloraBase,
+    parse_lora_targets,
+)
 from gpumem_gui.core.training.run_options import (
     ActivationOffload,
     AllgatherBucket,
@@ -67,7 +76,8 @@ class TrainingRun(Frozen):
             "Method",
             _M,
             "full: every weight trains (gradients and optimizer states for all of them); lora: frozen base + "
-            "small adapters; qlora: LoRA on a 4-bit bitsandbytes base",
+            "small adapters; qlora: LoRA on a bitsandbytes-quantized base (4-bit, or 8-bit with qlora_base "
+            "int8)",
             choices=(
                 ("full fine-tune", "full"),
                 ("LoRA adapters", "lora"),
@@ -315,6 +325,16 @@ class TrainingRun(Frozen):
     pp_schedule: PpSchedule = "1f1b"
     pp_virtual: PpVirtual = 1
 
+    @model_validator(mode="before")
+    @classmethod
+    def _framework_precision(cls, data: Any) -> Any:
+        """A framework's own precision (``Profile.precision``) when the run names none; one given stays."""
+        if isinstance(data, dict) and "precision" not in data:
+            p = PROFILES.get(data.get("framework", "pytorch"))  # type: ignore[call-overload]
+            if p is not None and p.precision is not None:
+                return {**data, "precision": p.precision}
+        return data
+
     @field_validator("optimizer")
     @classmethod
     def _optimizer_for_precision(cls, v: str, info: ValidationInfo) -> str:
@@ -328,25 +348,13 @@ class TrainingRun(Frozen):
     @field_validator("lora_targets", mode="before")
     @classmethod
     def _targets(cls, v: object) -> object:
-        if isinstance(v, str) and v != "all-linear":
-            v = tuple(x.strip() for x in v.split(",") if x.strip())
-        if isinstance(v, list | tuple):
-            if not v:
-                raise ValueError("name at least one module (q_proj, k_proj, ...) or 'all-linear'")
-            for name in v:
-                if not isinstance(name, str) or not name.isidentifier():
-                    raise ValueError(
-                        f"{short(name)} is not a module name: give the last part of a module's path (q_proj, "
-                        "query_key_value, c_attn, lm_head), comma separated, or 'all-linear'"
-                    )
-            return tuple(v)
-        return v
+        return parse_lora_targets(v)
 
     @field_validator("qlora_base")
     @classmethod
     def _qlora_base(cls, v: str, info: ValidationInfo) -> str:
-        if v not in ("nf4", "nf4-dq"):
-            raise ValueError(f"QLoRA needs a 4-bit bitsandbytes base: 'nf4' or 'nf4-dq', got {v!r}")
+        if v not in QLORA_BASES:
+            raise ValueError(f"QLoRA needs a bitsandbytes base: {', '.join(QLORA_BASES)}, got {v!r}")
         return v
 
     @field_validator("fsdp")

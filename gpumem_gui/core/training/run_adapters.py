@@ -3,12 +3,15 @@ UI); kept apart so the run model stays one readable list."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from gpumem_gui.core.errors import short
 from gpumem_gui.core.fields import UI
+from gpumem_gui.core.replay.adapters import REGEX
 
 _L = "LoRA"
 
@@ -35,14 +38,16 @@ LoraTargets = Annotated[
         "Target modules",
         _L,
         "module names that get adapters, comma separated (q_proj,v_proj; fused projections by their own "
-        "name: query_key_value, qkv_proj, c_attn), or all-linear (every linear layer of the decoder but "
-        "the head, as PEFT resolves it); lm_head adapts the head too",
+        "name: query_key_value, qkv_proj, c_attn; or a dotted end of a path: self_attn.q_proj), 're:' and "
+        "a regex PEFT fullmatches against each module's path (re:.*layers\\.[0-7]\\..*_proj; paths as "
+        "model.layers.N.self_attn.q_proj), or all-linear (every linear layer of the decoder but the head, as "
+        "PEFT resolves it); lm_head adapts the head too, gate a MoE router (PEFT's ParamWrapper)",
         choices=(
             ("all-linear", "all-linear"),
             ("q_proj,v_proj", "q_proj,v_proj"),
             ("q_proj,k_proj,v_proj,o_proj", "q_proj,k_proj,v_proj,o_proj"),
         ),
-        values="all-linear, or module names, comma separated",
+        values="all-linear, module names or dotted path ends, comma separated, or re:<regex>",
         shown=_adapters,
     ),
 ]
@@ -59,14 +64,52 @@ LoraDropout = Annotated[
     ),
 ]
 
+# the bitsandbytes formats of a quantized base (formats/hf_quant.py ids): Linear4bit's, then Linear8bitLt's
+QLORA_BASES = ("nf4", "nf4-dq", "int8")
 QloraBase = Annotated[
     str,
     UI(
         "QLoRA base",
         _L,
-        "4-bit bitsandbytes format of the frozen base: nf4, or nf4-dq with double quantization "
-        "(bnb_4bit_use_double_quant: quantized absmax, ~0.4 bit/param less)",
-        choices=(("nf4", "nf4"), ("nf4 + double quantization", "nf4-dq")),
+        "bitsandbytes format of the frozen base: nf4 (load_in_4bit), nf4-dq with double quantization "
+        "(bnb_4bit_use_double_quant: quantized absmax, ~0.4 bit/param less), or int8 (load_in_8bit, "
+        "LLM.int8: int8 weights + an fp32 scale per row, Linear8bitLt)",
+        choices=(("nf4", "nf4"), ("nf4 + double quantization", "nf4-dq"), ("int8 (LLM.int8)", "int8")),
         shown=lambda v: v.get("method") == "qlora",
     ),
 ]
+
+
+# a module name or a dotted end of a module's path (PEFT check_target_module_exists: key.endswith("." + name))
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.\w+)*")
+# a repeated group with a repeat inside ((a+)+): exponential backtracking, a hang rather than an answer
+_NESTED_REPEAT = re.compile(r"\([^()]*[*+}][^()]*\)[*+{]")
+
+
+def parse_lora_targets(v: object) -> object:
+    """``lora_targets`` as written: ``all-linear``; module names or dotted ends of module paths, comma
+    separated or a list; or ``re:`` and one regex over the whole path (a list holding only that, too)."""
+    if isinstance(v, list | tuple) and len(v) == 1 and isinstance(v[0], str) and v[0].startswith(REGEX):
+        v = v[0]
+    if isinstance(v, str) and v.startswith(REGEX):
+        try:
+            re.compile(v[len(REGEX) :])
+        except (re.error, RecursionError, OverflowError) as e:
+            raise ValueError(f"{short(v)} is not a regular expression ({short(str(e), 60)})") from None
+        if _NESTED_REPEAT.search(v):
+            raise ValueError(f"{short(v)}: a repeated group that repeats inside is not accepted")
+        return (v,)
+    if isinstance(v, str) and v != "all-linear":
+        v = tuple(x.strip() for x in v.split(",") if x.strip())
+    if isinstance(v, list | tuple):
+        if not v:
+            raise ValueError("name at least one module (q_proj, k_proj, ...) or 'all-linear'")
+        for name in v:
+            if not isinstance(name, str) or not _DOTTED.fullmatch(name):
+                raise ValueError(
+                    f"{short(name)} is not a module name: give the last part of a module's path (q_proj, "
+                    "query_key_value, c_attn, lm_head) or a dotted end of it (self_attn.q_proj), comma "
+                    "separated; 're:' and a regex over the whole path (re:.*\\.(q|v)_proj); or 'all-linear'"
+                )
+        return tuple(v)
+    return v

@@ -80,7 +80,11 @@ def lora(model: Any, run: dict[str, Any], exclude: str | None = None) -> Any:
     # on the CPU device already, so skipping a move to it changes nothing
     LoraLayer._move_adapter_to_device_of_base_layer = lambda self, *a, **k: None
     targets = run.get("lora_targets", "all-linear")
-    if isinstance(targets, str) and targets != "all-linear":
+    if isinstance(targets, list | tuple) and len(targets) == 1 and str(targets[0]).startswith("re:"):
+        targets = str(targets[0])  # gpumem's regex target: PEFT takes a regex as one string
+    if isinstance(targets, str) and targets.startswith("re:"):
+        targets = targets[3:]
+    elif isinstance(targets, str) and targets != "all-linear":
         targets = [t.strip() for t in targets.split(",") if t.strip()]
     conf = LoraConfig(
         r=int(run.get("lora_rank", 16)),
@@ -142,7 +146,7 @@ def prepare(
     check_torch()
     patch_transformers_for_fake()
     if run.get("method") == "qlora":
-        raise TraceError("QLoRA is not traced: bitsandbytes' 4-bit layers need a CUDA device")
+        raise TraceError("QLoRA is not traced: bitsandbytes' 4- and 8-bit layers need a CUDA device")
     cfg = load_config(raw, trust, notes)
     for k in _DROPOUT_KEYS:
         if run.get("dropout") is not None and hasattr(cfg, k):

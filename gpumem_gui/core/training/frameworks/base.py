@@ -84,8 +84,9 @@ def no_param_offload() -> GpumemInputError:
     return GpumemInputError("parameter offload needs ZeRO-3 or FSDP full_shard/hybrid_shard", field="offload")
 
 
-def nothing_to_shard(run: TrainingRun, engine: str = "") -> list[str]:
-    """The warning of a sharded run over one rank; ``engine``: what the framework still changes then."""
-    if run.dp == 1:
+def nothing_to_shard(ranks: int, engine: str = "") -> list[str]:
+    """The warning of a sharded run over one rank (``ranks``: those the states are sharded over, dp x cp
+    for ZeRO and FSDP); ``engine``: what the framework still changes then."""
+    if ranks == 1:
         return [f"zero/fsdp: with dp=1 there is nothing to shard{engine or '; per-GPU memory is unchanged'}"]
     return []

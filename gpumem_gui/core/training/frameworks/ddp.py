@@ -50,7 +50,8 @@ class Ddp(Framework):
                     "zero_impl 'torch' (ZeroRedundancyOptimizer) cannot offload; use zero_impl 'deepspeed'",
                     field="offload",
                 )
-            return nothing_to_shard(run)
+            # ZeroRedundancyOptimizer spans the data-parallel ranks only (see sharding)
+            return nothing_to_shard(run.dp // run.cp)
         if run.offload == "optimizer+params":
             raise no_param_offload()
         return []

@@ -104,7 +104,7 @@ class DeepSpeed(Framework):
             if model_dtype(run)
             else ""
         )
-        return nothing_to_shard(run, engine)
+        return nothing_to_shard(run.dp, engine)  # run: the dp x cp view (training/checks.py)
 
     def trainer_args(self, run: TrainingRun) -> list[str]:
         offload = {

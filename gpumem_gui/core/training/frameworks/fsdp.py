@@ -111,7 +111,7 @@ class Fsdp(Framework):
                 "fsdp: with one rank per shard group there is nothing to shard; FSDP2 still copies each unit "
                 "into unsharded parameters as it runs, so per-GPU memory grows"
             ]
-        return nothing_to_shard(run)
+        return nothing_to_shard(run.dp)  # run: the dp x cp view (training/checks.py)
 
     def trainer_args(self, run: TrainingRun) -> list[str]:
         return [f"fsdp='{run.fsdp}'" + (" offload" if run.offload == "optimizer+params" else "")]
