@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from PySide6.QtWidgets import QMenu
 
+from gpumem_gui.core.imports import import_command
 from gpumem_gui.core.imports.ollama import import_modelfile
 from gpumem_gui.core.readers.loader import load_model
-from gpumem_gui.core.runtimes.inference import RUNTIMES, estimate_inference, make_run, runtime
+from gpumem_gui.core.runtimes.inference import RUNTIMES, InferenceRun, estimate_inference, make_run, runtime
 from gpumem_gui.ui.main_window import MainWindow
 
 SPEC = load_model("meta-llama/Llama-3.1-8B").spec
@@ -22,7 +23,11 @@ def _why(engine: str, weights: str, source: str) -> str | None:
     ("engine", "weights", "source", "ok"),
     [
         ("llama.cpp", "bf16", "meta-llama/Llama-3.1-8B", False),  # safetensors: no llama.cpp command
-        ("llama.cpp", "gguf-Q4_K_M", "meta-llama/Llama-3.1-8B", True),
+        # no GGUF repository: no file for llama-server to load (issue 33: -m meta-llama/Llama-3.1-8B.gguf)
+        ("llama.cpp", "gguf-Q4_K_M", "meta-llama/Llama-3.1-8B", False),
+        ("llama.cpp", "gguf-Q4_K_M", "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF", True),  # -hf <repo>:Q4_K_M
+        ("llama.cpp", "gguf-Q4_K_M-pure", "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF", False),  # not a type
+        ("llama.cpp", "gguf-Q4_K_M", "/models/llama-3.1-8b.Q8_0.gguf", False),  # the file holds its own types
         ("llama.cpp", "file", "/models/llama-3.1-8b.Q4_K_M.gguf", True),
         ("llama.cpp", "file", "/models/llama-3.1-8b", False),  # a safetensors folder
         ("ollama", "bf16", "meta-llama/Llama-3.1-8B", False),
@@ -33,6 +38,10 @@ def _why(engine: str, weights: str, source: str) -> str | None:
         ("ollama", "file", "/models/llama-3.1-8b.Q4_K_M.gguf", True),  # FROM in a Modelfile
         ("vllm", "bf16", "meta-llama/Llama-3.1-8B", True),
         ("vllm", "gguf-Q4_K_M", "meta-llama/Llama-3.1-8B", False),
+        ("vllm", "fp8", "meta-llama/Llama-3.1-8B", True),  # --quantization fp8 (online)
+        ("vllm", "nf4", "meta-llama/Llama-3.1-8B", True),  # --quantization bitsandbytes (online)
+        ("vllm", "fp32", "meta-llama/Llama-3.1-8B", False),  # cast to --dtype (bf16 here)
+        ("vllm", "gptq-4", "meta-llama/Llama-3.1-8B", False),  # needs a GPTQ checkpoint
         ("sglang", "gguf-Q4_K_M", "meta-llama/Llama-3.1-8B", False),
         ("transformers", "file", "/models/llama-3.1-8b.Q4_K_M.gguf", False),
         ("transformers", "nf4", "meta-llama/Llama-3.1-8B", True),
@@ -48,9 +57,10 @@ def test_expresses(engine: str, weights: str, source: str, ok: bool) -> None:
 def test_every_runtime_answers() -> None:
     for name, rt in RUNTIMES.items():
         fmt = rt.formats()[0].id
-        assert rt.expresses(SPEC, make_run(engine=name, weights=fmt), "meta-llama/Llama-3.1-8B") is None or (
-            name == "ollama"
-        )
+        compute = fmt if fmt in ("bf16", "fp16", "fp32") else "bf16"  # servers load float weights in --dtype
+        run = make_run(engine=name, weights=fmt, compute_dtype=compute)
+        # Ollama and llama.cpp pull GGUF files: this is no GGUF repository
+        assert rt.expresses(SPEC, run, "meta-llama/Llama-3.1-8B") is None or name in ("ollama", "llama.cpp")
 
 
 def test_ollama_gguf_file_command_reads_back() -> None:
@@ -89,3 +99,28 @@ def test_copy_as_menu_disables_what_cannot_load(main_window: MainWindow, qtbot) 
     ollama_act = next(a for t, a in act.items() if t.startswith("Ollama"))
     assert not ollama_act.isEnabled() and ollama_act.toolTip()
     assert next(a for t, a in act.items() if t.startswith("vLLM")).isEnabled()
+
+
+@pytest.mark.no_qt_log
+@pytest.mark.usefixtures("qt_warnings_fail")
+def test_copy_as_vllm_reads_back_as_the_run_on_screen(main_window: MainWindow, qtbot) -> None:
+    """Issue 33: the copied vLLM command kept --kv-cache-dtype but dropped --quantization and --dtype, so
+    pasting it back changed the estimate; each entry is also that engine's own command for the run."""
+    w = main_window
+    w.imports.apply_command(
+        "vllm serve Qwen/Qwen3-8B --max-model-len 8192 --quantization fp8 --dtype float16 "
+        "--kv-cache-dtype fp8_e4m3"
+    )
+    qtbot.waitUntil(lambda: w.model is not None and w.model.source == "Qwen/Qwen3-8B", timeout=5000)
+    qtbot.waitUntil(lambda: w.estimate is not None, timeout=5000)
+    w.recompute_now()
+    w.flush_background()
+    entries = {label: text for label, text, _ in w.imports.commands()}
+    text = next(t for k, t in entries.items() if k.startswith("vLLM"))
+    assert text is not None
+    back = import_command(text).run
+    assert isinstance(w.run, InferenceRun)
+    for field in ("weights", "compute_dtype", "kv_dtype", "max_model_len", "gpu_memory_utilization", "tp"):
+        assert getattr(back, field) == getattr(w.run, field), field
+    sglang = next(t for k, t in entries.items() if k.startswith("SGLang"))
+    assert sglang is not None and "--quantization fp8" in sglang and "--dtype float16" in sglang

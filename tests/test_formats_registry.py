@@ -136,7 +136,10 @@ def test_engine_kv_dtypes() -> None:
     assert set(engine_kv_dtypes("llama.cpp")) == {
         "fp32", "fp16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1",
     }  # fmt: skip
-    assert {"fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2"} <= set(engine_kv_dtypes("vllm"))
+    # each engine's own choices, nothing wider (issue 33: vLLM rejects --kv-cache-dtype fp16 / float32)
+    assert set(engine_kv_dtypes("vllm")) == {"bf16", "fp8", "fp8_e4m3", "fp8_e5m2"}  # cache.py CacheDType
+    assert set(engine_kv_dtypes("sglang")) == {"bf16", "fp8_e4m3", "fp8_e5m2"}  # server_args.py
+    assert set(engine_kv_dtypes("ollama")) == {"fp16", "q8_0", "q4_0"}  # ggml.go SupportsKVCacheType
     assert {"fp16", "bf16", "fp32"} <= set(engine_kv_dtypes("transformers"))
     assert all(k in KV_DTYPES for e in ("transformers", "vllm", "llama.cpp") for k in engine_kv_dtypes(e))
 
@@ -155,6 +158,11 @@ def test_check_kv_dtype() -> None:
     with pytest.raises(GpumemInputError) as e:
         check_kv_dtype("llama.cpp", "fp8")
     assert "q4_0" in str(e.value)
+    for engine, kv in (("vllm", "fp16"), ("vllm", "fp32"), ("sglang", "fp16"), ("ollama", "bf16")):
+        with pytest.raises(GpumemInputError, match="allowed: auto, "):
+            check_kv_dtype(engine, kv)
+    check_kv_dtype("sglang", "auto")  # every engine has its default
+    check_kv_dtype("ollama", "auto")
     with pytest.raises(GpumemInputError) as e:
         check_kv_dtype("tensorrt", "fp8")
     assert e.value.field == "engine"

@@ -35,8 +35,11 @@ def test_runtime_flags(llama) -> None:
         engine="llama.cpp", weights="gguf-Q4_K_M", batch=2, seq=4000, new_tokens=96, n_gpu_layers=20
     )
     flags = runtime_flags("llama.gguf", run, estimate_inference(llama.spec, run))
-    expected = "llama-server -m llama.gguf -c 8192 -ngl 20 -ctk bf16 -ctv bf16 -b 2048 -ub 512 -fa on -np 2"
-    assert flags == expected
+    expected = "llama-server -m llama.gguf -c 8192 -ngl 20 -ctk f16 -ctv f16 -b 2048 -ub 512 -fa on -np 2"
+    note = (
+        "# gpumem, not in this command: seq 4000, new_tokens 96 (each slot's context (-c / -np) is prompt +"
+    )
+    assert flags.splitlines() == [note + " new tokens)", expected]  # -c holds 2 x (4000 + 96)
     run = InferenceRun(attn="flash", compute_dtype="fp16")
     flags = runtime_flags("m", run, estimate_inference(llama.spec, run))
     assert "dtype=torch.float16" in flags and "attn_implementation='flash'" in flags

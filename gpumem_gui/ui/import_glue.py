@@ -33,6 +33,7 @@ from gpumem_gui.core import (
     InferenceRun,
     TrainingRun,
     engine_kv_dtypes,
+    estimate_inference,
     file_parsers,
     import_command,
     import_file,
@@ -185,17 +186,25 @@ class ImportGlue(QObject):
         if isinstance(w.run, TrainingRun):
             return [("Hugging Face TrainingArguments", w.runtime_flags_text(), "")]
         out: list[tuple[str, str | None, str]] = []
+        m = w.model
+        resolved = w.session.resolved
+        capacity = resolved.target.capacity_bytes if resolved is not None else None
         for name, rt in RUNTIMES.items():
             label = f"{rt.label or name} command"
             try:
                 run = make_run(**{**_set_fields(w.run), "engine": name})
                 if run.kv_dtype != "auto" and run.kv_dtype not in engine_kv_dtypes(name):
                     raise GpumemInputError(f"{rt.label or name} has no {run.kv_dtype} KV cache")
-                why = rt.expresses(w.model.spec, run, w.model.source) if w.model.spec is not None else None
+                why = None if m.spec is None else rt.expresses(m.spec, run, m.source, m.checkpoint_weights)
                 if why is not None:  # the engine cannot load this model in this format
                     out.append((label, None, why))
                     continue
-                out.append((label, rt.command(w.model.source, run, w.estimate), ""))
+                # the command's defaults (vLLM's max_model_len, SGLang's fraction, Ollama's context) are that
+                # engine's, from its own estimate of the run, on the same GPU
+                est = w.estimate
+                if m.spec is not None and name != w.run.engine:
+                    est = estimate_inference(m.spec, run, capacity, m.weights)
+                out.append((label, rt.command(m.source, run, est), ""))
             except (GpumemError, ValueError) as e:
                 out.append((label, None, error_line(e)))
         return out

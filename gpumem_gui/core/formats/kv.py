@@ -64,10 +64,25 @@ _SRC_HF_KV = (
     "tokens kept in full precision are not included"
 )
 
+# Which engine may be told to cache in each dtype is that engine's own list of choices, nothing wider: vLLM's
+# CacheDType has bfloat16 but no float16 / float32, SGLang's --kv-cache-dtype bf16 but no fp16 / fp32,
+# Ollama's OLLAMA_KV_CACHE_TYPE f16, q8_0, q4_0 only (sources above). "auto" (the engine's default,
+# check_kv_dtype) is not listed: a vLLM / SGLang server with --dtype float16 caches in fp16 that way, not by
+# naming fp16.
+_FLOAT_KV_ENGINES = {
+    "fp32": ("transformers", "llama.cpp"),
+    "fp16": ("transformers", "llama.cpp", "ollama"),
+    "bf16": ("transformers", "llama.cpp", "vllm", "sglang"),
+}
+_SRC_FLOAT_KV = (
+    f"{_SRC_FLOAT}; engines: {_SRC_LLAMACPP_KV}; {_SRC_FP8_KV}; Ollama fs/ggml/ggml.go SupportsKVCacheType"
+)
+
 _KV_LIST = (
-    KvDtype(id="fp32", label="fp32", bytes_per_element=4, engines=ENGINES, source=_SRC_FLOAT),
-    KvDtype(id="fp16", label="fp16", bytes_per_element=2, engines=ENGINES, source=_SRC_FLOAT),
-    KvDtype(id="bf16", label="bf16", bytes_per_element=2, engines=ENGINES, source=_SRC_FLOAT),
+    *(
+        KvDtype(id=k, label=k, bytes_per_element=b, engines=_FLOAT_KV_ENGINES[k], source=_SRC_FLOAT_KV)
+        for k, b in (("fp32", 4), ("fp16", 2), ("bf16", 2))
+    ),
     KvDtype(id="fp8", label="fp8 (e4m3)", bytes_per_element=1, engines=("vllm",), source=_SRC_VLLM_KV),
     KvDtype(
         id="fp8_e4m3", label="fp8 e4m3", bytes_per_element=1, engines=_FP8_KV_ENGINES, source=_SRC_FP8_KV
@@ -144,20 +159,14 @@ def kv_bytes_per_element(kv_dtype: str) -> float:
     )
 
 
-# the engines whose KV dtype may be named "auto" (the model's dtype): vLLM's --kv-cache-dtype auto
-# (vllm/config/cache.py CacheDType), data beside each dtype's engines above
-AUTO_KV_ENGINES = frozenset({"vllm"})
-
-
 def check_kv_dtype(engine: str, kv_dtype: str) -> None:
-    """Raise :class:`GpumemInputError` (field ``kv_dtype``) unless ``engine`` can cache in ``kv_dtype``."""
+    """Raise :class:`GpumemInputError` (field ``kv_dtype``) unless ``engine`` can be told to cache in
+    ``kv_dtype``: one of its own choices, or ``auto`` (its default, which every engine has)."""
     allowed = engine_kv_dtypes(engine)
     kid = _kv_id(kv_dtype)
-    auto = engine in AUTO_KV_ENGINES
-    if kid in allowed or (kid == "auto" and auto):
+    if kid in allowed or kid == "auto":
         return
-    extra = ", auto" if auto else ""
     raise GpumemInputError(
-        f"{engine} cannot store the KV cache as {kv_dtype!r}; allowed: {', '.join(allowed)}{extra}",
+        f"{engine} cannot store the KV cache as {kv_dtype!r}; allowed: auto, {', '.join(allowed)}",
         field="kv_dtype",
     )

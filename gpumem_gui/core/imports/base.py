@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from gpumem_gui.core.errors import GpumemInputError, clip
 from gpumem_gui.core.imports.values import bad, to_bool, to_choice, to_float, to_int
+from gpumem_gui.core.runtimes.base import SERVER_DTYPES
 from gpumem_gui.core.runtimes.run import InferenceRun, make_run
 from gpumem_gui.core.spec.model import Frozen, ModelSpec
 from gpumem_gui.core.training.run import TrainingRun, make_training_run
@@ -244,7 +245,7 @@ def split_options(
 
 
 # --dtype of vLLM and SGLang (vllm/config ModelConfig dtype, sglang server_args.py dtype choices)
-TORCH_DTYPES = {"half": "fp16", "float16": "fp16", "bfloat16": "bf16", "float": "fp32", "float32": "fp32"}
+TORCH_DTYPES = SERVER_DTYPES  # vLLM's and SGLang's --dtype (runtimes/base.py, shared with their commands)
 
 
 class Reading:

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpumem_gui.core.formats import kv_bytes_per_element
 from gpumem_gui.core.imports.base import Arg, Reading, program, split_options, to_bool, to_int, words
+from gpumem_gui.core.runtimes.llamacpp import hf_gguf_weights
 from gpumem_gui.core.runtimes.run import InferenceRun
 
 _SERVERS = ("llama-server", "server", "llama-cli", "llama-completion", "main", "llama-run", "llama-mtmd-cli")
@@ -193,6 +194,20 @@ _VALUED = frozenset(
 
 def _model(r: Reading, arg: Arg, bench: bool) -> str:
     value = _first(r, arg, bench)
+    repo, colon, tag = value.partition(":")
+    if arg.key in ("-hf", "-hfr", "--hf-repo") and colon and "/" in repo:
+        # common/arg.cpp -hf <user>/<model>[:quant]: the GGUF type of the file llama.cpp downloads
+        weights = hf_gguf_weights(tag)
+        if weights is None:
+            raise r.error(arg.where, f"{tag!r} is not a GGUF type gpumem knows (Q4_K_M, Q8_0, ...)")
+        r.set(
+            "weights",
+            weights,
+            arg.where,
+            arg.text,
+            f"model {repo} (a Hub repo of GGUF files), weights = {weights}",
+        )
+        return repo
     r.note(arg.text, "model" if arg.key in ("-m", "--model") else "model (a Hub repo of GGUF files)")
     return value
 

@@ -73,13 +73,15 @@ _WRAPPERS = ("env", "sudo", "nohup", "exec", "time")
 
 
 def split_command(text: str) -> tuple[list[str], dict[str, str]]:
-    """``text`` as words (shell quoting; ``\\`` line continuations; ``#`` comments; a leading ``$ `` prompt)
-    and its leading ``VAR=value`` assignments."""
+    """``text`` as words (shell quoting; ``\\`` line continuations; ``#`` comments and comment lines; a
+    leading ``$ `` prompt) and its leading ``VAR=value`` assignments."""
     if len(text) > MAX_COMMAND_CHARS:
         raise GpumemInputError(f"the command is {len(text):,} characters; at most {MAX_COMMAND_CHARS:,}")
     text = _CONTINUATION.sub(" ", text)
     lines = [ln.strip() for ln in text.splitlines()]
-    lines = [ln.removeprefix("$ ").removeprefix("> ") for ln in lines if ln]
+    # a whole comment line (a copied command's "# gpumem, not in this command: ...") goes before the lines
+    # are joined: joined, it would comment out every line after it
+    lines = [ln.removeprefix("$ ").removeprefix("> ") for ln in lines if ln and not ln.startswith("#")]
     joined = " ".join(lines)
     try:
         words = shlex.split(joined, comments=True, posix=not _windows(joined))

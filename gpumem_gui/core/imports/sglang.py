@@ -21,13 +21,14 @@ from gpumem_gui.core.imports.base import (
     to_int,
     words,
 )
+from gpumem_gui.core.runtimes.sglang_command import SGLANG_KV_DTYPES, SGLANG_ONLINE_QUANT
 
 _MODULES = ("sglang.launch_server",)
 
-# --kv-cache-dtype (server_args.py: auto, fp8_e5m2, fp8_e4m3, bf16 / bfloat16; fp4_e2m1 on Blackwell)
-_KV = {"auto": "auto", "fp8_e5m2": "fp8_e5m2", "fp8_e4m3": "fp8_e4m3", "bf16": "bf16", "bfloat16": "bf16"}
-# --quantization methods that quantize a 16-bit checkpoint while loading -> gpumem weight format
-_ONLINE_QUANT = {"fp8": "fp8", "bitsandbytes": "nf4"}
+# --kv-cache-dtype (server_args.py; fp4_e2m1 on Blackwell, not modelled) and --quantization methods that
+# quantize a 16-bit checkpoint while loading: runtimes/sglang_command.py, shared with gpumem's command
+_KV = SGLANG_KV_DTYPES
+_ONLINE_QUANT = SGLANG_ONLINE_QUANT
 # --quantization methods that read an already quantized checkpoint: its bytes are the files' own
 _CHECKPOINT_QUANT = words(
     "awq awq_marlin gptq gptq_marlin marlin gguf modelopt modelopt_fp8 modelopt_fp4 petit_nvfp4 w8a8_int8 "

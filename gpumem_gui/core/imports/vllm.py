@@ -26,13 +26,12 @@ from gpumem_gui.core.imports.base import (
 )
 from gpumem_gui.core.imports.vllm_mm import mm_limit
 from gpumem_gui.core.runtimes.run import InferenceRun
+from gpumem_gui.core.runtimes.vllm_command import VLLM_KV_DTYPES, VLLM_ONLINE_QUANT
 
 _MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 
-# vLLM's --dtype (arg_utils: auto, half, float16, bfloat16, float, float32) -> gpumem's compute dtype
-# --quantization methods that quantize a 16-bit checkpoint while loading -> gpumem weight format
-# (vllm/model_executor/layers/quantization: fp8 dynamic per-tensor; bitsandbytes in-flight 4-bit NF4)
-_ONLINE_QUANT = {"fp8": "fp8", "bitsandbytes": "nf4", "ptpc_fp8": "fp8", "fbgemm_fp8": "fp8"}
+# --quantization methods that quantize a 16-bit checkpoint while loading: VLLM_ONLINE_QUANT (runtimes/
+# vllm_command.py, shared with the command gpumem writes)
 # --quantization methods that read an already quantized checkpoint: its bytes are the files' own
 _CHECKPOINT_QUANT = (
     "awq",
@@ -61,8 +60,7 @@ _CHECKPOINT_QUANT = (
     "inc",
     "petit_nvfp4",
 )
-# --kv-cache-dtype (vllm/config/cache.py CacheDType)
-_KV = {"auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "bfloat16": "bf16"}
+_KV = VLLM_KV_DTYPES  # --kv-cache-dtype (vllm/config/cache.py CacheDType)
 
 _FLAGS = frozenset(
     words(
@@ -322,8 +320,9 @@ def _human_int(value: str | None, where: str) -> int:
 
 def _quantization(r: Reading, arg: Arg) -> None:
     method = str(arg.value).lower()
-    if method in _ONLINE_QUANT:
-        r.set("weights", _ONLINE_QUANT[method], arg.where, arg.text, f"weights = {_ONLINE_QUANT[method]}")
+    if method in VLLM_ONLINE_QUANT:
+        fmt = VLLM_ONLINE_QUANT[method]
+        r.set("weights", fmt, arg.where, arg.text, f"weights = {fmt}")
     elif method in _CHECKPOINT_QUANT:
         shown = "weights = file (the checkpoint's own quantized tensors)"
         r.set("weights", "file", arg.where, arg.text, shown)
@@ -331,10 +330,16 @@ def _quantization(r: Reading, arg: Arg) -> None:
         r.warn(arg.text, "a quantization method gpumem does not know; weights left as the dtype says")
 
 
+_PROFILE_GRAPHS = "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"  # the run's profile_cudagraphs
+
+
 def _environment(r: Reading, env: Mapping[str, str]) -> None:
     for name, value in env.items():
         if name == "CUDA_VISIBLE_DEVICES":
             r.note(f"{name}={value}", "which GPUs: no effect on per-GPU memory")
+        elif name == _PROFILE_GRAPHS:  # vllm/envs.py: "1" (the default since v0.21) or "0"
+            on = to_bool(value, name)
+            r.set("profile_cudagraphs", on, name, f"{name}={value}")
         elif name.startswith("VLLM_"):
             r.warn(f"{name}={value}", "vLLM environment setting not modelled")
 

@@ -78,10 +78,13 @@ class Runtime(ABC):
         """The weight formats this engine loads."""
         return [f for f in list_weight_formats() if f.id.startswith("gguf-") == self.gguf]
 
-    def expresses(self, spec: ModelSpec, run: InferenceRun, source: str) -> str | None:
+    def expresses(
+        self, spec: ModelSpec, run: InferenceRun, source: str, checkpoint: str | None = None
+    ) -> str | None:
         """Whether this engine's own command can express ``run`` on the model opened from ``source`` (a
-        Hugging Face id, a path): None when it can, else the reason in one line. By default an engine loads
-        the weight formats :meth:`formats` lists (and the model's own files)."""
+        Hugging Face id, a path) published in weight format ``checkpoint`` (None: a float checkpoint, or
+        unknown): None when it can, else the reason in one line. By default an engine loads the weight
+        formats :meth:`formats` lists (and the model's own files)."""
         name = self.label or self.name
         gguf_file = source.lower().endswith(".gguf")
         if run.weights == "file":
@@ -142,6 +145,77 @@ class Runtime(ABC):
     @abstractmethod
     def command(self, model: str, run: InferenceRun, est: Estimate) -> str:
         """The engine's own launch command (or load call) for the run."""
+
+    # Run fields this engine's command cannot say, and why (data per engine; the command names each one set
+    # away from its default in a comment line, :meth:`unsaid_line`, and the import leaves it at its default)
+    unexpressed: tuple[tuple[str, str], ...] = ()
+
+    def unsaid_line(self, run: InferenceRun) -> str | None:
+        """``# gpumem: ...`` naming the run's values that :attr:`unexpressed` says the command cannot carry
+        (None when all are at their defaults); a shell comment, which every importer skips."""
+        fields = type(run).model_fields
+        by_why: dict[str, list[str]] = {}  # fields that share a reason are named together
+        for name, why in self.unexpressed:
+            if getattr(run, name) != fields[name].default:
+                by_why.setdefault(why, []).append(f"{name} {getattr(run, name)}")
+        said = [f"{', '.join(names)} ({why})" for why, names in by_why.items()]
+        return f"# gpumem, not in this command: {'; '.join(said)}" if said else None
+
+    def with_unsaid(self, run: InferenceRun, lines: list[str]) -> str:
+        """The command's lines, after the comment line of what it cannot say (if any)."""
+        note = self.unsaid_line(run)
+        return "\n".join([note, *lines] if note else lines)
+
+
+# the formats a PyTorch server (vLLM, SGLang) loads a float checkpoint in: its --dtype, the compute dtype
+FLOAT_WEIGHTS = ("bf16", "fp16", "fp32")
+# --dtype value -> compute dtype, the same choices in both servers (vllm/config/model.py ModelDType; SGLang
+# python/sglang/srt/server_args.py --dtype: auto, half, float16, bfloat16, float, float32; "auto" is the
+# checkpoint's dtype); the first spelling of each is the one a command gpumem writes uses
+SERVER_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16", "float": "fp32"}
+
+
+def server_weights_refusal(
+    label: str, run: InferenceRun, checkpoint: str | None, online: dict[str, str]
+) -> str | None:
+    """Why a PyTorch server (vLLM, SGLang) cannot load the run's weights as the run has them (None: it can).
+    Both cast a float checkpoint to ``--dtype`` (vllm/config/model.py ``_verify_quantization``; SGLang's
+    ``configs/model_config.py`` copy of it), quantize on load only by the ``--quantization`` methods in
+    ``online`` (method -> weight format), and read any other format from a checkpoint published in it
+    (``checkpoint``: the model's own quantized format, None for a float checkpoint), which it loads as
+    published whatever ``--dtype`` says (vllm/config/model.py ``_verify_quantization``)."""
+    w = run.weights
+    if w in ("file", checkpoint):
+        return None
+    if checkpoint is not None:  # a quantized checkpoint loads as published (its quantization_config)
+        return (
+            f"{label} loads this checkpoint in its published format {checkpoint} (its quantization_config), "
+            f"not as {w}"
+        )
+    if w == run.compute_dtype or w in online.values():
+        return None
+    if w in FLOAT_WEIGHTS:
+        return (
+            f"{label} casts float weights to --dtype: weights {w} with compute dtype {run.compute_dtype} "
+            f"are loaded as {run.compute_dtype} (set the weights to {run.compute_dtype})"
+        )
+    ways = " or ".join(dict.fromkeys(online.values()))
+    return (
+        f"{label} quantizes on load only to {ways}; {w} weights come from a checkpoint published in that "
+        "format (open that checkpoint)"
+    )
+
+
+def server_dtype_args(run: InferenceRun, online: dict[str, str]) -> list[str]:
+    """``--quantization`` (a method that quantizes on load) and ``--dtype`` for a PyTorch server's command:
+    the dtype is written for a float or on-load-quantized checkpoint, and left to the server's ``auto`` (the
+    checkpoint's) only for a checkpoint in its own quantized format at the default bf16."""
+    args = []
+    if run.weights in online.values() and run.weights not in FLOAT_WEIGHTS:
+        args += ["--quantization", next(k for k, v in online.items() if v == run.weights)]
+    if run.compute_dtype != "bf16" or run.weights in (run.compute_dtype, *online.values()):
+        args += ["--dtype", next(k for k, v in SERVER_DTYPES.items() if v == run.compute_dtype)]
+    return args
 
 
 def component(key: str, label: str, n: int, formula: str, source: str, **inputs: object) -> Component:

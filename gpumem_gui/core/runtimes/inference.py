@@ -72,7 +72,7 @@ def check_run(spec: ModelSpec, run: InferenceRun) -> tuple[str, ...]:
         check_encoder_inference(spec, run, rt)
     if model == "encoder-decoder":  # generate() of an encoder-decoder on transformers (runtimes/seq2seq.py)
         check_seq2seq_inference(spec, run, rt)
-    check_kv_dtype(run.engine, run.kv_dtype_resolved)
+    check_kv_dtype(run.engine, run.kv_dtype)  # one of the engine's own choices, or auto (its default)
     check_degrees(spec, Degrees(tp=run.tp, pp=run.pp, ep=run.ep))
     check_recurrent_state(spec, run.engine, run.tp, run.pp)
     # Gemma 4: transformers, one GPU

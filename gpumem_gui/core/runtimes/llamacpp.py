@@ -19,6 +19,7 @@ from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase
 from gpumem_gui.core.runtimes.base import Lever, Runtime, component
 from gpumem_gui.core.runtimes.llamacpp_compute import OP_OFFLOAD_MIN_BATCH, compute_buffer
+from gpumem_gui.core.runtimes.ollama_models import gguf_weights_id
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.state_pools import llamacpp_state_buffers
 from gpumem_gui.core.spec.kinds_of import model_kinds
@@ -29,6 +30,16 @@ from gpumem_gui.core.units import MiB
 
 # llama-server's -ctk/-ctv spell the float types f16/f32 (common/arg.cpp kv_cache_types)
 _KV_FLAGS = {"fp16": "f16", "fp32": "f32", "bf16": "bf16"}
+
+
+def hf_gguf_weights(tag: str) -> str | None:
+    """The weight format a ``-hf <repo>:<tag>`` GGUF type names (None: not a type gpumem knows)."""
+    try:
+        return gguf_weights_id(tag)
+    except GpumemInputError:
+        return None
+
+
 _FLOAT_KV = ("fp16", "f16", "fp32", "f32", "bf16")
 # layers without KV cells in llama_memory_hybrid (filter_attn = !is_recurrent(il), and Nemotron-H's MLP-only
 # layers, n_ff(il) != 0); cross-attention layers keep their cells as before
@@ -306,16 +317,49 @@ class LlamaCpp(Runtime):
         """-ctk / -ctv as given, else llama.cpp's f16 (not the compute dtype)."""
         return kv_label(*kv_types(run))
 
+    # the run fields llama-server has no option for (Runtime.unexpressed): -c holds each slot's prompt + new
+    # tokens together; the GGUF file's MLA layout; a split over GPUs is llama.cpp's own (-sm, -ts)
+    unexpressed = (
+        ("seq", "each slot's context (-c / -np) is prompt + new tokens"),
+        ("new_tokens", "each slot's context (-c / -np) is prompt + new tokens"),
+        ("tp", "llama.cpp splits the layers over the visible GPUs itself"),
+        ("pp", "llama.cpp splits the layers over the visible GPUs itself"),
+        ("ep", "llama.cpp has no expert parallelism"),
+        ("mla_cache", "the GGUF conversion's MLA layout"),
+        ("compute_dtype", "llama.cpp has no compute dtype option (its kernels choose)"),
+        ("cuda_context_mib", "the driver's CUDA context"),
+    )
+
+    def expresses(
+        self, spec: ModelSpec, run: InferenceRun, source: str, checkpoint: str | None = None
+    ) -> str | None:
+        """A GGUF file (weights = file), or a GGUF type of a Hugging Face GGUF repository (``-hf
+        <repo>:<type>``, common/arg.cpp: llama.cpp downloads that file)."""
+        why = super().expresses(spec, run, source, checkpoint)
+        if why is not None or run.weights == "file":
+            return why
+        if source.lower().endswith(".gguf"):
+            return f"{source} holds its own GGUF types: llama.cpp loads it as it is (weights = file)"
+        if "gguf" not in source.lower() or source.startswith(("/", "./", "../", "~")) or "\\" in source:
+            return (
+                f"llama.cpp loads a GGUF file; {source} is not a Hugging Face GGUF repository (-hf "
+                "<repo>:<type>): convert it with convert_hf_to_gguf.py and open the file"
+            )
+        if hf_gguf_weights(run.weights.removeprefix("gguf-")) != run.weights:
+            return f"-hf <repo>:<type> names a GGUF type; {run.weights} is a llama-quantize mix, not a type"
+        return None
+
     def command(self, model: str, run: InferenceRun, est: Estimate) -> str:
         k_type, v_type = (_KV_FLAGS.get(t, t) for t in kv_types(run))
+        file = run.weights == "file" or model.lower().endswith(".gguf")  # else a GGUF repository's type
+        where = ["-m", model] if file else ["-hf", f"{model}:{run.weights.removeprefix('gguf-')}"]
         args = [
             "llama-server",
-            "-m",
-            model if model.endswith(".gguf") else f"{model}.gguf",
+            *where,
             "-c",
             str(run.batch * run.tokens),
-            "-ngl",
-            str(999 if run.n_gpu_layers < 0 else run.n_gpu_layers),
+            "-ngl",  # common/arg.cpp -ngl: an exact number, 'auto' or 'all'
+            "all" if run.n_gpu_layers < 0 else str(run.n_gpu_layers),
             "-ctk",
             k_type,
             "-ctv",
@@ -333,7 +377,7 @@ class LlamaCpp(Runtime):
             args.append("-nkvo")
         if run.swa_full:
             args.append("--swa-full")
-        return shlex.join(args)
+        return self.with_unsaid(run, [shlex.join(args)])
 
 
 LLAMA_CPP = LlamaCpp()

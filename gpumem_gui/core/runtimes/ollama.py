@@ -296,10 +296,12 @@ class Ollama(Runtime):
         done, _, total = str(est.facts.get("offloaded", "0/1")).partition("/")
         return done == total or est.facts.get("layers_requested", -1) != -1
 
-    def expresses(self, spec: ModelSpec, run: InferenceRun, source: str) -> str | None:
+    def expresses(
+        self, spec: ModelSpec, run: InferenceRun, source: str, checkpoint: str | None = None
+    ) -> str | None:
         """A GGUF weight format of a model with an Ollama library tag (or a Hugging Face GGUF repository,
         ``hf.co/<repo>:<type>``), or a GGUF file (``FROM`` in a Modelfile)."""
-        why = super().expresses(spec, run, source)
+        why = super().expresses(spec, run, source, checkpoint)
         if why is not None or run.weights == "file":
             return why
         if source.startswith(("/", "./", "../", "~")) or "\\" in source:
@@ -311,18 +313,26 @@ class Ollama(Runtime):
             )
         return None
 
+    # the run fields Ollama's server, model name and parameters cannot say (Runtime.unexpressed)
+    unexpressed = (
+        ("batch", "the requests sent to the server"),
+        ("seq", "the requests' prompt tokens"),
+        ("new_tokens", "the requests' new tokens"),
+        ("compute_dtype", "Ollama has no compute dtype option (its kernels choose)"),
+        ("cuda_context_mib", "the driver's CUDA context"),
+    )
+
     def command(self, model: str, run: InferenceRun, est: Estimate) -> str:
         env = []
         num_ctx, parallel = est.facts.get("num_ctx"), est.facts.get("num_parallel")
         if run.num_ctx is not None or num_ctx != OLLAMA_DEFAULT_NUM_CTX:
             env.append(f"OLLAMA_CONTEXT_LENGTH={run.num_ctx or num_ctx}")
-        if (run.num_parallel or parallel) != 1:
+        if run.num_parallel is not None or parallel != 1:  # a run's own 1 too: read back, None is the batch
             env.append(f"OLLAMA_NUM_PARALLEL={run.num_parallel or parallel}")
         if run.flash_attention != "auto":
             env.append(f"OLLAMA_FLASH_ATTENTION={int(run.flash_attention == 'on')}")
-        kv = _KV_OLLAMA.get(run.kv_dtype.lower(), "f16")
-        if kv != "f16":
-            env.append(f"OLLAMA_KV_CACHE_TYPE={kv}")
+        if run.kv_dtype != "auto":  # a type the run names, f16 too (read back as named, not as auto)
+            env.append(f"OLLAMA_KV_CACHE_TYPE={_KV_OLLAMA.get(run.kv_dtype.lower(), run.kv_dtype)}")
         if run.gpu_overhead_mib:
             env.append(f"OLLAMA_GPU_OVERHEAD={run.gpu_overhead_mib * MiB}")
         if run.pp > 1:  # the GPUs Ollama may split the layers over
@@ -345,7 +355,7 @@ class Ollama(Runtime):
             lines.append(f"/set parameter num_gpu {run.num_gpu}")
         if run.num_batch != OLLAMA_DEFAULT_NUM_BATCH:
             lines.append(f"/set parameter num_batch {run.num_batch}")
-        return "\n".join(lines)
+        return self.with_unsaid(run, lines)
 
 
 OLLAMA = Ollama()

@@ -23,7 +23,6 @@ Without a GPU capacity the pool is sized for the batch (``batch x (seq + new_tok
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable
 from math import ceil
 
@@ -31,8 +30,9 @@ from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.formats import WeightBytes, kv_bytes_per_element
 from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase, tp_ranks
-from gpumem_gui.core.runtimes.base import Lever, Runtime, load_phase
+from gpumem_gui.core.runtimes.base import Lever, Runtime, load_phase, server_weights_refusal
 from gpumem_gui.core.runtimes.run import InferenceRun
+from gpumem_gui.core.runtimes.sglang_command import SGLANG_ONLINE_QUANT, sglang_command
 from gpumem_gui.core.runtimes.sglang_defaults import ServerDefaults, server_defaults
 from gpumem_gui.core.runtimes.sglang_pool import (
     Pool,
@@ -54,24 +54,6 @@ from gpumem_gui.core.runtimes.sglang_swa import Cells, stage_cells, swa_layers, 
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, stage_layers
 from gpumem_gui.core.spec.state import has_state
-
-# SGLang's --quantization spelling of our weight formats
-# (python/sglang/srt/server_args.py QUANTIZATION_CHOICES)
-QUANTIZATION_FLAGS = {
-    "fp8": "fp8",
-    "fp8-block": "fp8",
-    "awq-4": "awq",
-    "gptq-4": "gptq",
-    "gptq-8": "gptq",
-    "nf4": "bitsandbytes",
-    "bnb4": "bitsandbytes",
-    "int8": "bitsandbytes",
-    "mxfp4": "mxfp4",
-    "nvfp4": "modelopt_fp4",
-}
-SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio default (python/sglang/srt/server_args.py)
-MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio default (python/sglang/srt/server_args.py)
-_DTYPE_FLAGS = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
 def _stage(
@@ -170,13 +152,13 @@ class Sglang(Runtime):
             )
 
     def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
-        if has_state(spec):
-            check_state_tp(spec, _attn_tp(run))
         if run.enable_dp_attention and (run.dp_size < 2 or run.tp % run.dp_size):
             raise GpumemInputError(
                 f"DP attention needs dp_size (now {run.dp_size}) of at least 2 dividing tp ({run.tp})",
                 field="dp_size",
             )
+        if has_state(spec):  # after the check above: the attention TP is tp / dp_size, at least 1
+            check_state_tp(spec, _attn_tp(run))
         kv = run.kv_dtype_resolved
         if kv not in ("bf16", "fp8_e4m3", "fp8_e5m2", run.compute_dtype):
             raise GpumemInputError(
@@ -336,56 +318,23 @@ class Sglang(Runtime):
             )
         return out + (state_levers(run, fits) if has_state(spec) else [])
 
+    # the run fields SGLang's launch_server has no option for (Runtime.unexpressed)
+    unexpressed = (
+        ("batch", "the requests sent to the server"),
+        ("seq", "the requests' prompt tokens"),
+        ("new_tokens", "the requests' new tokens"),
+        ("cuda_context_mib", "the driver's CUDA context"),
+    )
+
+    def expresses(
+        self, spec: ModelSpec, run: InferenceRun, source: str, checkpoint: str | None = None
+    ) -> str | None:
+        return super().expresses(spec, run, source, checkpoint) or server_weights_refusal(
+            "SGLang", run, checkpoint, SGLANG_ONLINE_QUANT
+        )
+
     def command(self, model: str, run: InferenceRun, est: Estimate) -> str:
-        args = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp", str(run.tp)]
-        if run.pp > 1:
-            args += ["--pp-size", str(run.pp)]
-        if run.dp_size > 1:
-            args += ["--dp-size", str(run.dp_size)] + (
-                ["--enable-dp-attention"] if run.enable_dp_attention else []
-            )
-        if run.ep > 1:
-            args += ["--ep-size", str(run.ep)]
-        fraction = run.mem_fraction_static or est.facts.get("mem_fraction_static")
-        if fraction:
-            args += ["--mem-fraction-static", f"{float(fraction):g}"]  # type: ignore[arg-type]
-        if run.max_model_len:
-            args += ["--context-length", str(run.max_model_len)]
-        if run.compute_dtype != "bf16":
-            args += ["--dtype", _DTYPE_FLAGS[run.compute_dtype]]
-        if run.weights in QUANTIZATION_FLAGS:
-            args += ["--quantization", QUANTIZATION_FLAGS[run.weights]]
-        kv = run.kv_dtype_resolved
-        if kv != run.compute_dtype:
-            args += ["--kv-cache-dtype", "bf16" if kv == "bf16" else kv]
-        for flag, value in (
-            ("--chunked-prefill-size", run.chunked_prefill_size),
-            ("--max-running-requests", run.max_running_requests),
-            ("--cuda-graph-max-bs", run.cuda_graph_max_bs),
-            ("--page-size", run.page_size),
-            ("--max-total-tokens", run.max_total_tokens),
-        ):
-            if value is not None:
-                args += [flag, str(value)]
-        if run.swa_full_tokens_ratio != SWA_FULL_TOKENS_RATIO:
-            args += ["--swa-full-tokens-ratio", f"{run.swa_full_tokens_ratio:g}"]
-        args += _mamba_args(run)
-        args += ["--disable-cuda-graph"] * run.disable_cuda_graph + [
-            "--disable-radix-cache"
-        ] * run.disable_radix_cache
-        return shlex.join(args)
-
-
-def _mamba_args(run: InferenceRun) -> list[str]:
-    """The hybrid state pool's flags where the run differs from SGLang's defaults."""
-    args = []
-    if run.mamba_full_memory_ratio != MAMBA_FULL_MEMORY_RATIO:
-        args += ["--mamba-full-memory-ratio", f"{run.mamba_full_memory_ratio:g}"]
-    if run.max_mamba_cache_size is not None:
-        args += ["--max-mamba-cache-size", str(run.max_mamba_cache_size)]
-    if run.mamba_ssm_dtype != "auto":
-        args += ["--mamba-ssm-dtype", run.mamba_ssm_dtype]
-    return args
+        return self.with_unsaid(run, sglang_command(model, run))
 
 
 SGLANG = Sglang()

@@ -14,8 +14,6 @@ a GPU capacity the estimate sizes the KV for ``batch`` sequences of ``seq + new_
 
 from __future__ import annotations
 
-import json
-import shlex
 from math import ceil
 
 from gpumem_gui.core.errors import GpumemInputError
@@ -27,6 +25,7 @@ from gpumem_gui.core.runtimes import vllm_kv as vk
 from gpumem_gui.core.runtimes import vllm_profile as vp
 from gpumem_gui.core.runtimes.base import Runtime, component, load_phase, weights_per_rank
 from gpumem_gui.core.runtimes.run import InferenceRun
+from gpumem_gui.core.runtimes.vllm_command import vllm_command, vllm_expresses
 from gpumem_gui.core.spec.kinds import STATE_MIXERS, LatentAttention
 from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
@@ -357,42 +356,22 @@ class Vllm(Runtime):
             return None
         return float(est.facts["max_concurrency"])  # type: ignore[arg-type]
 
+    # the run fields ``vllm serve`` has no option for (Runtime.unexpressed)
+    unexpressed = (
+        ("batch", "the requests sent to the server"),
+        ("seq", "the requests' prompt tokens"),
+        ("new_tokens", "the requests' new tokens"),
+        ("tp_link", "the GPUs' interconnect, which vLLM detects"),
+        ("cuda_context_mib", "the driver's CUDA context"),
+    )
+
+    def expresses(
+        self, spec: ModelSpec, run: InferenceRun, source: str, checkpoint: str | None = None
+    ) -> str | None:
+        return super().expresses(spec, run, source, checkpoint) or vllm_expresses(run, checkpoint)
+
     def command(self, model: str, run: InferenceRun, est: Estimate) -> str:
-        max_len = run.max_model_len or int(est.facts.get("max_model_len", run.tokens) or run.tokens)  # type: ignore[call-overload]
-        args = [
-            "vllm",
-            "serve",
-            model,
-            "--max-model-len",
-            str(max_len),
-            "--gpu-memory-utilization",
-            f"{run.gpu_memory_utilization:g}",
-            "--kv-cache-dtype",
-            run.kv_dtype,
-            "--tensor-parallel-size",
-            str(run.tp),
-        ]
-        if run.pp > 1:
-            args += ["--pipeline-parallel-size", str(run.pp)]
-        if run.ep > 1:
-            args.append("--enable-expert-parallel")
-        if run.max_num_seqs:
-            args += ["--max-num-seqs", str(run.max_num_seqs)]
-        if run.max_num_batched_tokens:
-            args += ["--max-num-batched-tokens", str(run.max_num_batched_tokens)]
-        if run.block_size != VLLM_BLOCK_SIZE:
-            args += ["--block-size", str(run.block_size)]
-        if not run.hybrid_kv_cache:
-            args.append("--disable-hybrid-kv-cache-manager")
-        if run.images_per_prompt is not None:
-            args += ["--limit-mm-per-prompt", json.dumps({"image": run.images_per_prompt})]
-        if run.enforce_eager:
-            args.append("--enforce-eager")
-        elif run.max_cudagraph_capture_size:
-            args += ["--max-cudagraph-capture-size", str(run.max_cudagraph_capture_size)]
-        if not run.profile_cudagraphs:
-            args = ["VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0", *args]
-        return shlex.join(args)
+        return self.with_unsaid(run, vllm_command(model, run, est))
 
 
 VLLM = Vllm()
