@@ -81,7 +81,9 @@ def test_new_tokens_filling_the_window_leave_no_context(qwen) -> None:
     window = qwen.max_position_embeddings
     run = make_run(seq=16, new_tokens=window)
     rep = fit_report(qwen, run, GpuTarget(name="big", capacity_bytes=80 * GiB))
-    assert rep.max_context is None and rep.context_window is None
+    # no prompt fits, and the report names the window as the reason (not memory)
+    assert rep.max_context is None and rep.context_window == window
+    assert f"no context length fits (the model's context window is {window:,} tokens)" in maxima_phrases(rep)
 
 
 def test_training_fit_caps_the_sequence_at_the_window(qwen) -> None:

@@ -228,7 +228,10 @@ def fit_report(
         max_batch=max_batch,
         batch_limit=limit[1] if limit is not None and max_batch == limit[0] else None,
         max_context=max_ctx,
-        context_window=window_bound(spec, max_ctx),
+        # the window bounds the context that fits, or the new tokens alone fill it (no prompt fits)
+        context_window=window_bound(spec, max_ctx)
+        if ctx_hi > run.new_tokens
+        else spec.max_position_embeddings,
         max_concurrency=max_concurrency,
         fewest_gpus=fewest,
         smallest_weights=best_w,
@@ -379,6 +382,11 @@ def maxima_phrases(rep: FitReport) -> list[str]:
             + (" (the model's context window)" if rep.context_window is not None else "")
             if rep.max_context is not None
             else f"no {ctx} length fits"
+            + (
+                f" (the model's context window is {rep.context_window:,} tokens)"
+                if rep.context_window is not None
+                else ""
+            )
         ),
         f"fewest GPUs {rep.fewest_gpus}" if rep.fewest_gpus is not None else "no GPU count tried fits",
     ]
