@@ -12,6 +12,10 @@ number of banner flips is counted (a soak whose verdict never flipped would prov
 
     .venv/bin/python benchmarks/soak_flip.py --seconds 1800 [--every 60] [--json] [--repo DIR]
 
+``--drift`` instead gives each GPU a used memory that differs on every reading (97 values ~7 MiB apart, well
+below the plan's need) so the verdict never flips but the local target is re-estimated against new free memory
+on every drawn reading (issue 33 item 4: the README said such re-estimates grew the process ~10 MiB an hour).
+
 ``--repo`` runs another source tree of gpumem with this interpreter (a before/after comparison). The goal
 (issue 18): under 1 MiB of growth over the second half. ``benchmarks/report.py --soak`` runs it for
 ``docs/performance.md``; the test suite never does (``tests/test_rough_ui.py`` counts pixmap-cache keys
@@ -57,17 +61,30 @@ def flip_scenario(half_steps: int, gpus: int = 8) -> dict:
     }
 
 
-def run(seconds: float, every: float, poll_ms: int, half_steps: int, repo: Path = REPO) -> dict[str, object]:
+def drift_scenario(gpus: int = 8, values: int = 97) -> dict:
+    """8 H100s whose used memory differs on every reading (``values`` steps 7 MiB apart from 2 GiB, each GPU
+    shifted by one step): free memory changes every poll, the verdict of a ~16.5 GiB plan never does."""
+    cycle = [LOW_MIB + 7 * i for i in range(values)]
+    scenario = flip_scenario(1, gpus)
+    scenario["description"] = "issue 33 soak: free memory changing on every reading, the verdict steady"
+    for i, gpu in enumerate(scenario["gpus"]):
+        gpu["used_mib"] = cycle[i:] + cycle[:i]
+    return scenario
+
+
+def run(
+    seconds: float, every: float, poll_ms: int, half_steps: int, repo: Path = REPO, drift: bool = False
+) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="gpumem-soakflip-") as tmp:
         scenario = Path(tmp) / "flip.json"
-        scenario.write_text(json.dumps(flip_scenario(half_steps)))
+        scenario.write_text(json.dumps(drift_scenario() if drift else flip_scenario(half_steps)))
         app_args = ["--fake-gpus", str(scenario), "--poll-ms", str(poll_ms)]
         samples, states = app_samples(seconds, every, app_args, repo)
-    return summarize(samples, seconds, poll_ms, half_steps, states)
+    return summarize(samples, seconds, poll_ms, half_steps, states, drift)
 
 
 def summarize(
-    samples: list[dict], seconds: float, poll_ms: int, half_steps: int, states: list[str]
+    samples: list[dict], seconds: float, poll_ms: int, half_steps: int, states: list[str], drift: bool = False
 ) -> dict[str, object]:
     """The figures the page shows: growth over the second half, and the rate over the whole run."""
     half = [s for s in samples if s["t_s"] >= seconds / 2]
@@ -78,7 +95,8 @@ def summarize(
         "seconds": seconds,
         "poll_ms": poll_ms,
         "gpus": 8,
-        "half_steps": half_steps,
+        "half_steps": None if drift else half_steps,
+        "drift": drift,
         "flips": last["flips"],
         "banner_states": states,
         "rss_first_paint_bytes": first["rss_bytes"],
@@ -87,7 +105,8 @@ def summarize(
         "rss_second_half_growth_bytes": growth,
         "rss_rate_bytes_per_s": (last["rss_bytes"] - first["rss_bytes"]) / span,
         "goal_bytes": GOAL_GROWTH_BYTES,
-        "met": growth < GOAL_GROWTH_BYTES and last["flips"] > 0,
+        # a flip soak whose verdict never flipped proves nothing; a drift soak must not flip
+        "met": growth < GOAL_GROWTH_BYTES and (last["flips"] == 0 if drift else last["flips"] > 0),
         "samples": samples,
     }
 
@@ -98,10 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--every", type=float, default=60.0, help="seconds between RSS samples (default 60)")
     ap.add_argument("--poll-ms", type=int, default=50, help="GPU poll interval (default 50 ms: 20 Hz)")
     ap.add_argument("--half-steps", type=int, default=10, help="polls per half cycle (default 10: 0.5 s)")
+    ap.add_argument("--drift", action="store_true", help="free memory changes every reading, no flips")
     ap.add_argument("--repo", type=Path, default=REPO, help="the gpumem source tree to run")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    r = run(args.seconds, min(args.every, args.seconds), args.poll_ms, args.half_steps, args.repo)
+    r = run(args.seconds, min(args.every, args.seconds), args.poll_ms, args.half_steps, args.repo, args.drift)
     if args.json:
         print(json.dumps(r, indent=2))
         return 0

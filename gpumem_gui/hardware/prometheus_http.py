@@ -3,14 +3,22 @@ the answers.
 
 Every way a request can fail becomes a :class:`PrometheusFault` whose ``reason`` is a sentence a person can
 act on (unreachable, 401/403, TLS, timeout, not a Prometheus, an answer too big, a rejected query); the
-backend turns it into a snapshot state. An answer is checked field by field before anything reads it
-(:func:`parse_result`), so a malformed or hostile answer is a fault, never a traceback.
+backend turns it into a snapshot state. The timeout bounds the whole query (connecting, the answer, retries):
+requests' own timeout bounds each socket read, so a server sending a few bytes at a time would never time out;
+a :class:`_Deadline` shuts the query's sockets down when its time is over. An answer is checked field by field
+before anything reads it (:func:`parse_result`), so a malformed or hostile answer is a fault, never a
+traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import socket
+import threading
+import time
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,9 +36,92 @@ if TYPE_CHECKING:
 _CHUNK = 1 << 16
 
 
-def _session() -> requests.Session:
-    """A requests session that retries transient answers a bounded number of times. requests is imported
-    here, not at module level: only reading a cluster needs it (the window's cold start does not)."""
+class _Deadline:
+    """The end of the query under way: :meth:`start` arms it, :meth:`stop` disarms it and says whether it
+    struck. When it strikes, every socket of the session is shut down (a blocked read then ends at once)
+    and no new one may connect until the next :meth:`start` (no retry outlives the deadline)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # the sockets of this session's connections, watched as objects: http.client drops a connection's
+        # socket (conn.sock = None) while the answer that will close it is still read through it
+        self._socks: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+        self._ends_at = math.inf
+        self._timer: threading.Timer | None = None
+        self.struck = False
+
+    def start(self, seconds: float) -> None:
+        with self._lock:
+            self.struck = False
+            self._ends_at = time.monotonic() + seconds
+            self._timer = threading.Timer(seconds, self._strike)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def stop(self) -> bool:
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer, self._ends_at = None, math.inf
+            return self.struck
+
+    def connect_timeout(self, timeout: float | None) -> float:
+        """The connect timeout a new connection may use now: at most the time left (none left: it fails
+        as a connect timeout does, which urllib3 turns into requests' Timeout)."""
+        from urllib3.exceptions import ConnectTimeoutError
+
+        left = self._ends_at - time.monotonic()
+        if self.struck or left <= 0:
+            raise ConnectTimeoutError(None, "the query's deadline is over")
+        return left if timeout is None else min(timeout, left)
+
+    def watch(self, sock: socket.socket | None) -> None:
+        if sock is not None:
+            with self._lock:
+                self._socks.add(sock)
+
+    def _strike(self) -> None:
+        with self._lock:
+            self.struck = True
+            socks = list(self._socks)
+        for sock in socks:
+            # the plain socket's shutdown, also under TLS (the SSL object is left to its reader);
+            # OSError: closed already (a closed socket's descriptor is -1, never another file's)
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def _pool_classes(deadline: _Deadline) -> dict[str, type]:
+    """urllib3 connection pools whose connections are bounded by ``deadline`` (urllib3's
+    ``PoolManager.pool_classes_by_scheme`` and ``HTTPConnectionPool.ConnectionCls``)."""
+    from urllib3.connection import HTTPConnection, HTTPSConnection
+    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+    class Conn(HTTPConnection):
+        def connect(self) -> None:
+            self.timeout = deadline.connect_timeout(self.timeout)
+            super().connect()
+            deadline.watch(self.sock)
+
+    class TlsConn(HTTPSConnection):
+        def connect(self) -> None:  # the TLS handshake is bounded per read only (it is a few kB)
+            self.timeout = deadline.connect_timeout(self.timeout)
+            super().connect()
+            deadline.watch(self.sock)
+
+    class Pool(HTTPConnectionPool):
+        ConnectionCls = Conn
+
+    class TlsPool(HTTPSConnectionPool):
+        ConnectionCls = TlsConn
+
+    return {"http": Pool, "https": TlsPool}
+
+
+def _session(deadline: _Deadline) -> requests.Session:
+    """A requests session that retries transient answers a bounded number of times, its connections
+    bounded by ``deadline``. requests is imported here, not at module level: only reading a cluster needs it
+    (the window's cold start does not)."""
     import requests
     from requests.adapters import HTTPAdapter
     from urllib3.util.retry import Retry
@@ -50,8 +141,10 @@ def _session() -> requests.Session:
         raise_on_status=False,
     )
     session = requests.Session()
-    session.mount("http://", HTTPAdapter(max_retries=retry))
-    session.mount("https://", HTTPAdapter(max_retries=retry))
+    for scheme in ("http", "https"):
+        adapter = HTTPAdapter(max_retries=retry)
+        adapter.poolmanager.pool_classes_by_scheme = _pool_classes(deadline)
+        session.mount(f"{scheme}://", adapter)
     return session
 
 
@@ -82,7 +175,8 @@ class PrometheusHttp:
     def __init__(self, cfg: PrometheusConfig) -> None:
         self.cfg = cfg
         token, basic = credentials(cfg)
-        self.session = _session()
+        self._deadline = _Deadline()
+        self.session = _session(self._deadline)
         self.session.headers["User-Agent"] = "gpumem"
         self.session.trust_env = False  # no proxy or netrc credentials from the environment by surprise
         if token:
@@ -98,7 +192,24 @@ class PrometheusHttp:
         self.session.close()
 
     def query(self, promql: str) -> tuple[str, list[Series]]:
-        """Run an instant query; (resultType, series). Raises :class:`PrometheusFault`."""
+        """Run an instant query within the timeout; (resultType, series). Raises :class:`PrometheusFault`."""
+        self._deadline.start(self.cfg.timeout_s)
+        try:
+            got: tuple[int, bytes] | PrometheusFault = self._post(promql)
+        except PrometheusFault as fault:
+            got = fault
+        finally:
+            struck = self._deadline.stop()
+        if struck:  # whatever the cut sockets made of it: a fault, or an answer cut short that looks whole
+            raise PrometheusFault(self._late())
+        if isinstance(got, PrometheusFault):
+            raise got
+        return self._answer(*got)
+
+    def _late(self) -> str:
+        return f"Prometheus at {self.cfg.url} did not answer within {self.cfg.timeout_s:g} s"
+
+    def _post(self, promql: str) -> tuple[int, bytes]:
         import requests
 
         url = f"{self.cfg.url}/api/v1/query"
@@ -106,22 +217,18 @@ class PrometheusHttp:
             with self.session.post(
                 url, data={"query": promql}, timeout=self.cfg.timeout_s, stream=True
             ) as resp:
-                body = self._read(resp)
-                status = resp.status_code
+                return resp.status_code, self._read(resp)
         except requests.exceptions.SSLError as e:
             raise PrometheusFault(
                 f"TLS error talking to {self.cfg.url}: {_short(_root(e))}; give the CA that signed its "
                 "certificate with --prometheus-ca FILE"
             ) from None
         except requests.exceptions.Timeout:
-            raise PrometheusFault(
-                f"Prometheus at {self.cfg.url} did not answer within {self.cfg.timeout_s:g} s"
-            ) from None
+            raise PrometheusFault(self._late()) from None
         except requests.exceptions.RequestException as e:
             raise PrometheusFault(
                 f"Prometheus at {self.cfg.url} is unreachable: {_short(_root(e))}"
             ) from None
-        return self._answer(status, body)
 
     def _read(self, resp: requests.Response) -> bytes:
         cap = self.cfg.max_response_bytes

@@ -1,9 +1,12 @@
 """Running the trace worker: in this process when torch and transformers import here, otherwise in a
 subprocess of the Python the user names (their own ML environment), speaking JSON over stdin/stdout.
 
-A subprocess can be stopped (``timeout``, or :meth:`TraceJob.cancel` from the window); an in-process trace
-is bounded by ``SIGALRM`` when it runs on the main thread (the CLI). Every failure is a :class:`TraceFailure`:
-one line naming the cause, with the worker's log kept for whoever wants to see it.
+A subprocess can be stopped (``timeout``, or :meth:`TraceJob.cancel` from the window): it starts in a session
+of its own and the whole process group is killed, so a wrapper script that runs Python without ``exec`` does
+not leave its Python running and holding the pipes. An in-process trace is bounded by ``SIGALRM`` when it runs
+on the main thread (the CLI). Every failure is a :class:`TraceFailure`: one line naming the cause, with the
+worker's log kept for whoever wants to see it; whatever the named program prints (nothing, not UTF-8, not a
+JSON object, JSON nested past the parser's depth) is such a failure, never a traceback.
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ from gpumem_gui.trace.request import TraceRequest
 # the folder holding the gpumem_trace_worker package (shipped as plain files in the binary too)
 WORKER_DIR = Path(__file__).resolve().parent
 DEFAULT_TIMEOUT_S = 300
+# the version probe below reads package metadata only: answers in well under a second
+_VERSIONS_TIMEOUT_S = 60
+# process groups (POSIX): the named program and whatever it starts are killed together
+_GROUPS = hasattr(os, "killpg")
+_NOT_WORKER = "name a Python interpreter, e.g. /path/to/venv/bin/python"
 # the worker's package_versions() in another Python (metadata only: answers in well under a second)
 _VERSIONS_SCRIPT = "\n".join(
     (
@@ -79,19 +87,21 @@ def environment_versions(python: str | None) -> dict[str, str]:
     if python is None or python == sys.executable:
         found, where = _worker().building.package_versions(), "this Python"
     else:
-        try:
-            p = subprocess.run(
-                [python, "-c", _VERSIONS_SCRIPT],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                env=_worker_env(),
+        proc = _start([python, "-c", _VERSIONS_SCRIPT], python)
+        out, err = _communicate(proc, b"", _VERSIONS_TIMEOUT_S)
+        if out is None:
+            raise TraceFailure(
+                f"the Python {python!r} did not say its package versions within {_VERSIONS_TIMEOUT_S} s",
+                err,
+                "python",
             )
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise TraceFailure(f"cannot run the Python {python!r}: {e}", field="python") from None
-        if p.returncode != 0:
-            raise TraceFailure(f"the Python {python!r} failed: {_last_line(p.stderr)}", p.stderr, "python")
-        found, where = json.loads(p.stdout), f"the Python at {python}"
+        if proc.returncode != 0:
+            raise TraceFailure(f"the Python {python!r} failed: {_last_line(err)}", err, "python")
+        found = _json_object(out, python, err)
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in found.items()):
+            bad = f"{python!r} is not a Python gpumem can trace with: {_NOT_WORKER}"
+            raise TraceFailure(bad, err, "python")
+        where = f"the Python at {python}"
     missing = [m for m in ("torch", "transformers") if m not in found]
     if missing:
         raise TraceFailure(
@@ -101,6 +111,66 @@ def environment_versions(python: str | None) -> dict[str, str]:
             field="python",
         )
     return found
+
+
+def _start(args: list[str], python: str) -> subprocess.Popen[bytes]:
+    """``args`` in a session (and process group) of its own, bytes on every pipe."""
+    try:
+        return subprocess.Popen(
+            args,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_worker_env(),
+            start_new_session=_GROUPS,
+        )
+    except OSError as e:
+        raise TraceFailure(f"cannot run the Python {python!r}: {e}", field="python") from None
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """Kill ``proc`` and everything it started in its process group (a wrapper's Python too). Once ``proc``
+    has been reaped its pid may be reused, so the group is then left alone (its pipes are closed by then)."""
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(OSError):
+        if _GROUPS:
+            os.killpg(proc.pid, signal.SIGKILL)  # the group's id is the leader's pid (start_new_session)
+        else:
+            proc.kill()
+
+
+def _communicate(proc: subprocess.Popen[bytes], data: bytes, timeout: float) -> tuple[str | None, str]:
+    """(stdout, stderr) of ``proc`` given ``data`` on stdin; stdout is None when it ran past ``timeout``
+    (its group is then killed). Only stdout is parsed, so only the log is decoded leniently."""
+    try:
+        out, err = proc.communicate(data, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        _out, err = proc.communicate()
+        return None, err.decode("utf-8", "replace")
+    log = err.decode("utf-8", "replace")
+    try:
+        return out.decode("utf-8"), log
+    except UnicodeDecodeError:
+        return "\ufffd", log  # not UTF-8: _json_object says it is not the answer of a Python
+
+
+def _json_object(out: str, python: str, log: str) -> dict[str, Any]:
+    """The one JSON object ``python`` printed; anything else is a TraceFailure naming it."""
+    try:
+        doc = json.loads(out)
+    except (ValueError, RecursionError):  # RecursionError: JSON nested past the parser's depth
+        doc = None
+    if not isinstance(doc, dict):
+        said = "nothing" if not out.strip() else "no JSON object"
+        tail = f"; its log: {_last_line(log)}" if log.strip() else ""
+        raise TraceFailure(
+            f"{python!r} is not a Python gpumem can trace with: it printed {said} ({_NOT_WORKER}){tail}",
+            log,
+            "python",
+        )
+    return doc
 
 
 def _last_line(text: str) -> str:
@@ -114,48 +184,40 @@ class TraceJob:
     def __init__(self, request: TraceRequest, python: str, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         self.python, self.timeout = python, timeout
         self.cancelled = threading.Event()
-        try:
-            self.proc = subprocess.Popen(
-                [python, "-m", "gpumem_trace_worker"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=_worker_env(),
-            )
-        except OSError as e:
-            raise TraceFailure(f"cannot run the Python {python!r}: {e}", field="python") from None
-        self._request = json.dumps(request.payload())
+        self.proc = _start([python, "-m", "gpumem_trace_worker"], python)
+        self._request = json.dumps(request.payload()).encode()
 
     def cancel(self) -> None:
         self.cancelled.set()
-        with contextlib.suppress(OSError):
-            self.proc.kill()
+        _kill(self.proc)
 
     def result(self) -> dict[str, Any]:
-        try:
-            out, err = self.proc.communicate(self._request, timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            out, err = self.proc.communicate()
-            raise TraceFailure(
-                f"the trace took longer than {self.timeout:g} s and was stopped (--timeout)", err, "timeout"
-            ) from None
+        out, err = _communicate(self.proc, self._request, self.timeout)
         if self.cancelled.is_set():
             raise TraceFailure("the trace was cancelled", err)
+        if out is None:
+            raise TraceFailure(
+                f"the trace took longer than {self.timeout:g} s and was stopped (--timeout)", err, "timeout"
+            )
         return _parse(out, err, self.proc.returncode, self.python)
 
 
 def _parse(out: str, err: str, code: int | None, python: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(out) if out.strip() else None
-    except ValueError:
-        doc = None
-    if not isinstance(doc, dict):
+    if code != 0 and not out.strip():
         raise TraceFailure(f"the trace worker in {python} failed (exit {code}): {_last_line(err)}", err)
+    doc = _json_object(out, python, err)
     if "error" in doc:
-        raise TraceFailure(f"trace: {doc['error']}", err, doc.get("field"))
+        raise TraceFailure(f"trace: {_short(doc['error'])}", err, _field(doc.get("field")))
     return doc
+
+
+def _short(value: object, limit: int = 300) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _field(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 @contextlib.contextmanager
