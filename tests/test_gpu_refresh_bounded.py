@@ -5,8 +5,8 @@ The growth the README reported (~10 MiB an hour, outside Python's heap) was Qt's
 new banner ``QIcon`` per fits/misses flip (fixed in issue 18, ``tests/test_rough_ui.py`` covers the flips).
 This checks the other half of the path, re-estimates whose verdict stays: once everything has been painted
 once, 25 more readings put nothing new in the pixmap cache and leave the same number of Qt objects under the
-window and of items in every chart's scene. (Checked to fail with a pixmap cached under a new key, or a QObject
-made, per banner update.)
+window and of items in every chart's scene. (Checked to fail with a pixmap cached under a new key, or a
+QObject made, per banner update.)
 """
 
 from __future__ import annotations
