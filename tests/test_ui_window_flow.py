@@ -110,3 +110,18 @@ def test_a_restored_session_of_a_quantized_checkpoint_does_not_leak_its_format(
     w.load_source(QWEN)
     assert _weights(w) == ("bf16", 15.26)
     w.flush_background()
+
+
+def test_the_maxima_line_shows_the_phrases_as_written(qtbot) -> None:
+    """The fit panel's maxima are core phrases in plain text: "the model's context window" shows its
+    apostrophe, not the HTML entity the label printed when it escaped text it then showed as plain text."""
+    from gpumem_gui.core import GpuTarget, find_model, fit_report, make_run, maxima_phrases
+    from gpumem_gui.ui.changes_panel import ChangesPanel
+
+    spec = find_model("google-bert/bert-base-uncased").spec
+    rep = fit_report(spec, make_run(seq=512), GpuTarget(name="big", capacity_bytes=80 << 30))
+    panel = ChangesPanel()
+    qtbot.addWidget(panel)
+    panel.show_report(rep, "GiB")
+    assert "(the model's context window)" in panel.maxima.text()
+    assert panel.maxima.text() == " · ".join(maxima_phrases(rep))

@@ -236,10 +236,20 @@ def dump(calls_path: Path | None, out: Path, grid: bool) -> None:
 
 
 def _run_defaults() -> dict[str, dict[str, Any]]:
-    """Today's default of every field of the run models, as a dump stores them (JSON)."""
-    from gpumem_gui.core import InferenceRun, TrainingRun
+    """Today's default of every field of the run models and the GPU target (the fields that have one), as a
+    dump stores them (JSON): a field added since a dump was made keys the same call as before."""
+    from pydantic import TypeAdapter
+    from pydantic_core import PydanticUndefined
 
-    return {m.__name__: m().model_dump(mode="json") for m in (InferenceRun, TrainingRun)}
+    from gpumem_gui.core import GpuTarget, InferenceRun, TrainingRun
+
+    out = {m.__name__: m().model_dump(mode="json") for m in (InferenceRun, TrainingRun)}
+    out["GpuTarget"] = {
+        k: TypeAdapter(Any).dump_python(f.default, mode="json")
+        for k, f in GpuTarget.model_fields.items()
+        if f.default is not PydanticUndefined
+    }
+    return out
 
 
 def _plain_key(call: dict[str, Any], defaults: dict[str, dict[str, Any]]) -> str:

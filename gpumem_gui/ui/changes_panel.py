@@ -36,6 +36,7 @@ class ChangesPanel(QWidget):
         super().__init__(parent)
         self.heading = QLabel("<b>To make it fit</b>")
         self.maxima = QLabel("")
+        self.maxima.setTextFormat(Qt.TextFormat.PlainText)  # core phrases, shown as written (apostrophes too)
         self.maxima.setWordWrap(True)
         self.maxima.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.status = QLabel("")
@@ -81,8 +82,7 @@ class ChangesPanel(QWidget):
         changes = list(rep.changes if changes is None else changes)
         # the same phrases as the CLI and the Markdown report (core maxima_phrases): "no batch size fits"
         # where nothing does, a best format only when it is a change
-        parts = [html.escape(p) for p in maxima_phrases(rep)]
-        self.maxima.setText(" · ".join(parts))
+        self.maxima.setText(" · ".join(maxima_phrases(rep)))
         status = "" if changes else "No change is needed." if rep.fits else "No change found."
         self.status.setText(" ".join(t for t in (status, note) if t))
         self._set_rows(changes, unit)

@@ -20,6 +20,7 @@ from gpumem_gui.core import (
     estimate_any,
     find_gpu,
     parse_capacity,
+    runtime,
     training_command,
 )
 from gpumem_gui.files import atomic_write
@@ -69,6 +70,13 @@ def runtime_flags_text(m: LoadedModel | None, run: AnyRun | None, est: Estimate 
         raise GpumemInputError("no plan yet")
     if isinstance(run, TrainingRun):
         return training_command(m.source, run)
+    # an engine that cannot load this model as the run has it (llama.cpp and a repository without GGUF
+    # files, vLLM and a format it does not quantize to) gets the reason, not a command that would fail
+    why = (
+        None if m.spec is None else runtime(run.engine).expresses(m.spec, run, m.source, m.checkpoint_weights)
+    )
+    if why is not None:
+        return f"# no {run.engine} command: {why}"
     return runtime_flags(m.source, run, est)
 
 
