@@ -125,3 +125,28 @@ def test_the_maxima_line_shows_the_phrases_as_written(qtbot) -> None:
     panel.show_report(rep, "GiB")
     assert "(the model's context window)" in panel.maxima.text()
     assert panel.maxima.text() == " · ".join(maxima_phrases(rep))
+
+
+def _lengths(w: MainWindow) -> tuple[int, int, int]:
+    run, train = w.run_form.value(), w.train_form.value()
+    return run.seq, run.new_tokens, train.seq
+
+
+def test_an_encoders_length_caps_do_not_carry_over_to_the_next_decoder(main_window: MainWindow) -> None:
+    """BERT reads at most 512 positions and generates nothing, so opening it caps the prompt and drops the new
+    tokens; the decoder opened next gets the user's lengths back (as the published format comes back, item 1),
+    but not once the user has edited the capped values."""
+    w = main_window
+    w.run_form.set_value(w.run_form.value().model_copy(update={"seq": 4096, "new_tokens": 512}))
+    w.train_form.set_value(w.train_form.value().model_copy(update={"seq": 8192}))
+    w.recompute_now()
+    _click_catalog(w, "google-bert/bert-base-uncased")
+    assert _lengths(w) == (512, 0, 512)
+    _click_catalog(w, "FacebookAI/roberta-base")  # another encoder: still capped, the user's lengths kept
+    assert _lengths(w)[:2] == (512, 0)
+    _click_catalog(w, QWEN)
+    assert _lengths(w) == (4096, 512, 8192)
+    _click_catalog(w, "google-bert/bert-base-uncased")
+    w.run_form.set_value(w.run_form.value().model_copy(update={"seq": 256}))  # the user edits the cap
+    _click_catalog(w, QWEN)
+    assert _lengths(w) == (256, 0, 512)

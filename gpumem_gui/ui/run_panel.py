@@ -78,6 +78,9 @@ class RunPanel(QWidget):
         self._file_weights = False
         self._encoder = False  # the model opened is an encoder: its task head form is shown
         self._chosen_weights: str | None = None  # what the user picked, for the next model it applies to
+        # the lengths an encoder capped (the user's, before) and what it capped them to: given back to the
+        # next model that takes them, unless the user changed the capped values meanwhile
+        self._uncapped: tuple[tuple[int, int, int], tuple[int, int, int]] | None = None
         v = QVBoxLayout(self)
         v.setContentsMargins(0, 0, 0, 0)
         v.addWidget(self.target_form)
@@ -175,14 +178,24 @@ class RunPanel(QWidget):
         learned = (
             spec.seq2seq is not None and spec.seq2seq.block == "bart"
         )  # BART: learned positions per stack
+        run = self.run_form.value() if not self.run_form.has_errors() else InferenceRun()
+        train = self.train_form.value() if not self.train_form.has_errors() else TrainingRun()
+        now = (run.seq, run.new_tokens, train.seq)
         if model_kinds(spec).model != "encoder" and not learned:
+            # a model that takes any length: the lengths an encoder capped come back, as the user had them
+            if self._uncapped is not None and self._uncapped[1] == now:
+                seq, new_tokens, train_seq = self._uncapped[0]
+                self.run_form.set_value(run.model_copy(update={"seq": seq, "new_tokens": new_tokens}))
+                self.train_form.set_value(train.model_copy(update={"seq": train_seq}))
+            self._uncapped = None
             return
         cap = spec.max_position_embeddings
-        run = self.run_form.value() if not self.run_form.has_errors() else InferenceRun()
-        new_tokens = min(run.new_tokens, cap) if learned else 0
-        self.run_form.set_value(run.model_copy(update={"seq": min(run.seq, cap), "new_tokens": new_tokens}))
-        train = self.train_form.value() if not self.train_form.has_errors() else TrainingRun()
-        self.train_form.set_value(train.model_copy(update={"seq": min(train.seq, cap)}))
+        capped = (min(run.seq, cap), min(run.new_tokens, cap) if learned else 0, min(train.seq, cap))
+        self.run_form.set_value(run.model_copy(update={"seq": capped[0], "new_tokens": capped[1]}))
+        self.train_form.set_value(train.model_copy(update={"seq": capped[2]}))
+        if capped != now:  # the user's lengths before the first cap are the ones to give back
+            before = self._uncapped[0] if self._uncapped is not None and self._uncapped[1] == now else now
+            self._uncapped = (before, capped)
 
     def apply_preset(self, index: int) -> bool:
         """Fill the Inference form from the preset at ``index`` of its list; False when it is none."""
@@ -230,6 +243,7 @@ class RunPanel(QWidget):
         """The scenario's runs, mode (without the tab-change signal) and GPU target; its weight format
         replaces any chosen before (the next model reads the choice from the form)."""
         self._chosen_weights = None
+        self._uncapped = None  # the scenario's lengths are the user's
         if sc.model.task is not None and self._encoder:
             self.task_form.set_value(sc.model.task)
         self.run_form.set_value(sc.run)
