@@ -34,6 +34,7 @@ from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.params import Tensor
 
 if TYPE_CHECKING:
+    from gpumem_gui.core.replay.config import ReplayConfig
     from gpumem_gui.core.replay.context import CausalLM
 
 # PEFT's shorthand for every linear but the output layer
@@ -193,16 +194,32 @@ def lora(m: CausalLM, x: T, result: T, name: str, n_out: int, n_in: int) -> T:
     return s.cast(result, torch_result_dtype)
 
 
+def bnb4_inference(cfg: ReplayConfig, w_name: str, shape: tuple[int, int]) -> bool:
+    """An inference replay of a bitsandbytes 4-bit model runs this linear as ``Linear4bit``."""
+    return cfg.bnb4_compute is not None and bnb_quantizes(w_name, shape)
+
+
 def linear4bit(m: CausalLM, x: T, bias: T | None, n_out: int, n_in: int) -> T:
-    s = m.s
-    cdt = m.cfg.autocast or m.cfg.param_dt
+    """``Linear4bit.forward``: the input cast to the compute dtype, the weight dequantized for the matmul.
+
+    bitsandbytes ``matmul_4bit`` (``bitsandbytes/autograd/_functions.py``): a single token without
+    gradients takes ``gemv_4bit`` on the packed weight (no dequantized copy); otherwise ``MatMul4Bit``
+    dequantizes to the dtype the weight had (``quant_state.dtype``: the model's float dtype) and casts that
+    to the input's (the compute dtype, ``bnb_4bit_compute_dtype``), both alive for the matmul when they
+    differ. In training the two are the same dtype (the QLoRA recipes set the compute dtype to it)."""
+    s, cfg = m.s, m.cfg
+    cdt = cfg.bnb4_compute or cfg.autocast or cfg.param_dt
     inp_dtype = x.dt
     x = s.cast(x, cdt)
-    deq = s.new(n_out * n_in, cdt, "dequantized weights")
     rows = x.n // n_in
-    out = s.new(rows * n_out, cdt)
-    del deq
     numel = n_out * n_in
+    if cfg.bnb4_compute is not None and rows == 1:  # gemv_4bit: one token, no gradients
+        return s.cast(s.new(n_out, cdt), inp_dtype)
+    stored = cfg.param_dt if cfg.bnb4_compute is not None else cdt
+    deq = s.new(numel, stored, "dequantized weights")
+    deq_c = s.new(numel, cdt, "dequantized weights") if stored != cdt else deq  # .to(A.dtype)
+    out = s.new(rows * n_out, cdt)
+    del deq, deq_c
 
     def bw(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
         res: list[Storage | None] = [None] * len(nd.edges)

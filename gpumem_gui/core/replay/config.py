@@ -33,6 +33,9 @@ class ReplayConfig:
         "nf4"  # qlora: the base's bitsandbytes format (nf4, nf4-dq: Linear4bit; int8: Linear8bitLt)
     )
     frozen_layers: int = 0
+    # inference on a bitsandbytes 4-bit model: its Linear4bit layers' compute dtype (bnb_4bit_compute_dtype);
+    # None: the linears are not bitsandbytes 4-bit (replay/adapters.py linear4bit)
+    bnb4_compute: str | None = None
     lm_head: bool = True  # this rank holds the head (and the loss)
     embedding: bool = True  # this rank holds the token embedding
     weights_counted: bool = True  # False: the weights are accounted elsewhere (inference's load phase)

@@ -40,6 +40,7 @@ KINDS = (
     "inputs",
     "recurrent_state",  # linear-attention layers' conv and recurrent states (replay/linear_attention.py)
     "vision",  # a prompt's images: the vision tower's activations and outputs (replay/vision.py)
+    "dequantized weights",  # bitsandbytes 4-bit linears' dequantized weight per matmul (replay/adapters.py)
 )
 _TAPE_KEYS = 512  # (model, structure) pairs whose tapes are kept
 _POINT = ("batch", "q", "past")  # what a tape is evaluated for; every other field of the config is its key

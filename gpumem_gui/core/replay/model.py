@@ -162,7 +162,7 @@ class CausalLM:
         bias = self.w(f"{name}.bias")
         if f"{name}.lora_A" in self.p and name.endswith(f".{adapters.ROUTER}"):
             return self.o.linear(x, adapters.merged_weight(self, w, name, n_out, n_in), bias, n_out, n_in)
-        if w_name in self.quantized:
+        if w_name in self.quantized or adapters.bnb4_inference(self.cfg, w_name, (n_out, n_in)):
             quantized = adapters.QUANTIZED_LINEARS.get(self.cfg.quant_base, adapters.linear4bit)
             result = quantized(self, x, bias, n_out, n_in)
         elif self.cfg.float8 and name.startswith("layers."):  # torchao converts the decoder's linears

@@ -166,6 +166,17 @@ class InferenceRun(Frozen):
             engines=("transformers",),
         ),
     ] = "last"
+    bnb_compute_dtype: Annotated[
+        Literal["auto", "fp32", "bf16", "fp16"],
+        UI(
+            "4-bit compute",
+            "transformers",
+            "bitsandbytes 4-bit (nf4, fp4) weights: bnb_4bit_compute_dtype, the dtype each linear's input "
+            "and dequantized weight are cast to (auto: the compute dtype; transformers' BitsAndBytesConfig "
+            "defaults to fp32)",
+            engines=("transformers",),
+        ),
+    ] = "auto"
     images: Annotated[
         int,
         Field(ge=0, le=1024),

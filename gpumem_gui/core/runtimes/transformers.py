@@ -52,7 +52,9 @@ _KIND_LABELS = {
     "inputs": "input ids",
     "recurrent_state": "recurrent state (conv + linear-attention state)",
     "vision": "vision tower (images)",
+    "dequantized weights": "dequantized 4-bit weights",
 }
+_KIND_KEYS = {"dequantized weights": "dequantized_weights"}  # the key training's breakdown uses too
 
 
 @lru_cache(maxsize=4096)
@@ -74,7 +76,9 @@ def _kind_components(sim: ForwardResult, dt_label: str) -> list[Component]:
         n = sim.by_kind.get(kind, 0)
         if not n:
             continue
-        key = kind if kind in ("kv_cache", "logits", "recurrent_state") else f"act_{kind}"
+        key = (
+            kind if kind in ("kv_cache", "logits", "recurrent_state") else _KIND_KEYS.get(kind, f"act_{kind}")
+        )
         out.append(
             Component(
                 key=key,
@@ -131,6 +135,12 @@ class Transformers(Runtime):
         last_stage = stage == run.pp - 1
         kvb = kv_bytes_per_element(run.kv_dtype_resolved)
         dt = _REPLAY_DTYPES[run.compute_dtype]
+        # bitsandbytes 4-bit linears dequantize their weight per matmul (replay/adapters.py linear4bit)
+        bnb = run.compute_dtype if run.bnb_compute_dtype == "auto" else run.bnb_compute_dtype
+        fmt = None if run.weights == "file" else get_weight_format(run.weights)
+        bnb4 = (
+            _REPLAY_DTYPES[bnb] if fmt is not None and fmt.family == "bitsandbytes" and fmt.bits < 8 else None
+        )
         # a vision tower's images: their tokens join the prompt, the tower runs on the first stage
         # (replay/vision.py); nothing without a replayed tower
         image_tok = image_tokens(spec, run.images, run.image_size) if _has_tower(spec) else 0
@@ -146,6 +156,7 @@ class Transformers(Runtime):
             kv_bytes=kvb,
             lm_head=last_stage,
             weights_counted=False,
+            bnb4_compute=bnb4,
         )
         pre = replay_forward(rspec, fwd)
         # the images' keys and values in the cross-attention layers (runtimes/cross_attention.py)
@@ -173,6 +184,7 @@ class Transformers(Runtime):
                 kv_bytes=kvb,
                 lm_head=last_stage,
                 weights_counted=False,
+                bnb4_compute=bnb4,
             )
             dec = replay_forward(rspec, step)
             extra = [_generate_scores(run, rspec.vocab_size)] if last_stage else []
