@@ -77,6 +77,13 @@ def _left_behind(s: Sim, before: tuple[dict[str, int], dict[str, int]]) -> tuple
     return next(iter(kinds)), tags
 
 
+def _steps(step: Callable[[int, Any], Any], carry: Any, start: int, stop: int) -> Any:
+    """Iterations ``start`` to ``stop - 1`` replayed one by one."""
+    for k in range(start, stop):
+        carry = step(k, carry)
+    return carry
+
+
 def run_scan(
     s: Sim,
     n: int,
@@ -92,8 +99,7 @@ def run_scan(
     backward): the middle iterations' outputs join it as one tensor of their bytes."""
     mode = _mode(s, n)
     if mode is None:
-        for it in range(n):
-            carry = step(it, carry)
+        carry = _steps(step, carry, 0, n)
         return carry
     if mode != "plain":
         return _run_checkpointed(s, n, step, carry, state, collected, mode == "recompute")
@@ -112,15 +118,13 @@ def run_scan(
             break
     middle = n - it - TAIL - 1  # iterations the ballast stands for
     if each is None or middle < 1 or state(carry).fn is None:
-        for k in range(it, n):
-            carry = step(k, carry)
+        carry = _steps(step, carry, it, n)
         return carry
     kind, by_tag = each
     if collected is not None:  # the output each iteration appends is no saved tensor
         out = collected[-1]
         if out.st is None or out.st.kind != kind or by_tag.get(out.st.tag, 0) < out.st.nbytes:
-            for k in range(it, n):
-                carry = step(k, carry)
+            carry = _steps(step, carry, it, n)
             return carry
         by_tag = {**by_tag, out.st.tag: by_tag[out.st.tag] - out.st.nbytes}
         collected.append(T(Storage(tr, middle * out.st.nbytes, kind, out.st.tag), middle * out.n, out.dt))
@@ -131,8 +135,7 @@ def run_scan(
     carry = _replace_state(carry, last, alias)
     del ballast, last, alias  # the state lives as long as the loop keeps it, no longer
     carry = step(it + middle, carry)
-    for k in range(it + middle + 1, n):
-        carry = step(k, carry)
+    carry = _steps(step, carry, it + middle + 1, n)
     return carry
 
 
@@ -149,8 +152,7 @@ def _run_checkpointed(
     storage on the state's node (the first forward counts it and drops it; the recomputation, ``held``,
     fills it with the middle iterations' bytes, measured on the last head iteration), then the rest."""
     tr = s.tr
-    for it in range(CKPT_HEAD - 1):
-        carry = step(it, carry)
+    carry = _steps(step, carry, 0, CKPT_HEAD - 1)
     before = (dict(tr.by_kind), dict(tr.by_tag))
     carry = step(CKPT_HEAD - 1, carry)
     middle = n - CKPT_HEAD - TAIL - 1
@@ -172,8 +174,7 @@ def _run_checkpointed(
     carry = _replace_state(carry, last, alias)
     del ballast, last, alias  # the state lives as long as the loop keeps it, no longer
     carry = step(CKPT_HEAD + middle, carry)
-    for k in range(CKPT_HEAD + middle + 1, n):
-        carry = step(k, carry)
+    carry = _steps(step, carry, CKPT_HEAD + middle + 1, n)
     return carry
 
 
