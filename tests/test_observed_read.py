@@ -8,6 +8,7 @@ wrong unit or a wrong sentence -> figure mapping fails. Each fixture's source UR
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 from gpumem_gui.core import FIGURES, GpumemInputError, read_observed, read_observed_bytes
 
 DIR = Path(__file__).parent / "reference" / "observed"
-POW2 = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+POW2 = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}  # nvidia-smi's MiB too
 
 
 def b(text: str) -> int:
@@ -25,10 +26,22 @@ def b(text: str) -> int:
     return round(Fraction(number) * POW2[unit])
 
 
-# file -> [(source_format, gpu_index, {figure: as printed}, derived figures)], a record per report, in order
-EXPECTED: dict[str, list[tuple[str, int | None, dict[str, str], set[str]]]] = {
+@dataclass(frozen=True)
+class R:
+    """One expected record: its format, GPU, the figures as the text prints them, the derived ones."""
+
+    form: str
+    gpu: int | None
+    stated: dict[str, str]
+    derived: set[str] = field(default_factory=set)
+    name: str | None = None
+    procs: tuple[tuple[int | None, str], ...] = ()  # (pid, size as printed) of the processes listed
+
+
+# file -> a record per report (per GPU for nvidia-smi), in text order
+EXPECTED: dict[str, list[R]] = {
     "torch_oom_current_pytorch16417.txt": [
-        (
+        R(
             "torch_oom",
             0,
             {
@@ -40,10 +53,11 @@ EXPECTED: dict[str, list[tuple[str, int | None, dict[str, str], set[str]]]] = {
                 "reserved_unallocated_bytes": "194.87 MiB",
             },
             {"reserved_bytes"},
+            procs=((None, "23.60 GiB"),),
         )
     ],
     "torch_oom_current_vsmtrans3.txt": [
-        (
+        R(
             "torch_oom",
             0,
             {
@@ -55,10 +69,11 @@ EXPECTED: dict[str, list[tuple[str, int | None, dict[str, str], set[str]]]] = {
                 "reserved_unallocated_bytes": "336.73 MiB",
             },
             {"reserved_bytes"},
+            procs=((None, "15.48 GiB"),),
         )
     ],
     "torch_oom_2023_generateu10.txt": [
-        (
+        R(
             "torch_oom_2023",
             0,
             {
@@ -69,10 +84,11 @@ EXPECTED: dict[str, list[tuple[str, int | None, dict[str, str], set[str]]]] = {
                 "reserved_unallocated_bytes": "330.42 MiB",
             },
             {"reserved_bytes"},
+            procs=((20398, "14.52 GiB"),),
         )
     ],
     "torch_oom_2023_mygirlgpt11.txt": [
-        (
+        R(
             "torch_oom_2023",
             0,
             {
@@ -84,10 +100,11 @@ EXPECTED: dict[str, list[tuple[str, int | None, dict[str, str], set[str]]]] = {
                 "reserved_unallocated_bytes": "1.90 MiB",
             },
             {"reserved_bytes"},
+            procs=((None, "3.44 GiB"),),
         )
     ],
     "torch_oom_2023_ootdiffusion167.txt": [
-        (
+        R(
             "torch_oom_2023",
             0,
             {
@@ -101,7 +118,7 @@ EXPECTED: dict[str, list[tuple[str, int | None, dict[str, str], set[str]]]] = {
         )
     ],
     "torch_oom_legacy_pytorch59778.txt": [
-        (
+        R(
             "torch_oom_legacy",
             0,
             {
@@ -115,7 +132,7 @@ EXPECTED: dict[str, list[tuple[str, int | None, dict[str, str], set[str]]]] = {
         )
     ],
     "torch_oom_legacy_easydiffusion104.txt": [
-        (
+        R(
             "torch_oom_legacy",
             0,
             {
@@ -129,7 +146,7 @@ EXPECTED: dict[str, list[tuple[str, int | None, dict[str, str], set[str]]]] = {
         )
     ],
     "torch_oom_cached_pytorch16417.txt": [
-        (
+        R(
             "torch_oom_cached",
             0,
             {
@@ -143,7 +160,7 @@ EXPECTED: dict[str, list[tuple[str, int | None, dict[str, str], set[str]]]] = {
         )
     ],
     "torch_oom_cached_pytorch13751.txt": [
-        (
+        R(
             "torch_oom_cached",
             0,
             {
@@ -156,12 +173,72 @@ EXPECTED: dict[str, list[tuple[str, int | None, dict[str, str], set[str]]]] = {
             {"reserved_bytes"},
         )
     ],
+    "nvidia_smi_table_rlinf255.txt": [
+        R(
+            "nvidia_smi_table",
+            0,
+            {"used_bytes": "507 MiB", "total_bytes": "24564 MiB"},
+            name="NVIDIA GeForce RTX 4090",
+        ),
+        R(
+            "nvidia_smi_table",
+            1,
+            {"used_bytes": "459 MiB", "total_bytes": "24564 MiB"},
+            name="NVIDIA GeForce RTX 4090",
+        ),
+    ],
+    "nvidia_smi_table_triangulation80.txt": [
+        R(
+            "nvidia_smi_table",
+            0,
+            {"used_bytes": "8559 MiB", "total_bytes": "10989 MiB"},
+            name="GeForce RTX 208...",
+        ),
+        R(
+            "nvidia_smi_table",
+            1,
+            {"used_bytes": "7384 MiB", "total_bytes": "10989 MiB"},
+            name="GeForce RTX 208...",
+        ),
+        R(
+            "nvidia_smi_table",
+            2,
+            {"used_bytes": "7384 MiB", "total_bytes": "10989 MiB"},
+            name="GeForce RTX 208...",
+        ),
+        R("nvidia_smi_table", 3, {}, name="GeForce RTX 208..."),  # cut before its Memory-Usage line
+    ],
+    "nvidia_smi_table_localgpt14.txt": [
+        R(
+            "nvidia_smi_table",
+            0,
+            {"used_bytes": "1585 MiB", "total_bytes": "11264 MiB"},
+            name="NVIDIA GeForce GTX 1080 Ti",
+        ),
+    ],
+    "nvidia_smi_table_gpustat130.txt": [
+        R(
+            "nvidia_smi_table",
+            0,
+            {"used_bytes": "0 MiB", "total_bytes": "16384 MiB"},
+            name="Tesla P100-PCIE...",
+        ),
+    ],
+    "nvidia_smi_processes_nvitop152.txt": [
+        R("nvidia_smi_table", 0, {}, procs=((10734, "160 MiB"), (58661, "3 MiB"))),
+        R("nvidia_smi_table", 1, {}, procs=((10734, "160 MiB"),)),
+        R("nvidia_smi_table", 2, {}, procs=((18243, "64 MiB"), (22720, "34 MiB"))),
+    ],
+    "nvidia_smi_csv_clic89.txt": [
+        R("nvidia_smi_csv", None, {"free_bytes": "2131 MiB"}, name="NVIDIA GeForce GTX 1050 Ti"),
+        R("nvidia_smi_csv", None, {"free_bytes": "16000 MiB"}, name="NVIDIA GeForce RTX 3080 Ti"),
+    ],
 }
 
 # derived figures and the stated ones they come from (the definitions the readers document)
 DERIVATIONS = {
-    ("reserved_bytes", "torch"): lambda f: f["allocated_bytes"] + f["reserved_unallocated_bytes"],
-    ("reserved_unallocated_bytes", "torch"): lambda f: f["reserved_bytes"] - f["allocated_bytes"],
+    "reserved_bytes": lambda f: f["allocated_bytes"] + f["reserved_unallocated_bytes"],
+    "reserved_unallocated_bytes": lambda f: f["reserved_bytes"] - f["allocated_bytes"],
 }
 
 
@@ -184,14 +261,15 @@ def test_published_report_reads_to_the_exact_bytes(name: str) -> None:
     assert report == read_observed(data.decode("utf-8"))
     expected = EXPECTED[name]
     assert len(report.records) == len(expected)
-    for record, (form, gpu, stated, derived) in zip(report.records, expected, strict=True):
-        assert record.source_format == form
-        assert record.gpu_index == gpu
-        want = {k: b(v) for k, v in stated.items()}
-        for figure in derived:
-            want[figure] = DERIVATIONS[(figure, "torch")](want)
+    for record, r in zip(report.records, expected, strict=True):
+        assert (record.source_format, record.gpu_index) == (r.form, r.gpu)
+        want = {k: b(v) for k, v in r.stated.items()}
+        for figure in r.derived:
+            want[figure] = DERIVATIONS[figure](want)
         assert record.stated() == {k: want[k] for k in FIGURES if k in want}
-        assert set(record.derived) == derived
+        assert set(record.derived) == r.derived
+        assert record.gpu_name == r.name
+        assert [(p.pid, p.bytes) for p in record.processes] == [(pid, b(v)) for pid, v in r.procs]
         assert record.excerpt and record.excerpt in data.decode("utf-8")
 
 
@@ -266,3 +344,48 @@ def test_the_bounds_are_named() -> None:
         read_observed(one * 1025)
     with pytest.raises(GpumemInputError, match="neither UTF-8 text nor a memory snapshot"):
         read_observed_bytes(b"\xff\xfe\x00garbage")
+
+
+@pytest.mark.parametrize(
+    ("text", "free"),
+    [
+        # the header names each field with its unit; each value carries it too (csv)
+        (
+            "index, name, memory.total [MiB], memory.free [MiB]\n"
+            "3, NVIDIA H100 80GB HBM3, 81559 MiB, 80000 MiB\n",
+            80000,
+        ),
+        # nounits: the header's unit applies (csv,nounits)
+        (
+            "index, name, memory.total [MiB], memory.free [MiB]\n3, NVIDIA H100 80GB HBM3, 81559, 80000\n",
+            80000,
+        ),
+        # noheader with the command: the command names the columns, the values carry the unit
+        (
+            "$ nvidia-smi --query-gpu=index,name,memory.total,memory.free --format=csv,noheader\n"
+            "3, NVIDIA H100 80GB HBM3, 81559 MiB, 80000 MiB\n",
+            80000,
+        ),
+    ],
+)
+def test_nvidia_smi_csv_forms(text: str, free: int) -> None:
+    """The csv forms of nvidia-smi --query-gpu, written here in its layout (header "field [unit]")."""
+    (rec,) = read_observed(text).records
+    assert (rec.source_format, rec.gpu_index, rec.gpu_name) == ("nvidia_smi_csv", 3, "NVIDIA H100 80GB HBM3")
+    assert rec.stated() == {"total_bytes": 81559 << 20, "free_bytes": free << 20}
+
+
+def test_nvidia_smi_csv_without_header_or_command_is_not_read() -> None:
+    with pytest.raises(GpumemInputError, match="no memory report found"):
+        read_observed("NVIDIA GeForce GTX 1050 Ti, 2131\nNVIDIA GeForce RTX 3080 Ti, 16000\n")
+
+
+def test_an_oom_and_a_table_in_one_paste() -> None:
+    oom = (DIR / "torch_oom_current_pytorch16417.txt").read_text()
+    table = (DIR / "nvidia_smi_table_rlinf255.txt").read_text()
+    report = read_observed(f"{table}\n```\nthen the job died:\n{oom}")
+    assert [(r.source_format, r.gpu_index) for r in report.records] == [
+        ("nvidia_smi_table", 0),
+        ("nvidia_smi_table", 1),
+        ("torch_oom", 0),
+    ]
