@@ -37,7 +37,15 @@ class R:
     derived: set[str] = field(default_factory=set)
     name: str | None = None
     procs: tuple[tuple[int | None, str], ...] = ()  # (pid, size as printed) of the processes listed
+    parts: dict[str, str] = field(default_factory=dict)  # an engine's parts, as printed
 
+
+PR14447 = {
+    "weights": "21.21 GiB",
+    "non_torch": "0.20 GiB",
+    "activation_peak": "0.37 GiB",
+    "kv_cache": "1.57 GiB",
+}
 
 # file -> a record per report (per GPU for nvidia-smi), in text order
 EXPECTED: dict[str, list[R]] = {
@@ -277,6 +285,99 @@ EXPECTED: dict[str, list[R]] = {
             {"reserved_bytes"},
         )
     ],
+    "vllm_v0_workers_pr14447.txt": [
+        R("vllm", None, {}, parts=PR14447),
+        R("vllm", None, {"total_bytes": "23.58 GiB", "allowed_bytes": "23.35 GiB"}, parts=PR14447),
+        R("vllm", None, {"total_bytes": "23.58 GiB", "allowed_bytes": "23.35 GiB"}, parts=PR14447),
+    ],
+    "vllm_profiling_lines_pr10511.txt": [
+        R(
+            "vllm",
+            None,
+            {"total_bytes": "79.22 GiB", "allowed_bytes": "71.29 GiB"},
+            parts={
+                "weights": "14.96 GiB",
+                "non_torch": "1.79 GiB",
+                "activation_peak": "1.26 GiB",
+                "kv_cache": "53.29 GiB",
+            },
+        ),
+        R(
+            "vllm",
+            None,
+            {"total_bytes": "79.22 GiB", "allowed_bytes": "71.29 GiB"},
+            parts={"weights": "7.48 GiB", "non_torch": "3.58 GiB", "activation_peak": "1.26 GiB"},
+        ),
+    ],
+    "vllm_v0_budget_pr12126.txt": [
+        R(
+            "vllm",
+            None,
+            {"total_bytes": "79.22 GiB", "allowed_bytes": "71.29 GiB"},
+            parts={
+                "weights": "19.86 GiB",
+                "non_torch": "0.16 GiB",
+                "activation_peak": "36.63 GiB",
+                "kv_cache": "14.65 GiB",
+            },
+        ),
+    ],
+    # SGLang prints GiB as "GB" (sglang.py's docstring): the expected sizes say GiB
+    "vllm_sglang_kv_vllm21348.txt": [
+        R("vllm", None, {}, parts={"kv_cache": "8.11 GiB"}),
+        R("sglang", None, {}, parts={"kv_cache_k": "8.23 GiB", "kv_cache_v": "8.23 GiB"}),
+    ],
+    "sglang_startup_pr18263.txt": [
+        R(
+            "sglang",
+            None,
+            {"free_bytes": "74.01 GiB"},  # the last free figure stated (Memory pool end)
+            parts={"weights": "56.98 GiB", "kv_cache_k": "76.44 GiB", "kv_cache_v": "76.44 GiB"},
+        ),
+    ],
+    "sglang_tp_ranks_club3090_1261.txt": [  # each rank allocates two pools (the target and the draft model)
+        R(
+            "sglang",
+            None,
+            {"free_bytes": "8.40 GiB"},
+            parts={"kv_cache_k": "3.46 GiB", "kv_cache_v": "3.46 GiB"},
+        ),
+        R(
+            "sglang",
+            None,
+            {"free_bytes": "6.23 GiB"},
+            parts={"kv_cache_k": "1.08 GiB", "kv_cache_v": "1.08 GiB"},
+        ),
+        R(
+            "sglang",
+            None,
+            {"free_bytes": "7.63 GiB"},
+            parts={"kv_cache_k": "3.46 GiB", "kv_cache_v": "3.46 GiB"},
+        ),
+        R(
+            "sglang",
+            None,
+            {"free_bytes": "5.46 GiB"},
+            parts={"kv_cache_k": "1.08 GiB", "kv_cache_v": "1.08 GiB"},
+        ),
+    ],
+    "llamacpp_oom_ik749.txt": [
+        # the MiB line and the exact bytes of the same failed allocation: the bytes, stated last, are kept
+        R("llamacpp", 0, {"requested_bytes": "292926534144 bytes"}, parts={"kv_cache": "379.23 MiB"}),
+        *(
+            R("llamacpp", i, {}, parts={"kv_cache": kv})
+            for i, kv in enumerate(
+                ["82.44", "65.95", "82.44", "82.44", "65.95", "82.44", "82.44", "32.98", "32.98", "16.49"], 1
+            )
+            for kv in [kv + " MiB"]
+        ),
+        R("llamacpp", None, {}, parts={"kv_cache": "1005.79 MiB"}),  # KV self size: every device together
+    ],
+    "llamacpp_load_oom_20431.txt": [R("llamacpp", 0, {"requested_bytes": "151851674624 bytes"})],
+    "llamacpp_ollama_runner_6860.txt": [
+        R("llamacpp", None, {}, parts={"kv_cache": "5120.00 MiB"}),
+        R("llamacpp", 4, {"requested_bytes": "150995968 bytes"}),
+    ],
 }
 
 # derived figures and the stated ones they come from (the definitions the readers document)
@@ -314,6 +415,7 @@ def test_published_report_reads_to_the_exact_bytes(name: str) -> None:
         assert set(record.derived) == r.derived
         assert record.gpu_name == r.name
         assert [(p.pid, p.bytes) for p in record.processes] == [(pid, b(v)) for pid, v in r.procs]
+        assert dict(record.parts) == {k: b(v) for k, v in r.parts.items()}
         text = data.decode("utf-8")
         assert record.excerpt and all(line in text for line in record.excerpt.splitlines())
 

@@ -92,6 +92,7 @@ from gpumem_gui.core.imports import (
 from gpumem_gui.core.monotone import gallop, largest
 from gpumem_gui.core.observed import (
     FIGURES,
+    PARTS,
     SOURCE_FORMATS,
     ObservedMemory,
     ObservedProcess,
@@ -156,6 +157,7 @@ __all__ = [
     "MAX_GPUS",
     "MAX_SWEEP_POINTS",
     "MB",
+    "PARTS",
     "POINT_COST_S",
     "PRECISION_DOC",
     "RUNTIMES",

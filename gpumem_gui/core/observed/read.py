@@ -11,7 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.observed import nvidia_csv, nvidia_smi, torch_oom, torch_stats, torch_summary
+from gpumem_gui.core.observed import (
+    llamacpp,
+    nvidia_csv,
+    nvidia_smi,
+    sglang,
+    torch_oom,
+    torch_stats,
+    torch_summary,
+    vllm,
+)
 from gpumem_gui.core.observed.draft import Draft
 from gpumem_gui.core.observed.model import ObservedReport
 
@@ -30,6 +39,9 @@ FINDERS: tuple[Finder, ...] = (
     nvidia_csv.find,
     torch_summary.find,
     torch_stats.find,
+    vllm.find,
+    sglang.find,
+    llamacpp.find,
 )
 
 EXPECTED = (
