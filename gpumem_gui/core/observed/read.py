@@ -16,6 +16,7 @@ from gpumem_gui.core.observed import (
     nvidia_csv,
     nvidia_smi,
     sglang,
+    snapshot,
     torch_oom,
     torch_stats,
     torch_summary,
@@ -92,6 +93,8 @@ def read_observed_bytes(data: bytes) -> ObservedReport:
     data = bytes(data)
     if len(data) > MAX_FILE_BYTES:
         raise GpumemInputError(f"the file is {len(data):,} bytes; gpumem reads at most {MAX_FILE_BYTES:,}")
+    if snapshot.is_snapshot_pickle(data):
+        return report_from(snapshot.records(snapshot.load_plain(data)))
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
