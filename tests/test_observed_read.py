@@ -233,3 +233,16 @@ def test_memory_stats_in_each_printed_form(style: str) -> None:
 def test_two_devices_stats_are_two_records() -> None:
     text = "cuda:0 " + _stats(STATS, "dict") + "\ncuda:1 " + _stats(dict(STATS, **{"num_ooms": 1}), "dict")
     assert len(read_observed(text).records) == 2
+
+
+def test_ollama_inference_compute_of_current_releases() -> None:
+    """discover/types.go LogDetails today: name is the device (CUDA1), description the GPU's name."""
+    line = (
+        'time=2026-03-01T10:00:00.000Z level=INFO source=types.go:60 msg="inference compute" '
+        "id=GPU-0a1b2c3d library=CUDA compute=9.0 name=CUDA1 "
+        'description="NVIDIA H100 80GB HBM3" libdirs=ollama,cuda_v12 driver=12.8 pci_id=0000:2a:00.0 '
+        'type=discrete total="79.2 GiB" available="78.7 GiB"'
+    )
+    (rec,) = read_observed(line).records
+    assert (rec.source_format, rec.gpu_index, rec.gpu_name) == ("ollama", 1, "NVIDIA H100 80GB HBM3")
+    assert rec.stated() == {"total_bytes": b("79.2 GiB"), "free_bytes": b("78.7 GiB")}

@@ -15,6 +15,7 @@ from gpumem_gui.core.observed import (
     llamacpp,
     nvidia_csv,
     nvidia_smi,
+    ollama,
     sglang,
     snapshot,
     torch_oom,
@@ -43,11 +44,12 @@ FINDERS: tuple[Finder, ...] = (
     vllm.find,
     sglang.find,
     llamacpp.find,
+    ollama.find,
 )
 
 EXPECTED = (
     "expected a GPU memory report: a PyTorch CUDA out-of-memory message, an nvidia-smi table or "
-    "--query-gpu csv, torch.cuda.memory_summary() / memory_stats(), or a vLLM, SGLang or llama.cpp "
+    "--query-gpu csv, torch.cuda.memory_summary() / memory_stats(), or a vLLM, SGLang, llama.cpp or Ollama "
     "memory line"
 )
 
