@@ -246,3 +246,26 @@ def test_ollama_inference_compute_of_current_releases() -> None:
     (rec,) = read_observed(line).records
     assert (rec.source_format, rec.gpu_index, rec.gpu_name) == ("ollama", 1, "NVIDIA H100 80GB HBM3")
     assert rec.stated() == {"total_bytes": b("79.2 GiB"), "free_bytes": b("78.7 GiB")}
+
+
+def test_vllm_startup_accounting_of_2025() -> None:
+    """gpu_worker.py's startup line of vLLM 0.10, verbatim from the quote of a public 8xL40S log in
+    validation/data/engine_logs/vllm.json: free / total, the desired budget and the actual usage by part."""
+    line = (
+        "Free memory on device (43.93/44.42 GiB) on startup. "
+        "Desired GPU memory utilization is (0.9, 39.98 GiB). "
+        "Actual usage is 27.72 GiB for weight, 1.4 GiB for peak activation, "
+        "0.21 GiB for non-torch memory, and 3.45 GiB for CUDAGraph memory."
+    )
+    (rec,) = read_observed(line).records
+    assert rec.stated() == {
+        "free_bytes": b("43.93 GiB"),
+        "total_bytes": b("44.42 GiB"),
+        "allowed_bytes": b("39.98 GiB"),
+    }
+    assert dict(rec.parts) == {
+        "weights": b("27.72 GiB"),
+        "activation_peak": b("1.40 GiB"),
+        "non_torch": b("0.21 GiB"),
+        "cuda_graphs": b("3.45 GiB"),
+    }

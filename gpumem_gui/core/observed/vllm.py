@@ -10,10 +10,10 @@ Sources (vLLM's own log calls; sizes in GiB = 2^30: ``GiB_bytes = 1 << 30`` in `
 * the same figures as ``vllm/pull/10511`` printed them one per line ("total_gpu_memory     79.22GiB", ...
   "available_kv_cache_memory    53.29GiB");
 * V1 ``gpu_worker.py``: "Available KV cache memory: K GiB", ``gpu_model_runner.py`` "Model loading took W
-  GiB", the startup check "Free memory on device (F/T GiB) on startup" (and its refusal "... is less than
-  desired GPU memory utilization (u, B GiB)"), and "Actual usage is W GiB for weight, A GiB for peak
-  activation, N GiB for non-torch memory, and G GiB for CUDAGraph memory"; "Graph capturing finished in S
-  secs, took G GiB".
+  GiB", the startup check "Free memory on device [cuda:d ](F/T GiB) on startup" (its refusal, "... is less
+  than desired GPU memory utilization (u, B GiB)", from ``v1/worker/utils.py`` ``request_memory``), and
+  "Actual usage is W GiB for weight, A GiB for peak activation, N GiB for non-torch memory, and G GiB for
+  CUDAGraph memory"; "Graph capturing finished in S secs, took G GiB".
 
 T -> total_bytes (CUDA's total, torch.cuda.mem_get_info), F -> free_bytes, B (T x u, the instance's budget)
 -> allowed_bytes; W, N, A, K, G -> parts.
@@ -51,11 +51,15 @@ _LINES: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = (
     ("kv_v1", re.compile(rf"Available KV cache memory: {_N}GiB"), ("kv_cache",)),
     ("load", re.compile(rf"(?:Model loading|Loading model weights) took {_N}(?:GiB|GB)"), ("weights",)),
     (
-        "free",
-        re.compile(rf"Free memory on device \({_N}/{_N}GiB\) on startup"),
-        ("free_bytes", "total_bytes"),
+        "free",  # "Free memory on device cuda:1 (19.77/22.05 GiB) on startup" (older: "on device (")
+        re.compile(rf"Free memory on device(?: [a-z]+:(\d{{1,4}}))? \({_N}/{_N}GiB\) on startup"),
+        ("gpu_index", "free_bytes", "total_bytes"),
     ),
-    ("desired", re.compile(rf"desired GPU memory utilization \([\d.]+, {_N}GiB\)", re.I), ("allowed_bytes",)),
+    (
+        "desired",
+        re.compile(rf"desired GPU memory utilization(?: is)? \([\d.]+, {_N}GiB\)", re.I),
+        ("allowed_bytes",),
+    ),
     (
         "actual",
         re.compile(
@@ -83,7 +87,9 @@ def _read_line(d: Draft, line: str) -> list[str]:
         kinds.append(kind)
         for target, number in zip(targets, m.groups(), strict=True):
             what = f"vLLM {target.removesuffix('_bytes')}"
-            if target.endswith("_bytes"):
+            if target == "gpu_index":
+                d.gpu_index = int(number) if number is not None else None
+            elif target.endswith("_bytes"):
                 d.size(target, number, "GiB", what)
             else:
                 d.part(target, number, "GiB", what)
