@@ -26,9 +26,8 @@ from gpumem_gui.core.observed import (
 from gpumem_gui.core.observed.draft import Draft
 from gpumem_gui.core.observed.model import ObservedReport
 
-MAX_TEXT_CHARS = (
-    4 * 1024 * 1024
-)  # a pasted log of 4 Mi characters: far over any report, bounds the regex time
+# a pasted log of 4 Mi characters: far over any report; bounds the readers' time (tests/test_fuzz_observed.py)
+MAX_TEXT_CHARS = 4 * 1024 * 1024
 MAX_FILE_BYTES = 64 * 1024 * 1024  # a snapshot pickle of a long run is tens of MiB; bounds what is decoded
 MAX_RECORDS = 1024  # the model's bound on records (observed/model.py, ObservedReport.records)
 
