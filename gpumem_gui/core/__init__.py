@@ -15,7 +15,9 @@ only, never from the subpackages (an import-linter contract). The subpackages, f
 * ``runtimes``: one module per inference engine (transformers, vLLM, SGLang, llama.cpp, Ollama) behind one
   protocol;
 * ``training``: the training run, its framework/sharding profiles and the training estimate;
-* ``fit``: verdicts against GPUs, the solvers, sweeps and the JSON documents.
+* ``fit``: verdicts against GPUs, the solvers, sweeps and the JSON documents;
+* ``observed``: what a GPU said (an OOM message, nvidia-smi, PyTorch's memory report, an engine's memory
+  lines, a memory snapshot pickle), read into :class:`ObservedMemory` records in bytes.
 
 Python API::
 
@@ -25,6 +27,10 @@ Python API::
     m.params.total                                 # exact parameter count (tied weights once)
     est = estimate_inference(m.spec, make_run(batch=4, seq=8192))
     est.peak_bytes, est.components
+
+    from gpumem_gui.core import read_observed
+
+    read_observed(pasted_text).records[0].stated()  # {"total_bytes": ..., "allocated_bytes": ...}
 
 Bad input raises :class:`GpumemInputError` with one line naming the file/field and the problem.
 """
@@ -90,6 +96,15 @@ from gpumem_gui.core.imports import (
     read_config,
 )
 from gpumem_gui.core.monotone import gallop, largest
+from gpumem_gui.core.observed import (
+    FIGURES,
+    PARTS,
+    SOURCE_FORMATS,
+    ObservedMemory,
+    ObservedProcess,
+    ObservedReport,
+)
+from gpumem_gui.core.observed.read import read_observed, read_observed_bytes
 from gpumem_gui.core.readers.catalog import (
     CatalogModel,
     GpuInfo,
@@ -139,6 +154,7 @@ __all__ = [
     "DEFAULT_MARGIN_BYTES",
     "ENCODER_HEADS",
     "ESTIMATE_SCHEMA",
+    "FIGURES",
     "FIT_SCHEMA",
     "GB",
     "KB",
@@ -147,9 +163,11 @@ __all__ = [
     "MAX_GPUS",
     "MAX_SWEEP_POINTS",
     "MB",
+    "PARTS",
     "POINT_COST_S",
     "PRECISION_DOC",
     "RUNTIMES",
+    "SOURCE_FORMATS",
     "SUPPORTED_MODEL_TYPES",
     "SWEEP_BUDGET_S",
     "UI",
@@ -179,6 +197,9 @@ __all__ = [
     "MoESpec",
     "ModelKinds",
     "ModelSpec",
+    "ObservedMemory",
+    "ObservedProcess",
+    "ObservedReport",
     "ParamCounts",
     "Phase",
     "PlacedRank",
@@ -246,6 +267,8 @@ __all__ = [
     "model_kinds",
     "parse_capacity",
     "read_config",
+    "read_observed",
+    "read_observed_bytes",
     "resolve_tricks",
     "resources_dir",
     "run_fields",
