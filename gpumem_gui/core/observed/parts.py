@@ -1,0 +1,197 @@
+"""What one report's figures say, in parts: tensors, the allocator's cache, memory outside PyTorch in this
+process, other processes, free; and the verdicts the figures alone support (fragmentation, other processes).
+
+The parts follow PyTorch's own accounting (``c10/cuda/CUDACachingAllocator.cpp``,
+``DeviceCachingAllocator::malloc``, the out-of-memory message it builds): ``allocated`` is live tensors,
+``reserved`` is what the caching allocator holds from cudaMalloc (allocated + cached free blocks), the process
+holds ``reserved`` plus what it allocates outside the allocator (CUDA context, NCCL buffers, libraries that
+call cudaMalloc themselves), and the GPU's ``total - free`` is every process. Each part is a difference of
+stated figures; a figure the text does not state leaves its parts unknown (``None``), never guessed.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from gpumem_gui.core.observed.model import ObservedMemory
+from gpumem_gui.core.results.estimate import Explanation
+from gpumem_gui.core.spec.base import Frozen
+from gpumem_gui.core.units import GiB, KiB, MiB
+
+# the sources whose total is the driver's (nvidia-smi / NVML: the whole framebuffer), not CUDA's
+# (cudaMemGetInfo, a few hundred MiB less): PyTorch's OOM message and the engines read cudaMemGetInfo
+# (CUDACachingAllocator.cpp malloc; vLLM/SGLang torch.cuda.mem_get_info; llama.cpp
+# ggml_backend_cuda_get_device_memory), nvidia-smi prints NVML's nvmlDeviceGetMemoryInfo total
+DRIVER_TOTAL_FORMATS = ("nvidia_smi_table", "nvidia_smi_csv")
+
+ALLOCATOR_SOURCE = (
+    "PyTorch c10/cuda/CUDACachingAllocator.cpp (DeviceCachingAllocator::malloc, its OOM message)"
+)
+
+
+class ObservedPart(Frozen):
+    """One part of the observed memory, with how it follows from the stated figures."""
+
+    key: str = Field(min_length=1)
+    label: str
+    bytes: Annotated[int, Field(ge=0)] | None = Field(description="None: a figure it needs is not stated")
+    explain: Explanation
+    note: str = ""
+
+
+def printed_slack(o: ObservedMemory, *figures: int) -> int:
+    """How far a difference of ``figures`` can be off from the rounding of the printed figures alone: half a
+    unit of the last printed digit of each. PyTorch's ``format_size`` (CUDACachingAllocator.cpp) prints two
+    decimals of GiB above 1 GiB, of MiB above 1 MiB, of KiB above 1 KiB; nvidia-smi prints whole MiB
+    (rounded or cut: 1 MiB each)."""
+    if o.source_format in DRIVER_TOTAL_FORMATS:
+        return len(figures) * MiB
+    unit = [GiB if f > GiB else MiB if f > MiB else KiB if f > KiB else 0 for f in figures]
+    return sum(u // 200 for u in unit)
+
+
+def _difference(o: ObservedMemory, a: int, b: int) -> tuple[int, str]:
+    """``a - b`` as a part: 0 and a note where rounding of the printed figures explains a negative value,
+    else 0 and a note that the figures disagree."""
+    d = a - b
+    if d >= 0:
+        return d, ""
+    if -d <= printed_slack(o, a, b):
+        return 0, f"{-d:,} bytes below zero: within the rounding of the printed figures"
+    return 0, f"the figures disagree by {-d:,} bytes (taken as 0): they may come from different moments"
+
+
+def reserved(o: ObservedMemory) -> int | None:
+    """PyTorch's reserved memory: stated, or allocated + reserved-but-unallocated."""
+    if o.reserved_bytes is not None:
+        return o.reserved_bytes
+    if o.allocated_bytes is not None and o.reserved_unallocated_bytes is not None:
+        return o.allocated_bytes + o.reserved_unallocated_bytes
+    return None
+
+
+def used(o: ObservedMemory) -> int | None:
+    """Memory in use on the whole GPU: nvidia-smi's used column, or total - free."""
+    if o.used_bytes is not None:
+        return o.used_bytes
+    if o.total_bytes is not None and o.free_bytes is not None:
+        return o.total_bytes - o.free_bytes
+    return None
+
+
+def cache_bytes(o: ObservedMemory) -> int | None:
+    """Reserved by PyTorch but unallocated: stated, or reserved - allocated."""
+    if o.reserved_unallocated_bytes is not None:
+        return o.reserved_unallocated_bytes
+    r = reserved(o)
+    if r is not None and o.allocated_bytes is not None:
+        return _difference(o, r, o.allocated_bytes)[0]
+    return None
+
+
+def other_processes(o: ObservedMemory) -> tuple[int | None, str]:
+    """(bytes, note) other processes hold on the GPU: used - this process."""
+    u = used(o)
+    if u is None or o.process_bytes is None:
+        return None, ""
+    return _difference(o, u, o.process_bytes)
+
+
+def _part(
+    key: str,
+    label: str,
+    value: int | None,
+    formula: str,
+    inputs: dict[str, int | None],
+    source: str,
+    note: str = "",
+) -> ObservedPart:
+    missing = [k for k, v in inputs.items() if v is None]
+    if missing:
+        note = f"not stated: {', '.join(missing)}"
+        value = None
+    return ObservedPart(
+        key=key,
+        label=label,
+        bytes=value,
+        explain=Explanation(formula=formula, inputs=inputs, source=source),
+        note=note,
+    )
+
+
+def _cache_part(o: ObservedMemory, r: int | None) -> ObservedPart:
+    what = "cached free blocks the allocator keeps from cudaMalloc, and the unused rest of split blocks"
+    if o.reserved_unallocated_bytes is not None:
+        formula, inputs = (
+            f"reserved but unallocated (stated): {what}",
+            {"reserved_unallocated_bytes": o.reserved_unallocated_bytes},
+        )
+    else:
+        formula, inputs = (
+            f"reserved - allocated: {what}",
+            {"reserved_bytes": r, "allocated_bytes": o.allocated_bytes},
+        )
+    label = "allocator cache (reserved, unallocated)"
+    return _part("allocator_cache", label, cache_bytes(o), formula, inputs, ALLOCATOR_SOURCE)
+
+
+def observed_parts(o: ObservedMemory) -> tuple[ObservedPart, ...]:
+    """The observed memory in parts, largest meaning first: tensors, the allocator's cache, outside PyTorch
+    in this process, other processes, free; where the report gives this process's memory but not its split,
+    one part for the whole process instead of the first three."""
+    r = reserved(o)
+    outside, outside_note = (
+        _difference(o, o.process_bytes, r) if o.process_bytes is not None and r is not None else (None, "")
+    )
+    others, others_note = other_processes(o)
+    split = o.allocated_bytes is not None or r is not None
+    parts = []
+    if split or o.process_bytes is None:
+        parts += [
+            _part(
+                "tensors",
+                "tensors (allocated by PyTorch)",
+                o.allocated_bytes,
+                "allocated: live tensors (torch.cuda.memory_allocated)",
+                {"allocated_bytes": o.allocated_bytes},
+                ALLOCATOR_SOURCE,
+            ),
+            _cache_part(o, r),
+            _part(
+                "outside_pytorch",
+                "outside PyTorch, this process",
+                outside,
+                "process - reserved: CUDA context and loaded kernels, NCCL buffers, libraries that call "
+                "cudaMalloc themselves (what PyTorch calls non-PyTorch memory)",
+                {"process_bytes": o.process_bytes, "reserved_bytes": r},
+                ALLOCATOR_SOURCE + ": 'Including non-PyTorch memory, this process has ...'",
+                outside_note,
+            ),
+        ]
+    else:
+        parts.append(
+            _part(
+                "this_process",
+                "this process (not split by the report)",
+                o.process_bytes,
+                "process: every byte this process holds on the GPU; the report does not say how much of it "
+                "is tensors, allocator cache or non-PyTorch memory",
+                {"process_bytes": o.process_bytes},
+                "the report's per-process figure",
+            )
+        )
+    parts += [
+        _part(
+            "other_processes",
+            "other processes",
+            others,
+            "used - process, used = total - free (or nvidia-smi's used)",
+            {"used_bytes": used(o), "process_bytes": o.process_bytes},
+            "cudaMemGetInfo / NVML count every process on the GPU; the report names this one's",
+            others_note,
+        ),
+        _part("free", "free", o.free_bytes, "free (stated)", {"free_bytes": o.free_bytes}, "the report"),
+    ]
+    return tuple(parts)
