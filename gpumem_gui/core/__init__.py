@@ -90,6 +90,14 @@ from gpumem_gui.core.imports import (
     read_config,
 )
 from gpumem_gui.core.monotone import gallop, largest
+from gpumem_gui.core.observed import (
+    FIGURES,
+    SOURCE_FORMATS,
+    ObservedMemory,
+    ObservedProcess,
+    ObservedReport,
+)
+from gpumem_gui.core.observed.read import read_observed, read_observed_bytes
 from gpumem_gui.core.readers.catalog import (
     CatalogModel,
     GpuInfo,
@@ -139,6 +147,7 @@ __all__ = [
     "DEFAULT_MARGIN_BYTES",
     "ENCODER_HEADS",
     "ESTIMATE_SCHEMA",
+    "FIGURES",
     "FIT_SCHEMA",
     "GB",
     "KB",
@@ -150,6 +159,7 @@ __all__ = [
     "POINT_COST_S",
     "PRECISION_DOC",
     "RUNTIMES",
+    "SOURCE_FORMATS",
     "SUPPORTED_MODEL_TYPES",
     "SWEEP_BUDGET_S",
     "UI",
@@ -179,6 +189,9 @@ __all__ = [
     "MoESpec",
     "ModelKinds",
     "ModelSpec",
+    "ObservedMemory",
+    "ObservedProcess",
+    "ObservedReport",
     "ParamCounts",
     "Phase",
     "PlacedRank",
@@ -246,6 +259,8 @@ __all__ = [
     "model_kinds",
     "parse_capacity",
     "read_config",
+    "read_observed",
+    "read_observed_bytes",
     "resolve_tricks",
     "resources_dir",
     "run_fields",
