@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from gpumem_gui import __version__
 from gpumem_gui.cli.cluster import add_prometheus_flags
+from gpumem_gui.cli.diagnose import add_diagnose_parser
 from gpumem_gui.cli.flags import (
     MODES,
     add_inspect_flags,
@@ -125,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_trace_flags(sp)
     sp.set_defaults(func=cmd_trace)
+
+    add_diagnose_parser(sub)
 
     sp = sub.add_parser("formats", help="weight formats gpumem knows")
     sp.add_argument("--json", action="store_true")

@@ -17,9 +17,8 @@ from typing import Annotated
 from pydantic import Field
 
 from gpumem_gui.core.observed.model import ObservedMemory
-from gpumem_gui.core.observed.parts import cache_bytes, other_processes, printed_slack
+from gpumem_gui.core.observed.parts import cache_bytes, other_processes, others_slack, reserved, size
 from gpumem_gui.core.spec.base import Frozen
-from gpumem_gui.core.units import fmt_bytes
 
 NOTES_CUDA = "PyTorch docs/source/notes/cuda.rst (Optimizing memory usage with PYTORCH_CUDA_ALLOC_CONF)"
 _ALLOCATOR = "c10/cuda/CUDACachingAllocator.cpp"
@@ -64,33 +63,31 @@ def causes(o: ObservedMemory) -> Causes:
     shortfall = req - free if req is not None and free is not None else None
     frag = req <= cache if req is not None and cache is not None else None
     # other processes matter only beyond the rounding of the figures they are the difference of
-    slack = printed_slack(o, *(v for v in (o.total_bytes, free, o.process_bytes) if v is not None))
-    held = others if others is not None and others > slack else None
+    held = others if others is not None and others > others_slack(o) else None
     others_cause = None
-    if held is not None and shortfall is not None:
+    if held is not None and shortfall is not None and shortfall > 0:
         others_cause = held >= shortfall
     lines = []
     if req is not None:
         lines.append(
-            f"the failed request: {fmt_bytes(req)}"
-            + (f", with {fmt_bytes(free)} free" if free is not None else "")
+            f"the failed request: {size(req)}" + (f", with {size(free)} free" if free is not None else "")
         )
     if frag:
         lines.append(
-            f"fragmentation: PyTorch held {fmt_bytes(cache)} reserved but unallocated, more than the "
-            f"{fmt_bytes(req)} requested, yet no cached block was large enough (the allocator had already "
+            f"fragmentation: PyTorch held {size(cache)} reserved but unallocated, more than the "
+            f"{size(req)} requested, yet no cached block was large enough (the allocator had already "
             "released every whole cached block)"
         )
     elif frag is False:
-        lines.append(
-            f"not fragmentation alone: the allocator's unallocated {fmt_bytes(cache)} is less than the "
-            "request"
-        )
+        lines.append(f"not fragmentation: the allocator's unallocated {size(cache)} is less than the request")
     if held is not None:
         tail = ""
         if others_cause:
-            tail = f": more than the {fmt_bytes(shortfall)} missing, the request would have fit without them"
-        lines.append(f"other processes hold {fmt_bytes(held)} on this GPU{tail}")
+            tail = f": more than the {size(shortfall)} missing, the request would have fit without them"
+        elif others_cause is False:
+            tail = f": less than the {size(shortfall)} missing, not enough alone"
+        lines.append(f"other processes hold {size(held)} on this GPU{tail}")
+    lines += _capacity_lines(o, shortfall)
     return Causes(
         failed=req is not None,
         requested_bytes=req,
@@ -100,6 +97,28 @@ def causes(o: ObservedMemory) -> Causes:
         other_processes_cause=others_cause,
         lines=tuple(lines),
     )
+
+
+def _capacity_lines(o: ObservedMemory, shortfall: int | None) -> list[str]:
+    """What the request was measured against: the GPU's total, a per-process cap, the free memory."""
+    req, out = o.requested_bytes, []
+    if req is None:
+        return out
+    if o.total_bytes is not None and req > o.total_bytes:
+        out.append(f"the request alone is more than the GPU's total {size(o.total_bytes)}")
+    r = reserved(o)
+    if o.allowed_bytes is not None and r is not None and r + req > o.allowed_bytes:
+        out.append(
+            f"the per-process cap {size(o.allowed_bytes)} (torch.cuda.set_per_process_memory_fraction) "
+            f"was reached: reserved {size(r)} + the request is more"
+        )
+    elif shortfall is not None and shortfall <= 0:
+        out.append(
+            "the figures show no lack of memory: the GPU reported more free than the request; cudaMalloc "
+            "can still fail that close to the limit (its page granularity, the driver's own use), or memory "
+            "was freed between the failure and the message"
+        )
+    return out
 
 
 def allocator_changes(c: Causes) -> list[DiagnosisChange]:
@@ -122,13 +141,13 @@ def allocator_changes(c: Causes) -> list[DiagnosisChange]:
                 source=f"{NOTES_CUDA}: max_split_size_mb; {_ALLOCATOR} (release_available_cached_blocks)",
             ),
         ]
-    if c.other_processes_bytes is not None:
-        fits = " (enough for the request that failed)" if c.other_processes_cause else ""
+    if c.other_processes_bytes is not None and c.other_processes_cause:
         out.append(
             DiagnosisChange(
                 kind="other_processes",
-                description=f"free the {fmt_bytes(c.other_processes_bytes)} other processes hold on this "
-                f"GPU{fits} (nvidia-smi lists them), or run on a GPU no one else uses",
+                description=f"free the {size(c.other_processes_bytes)} other processes hold on this "
+                "GPU: enough for the request that failed (nvidia-smi lists them), or run on a GPU no one "
+                "else uses",
                 source="cudaMemGetInfo counts every process on the GPU",
             )
         )

@@ -19,14 +19,13 @@ from gpumem_gui.core.fit.sweep import estimate_any
 from gpumem_gui.core.fit.training import fit_training
 from gpumem_gui.core.observed.advice import Causes, DiagnosisChange, allocator_changes, causes
 from gpumem_gui.core.observed.model import ObservedMemory
-from gpumem_gui.core.observed.parts import DRIVER_TOTAL_FORMATS, ObservedPart, observed_parts
+from gpumem_gui.core.observed.parts import DRIVER_TOTAL_FORMATS, ObservedPart, observed_parts, size
 from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.results.estimate import Estimate, Explanation
 from gpumem_gui.core.runtimes.inference import InferenceRun
 from gpumem_gui.core.spec.base import Frozen
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.training import TrainingRun
-from gpumem_gui.core.units import fmt_bytes
 
 NonNeg = Annotated[int, Field(ge=0)]
 
@@ -164,15 +163,15 @@ def phase_reached(o: ObservedMemory, est: Estimate) -> str | None:
 
 
 def _summary(p: Prediction) -> str:
-    room = f"needs {fmt_bytes(p.needed_bytes)} of {fmt_bytes(p.available_bytes)} available"
+    room = f"needs {size(p.needed_bytes)} of {size(p.available_bytes)} available"
     if p.observed_failed and not p.predicted_fits:
         return f"the estimate predicted the failure: it {room}"
     if p.observed_failed:
         head = f"the estimate did not predict the failure: it {room}"
         if p.missed_bytes is not None and p.missed_bytes > 0:
-            return f"{head}; the process wanted at least {fmt_bytes(p.missed_bytes)} more than the estimate"
+            return f"{head}; the process wanted at least {size(p.missed_bytes)} more than the estimate"
         return f"{head}; the process failed below the estimate's total (see the causes above)"
-    holds = fmt_bytes(p.observed_needed_bytes or 0)
+    holds = size(p.observed_needed_bytes or 0)
     if p.predicted_fits:
         if p.observed_needed_bytes is None:
             return f"the estimate agrees: it fits; it {room}"
@@ -220,6 +219,18 @@ def _fit(
     return fit_report(spec, run, t, margin=margin, file_weights=file_weights)
 
 
+def rank_changes(
+    advice: list[DiagnosisChange], run_changes: list[DiagnosisChange], pred: Prediction | None
+) -> tuple[DiagnosisChange, ...]:
+    """The allocator's settings and the other processes first (they cost the run nothing), unless the
+    estimate says the run does not fit the GPU at all: then the run changes that fit come first (a setting
+    would only move the failure later), the settings next, the run changes that do not fit last."""
+    if pred is None or pred.predicted_fits:
+        return (*advice, *run_changes)
+    fitting = [c for c in run_changes if c.fits]
+    return (*fitting, *advice, *(c for c in run_changes if not c.fits))
+
+
 def diagnose(
     observed: ObservedMemory,
     *,
@@ -262,6 +273,6 @@ def diagnose(
             "phase_reached": phase_reached(observed, est),
             "prediction": pred,
             "no_prediction": "" if pred is not None else source,
-            "changes": tuple(advice + run_changes),
+            "changes": rank_changes(advice, run_changes, pred),
         }
     )

@@ -18,7 +18,7 @@ from pydantic import Field
 from gpumem_gui.core.observed.model import ObservedMemory
 from gpumem_gui.core.results.estimate import Explanation
 from gpumem_gui.core.spec.base import Frozen
-from gpumem_gui.core.units import GiB, KiB, MiB
+from gpumem_gui.core.units import GiB, KiB, MiB, fmt_bytes
 
 # the sources whose total is the driver's (nvidia-smi / NVML: the whole framebuffer), not CUDA's
 # (cudaMemGetInfo, a few hundred MiB less): PyTorch's OOM message and the engines read cudaMemGetInfo
@@ -39,6 +39,12 @@ class ObservedPart(Frozen):
     bytes: Annotated[int, Field(ge=0)] | None = Field(description="None: a figure it needs is not stated")
     explain: Explanation
     note: str = ""
+
+
+def size(n: int) -> str:
+    """A size in GiB, as every display (units.SizeUnit); three decimals below 1 GiB, where a report's
+    figures are often tens of MiB (a 22 MiB request is 0.021 GiB, not 0.02)."""
+    return fmt_bytes(n, digits=2 if abs(n) >= GiB else 3)
 
 
 def printed_slack(o: ObservedMemory, *figures: int) -> int:
@@ -92,11 +98,21 @@ def cache_bytes(o: ObservedMemory) -> int | None:
 
 
 def other_processes(o: ObservedMemory) -> tuple[int | None, str]:
-    """(bytes, note) other processes hold on the GPU: used - this process."""
+    """(bytes, note) other processes hold on the GPU: used - this process; a value within the rounding of
+    the figures it comes from is noted as possibly 0."""
     u = used(o)
     if u is None or o.process_bytes is None:
         return None, ""
-    return _difference(o, u, o.process_bytes)
+    d, note = _difference(o, u, o.process_bytes)
+    if 0 < d <= others_slack(o):
+        note = f"within the rounding of the printed figures ({others_slack(o):,} bytes): may be 0"
+    return d, note
+
+
+def others_slack(o: ObservedMemory) -> int:
+    """The rounding of the figures the other processes' memory is a difference of."""
+    stated = (o.used_bytes,) if o.used_bytes is not None else (o.total_bytes, o.free_bytes)
+    return printed_slack(o, *(v for v in (*stated, o.process_bytes) if v is not None))
 
 
 def _part(
@@ -137,41 +153,11 @@ def _cache_part(o: ObservedMemory, r: int | None) -> ObservedPart:
     return _part("allocator_cache", label, cache_bytes(o), formula, inputs, ALLOCATOR_SOURCE)
 
 
-def observed_parts(o: ObservedMemory) -> tuple[ObservedPart, ...]:
-    """The observed memory in parts, largest meaning first: tensors, the allocator's cache, outside PyTorch
-    in this process, other processes, free; where the report gives this process's memory but not its split,
-    one part for the whole process instead of the first three."""
-    r = reserved(o)
-    outside, outside_note = (
-        _difference(o, o.process_bytes, r) if o.process_bytes is not None and r is not None else (None, "")
-    )
-    others, others_note = other_processes(o)
-    split = o.allocated_bytes is not None or r is not None
-    parts = []
-    if split or o.process_bytes is None:
-        parts += [
-            _part(
-                "tensors",
-                "tensors (allocated by PyTorch)",
-                o.allocated_bytes,
-                "allocated: live tensors (torch.cuda.memory_allocated)",
-                {"allocated_bytes": o.allocated_bytes},
-                ALLOCATOR_SOURCE,
-            ),
-            _cache_part(o, r),
-            _part(
-                "outside_pytorch",
-                "outside PyTorch, this process",
-                outside,
-                "process - reserved: CUDA context and loaded kernels, NCCL buffers, libraries that call "
-                "cudaMalloc themselves (what PyTorch calls non-PyTorch memory)",
-                {"process_bytes": o.process_bytes, "reserved_bytes": r},
-                ALLOCATOR_SOURCE + ": 'Including non-PyTorch memory, this process has ...'",
-                outside_note,
-            ),
-        ]
-    else:
-        parts.append(
+def _process_parts(o: ObservedMemory, r: int | None) -> list[ObservedPart]:
+    """This process's parts: tensors, cache and outside PyTorch; or the whole process where the report does
+    not split it."""
+    if o.allocated_bytes is None and r is None and o.process_bytes is not None:
+        return [
             _part(
                 "this_process",
                 "this process (not split by the report)",
@@ -181,17 +167,78 @@ def observed_parts(o: ObservedMemory) -> tuple[ObservedPart, ...]:
                 {"process_bytes": o.process_bytes},
                 "the report's per-process figure",
             )
-        )
-    parts += [
+        ]
+    split = [
+        _part(
+            "tensors",
+            "tensors (allocated by PyTorch)",
+            o.allocated_bytes,
+            "allocated: live tensors (torch.cuda.memory_allocated)",
+            {"allocated_bytes": o.allocated_bytes},
+            ALLOCATOR_SOURCE,
+        ),
+        _cache_part(o, r),
+    ]
+    if o.process_bytes is None and used(o) is not None:  # _beyond_parts gives the rest as one part
+        return split
+    outside, note = (None, "") if o.process_bytes is None or r is None else _difference(o, o.process_bytes, r)
+    return [
+        *split,
+        _part(
+            "outside_pytorch",
+            "outside PyTorch, this process",
+            outside,
+            "process - reserved: CUDA context and loaded kernels, NCCL buffers, libraries that call "
+            "cudaMalloc themselves (what PyTorch calls non-PyTorch memory)",
+            {"process_bytes": o.process_bytes, "reserved_bytes": r},
+            ALLOCATOR_SOURCE + ": 'Including non-PyTorch memory, this process has ...'",
+            note,
+        ),
+    ]
+
+
+def _beyond_parts(o: ObservedMemory, r: int | None) -> list[ObservedPart]:
+    """The rest of the GPU's used memory: other processes; where the report does not state this process's
+    memory, what is beyond PyTorch's reserve (this process's non-PyTorch memory and every other process)."""
+    u = used(o)
+    if o.process_bytes is None and u is not None:
+        if r is None:
+            formula, inputs = "used = total - free (or nvidia-smi's used)", {"used_bytes": u}
+            return [_part("every_process", "in use, every process", u, formula, inputs, _EVERY)]
+        value, note = _difference(o, u, r)
+        return [
+            _part(
+                "outside_pytorch_or_others",
+                "outside PyTorch or other processes (not told apart)",
+                value,
+                "used - reserved: this process's non-PyTorch memory and every other process together (the "
+                "report does not state this process's memory)",
+                {"used_bytes": u, "reserved_bytes": r},
+                _EVERY,
+                note,
+            )
+        ]
+    others, note = other_processes(o)
+    return [
         _part(
             "other_processes",
             "other processes",
             others,
             "used - process, used = total - free (or nvidia-smi's used)",
-            {"used_bytes": used(o), "process_bytes": o.process_bytes},
-            "cudaMemGetInfo / NVML count every process on the GPU; the report names this one's",
-            others_note,
-        ),
-        _part("free", "free", o.free_bytes, "free (stated)", {"free_bytes": o.free_bytes}, "the report"),
+            {"used_bytes": u, "process_bytes": o.process_bytes},
+            _EVERY + "; the report names this process's",
+            note,
+        )
     ]
-    return tuple(parts)
+
+
+_EVERY = "cudaMemGetInfo / NVML count every process on the GPU"
+
+
+def observed_parts(o: ObservedMemory) -> tuple[ObservedPart, ...]:
+    """The observed memory in parts, which add up to the total where the report states every figure:
+    tensors, the allocator's cache, outside PyTorch in this process, other processes, free (fewer, wider
+    parts where the report does not split them)."""
+    r = reserved(o)
+    free = _part("free", "free", o.free_bytes, "free (stated)", {"free_bytes": o.free_bytes}, "the report")
+    return (*_process_parts(o, r), *_beyond_parts(o, r), free)
