@@ -87,7 +87,7 @@ def observed_capacity(o: ObservedMemory, target: GpuTarget | None) -> tuple[GpuT
     count = target.count if target is not None else 1
     kind = "nvidia-smi's total" if o.source_format in DRIVER_TOTAL_FORMATS else "CUDA's total"
     t = GpuTarget(name=name, capacity_bytes=max(1, o.total_bytes), count=count)
-    return t, f"the report's total ({kind}, {o.source_format})"
+    return t, f"the report's total: {kind}, {o.source_format}"
 
 
 def _tensors_wanted(o: ObservedMemory) -> int | None:

@@ -156,7 +156,9 @@ def _cache_part(o: ObservedMemory, r: int | None) -> ObservedPart:
 def _process_parts(o: ObservedMemory, r: int | None) -> list[ObservedPart]:
     """This process's parts: tensors, cache and outside PyTorch; or the whole process where the report does
     not split it."""
-    if o.allocated_bytes is None and r is None and o.process_bytes is not None:
+    if o.allocated_bytes is None and r is None and o.reserved_unallocated_bytes is None:
+        if o.process_bytes is None:  # not PyTorch's report (nvidia-smi's table): no split to show
+            return []
         return [
             _part(
                 "this_process",
