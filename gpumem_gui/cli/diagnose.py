@@ -70,20 +70,30 @@ def add_diagnose_parser(sub: Any) -> None:
 def read_text(path: str) -> ObservedReport:
     """The report in ``path`` (``-``: standard input), read at most to the readers' bound."""
     if path == "-":
-        data = sys.stdin.buffer.read(OBSERVED_MAX_BYTES + 1)
+        stream = getattr(sys.stdin, "buffer", None)
+        if stream is None:  # started with standard input closed
+            raise GpumemInputError("no standard input to read (give a file)", field="observed")
+        data = stream.read(OBSERVED_MAX_BYTES + 1)
     else:
         p = Path(path)
-        if p.is_dir():
-            raise GpumemInputError("is a folder; give the file the report is in", source=path)
         try:
-            with p.open("rb") as f:
-                data = f.read(OBSERVED_MAX_BYTES + 1)
-        except OSError as e:
-            raise GpumemInputError(f"cannot read it: {e.strerror or e}", source=path) from None
+            folder = p.is_dir()
+            data = b"" if folder else _read_at_most(p)
+        except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+            why = e.strerror if isinstance(e, OSError) and e.strerror else "not a path"
+            raise GpumemInputError(f"cannot read it: {why}", source=path) from None
+        if folder:
+            raise GpumemInputError("is a folder; give the file the report is in", source=path)
     try:
         return read_observed_bytes(data)
     except GpumemInputError as e:
         raise GpumemInputError(e.message, source="standard input" if path == "-" else path) from None
+
+
+def _read_at_most(p: Path) -> bytes:
+    """The file's bytes up to one past the readers' bound (their error names it; /dev/zero does not hang)."""
+    with p.open("rb") as f:
+        return f.read(OBSERVED_MAX_BYTES + 1)
 
 
 def pick(report: ObservedReport, index: int | None) -> tuple[ObservedMemory, str]:
