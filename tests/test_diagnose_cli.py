@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -73,7 +74,7 @@ def test_with_a_run_compares_and_judges() -> None:
     assert rc == 0
     doc = json.loads(out)
     p = doc["predicted_failure"]
-    assert p["capacity_bytes"] == round(15.70 * 1024) * MiB or p["capacity_bytes"] > 15 * 1024 * MiB
+    assert p["capacity_bytes"] == doc["observed"]["total_bytes"] == round(Fraction("15.70") * (1 << 30))
     assert p["observed_failed"] is True and isinstance(p["agrees"], bool)
     assert [c["key"] for c in doc["estimate"]["compared"]] == ["tensors", "non_tensor", "process"]
     assert any(c["update"] for c in doc["changes"])  # the fit report's run changes

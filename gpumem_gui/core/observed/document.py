@@ -35,6 +35,7 @@ def _observed(d: Diagnosis) -> dict[str, Any]:
         "gpu_index": o.gpu_index,
         "gpu_name": o.gpu_name,
         "source_format": o.source_format,
+        "processes": [p.model_dump(mode="json") for p in o.processes],
         "derived": dict(o.derived),
         "unread": list(o.unread),
     }
