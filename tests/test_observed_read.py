@@ -8,6 +8,7 @@ wrong unit or a wrong sentence -> figure mapping fails. Each fixture's source UR
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from gpumem_gui.core import FIGURES, GpumemInputError, read_observed, read_observed_bytes
 
 DIR = Path(__file__).parent / "reference" / "observed"
+# nvidia-smi's MiB, and memory_summary's 2020 labels "KB" / "MB" (the same powers, see torch_summary.py)
 POW2 = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
@@ -25,10 +27,30 @@ def b(text: str) -> int:
     return round(Fraction(number) * POW2[unit])
 
 
-# file -> [(source_format, gpu_index, {figure: as printed}, derived figures)], a record per report, in order
-EXPECTED: dict[str, list[tuple[str, int | None, dict[str, str], set[str]]]] = {
+@dataclass(frozen=True)
+class R:
+    """One expected record: its format, GPU, the figures as the text prints them, the derived ones."""
+
+    form: str
+    gpu: int | None
+    stated: dict[str, str]
+    derived: set[str] = field(default_factory=set)
+    name: str | None = None
+    procs: tuple[tuple[int | None, str], ...] = ()  # (pid, size as printed) of the processes listed
+    parts: dict[str, str] = field(default_factory=dict)  # an engine's parts, as printed
+
+
+PR14447 = {
+    "weights": "21.21 GiB",
+    "non_torch": "0.20 GiB",
+    "activation_peak": "0.37 GiB",
+    "kv_cache": "1.57 GiB",
+}
+
+# file -> a record per report (per GPU for nvidia-smi), in text order
+EXPECTED: dict[str, list[R]] = {
     "torch_oom_current_pytorch16417.txt": [
-        (
+        R(
             "torch_oom",
             0,
             {
@@ -40,10 +62,11 @@ EXPECTED: dict[str, list[tuple[str, int | None, dict[str, str], set[str]]]] = {
                 "reserved_unallocated_bytes": "194.87 MiB",
             },
             {"reserved_bytes"},
+            procs=((None, "23.60 GiB"),),
         )
     ],
     "torch_oom_current_vsmtrans3.txt": [
-        (
+        R(
             "torch_oom",
             0,
             {
@@ -55,10 +78,11 @@ EXPECTED: dict[str, list[tuple[str, int | None, dict[str, str], set[str]]]] = {
                 "reserved_unallocated_bytes": "336.73 MiB",
             },
             {"reserved_bytes"},
+            procs=((None, "15.48 GiB"),),
         )
     ],
     "torch_oom_2023_generateu10.txt": [
-        (
+        R(
             "torch_oom_2023",
             0,
             {
@@ -69,10 +93,11 @@ EXPECTED: dict[str, list[tuple[str, int | None, dict[str, str], set[str]]]] = {
                 "reserved_unallocated_bytes": "330.42 MiB",
             },
             {"reserved_bytes"},
+            procs=((20398, "14.52 GiB"),),
         )
     ],
     "torch_oom_2023_mygirlgpt11.txt": [
-        (
+        R(
             "torch_oom_2023",
             0,
             {
@@ -84,10 +109,11 @@ EXPECTED: dict[str, list[tuple[str, int | None, dict[str, str], set[str]]]] = {
                 "reserved_unallocated_bytes": "1.90 MiB",
             },
             {"reserved_bytes"},
+            procs=((None, "3.44 GiB"),),
         )
     ],
     "torch_oom_2023_ootdiffusion167.txt": [
-        (
+        R(
             "torch_oom_2023",
             0,
             {
@@ -101,7 +127,7 @@ EXPECTED: dict[str, list[tuple[str, int | None, dict[str, str], set[str]]]] = {
         )
     ],
     "torch_oom_legacy_pytorch59778.txt": [
-        (
+        R(
             "torch_oom_legacy",
             0,
             {
@@ -115,7 +141,7 @@ EXPECTED: dict[str, list[tuple[str, int | None, dict[str, str], set[str]]]] = {
         )
     ],
     "torch_oom_legacy_easydiffusion104.txt": [
-        (
+        R(
             "torch_oom_legacy",
             0,
             {
@@ -129,7 +155,7 @@ EXPECTED: dict[str, list[tuple[str, int | None, dict[str, str], set[str]]]] = {
         )
     ],
     "torch_oom_cached_pytorch16417.txt": [
-        (
+        R(
             "torch_oom_cached",
             0,
             {
@@ -143,7 +169,7 @@ EXPECTED: dict[str, list[tuple[str, int | None, dict[str, str], set[str]]]] = {
         )
     ],
     "torch_oom_cached_pytorch13751.txt": [
-        (
+        R(
             "torch_oom_cached",
             0,
             {
@@ -156,12 +182,208 @@ EXPECTED: dict[str, list[tuple[str, int | None, dict[str, str], set[str]]]] = {
             {"reserved_bytes"},
         )
     ],
+    "nvidia_smi_table_rlinf255.txt": [
+        R(
+            "nvidia_smi_table",
+            0,
+            {"used_bytes": "507 MiB", "total_bytes": "24564 MiB"},
+            name="NVIDIA GeForce RTX 4090",
+        ),
+        R(
+            "nvidia_smi_table",
+            1,
+            {"used_bytes": "459 MiB", "total_bytes": "24564 MiB"},
+            name="NVIDIA GeForce RTX 4090",
+        ),
+    ],
+    "nvidia_smi_table_triangulation80.txt": [
+        R(
+            "nvidia_smi_table",
+            0,
+            {"used_bytes": "8559 MiB", "total_bytes": "10989 MiB"},
+            name="GeForce RTX 208...",
+        ),
+        R(
+            "nvidia_smi_table",
+            1,
+            {"used_bytes": "7384 MiB", "total_bytes": "10989 MiB"},
+            name="GeForce RTX 208...",
+        ),
+        R(
+            "nvidia_smi_table",
+            2,
+            {"used_bytes": "7384 MiB", "total_bytes": "10989 MiB"},
+            name="GeForce RTX 208...",
+        ),
+        R("nvidia_smi_table", 3, {}, name="GeForce RTX 208..."),  # cut before its Memory-Usage line
+    ],
+    "nvidia_smi_table_localgpt14.txt": [
+        R(
+            "nvidia_smi_table",
+            0,
+            {"used_bytes": "1585 MiB", "total_bytes": "11264 MiB"},
+            name="NVIDIA GeForce GTX 1080 Ti",
+        ),
+    ],
+    "nvidia_smi_table_gpustat130.txt": [
+        R(
+            "nvidia_smi_table",
+            0,
+            {"used_bytes": "0 MiB", "total_bytes": "16384 MiB"},
+            name="Tesla P100-PCIE...",
+        ),
+    ],
+    "nvidia_smi_processes_nvitop152.txt": [
+        R("nvidia_smi_table", 0, {}, procs=((10734, "160 MiB"), (58661, "3 MiB"))),
+        R("nvidia_smi_table", 1, {}, procs=((10734, "160 MiB"),)),
+        R("nvidia_smi_table", 2, {}, procs=((18243, "64 MiB"), (22720, "34 MiB"))),
+    ],
+    "nvidia_smi_csv_clic89.txt": [
+        R("nvidia_smi_csv", None, {"free_bytes": "2131 MiB"}, name="NVIDIA GeForce GTX 1050 Ti"),
+        R("nvidia_smi_csv", None, {"free_bytes": "16000 MiB"}, name="NVIDIA GeForce RTX 3080 Ti"),
+    ],
+    "torch_summary_pytorch35901.txt": [
+        R(
+            "torch_memory_summary",
+            0,
+            {
+                "allocated_bytes": "1062 MiB",
+                "peak_allocated_bytes": "4877 MiB",
+                "reserved_bytes": "12420 MiB",
+                "peak_reserved_bytes": "12420 MiB",
+            },
+            {"reserved_unallocated_bytes"},
+        )
+    ],
+    "torch_summary_pytorch38884.txt": [
+        R(
+            "torch_memory_summary",
+            0,
+            {
+                "allocated_bytes": "1024 bytes",
+                "peak_allocated_bytes": "133632 bytes",
+                "reserved_bytes": "2048 KiB",
+                "peak_reserved_bytes": "2048 KiB",
+            },
+            {"reserved_unallocated_bytes"},
+        )
+    ],
+    "torch_summary_vissl514.txt": [
+        R("torch_memory_summary", None, {"reserved_bytes": "8184 MiB", "peak_reserved_bytes": "9330 MiB"}),
+    ],
+    "torch_oom_current_hip_pytorch175431.txt": [
+        R(
+            "torch_oom",
+            7,
+            {
+                "requested_bytes": "2.00 MiB",
+                "total_bytes": "287.98 GiB",
+                "free_bytes": "203.49 GiB",
+                "allocated_bytes": "68.63 GiB",
+                "reserved_unallocated_bytes": "14.93 GiB",
+            },
+            {"reserved_bytes"},
+        )
+    ],
+    "vllm_v0_workers_pr14447.txt": [
+        R("vllm", None, {}, parts=PR14447),
+        R("vllm", None, {"total_bytes": "23.58 GiB", "allowed_bytes": "23.35 GiB"}, parts=PR14447),
+        R("vllm", None, {"total_bytes": "23.58 GiB", "allowed_bytes": "23.35 GiB"}, parts=PR14447),
+    ],
+    "vllm_profiling_lines_pr10511.txt": [
+        R(
+            "vllm",
+            None,
+            {"total_bytes": "79.22 GiB", "allowed_bytes": "71.29 GiB"},
+            parts={
+                "weights": "14.96 GiB",
+                "non_torch": "1.79 GiB",
+                "activation_peak": "1.26 GiB",
+                "kv_cache": "53.29 GiB",
+            },
+        ),
+        R(
+            "vllm",
+            None,
+            {"total_bytes": "79.22 GiB", "allowed_bytes": "71.29 GiB"},
+            parts={"weights": "7.48 GiB", "non_torch": "3.58 GiB", "activation_peak": "1.26 GiB"},
+        ),
+    ],
+    "vllm_v0_budget_pr12126.txt": [
+        R(
+            "vllm",
+            None,
+            {"total_bytes": "79.22 GiB", "allowed_bytes": "71.29 GiB"},
+            parts={
+                "weights": "19.86 GiB",
+                "non_torch": "0.16 GiB",
+                "activation_peak": "36.63 GiB",
+                "kv_cache": "14.65 GiB",
+            },
+        ),
+    ],
+    # SGLang prints GiB as "GB" (sglang.py's docstring): the expected sizes say GiB
+    "vllm_sglang_kv_vllm21348.txt": [
+        R("vllm", None, {}, parts={"kv_cache": "8.11 GiB"}),
+        R("sglang", None, {}, parts={"kv_cache_k": "8.23 GiB", "kv_cache_v": "8.23 GiB"}),
+    ],
+    "sglang_startup_pr18263.txt": [
+        R(
+            "sglang",
+            None,
+            {"free_bytes": "74.01 GiB"},  # the last free figure stated (Memory pool end)
+            parts={"weights": "56.98 GiB", "kv_cache_k": "76.44 GiB", "kv_cache_v": "76.44 GiB"},
+        ),
+    ],
+    "sglang_tp_ranks_club3090_1261.txt": [  # each rank allocates two pools (the target and the draft model)
+        R(
+            "sglang",
+            None,
+            {"free_bytes": "8.40 GiB"},
+            parts={"kv_cache_k": "3.46 GiB", "kv_cache_v": "3.46 GiB"},
+        ),
+        R(
+            "sglang",
+            None,
+            {"free_bytes": "6.23 GiB"},
+            parts={"kv_cache_k": "1.08 GiB", "kv_cache_v": "1.08 GiB"},
+        ),
+        R(
+            "sglang",
+            None,
+            {"free_bytes": "7.63 GiB"},
+            parts={"kv_cache_k": "3.46 GiB", "kv_cache_v": "3.46 GiB"},
+        ),
+        R(
+            "sglang",
+            None,
+            {"free_bytes": "5.46 GiB"},
+            parts={"kv_cache_k": "1.08 GiB", "kv_cache_v": "1.08 GiB"},
+        ),
+    ],
+    "llamacpp_oom_ik749.txt": [
+        # the MiB line and the exact bytes of the same failed allocation: the bytes, stated last, are kept
+        R("llamacpp", 0, {"requested_bytes": "292926534144 bytes"}, parts={"kv_cache": "379.23 MiB"}),
+        *(
+            R("llamacpp", i, {}, parts={"kv_cache": kv})
+            for i, kv in enumerate(
+                ["82.44", "65.95", "82.44", "82.44", "65.95", "82.44", "82.44", "32.98", "32.98", "16.49"], 1
+            )
+            for kv in [kv + " MiB"]
+        ),
+        R("llamacpp", None, {}, parts={"kv_cache": "1005.79 MiB"}),  # KV self size: every device together
+    ],
+    "llamacpp_load_oom_20431.txt": [R("llamacpp", 0, {"requested_bytes": "151851674624 bytes"})],
+    "llamacpp_ollama_runner_6860.txt": [
+        R("llamacpp", None, {}, parts={"kv_cache": "5120.00 MiB"}),
+        R("llamacpp", 4, {"requested_bytes": "150995968 bytes"}),
+    ],
 }
 
 # derived figures and the stated ones they come from (the definitions the readers document)
 DERIVATIONS = {
-    ("reserved_bytes", "torch"): lambda f: f["allocated_bytes"] + f["reserved_unallocated_bytes"],
-    ("reserved_unallocated_bytes", "torch"): lambda f: f["reserved_bytes"] - f["allocated_bytes"],
+    "reserved_bytes": lambda f: f["allocated_bytes"] + f["reserved_unallocated_bytes"],
+    "reserved_unallocated_bytes": lambda f: f["reserved_bytes"] - f["allocated_bytes"],
 }
 
 
@@ -184,15 +406,18 @@ def test_published_report_reads_to_the_exact_bytes(name: str) -> None:
     assert report == read_observed(data.decode("utf-8"))
     expected = EXPECTED[name]
     assert len(report.records) == len(expected)
-    for record, (form, gpu, stated, derived) in zip(report.records, expected, strict=True):
-        assert record.source_format == form
-        assert record.gpu_index == gpu
-        want = {k: b(v) for k, v in stated.items()}
-        for figure in derived:
-            want[figure] = DERIVATIONS[(figure, "torch")](want)
+    for record, r in zip(report.records, expected, strict=True):
+        assert (record.source_format, record.gpu_index) == (r.form, r.gpu)
+        want = {k: b(v) for k, v in r.stated.items()}
+        for figure in r.derived:
+            want[figure] = DERIVATIONS[figure](want)
         assert record.stated() == {k: want[k] for k in FIGURES if k in want}
-        assert set(record.derived) == derived
-        assert record.excerpt and record.excerpt in data.decode("utf-8")
+        assert set(record.derived) == r.derived
+        assert record.gpu_name == r.name
+        assert [(p.pid, p.bytes) for p in record.processes] == [(pid, b(v)) for pid, v in r.procs]
+        assert dict(record.parts) == {k: b(v) for k, v in r.parts.items()}
+        text = data.decode("utf-8")
+        assert record.excerpt and all(line in text for line in record.excerpt.splitlines())
 
 
 def test_processes_are_listed_and_only_this_process_counts_as_process_bytes() -> None:
@@ -266,3 +491,90 @@ def test_the_bounds_are_named() -> None:
         read_observed(one * 1025)
     with pytest.raises(GpumemInputError, match="neither UTF-8 text nor a memory snapshot"):
         read_observed_bytes(b"\xff\xfe\x00garbage")
+
+
+@pytest.mark.parametrize(
+    ("text", "free"),
+    [
+        # the header names each field with its unit; each value carries it too (csv)
+        (
+            "index, name, memory.total [MiB], memory.free [MiB]\n"
+            "3, NVIDIA H100 80GB HBM3, 81559 MiB, 80000 MiB\n",
+            80000,
+        ),
+        # nounits: the header's unit applies (csv,nounits)
+        (
+            "index, name, memory.total [MiB], memory.free [MiB]\n3, NVIDIA H100 80GB HBM3, 81559, 80000\n",
+            80000,
+        ),
+        # noheader with the command: the command names the columns, the values carry the unit
+        (
+            "$ nvidia-smi --query-gpu=index,name,memory.total,memory.free --format=csv,noheader\n"
+            "3, NVIDIA H100 80GB HBM3, 81559 MiB, 80000 MiB\n",
+            80000,
+        ),
+    ],
+)
+def test_nvidia_smi_csv_forms(text: str, free: int) -> None:
+    """The csv forms of nvidia-smi --query-gpu, written here in its layout (header "field [unit]")."""
+    (rec,) = read_observed(text).records
+    assert (rec.source_format, rec.gpu_index, rec.gpu_name) == ("nvidia_smi_csv", 3, "NVIDIA H100 80GB HBM3")
+    assert rec.stated() == {"total_bytes": 81559 << 20, "free_bytes": free << 20}
+
+
+def test_nvidia_smi_csv_without_header_or_command_is_not_read() -> None:
+    with pytest.raises(GpumemInputError, match="no memory report found"):
+        read_observed("NVIDIA GeForce GTX 1050 Ti, 2131\nNVIDIA GeForce RTX 3080 Ti, 16000\n")
+
+
+def test_an_oom_and_a_table_in_one_paste() -> None:
+    oom = (DIR / "torch_oom_current_pytorch16417.txt").read_text()
+    table = (DIR / "nvidia_smi_table_rlinf255.txt").read_text()
+    report = read_observed(f"{table}\n```\nthen the job died:\n{oom}")
+    assert [(r.source_format, r.gpu_index) for r in report.records] == [
+        ("nvidia_smi_table", 0),
+        ("nvidia_smi_table", 1),
+        ("torch_oom", 0),
+    ]
+
+
+def _stats(pairs: dict[str, int], style: str) -> str:
+    """memory_stats() as Python prints its OrderedDict, as a plain dict, or as json.dumps writes it."""
+    if style == "ordered":
+        return "OrderedDict([" + ", ".join(f"({k!r}, {v})" for k, v in pairs.items()) + "])"
+    if style == "json":
+        return json.dumps(pairs, indent=2)
+    return repr(pairs)
+
+
+# memory_stats() keys as torch/cuda/memory.py documents them (STAT.POOL.METRIC, sizes in bytes); no printed
+# memory_stats() was found in a public issue, so these texts are written here in the forms Python prints
+STATS = {
+    "active.all.current": 310,
+    "allocated_bytes.all.current": 15728640000,
+    "allocated_bytes.all.freed": 9_000_000,
+    "allocated_bytes.all.peak": 16106127360,
+    "allocated_bytes.large_pool.current": 15728000000,
+    "num_ooms": 0,
+    "reserved_bytes.all.current": 17179869184,
+    "reserved_bytes.all.peak": 17179869184,
+}
+
+
+@pytest.mark.parametrize("style", ["ordered", "dict", "json"])
+def test_memory_stats_in_each_printed_form(style: str) -> None:
+    (rec,) = read_observed("stats: " + _stats(STATS, style)).records
+    assert rec.source_format == "torch_memory_stats"
+    assert rec.stated() == {
+        "allocated_bytes": 15728640000,
+        "reserved_bytes": 17179869184,
+        "reserved_unallocated_bytes": 17179869184 - 15728640000,
+        "peak_allocated_bytes": 16106127360,
+        "peak_reserved_bytes": 17179869184,
+    }
+    assert set(rec.derived) == {"reserved_unallocated_bytes"}
+
+
+def test_two_devices_stats_are_two_records() -> None:
+    text = "cuda:0 " + _stats(STATS, "dict") + "\ncuda:1 " + _stats(dict(STATS, **{"num_ooms": 1}), "dict")
+    assert len(read_observed(text).records) == 2

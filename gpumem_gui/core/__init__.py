@@ -92,6 +92,7 @@ from gpumem_gui.core.imports import (
 from gpumem_gui.core.monotone import gallop, largest
 from gpumem_gui.core.observed import (
     FIGURES,
+    PARTS,
     SOURCE_FORMATS,
     ObservedMemory,
     ObservedProcess,
@@ -164,6 +165,7 @@ __all__ = [
     "MB",
     "OBSERVED_KEYS",
     "OBSERVED_MAX_BYTES",
+    "PARTS",
     "POINT_COST_S",
     "PRECISION_DOC",
     "RUNTIMES",

@@ -11,7 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.observed import torch_oom
+from gpumem_gui.core.observed import (
+    llamacpp,
+    nvidia_csv,
+    nvidia_smi,
+    sglang,
+    torch_oom,
+    torch_stats,
+    torch_summary,
+    vllm,
+)
 from gpumem_gui.core.observed.draft import Draft
 from gpumem_gui.core.observed.model import ObservedReport
 
@@ -24,7 +33,16 @@ MAX_RECORDS = 1024  # the model's bound on records (observed/model.py, ObservedR
 Finder = Callable[[str], Iterable[tuple[int, Draft]]]
 
 # every format family's reader; each yields (offset in the text, record); observed/<family>.py says its source
-FINDERS: tuple[Finder, ...] = (torch_oom.find,)
+FINDERS: tuple[Finder, ...] = (
+    torch_oom.find,
+    nvidia_smi.find,
+    nvidia_csv.find,
+    torch_summary.find,
+    torch_stats.find,
+    vllm.find,
+    sglang.find,
+    llamacpp.find,
+)
 
 EXPECTED = (
     "expected a GPU memory report: a PyTorch CUDA out-of-memory message, an nvidia-smi table or "
