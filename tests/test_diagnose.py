@@ -73,7 +73,7 @@ def test_unknown_figures_leave_their_parts_unknown_never_guessed() -> None:
     by_key = {p.key: p for p in d.parts}
     assert by_key["tensors"].bytes == 1_000 * MiB
     assert by_key["allocator_cache"].bytes is None and "not stated" in by_key["allocator_cache"].note
-    assert by_key["free"].bytes is None
+    assert "free" not in by_key and "other_processes" not in by_key  # nothing they need is stated
     assert d.causes.fragmentation is None and d.causes.shortfall_bytes is None
 
 
@@ -97,9 +97,9 @@ def test_no_process_figure_gives_one_part_for_what_is_beyond_pytorch() -> None:
 
 def test_nvidia_smi_record_without_a_process_split() -> None:
     o = ObservedMemory(source_format="nvidia_smi_table", total_bytes=81_559 * MiB, used_bytes=70_000 * MiB)
-    assert parts(o) == {"every_process": 70_000 * MiB, "free": None}
+    assert parts(o) == {"every_process": 70_000 * MiB}
     o = o.model_copy(update={"process_bytes": 69_000 * MiB})
-    assert parts(o) == {"this_process": 69_000 * MiB, "other_processes": 1_000 * MiB, "free": None}
+    assert parts(o) == {"this_process": 69_000 * MiB, "other_processes": 1_000 * MiB}
 
 
 def test_rounding_of_printed_figures_is_zero_with_a_note_and_a_real_disagreement_is_named() -> None:

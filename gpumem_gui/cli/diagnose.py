@@ -104,10 +104,9 @@ def pick(report: ObservedReport, index: int | None) -> tuple[ObservedMemory, str
     if index is not None:
         records = [r for r in records if r.gpu_index == index]
         if not records:
-            named = ", ".join("unnamed" if i is None else str(i) for i in gpus)
-            raise GpumemInputError(
-                f"the text reports no GPU {index} (it reports GPU {named})", field="gpu-index"
-            )
+            named = ", ".join(str(i) for i in gpus if i is not None)
+            where = f"it reports GPU {named}" if named else "it names no GPU index; leave out --gpu-index"
+            raise GpumemInputError(f"the text reports no GPU {index} ({where})", field="gpu-index")
     elif len(gpus) > 1:
         named = ", ".join("unnamed" if i is None else str(i) for i in gpus)
         raise GpumemInputError(
@@ -159,7 +158,16 @@ def print_diagnosis(d: Diagnosis, model: str | None, note: str = "", unread: tup
     rows = [[p.label, "?" if p.bytes is None else gib(p.bytes), p.note] for p in d.parts]
     if o.total_bytes is not None:
         rows.append(["total (as the report states it)", gib(o.total_bytes), ""])
-    print_table(rows, ["part", "GiB", "note"], right={1})
+    if rows:
+        print_table(rows, ["part", "GiB", "note"], right={1})
+    if o.parts:
+        print("the engine's lines (GiB): " + "   ".join(f"{k} {gib(v)}" for k, v in o.parts.items()))
+    for proc in o.processes:
+        who = " (this process)" if proc.this_process else ""
+        print(
+            f"process {proc.pid if proc.pid is not None else '?'} {short(proc.name or '', 60)}: "
+            f"{gib(proc.bytes)} GiB{who}"
+        )
     for line in (*o.unread, *unread):
         print(f"not read: {line}")
     for line in d.causes.lines:

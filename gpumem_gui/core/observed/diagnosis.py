@@ -138,6 +138,7 @@ def compare(o: ObservedMemory, est: Estimate) -> tuple[Compared, ...]:
             "estimate: total; observed: this process (+ the failed request)",
             {},
         ),
+        *_engine_rows(o, est),
     ]
     return tuple(
         Compared(
@@ -152,6 +153,38 @@ def compare(o: ObservedMemory, est: Estimate) -> tuple[Compared, ...]:
         )
         for key, label, ours, seen, formula, inputs in rows
     )
+
+
+# the parts an engine's log states (observed/model.py PARTS, each reader citing its line) -> the estimate's
+# component that holds the same memory (gpumem.estimate/1 ``components`` keys: vLLM weights, activations,
+# kv_cache, non_torch, cudagraph; SGLang the same with one KV pool for K and V; llama.cpp compute_buffer)
+ENGINE_PARTS = {
+    "weights": "weights",
+    "kv_cache": "kv_cache",
+    "kv_cache_k": "kv_cache",
+    "kv_cache_v": "kv_cache",
+    "activation_peak": "activations",
+    "non_torch": "non_torch",
+    "cuda_graphs": "cudagraph",
+    "compute_buffer": "compute_buffer",
+}
+
+
+def _engine_rows(o: ObservedMemory, est: Estimate) -> list[tuple]:
+    """One row per estimate component the engine's log also states (the log's parts summed into it)."""
+    seen: dict[str, int] = {}
+    for name, n in o.parts.items():
+        key = ENGINE_PARTS.get(name)
+        if key is not None:
+            seen[key] = seen.get(key, 0) + n
+    rows = []
+    for key, n in seen.items():
+        c = est.component(key)
+        if c is not None:
+            names = [name for name in o.parts if ENGINE_PARTS.get(name) == key]
+            formula = f"estimate: its {key} component; observed: the engine's line(s) {' + '.join(names)}"
+            rows.append((f"engine_{key}", f"{c.label} (the engine's line)", c.bytes, n, formula, {}))
+    return rows
 
 
 def phase_reached(o: ObservedMemory, est: Estimate) -> str | None:

@@ -36,6 +36,7 @@ def _observed(d: Diagnosis) -> dict[str, Any]:
         "gpu_name": o.gpu_name,
         "source_format": o.source_format,
         "processes": [p.model_dump(mode="json") for p in o.processes],
+        "engine_parts": dict(o.parts),
         "derived": dict(o.derived),
         "unread": list(o.unread),
     }

@@ -240,7 +240,10 @@ _EVERY = "cudaMemGetInfo / NVML count every process on the GPU"
 def observed_parts(o: ObservedMemory) -> tuple[ObservedPart, ...]:
     """The observed memory in parts, which add up to the total where the report states every figure:
     tensors, the allocator's cache, outside PyTorch in this process, other processes, free (fewer, wider
-    parts where the report does not split them)."""
+    parts where the report does not split them); a part needing only figures the report does not state is
+    left out, one needing some of them is there as unknown (None, its note naming what is missing)."""
     r = reserved(o)
     free = _part("free", "free", o.free_bytes, "free (stated)", {"free_bytes": o.free_bytes}, "the report")
-    return (*_process_parts(o, r), *_beyond_parts(o, r), free)
+    # a part none of whose figures the report states says nothing about this report: left out
+    every = (*_process_parts(o, r), *_beyond_parts(o, r), free)
+    return tuple(p for p in every if any(v is not None for v in p.explain.inputs.values()))
