@@ -250,3 +250,19 @@ def test_capacity_names_whose_total_it_is(fmt: str) -> None:
     d = diagnose(o, spec=SPEC, run=make_run())
     assert d.prediction is not None
     assert ("nvidia-smi" in d.prediction.capacity_source) == (fmt == "nvidia_smi_table")
+
+
+def test_an_engines_lines_beside_the_estimates_components() -> None:
+    # SGLang states its K and V pools apart: they are summed into the estimate's one KV pool
+    o = ObservedMemory(
+        source_format="sglang",
+        total_bytes=80 * 1024 * MiB,
+        parts={"weights": 2_400 * MiB, "kv_cache_k": 30_000 * MiB, "kv_cache_v": 30_000 * MiB},
+    )
+    d = diagnose(o, spec=SPEC, run=make_run(engine="sglang"))
+    rows = {c.key: c for c in d.compared}
+    est = d.estimate
+    assert rows["engine_kv_cache"].observed_bytes == 60_000 * MiB
+    assert rows["engine_kv_cache"].estimated_bytes == est.component("kv_cache").bytes
+    assert rows["engine_weights"].difference_bytes == 2_400 * MiB - est.component("weights").bytes
+    assert "kv_cache_k + kv_cache_v" in rows["engine_kv_cache"].explain.formula

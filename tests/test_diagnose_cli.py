@@ -125,3 +125,18 @@ def test_empty_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
     rc, _, err = run_cli(["diagnose", "--observed", "-"])
     assert rc == 2 and "standard input" in err and "empty" in err
+
+
+def test_nvidia_smi_table_of_several_gpus_needs_an_index() -> None:
+    # https://github.com/karfly/learnable-triangulation-pytorch/issues/80: four GPU rows
+    path = DIR / "nvidia_smi_table_triangulation80.txt"
+    rc, _, err = check_cli(["diagnose", "--observed", str(path)])
+    assert rc == 2 and "0, 1, 2, 3" in err
+    rc, out, _ = check_cli(["diagnose", "--observed", str(path), "--gpu-index", "1", "--json"])
+    doc = json.loads(out)
+    assert (
+        rc == 0
+        and doc["observed"]["gpu_index"] == 1
+        and doc["observed"]["source_format"] == "nvidia_smi_table"
+    )
+    assert [p["key"] for p in doc["parts"]] == ["every_process"]
