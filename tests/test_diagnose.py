@@ -266,3 +266,15 @@ def test_an_engines_lines_beside_the_estimates_components() -> None:
     assert rows["engine_kv_cache"].estimated_bytes == est.component("kv_cache").bytes
     assert rows["engine_weights"].difference_bytes == 2_400 * MiB - est.component("weights").bytes
     assert "kv_cache_k + kv_cache_v" in rows["engine_kv_cache"].explain.formula
+
+
+def test_non_pytorch_memory_and_the_cache_beside_the_estimates_overheads() -> None:
+    d = diagnose(oom(**EXAMPLE), spec=SPEC, run=make_run())
+    rows = {c.key: c for c in d.compared}
+    est = d.estimate
+    assert rows["outside_pytorch"].observed_bytes == 1_000 * MiB
+    assert rows["outside_pytorch"].estimated_bytes == est.component("cuda_context").bytes
+    assert rows["allocator_cache"].observed_bytes == 3_000 * MiB
+    assert rows["allocator_cache"].estimated_bytes == est.component("allocator_reserve").bytes
+    # the three whole-process rows come first, in this order
+    assert [c.key for c in d.compared][:3] == ["tensors", "non_tensor", "process"]

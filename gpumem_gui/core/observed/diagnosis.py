@@ -138,6 +138,7 @@ def compare(o: ObservedMemory, est: Estimate) -> tuple[Compared, ...]:
             "estimate: total; observed: this process (+ the failed request)",
             {},
         ),
+        *_part_rows(o, est),
         *_engine_rows(o, est),
     ]
     return tuple(
@@ -168,6 +169,28 @@ ENGINE_PARTS = {
     "cuda_graphs": "cudagraph",
     "compute_buffer": "compute_buffer",
 }
+
+
+# the observed parts the estimate also carries as components: memory outside PyTorch's allocator (the CUDA
+# context, results/overheads.py cuda_context; vLLM's and SGLang's non_torch) and the allocator's cache
+# (results/overheads.py allocator_reserve). The cuBLAS workspace is not mapped: PyTorch takes it from its
+# caching allocator (aten/src/ATen/cuda/CublasHandlePool.cpp), so a report counts it among the tensors.
+PART_COMPONENTS = {
+    "outside_pytorch": ("cuda_context", "non_torch"),
+    "allocator_cache": ("allocator_reserve",),
+}
+
+
+def _part_rows(o: ObservedMemory, est: Estimate) -> list[tuple]:
+    """One row per observed part the estimate carries components for."""
+    rows = []
+    for part in observed_parts(o):
+        comps = [c for key in PART_COMPONENTS.get(part.key, ()) if (c := est.component(key)) is not None]
+        if comps and part.bytes is not None:
+            formula = f"estimate: {' + '.join(c.key for c in comps)}; observed: {part.explain.formula}"
+            ours = sum(c.bytes for c in comps)
+            rows.append((part.key, part.label, ours, part.bytes, formula, {c.key: c.bytes for c in comps}))
+    return rows
 
 
 def _engine_rows(o: ObservedMemory, est: Estimate) -> list[tuple]:
