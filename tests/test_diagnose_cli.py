@@ -76,7 +76,8 @@ def test_with_a_run_compares_and_judges() -> None:
     p = doc["predicted_failure"]
     assert p["capacity_bytes"] == doc["observed"]["total_bytes"] == round(Fraction("15.70") * (1 << 30))
     assert p["observed_failed"] is True and isinstance(p["agrees"], bool)
-    assert [c["key"] for c in doc["estimate"]["compared"]] == ["tensors", "non_tensor", "process"]
+    keys = ["tensors", "non_tensor", "process", "allocator_cache", "outside_pytorch"]
+    assert [c["key"] for c in doc["estimate"]["compared"]] == keys
     assert any(c["update"] for c in doc["changes"])  # the fit report's run changes
     rc, out, _ = check_cli(argv)
     assert rc == 0 and "estimate for meta-llama/Llama-3.2-1B" in out and "changes that would have" in out
