@@ -64,6 +64,12 @@ def add_diagnose_parser(sub: Any) -> None:
     )
     sp.add_argument("--json", action="store_true", help="machine-readable output (gpumem.diagnosis/1)")
     add_import_flags(sp)
+    for action in sp._actions:
+        if action.dest == "model":
+            action.help = (
+                "the run's model (catalog id, config.json, folder, .safetensors, .gguf, hub id); without it "
+                "(and without --from / --from-file) only the observed memory is explained"
+            )
     sp.set_defaults(func=cmd_diagnose)
 
 
