@@ -8,9 +8,9 @@ wrong unit or a wrong sentence -> figure mapping fails. Each fixture's source UR
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,358 +27,11 @@ def b(text: str) -> int:
     return round(Fraction(number) * POW2[unit])
 
 
-@dataclass(frozen=True)
-class R:
-    """One expected record: its format, GPU, the figures as the text prints them, the derived ones."""
+# file -> what each record must read to (tests/reference/observed/expected.json says how it is written)
+EXPECTED: dict[str, list[dict[str, Any]]] = json.loads((DIR / "expected.json").read_text(encoding="utf-8"))[
+    "files"
+]
 
-    form: str
-    gpu: int | None
-    stated: dict[str, str]
-    derived: set[str] = field(default_factory=set)
-    name: str | None = None
-    procs: tuple[tuple[int | None, str], ...] = ()  # (pid, size as printed) of the processes listed
-    parts: dict[str, str] = field(default_factory=dict)  # an engine's parts, as printed
-
-
-PR14447 = {
-    "weights": "21.21 GiB",
-    "non_torch": "0.20 GiB",
-    "activation_peak": "0.37 GiB",
-    "kv_cache": "1.57 GiB",
-}
-
-# file -> a record per report (per GPU for nvidia-smi), in text order
-EXPECTED: dict[str, list[R]] = {
-    "torch_oom_current_pytorch16417.txt": [
-        R(
-            "torch_oom",
-            0,
-            {
-                "requested_bytes": "22.00 MiB",
-                "total_bytes": "23.65 GiB",
-                "free_bytes": "11.06 MiB",
-                "process_bytes": "23.60 GiB",
-                "allocated_bytes": "22.90 GiB",
-                "reserved_unallocated_bytes": "194.87 MiB",
-            },
-            {"reserved_bytes"},
-            procs=((None, "23.60 GiB"),),
-        )
-    ],
-    "torch_oom_current_vsmtrans3.txt": [
-        R(
-            "torch_oom",
-            0,
-            {
-                "requested_bytes": "226.00 MiB",
-                "total_bytes": "15.70 GiB",
-                "free_bytes": "210.38 MiB",
-                "process_bytes": "15.48 GiB",
-                "allocated_bytes": "14.81 GiB",
-                "reserved_unallocated_bytes": "336.73 MiB",
-            },
-            {"reserved_bytes"},
-            procs=((None, "15.48 GiB"),),
-        )
-    ],
-    "torch_oom_2023_generateu10.txt": [
-        R(
-            "torch_oom_2023",
-            0,
-            {
-                "requested_bytes": "496.00 MiB",
-                "total_bytes": "14.75 GiB",
-                "free_bytes": "235.06 MiB",
-                "allocated_bytes": "14.06 GiB",
-                "reserved_unallocated_bytes": "330.42 MiB",
-            },
-            {"reserved_bytes"},
-            procs=((20398, "14.52 GiB"),),
-        )
-    ],
-    "torch_oom_2023_mygirlgpt11.txt": [
-        R(
-            "torch_oom_2023",
-            0,
-            {
-                "requested_bytes": "32.00 MiB",
-                "total_bytes": "4.00 GiB",
-                "free_bytes": "41.56 MiB",
-                "process_bytes": "3.44 GiB",
-                "allocated_bytes": "2.58 GiB",
-                "reserved_unallocated_bytes": "1.90 MiB",
-            },
-            {"reserved_bytes"},
-            procs=((None, "3.44 GiB"),),
-        )
-    ],
-    "torch_oom_2023_ootdiffusion167.txt": [
-        R(
-            "torch_oom_2023",
-            0,
-            {
-                "requested_bytes": "2.00 GiB",
-                "total_bytes": "4.00 GiB",
-                "free_bytes": "2.80 GiB",
-                "allocated_bytes": "0 bytes",
-                "reserved_unallocated_bytes": "0 bytes",
-            },
-            {"reserved_bytes"},
-        )
-    ],
-    "torch_oom_legacy_pytorch59778.txt": [
-        R(
-            "torch_oom_legacy",
-            0,
-            {
-                "requested_bytes": "2.26 GiB",
-                "total_bytes": "6.00 GiB",
-                "allocated_bytes": "781.59 MiB",
-                "free_bytes": "3.03 GiB",
-                "reserved_bytes": "1.24 GiB",
-            },
-            {"reserved_unallocated_bytes"},
-        )
-    ],
-    "torch_oom_legacy_easydiffusion104.txt": [
-        R(
-            "torch_oom_legacy",
-            0,
-            {
-                "requested_bytes": "64.00 MiB",
-                "total_bytes": "4.00 GiB",
-                "allocated_bytes": "3.35 GiB",
-                "free_bytes": "0 bytes",
-                "reserved_bytes": "3.41 GiB",
-            },
-            {"reserved_unallocated_bytes"},
-        )
-    ],
-    "torch_oom_cached_pytorch16417.txt": [
-        R(
-            "torch_oom_cached",
-            0,
-            {
-                "requested_bytes": "12.50 MiB",
-                "total_bytes": "10.92 GiB",
-                "allocated_bytes": "8.57 MiB",
-                "free_bytes": "9.28 GiB",
-                "reserved_unallocated_bytes": "4.68 MiB",
-            },
-            {"reserved_bytes"},
-        )
-    ],
-    "torch_oom_cached_pytorch13751.txt": [
-        R(
-            "torch_oom_cached",
-            0,
-            {
-                "requested_bytes": "16.00 GiB",
-                "total_bytes": "11.93 GiB",
-                "allocated_bytes": "4.00 GiB",
-                "free_bytes": "7.33 GiB",
-                "reserved_unallocated_bytes": "179.00 KiB",
-            },
-            {"reserved_bytes"},
-        )
-    ],
-    "nvidia_smi_table_rlinf255.txt": [
-        R(
-            "nvidia_smi_table",
-            0,
-            {"used_bytes": "507 MiB", "total_bytes": "24564 MiB"},
-            name="NVIDIA GeForce RTX 4090",
-        ),
-        R(
-            "nvidia_smi_table",
-            1,
-            {"used_bytes": "459 MiB", "total_bytes": "24564 MiB"},
-            name="NVIDIA GeForce RTX 4090",
-        ),
-    ],
-    "nvidia_smi_table_triangulation80.txt": [
-        R(
-            "nvidia_smi_table",
-            0,
-            {"used_bytes": "8559 MiB", "total_bytes": "10989 MiB"},
-            name="GeForce RTX 208...",
-        ),
-        R(
-            "nvidia_smi_table",
-            1,
-            {"used_bytes": "7384 MiB", "total_bytes": "10989 MiB"},
-            name="GeForce RTX 208...",
-        ),
-        R(
-            "nvidia_smi_table",
-            2,
-            {"used_bytes": "7384 MiB", "total_bytes": "10989 MiB"},
-            name="GeForce RTX 208...",
-        ),
-        R("nvidia_smi_table", 3, {}, name="GeForce RTX 208..."),  # cut before its Memory-Usage line
-    ],
-    "nvidia_smi_table_localgpt14.txt": [
-        R(
-            "nvidia_smi_table",
-            0,
-            {"used_bytes": "1585 MiB", "total_bytes": "11264 MiB"},
-            name="NVIDIA GeForce GTX 1080 Ti",
-        ),
-    ],
-    "nvidia_smi_table_gpustat130.txt": [
-        R(
-            "nvidia_smi_table",
-            0,
-            {"used_bytes": "0 MiB", "total_bytes": "16384 MiB"},
-            name="Tesla P100-PCIE...",
-        ),
-    ],
-    "nvidia_smi_processes_nvitop152.txt": [
-        R("nvidia_smi_table", 0, {}, procs=((10734, "160 MiB"), (58661, "3 MiB"))),
-        R("nvidia_smi_table", 1, {}, procs=((10734, "160 MiB"),)),
-        R("nvidia_smi_table", 2, {}, procs=((18243, "64 MiB"), (22720, "34 MiB"))),
-    ],
-    "nvidia_smi_csv_clic89.txt": [
-        R("nvidia_smi_csv", None, {"free_bytes": "2131 MiB"}, name="NVIDIA GeForce GTX 1050 Ti"),
-        R("nvidia_smi_csv", None, {"free_bytes": "16000 MiB"}, name="NVIDIA GeForce RTX 3080 Ti"),
-    ],
-    "torch_summary_pytorch35901.txt": [
-        R(
-            "torch_memory_summary",
-            0,
-            {
-                "allocated_bytes": "1062 MiB",
-                "peak_allocated_bytes": "4877 MiB",
-                "reserved_bytes": "12420 MiB",
-                "peak_reserved_bytes": "12420 MiB",
-            },
-            {"reserved_unallocated_bytes"},
-        )
-    ],
-    "torch_summary_pytorch38884.txt": [
-        R(
-            "torch_memory_summary",
-            0,
-            {
-                "allocated_bytes": "1024 bytes",
-                "peak_allocated_bytes": "133632 bytes",
-                "reserved_bytes": "2048 KiB",
-                "peak_reserved_bytes": "2048 KiB",
-            },
-            {"reserved_unallocated_bytes"},
-        )
-    ],
-    "torch_summary_vissl514.txt": [
-        R("torch_memory_summary", None, {"reserved_bytes": "8184 MiB", "peak_reserved_bytes": "9330 MiB"}),
-    ],
-    "torch_oom_current_hip_pytorch175431.txt": [
-        R(
-            "torch_oom",
-            7,
-            {
-                "requested_bytes": "2.00 MiB",
-                "total_bytes": "287.98 GiB",
-                "free_bytes": "203.49 GiB",
-                "allocated_bytes": "68.63 GiB",
-                "reserved_unallocated_bytes": "14.93 GiB",
-            },
-            {"reserved_bytes"},
-        )
-    ],
-    "vllm_v0_workers_pr14447.txt": [
-        R("vllm", None, {}, parts=PR14447),
-        R("vllm", None, {"total_bytes": "23.58 GiB", "allowed_bytes": "23.35 GiB"}, parts=PR14447),
-        R("vllm", None, {"total_bytes": "23.58 GiB", "allowed_bytes": "23.35 GiB"}, parts=PR14447),
-    ],
-    "vllm_profiling_lines_pr10511.txt": [
-        R(
-            "vllm",
-            None,
-            {"total_bytes": "79.22 GiB", "allowed_bytes": "71.29 GiB"},
-            parts={
-                "weights": "14.96 GiB",
-                "non_torch": "1.79 GiB",
-                "activation_peak": "1.26 GiB",
-                "kv_cache": "53.29 GiB",
-            },
-        ),
-        R(
-            "vllm",
-            None,
-            {"total_bytes": "79.22 GiB", "allowed_bytes": "71.29 GiB"},
-            parts={"weights": "7.48 GiB", "non_torch": "3.58 GiB", "activation_peak": "1.26 GiB"},
-        ),
-    ],
-    "vllm_v0_budget_pr12126.txt": [
-        R(
-            "vllm",
-            None,
-            {"total_bytes": "79.22 GiB", "allowed_bytes": "71.29 GiB"},
-            parts={
-                "weights": "19.86 GiB",
-                "non_torch": "0.16 GiB",
-                "activation_peak": "36.63 GiB",
-                "kv_cache": "14.65 GiB",
-            },
-        ),
-    ],
-    # SGLang prints GiB as "GB" (sglang.py's docstring): the expected sizes say GiB
-    "vllm_sglang_kv_vllm21348.txt": [
-        R("vllm", None, {}, parts={"kv_cache": "8.11 GiB"}),
-        R("sglang", None, {}, parts={"kv_cache_k": "8.23 GiB", "kv_cache_v": "8.23 GiB"}),
-    ],
-    "sglang_startup_pr18263.txt": [
-        R(
-            "sglang",
-            None,
-            {"free_bytes": "74.01 GiB"},  # the last free figure stated (Memory pool end)
-            parts={"weights": "56.98 GiB", "kv_cache_k": "76.44 GiB", "kv_cache_v": "76.44 GiB"},
-        ),
-    ],
-    "sglang_tp_ranks_club3090_1261.txt": [  # each rank allocates two pools (the target and the draft model)
-        R(
-            "sglang",
-            None,
-            {"free_bytes": "8.40 GiB"},
-            parts={"kv_cache_k": "3.46 GiB", "kv_cache_v": "3.46 GiB"},
-        ),
-        R(
-            "sglang",
-            None,
-            {"free_bytes": "6.23 GiB"},
-            parts={"kv_cache_k": "1.08 GiB", "kv_cache_v": "1.08 GiB"},
-        ),
-        R(
-            "sglang",
-            None,
-            {"free_bytes": "7.63 GiB"},
-            parts={"kv_cache_k": "3.46 GiB", "kv_cache_v": "3.46 GiB"},
-        ),
-        R(
-            "sglang",
-            None,
-            {"free_bytes": "5.46 GiB"},
-            parts={"kv_cache_k": "1.08 GiB", "kv_cache_v": "1.08 GiB"},
-        ),
-    ],
-    "llamacpp_oom_ik749.txt": [
-        # the MiB line and the exact bytes of the same failed allocation: the bytes, stated last, are kept
-        R("llamacpp", 0, {"requested_bytes": "292926534144 bytes"}, parts={"kv_cache": "379.23 MiB"}),
-        *(
-            R("llamacpp", i, {}, parts={"kv_cache": kv})
-            for i, kv in enumerate(
-                ["82.44", "65.95", "82.44", "82.44", "65.95", "82.44", "82.44", "32.98", "32.98", "16.49"], 1
-            )
-            for kv in [kv + " MiB"]
-        ),
-        R("llamacpp", None, {}, parts={"kv_cache": "1005.79 MiB"}),  # KV self size: every device together
-    ],
-    "llamacpp_load_oom_20431.txt": [R("llamacpp", 0, {"requested_bytes": "151851674624 bytes"})],
-    "llamacpp_ollama_runner_6860.txt": [
-        R("llamacpp", None, {}, parts={"kv_cache": "5120.00 MiB"}),
-        R("llamacpp", 4, {"requested_bytes": "150995968 bytes"}),
-    ],
-}
 
 # derived figures and the stated ones they come from (the definitions the readers document)
 DERIVATIONS = {
@@ -393,10 +46,10 @@ def _sources() -> list[dict[str, str]]:
 
 def test_every_fixture_has_a_source_and_an_expectation() -> None:
     listed = {s["file"] for s in _sources()}
-    on_disk = {p.name for p in DIR.iterdir() if p.name != "sources.json"}
+    on_disk = {p.name for p in DIR.iterdir() if p.name not in ("sources.json", "expected.json")}
     assert listed == on_disk
     assert all(s["url"].startswith("https://") and s["what"] for s in _sources())
-    assert set(EXPECTED) <= listed
+    assert set(EXPECTED) == listed
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -407,15 +60,17 @@ def test_published_report_reads_to_the_exact_bytes(name: str) -> None:
     expected = EXPECTED[name]
     assert len(report.records) == len(expected)
     for record, r in zip(report.records, expected, strict=True):
-        assert (record.source_format, record.gpu_index) == (r.form, r.gpu)
-        want = {k: b(v) for k, v in r.stated.items()}
-        for figure in r.derived:
+        assert (record.source_format, record.gpu_index) == (r["format"], r["gpu"])
+        want = {k: b(v) for k, v in r["stated"].items()}
+        for figure in r.get("derived", ()):
             want[figure] = DERIVATIONS[figure](want)
         assert record.stated() == {k: want[k] for k in FIGURES if k in want}
-        assert set(record.derived) == r.derived
-        assert record.gpu_name == r.name
-        assert [(p.pid, p.bytes) for p in record.processes] == [(pid, b(v)) for pid, v in r.procs]
-        assert dict(record.parts) == {k: b(v) for k, v in r.parts.items()}
+        assert set(record.derived) == set(r.get("derived", ()))
+        assert record.gpu_name == r.get("gpu_name")
+        assert [(p.pid, p.bytes) for p in record.processes] == [
+            (pid, b(v)) for pid, v in r.get("processes", ())
+        ]
+        assert dict(record.parts) == {k: b(v) for k, v in r.get("parts", {}).items()}
         text = data.decode("utf-8")
         assert record.excerpt and all(line in text for line in record.excerpt.splitlines())
 
@@ -578,3 +233,16 @@ def test_memory_stats_in_each_printed_form(style: str) -> None:
 def test_two_devices_stats_are_two_records() -> None:
     text = "cuda:0 " + _stats(STATS, "dict") + "\ncuda:1 " + _stats(dict(STATS, **{"num_ooms": 1}), "dict")
     assert len(read_observed(text).records) == 2
+
+
+def test_ollama_inference_compute_of_current_releases() -> None:
+    """discover/types.go LogDetails today: name is the device (CUDA1), description the GPU's name."""
+    line = (
+        'time=2026-03-01T10:00:00.000Z level=INFO source=types.go:60 msg="inference compute" '
+        "id=GPU-0a1b2c3d library=CUDA compute=9.0 name=CUDA1 "
+        'description="NVIDIA H100 80GB HBM3" libdirs=ollama,cuda_v12 driver=12.8 pci_id=0000:2a:00.0 '
+        'type=discrete total="79.2 GiB" available="78.7 GiB"'
+    )
+    (rec,) = read_observed(line).records
+    assert (rec.source_format, rec.gpu_index, rec.gpu_name) == ("ollama", 1, "NVIDIA H100 80GB HBM3")
+    assert rec.stated() == {"total_bytes": b("79.2 GiB"), "free_bytes": b("78.7 GiB")}

@@ -18,7 +18,11 @@ from gpumem_gui.core.units import GiB, KiB, MiB
 MAX_BYTES = 1 << 60  # the model's bound (observed/model.py, Bytes)
 MAX_EXCERPT = 4000  # the model's bound on ``excerpt``
 _NOT_A_SIZE = "is not a size gpumem can hold (negative, or over 1 EiB)"
-MAX_NUMBER_CHARS = 40  # a longer number is not a size any report prints; read as out of range, not parsed
+MAX_NUMBER_CHARS = 40
+# a table's or a log's line longer than this is not one the sources print (nvidia-smi's table is ~90
+# characters wide, memory_summary's 77, an engine's log line well under 2,000): skipped, which keeps every
+# line pattern linear in the text (no pattern sees a line of megabytes)
+MAX_LINE_CHARS = 4000  # a longer number is not a size any report prints; read as out of range, not parsed
 
 # The units the sources print, as powers of two: PyTorch's format_size (c10/cuda/CUDACachingAllocator.cpp:
 # "bytes", "KiB", "MiB", "GiB", dividing by 1024), nvidia-smi's "MiB" (NVML reports bytes; nvidia-smi prints

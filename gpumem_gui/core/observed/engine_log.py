@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 
-from gpumem_gui.core.observed.draft import Draft
+from gpumem_gui.core.observed.draft import MAX_LINE_CHARS, Draft
 
 # the worker a line belongs to: "(VllmWorkerProcess pid=521)", "(Worker_TP0 pid=41699)", "(EngineCore_DP0
 # pid=49825)", SGLang's "[2025-03-25 16:37:06 TP0]" / "[... DP1 TP3]"
@@ -40,7 +40,7 @@ def read_log(
     offset = 0
     for raw in text.splitlines(keepends=True):
         start, offset = offset, offset + len(raw)
-        if not any(m in raw for m in markers):
+        if len(raw) > MAX_LINE_CHARS or not any(m in raw for m in markers):
             continue
         worker = key_of(raw)
         rec = open_records.get(worker)

@@ -29,6 +29,7 @@ SourceFormat = Literal[
     "vllm",  # vLLM startup / profiling / OOM lines
     "sglang",  # SGLang startup / OOM lines
     "llamacpp",  # llama.cpp (and Ollama's runner) buffer / allocation-failure lines
+    "ollama",  # Ollama's server lines: "inference compute" (total / available), the offload line's free list
 ]
 SOURCE_FORMATS: tuple[str, ...] = SourceFormat.__args__  # type: ignore[attr-defined]
 

@@ -15,7 +15,9 @@ from gpumem_gui.core.observed import (
     llamacpp,
     nvidia_csv,
     nvidia_smi,
+    ollama,
     sglang,
+    snapshot,
     torch_oom,
     torch_stats,
     torch_summary,
@@ -42,11 +44,12 @@ FINDERS: tuple[Finder, ...] = (
     vllm.find,
     sglang.find,
     llamacpp.find,
+    ollama.find,
 )
 
 EXPECTED = (
     "expected a GPU memory report: a PyTorch CUDA out-of-memory message, an nvidia-smi table or "
-    "--query-gpu csv, torch.cuda.memory_summary() / memory_stats(), or a vLLM, SGLang or llama.cpp "
+    "--query-gpu csv, torch.cuda.memory_summary() / memory_stats(), or a vLLM, SGLang, llama.cpp or Ollama "
     "memory line"
 )
 
@@ -92,6 +95,8 @@ def read_observed_bytes(data: bytes) -> ObservedReport:
     data = bytes(data)
     if len(data) > MAX_FILE_BYTES:
         raise GpumemInputError(f"the file is {len(data):,} bytes; gpumem reads at most {MAX_FILE_BYTES:,}")
+    if snapshot.is_snapshot_pickle(data):
+        return report_from(snapshot.records(snapshot.load_plain(data)))
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:

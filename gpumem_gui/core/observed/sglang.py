@@ -25,19 +25,19 @@ _LINES: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = (
     ("load_begin", re.compile(rf"Load weight begin\. avail mem={_N} GB"), ("free_bytes",)),
     (
         "load_end",
-        re.compile(rf"Load weight end\..*?avail mem={_N} GB, mem usage={_N} GB"),
+        re.compile(rf"Load weight end\..{{0,300}}?avail mem={_N} GB, mem usage={_N} GB"),
         ("free_bytes", "weights"),
     ),
     (
         "kv",
-        re.compile(rf"KV Cache is allocated\..*?K size: {_N} GB, V size: {_N} GB"),
+        re.compile(rf"KV Cache is allocated\..{{0,300}}?K size: {_N} GB, V size: {_N} GB"),
         ("kv_cache_k", "kv_cache_v"),
     ),
-    ("kv_mla", re.compile(rf"KV Cache is allocated\..*?\bKV size: {_N} GB"), ("kv_cache",)),
+    ("kv_mla", re.compile(rf"KV Cache is allocated\..{{0,300}}?\bKV size: {_N} GB"), ("kv_cache",)),
     ("pool_end", re.compile(rf"Memory pool end\. avail mem={_N} GB"), ("free_bytes",)),
     (
         "graph_end",
-        re.compile(rf"Capture cuda graph end\..*?mem usage={_N} GB\. avail mem={_N} GB"),
+        re.compile(rf"Capture cuda graph end\..{{0,300}}?mem usage={_N} GB\. avail mem={_N} GB"),
         ("cuda_graphs", "free_bytes"),
     ),
 )

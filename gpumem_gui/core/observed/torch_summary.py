@@ -15,13 +15,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from gpumem_gui.core.observed.draft import Draft
+from gpumem_gui.core.observed.draft import MAX_LINE_CHARS, Draft
 
 _HEADER = re.compile(r"PyTorch CUDA memory summary, device ID (\d+)")
-# "| Allocated memory      |  14324 MiB |  14324 MiB |  14324 MiB |      0 B   |"
-_ROW = re.compile(
-    r"^\|\s*([A-Za-z][A-Za-z -]*?)\s*\|\s*(\d+)\s*([KMGTP]i?B|B)\s*\|\s*(\d+)\s*([KMGTP]i?B|B)\s*\|"
-)
+# a value cell of a row "| Allocated memory      |  14324 MiB |  14324 MiB |  14324 MiB |      0 B   |"
+_VALUE = re.compile(r"^\s*(\d+)\s*([KMGTP]i?B|B)\s*$")
 # _format_size's prefixes, in the 1024 steps it divides by (old labels KB, MB ... are the same powers)
 _UNIT = {"B": "B", "KB": "KiB", "MB": "MiB", "GB": "GiB", "TB": "TiB", "PB": "PiB"}
 _ROWS = {
@@ -38,6 +36,8 @@ def find(text: str) -> Iterator[tuple[int, Draft]]:
     offset = 0
     for raw in text.splitlines(keepends=True):
         start, offset = offset, offset + len(raw)
+        if len(raw) > MAX_LINE_CHARS:
+            continue
         line = raw.strip().lstrip(">").strip()
         header = _HEADER.search(line)
         if header is not None:
@@ -46,10 +46,10 @@ def find(text: str) -> Iterator[tuple[int, Draft]]:
             index = int(header.group(1)) if len(header.group(1)) < 5 else None
             current = (start, Draft(source_format="torch_memory_summary", gpu_index=index, excerpt=raw))
             continue
-        row = _ROW.match(line)
+        row = _row_of(line)
         if row is None:
             continue
-        name = row.group(1)
+        name = row[0]
         if current is None and name not in _ROWS and name not in _NOT_FIGURES:
             continue  # a table that is not a memory summary
         if current is None or (name in _ROWS and _ROWS[name][0] in current[1].figures):
@@ -61,14 +61,26 @@ def find(text: str) -> Iterator[tuple[int, Draft]]:
         yield _done(current)
 
 
-def _row(d: Draft, row: re.Match[str], raw: str) -> None:
-    name = row.group(1)
+def _row_of(line: str) -> tuple[str, re.Match[str], re.Match[str]] | None:
+    """(metric, Cur Usage, Peak Usage) of a size row, else None (split into cells, not one pattern)."""
+    cells = line.split("|")
+    if len(cells) < 4 or cells[0].strip():
+        return None
+    name = " ".join(cells[1].split())
+    cur, peak = _VALUE.match(cells[2]), _VALUE.match(cells[3])
+    if not name or cur is None or peak is None:
+        return None
+    return name, cur, peak
+
+
+def _row(d: Draft, row: tuple[str, re.Match[str], re.Match[str]], raw: str) -> None:
+    name, cur_m, peak_m = row
     if len(d.excerpt) < 3500:
         d.excerpt += raw
     if name in _ROWS:
         cur, peak = _ROWS[name]
-        d.size(cur, row.group(2), _UNIT.get(row.group(3), row.group(3)), f"{name} Cur Usage")
-        d.size(peak, row.group(4), _UNIT.get(row.group(5), row.group(5)), f"{name} Peak Usage")
+        d.size(cur, cur_m.group(1), _UNIT.get(cur_m.group(2), cur_m.group(2)), f"{name} Cur Usage")
+        d.size(peak, peak_m.group(1), _UNIT.get(peak_m.group(2), peak_m.group(2)), f"{name} Peak Usage")
     elif name in _NOT_FIGURES and not any(line.startswith(name) for line in d.unread):
         d.unread.append(f"{name}: printed, but not one of the figures gpumem compares")
 
