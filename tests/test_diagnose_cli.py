@@ -141,3 +141,20 @@ def test_nvidia_smi_table_of_several_gpus_needs_an_index() -> None:
         and doc["observed"]["source_format"] == "nvidia_smi_table"
     )
     assert [p["key"] for p in doc["parts"]] == ["every_process"]
+
+
+def test_a_memory_snapshot_pickle_file(tmp_path: Path) -> None:
+    # the snapshot tests/test_observed_snapshot.py documents: device 0 failed a 96 MiB request with 8 + 2 MiB
+    # cached (no fragmentation: the request is larger), pickled as torch.cuda.memory._dump_snapshot does
+    import pickle
+
+    from tests.test_observed_snapshot import SNAPSHOT
+
+    path = tmp_path / "snapshot.pickle"
+    path.write_bytes(pickle.dumps(SNAPSHOT, protocol=4))
+    rc, out, err = check_cli(["diagnose", "--observed", str(path), "--gpu-index", "0", "--json"])
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["observed"]["source_format"] == "torch_memory_snapshot"
+    assert doc["observed"]["requested_bytes"] == 96 * MiB
+    assert doc["causes"]["fragmentation"] is False
