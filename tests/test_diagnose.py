@@ -278,3 +278,20 @@ def test_non_pytorch_memory_and_the_cache_beside_the_estimates_overheads() -> No
     assert rows["allocator_cache"].estimated_bytes == est.component("allocator_reserve").bytes
     # the three whole-process rows come first, in this order
     assert [c.key for c in d.compared][:3] == ["tensors", "non_tensor", "process"]
+
+
+def test_tensors_compared_are_the_most_the_process_held_or_asked_for() -> None:
+    summary = ObservedMemory(
+        source_format="torch_memory_summary", allocated_bytes=1_000 * MiB, peak_allocated_bytes=2_600 * MiB
+    )
+    d = diagnose(summary, spec=SPEC, run=make_run())
+    tensors = next(c for c in d.compared if c.key == "tensors")
+    assert tensors.observed_bytes == 2_600 * MiB  # max_memory_allocated, more than allocated now
+    wanted = 2_600 * MiB
+    assert d.phase_reached == next((n for n, b in d.phases.items() if b >= wanted), None)
+    failed = oom(allocated_bytes=2_000, peak_allocated_bytes=2_100, requested_bytes=500, process_bytes=2_900)
+    d = diagnose(failed, spec=SPEC, run=make_run())
+    rows = {c.key: c for c in d.compared}
+    assert rows["tensors"].observed_bytes == 2_500 * MiB  # allocated + the request, more than the peak
+    assert rows["non_tensor"].observed_bytes == 900 * MiB  # process - allocated, the same moment
+    assert rows["process"].observed_bytes == 3_400 * MiB  # process + the request

@@ -91,13 +91,11 @@ def observed_capacity(o: ObservedMemory, target: GpuTarget | None) -> tuple[GpuT
 
 
 def _tensors_wanted(o: ObservedMemory) -> int | None:
-    """Tensors the process held at the report, plus the failed request: the peak PyTorch reports where it
-    states one, else allocated (+ requested)."""
-    if o.peak_allocated_bytes is not None:
-        return o.peak_allocated_bytes
-    if o.allocated_bytes is None:
-        return None
-    return o.allocated_bytes + (o.requested_bytes or 0)
+    """The most tensors the process held or asked for: allocated + the failed request, or the peak PyTorch
+    reports (max_memory_allocated) where that is more."""
+    now = None if o.allocated_bytes is None else o.allocated_bytes + (o.requested_bytes or 0)
+    seen = [v for v in (now, o.peak_allocated_bytes) if v is not None]
+    return max(seen) if seen else None
 
 
 def _process_wanted(o: ObservedMemory) -> int | None:
@@ -111,15 +109,18 @@ def compare(o: ObservedMemory, est: Estimate) -> tuple[Compared, ...]:
     tensor_keys = {c.key for c in est.phases[est.peak_phase].components}
     over = {c.key: c.bytes for c in est.components if c.key not in tensor_keys}
     tensors, process = _tensors_wanted(o), _process_wanted(o)
-    non_tensor = process - tensors if process is not None and tensors is not None else None
+    # at one moment: the process's memory beyond its live tensors
+    non_tensor = None
+    if o.process_bytes is not None and o.allocated_bytes is not None:
+        non_tensor = max(0, o.process_bytes - o.allocated_bytes)
     rows = [
         (
             "tensors",
             "tensors at the peak (max_memory_allocated)",
             est.peak_bytes,
             tensors,
-            "estimate: peak of live tensors; observed: peak allocated where stated, else allocated + the "
-            "failed request",
+            "estimate: peak of live tensors; observed: allocated + the failed request, or the peak "
+            "allocated where the report states a larger one",
             {"peak_phase": est.peak_phase},
         ),
         (
@@ -127,7 +128,7 @@ def compare(o: ObservedMemory, est: Estimate) -> tuple[Compared, ...]:
             "beyond tensors (allocator cache, CUDA context, libraries)",
             est.total_bytes - est.peak_bytes,
             non_tensor,
-            "estimate: total - peak (its overhead components); observed: this process - tensors",
+            "estimate: total - peak (its overhead components); observed: this process - allocated",
             over,
         ),
         (
