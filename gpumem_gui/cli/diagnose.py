@@ -204,6 +204,7 @@ def _print_estimate(d: Diagnosis, model: str | None) -> None:
             "" if c.difference_bytes is None else gib(c.difference_bytes),
         ]
         for c in d.compared
+        if c.observed_bytes is not None or c.key == "process"  # what the report does not state: --json has it
     ]
     print_table(rows, ["", "estimate GiB", "observed GiB", "observed - estimate GiB"], right={1, 2, 3})
     phases = "   ".join(f"{n} {gib(b)}" for n, b in d.phases.items())
