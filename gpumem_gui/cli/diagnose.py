@@ -168,12 +168,12 @@ def print_diagnosis(d: Diagnosis, model: str | None, note: str = "", unread: tup
         print_table(rows, ["part", "GiB", "note"], right={1})
     if o.parts:
         print("the engine's lines (GiB): " + "   ".join(f"{k} {gib(v)}" for k, v in o.parts.items()))
-    for proc in o.processes:
+    for proc in o.processes:  # the ones the report names (the reporting process is a part above)
+        if proc.this_process and proc.pid is None:
+            continue
         who = " (this process)" if proc.this_process else ""
-        print(
-            f"process {proc.pid if proc.pid is not None else '?'} {short(proc.name or '', 60)}: "
-            f"{gib(proc.bytes)} GiB{who}"
-        )
+        name = f" {short(proc.name, 60)}" if proc.name else ""
+        print(f"process {proc.pid if proc.pid is not None else '?'}{name}: {gib(proc.bytes)} GiB{who}")
     for line in (*o.unread, *unread):
         print(f"not read: {line}")
     for line in d.causes.lines:

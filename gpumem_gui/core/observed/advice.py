@@ -79,7 +79,10 @@ def causes(o: ObservedMemory) -> Causes:
             "released every whole cached block)"
         )
     elif frag is False:
-        lines.append(f"not fragmentation: the allocator's unallocated {size(cache)} is less than the request")
+        lines.append(
+            f"not fragmentation alone: the allocator's unallocated {size(cache)}, even in one block, is less "
+            "than the request"
+        )
     if held is not None:
         tail = ""
         if others_cause:
