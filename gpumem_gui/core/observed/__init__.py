@@ -3,6 +3,7 @@ an engine's startup or OOM line), read into :class:`ObservedMemory` records in b
 
 from gpumem_gui.core.observed.model import (
     FIGURES,
+    PARTS,
     SOURCE_FORMATS,
     ObservedMemory,
     ObservedProcess,
@@ -11,6 +12,7 @@ from gpumem_gui.core.observed.model import (
 
 __all__ = [
     "FIGURES",
+    "PARTS",
     "SOURCE_FORMATS",
     "ObservedMemory",
     "ObservedProcess",

@@ -11,7 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.observed import torch_oom
+from gpumem_gui.core.observed import (
+    llamacpp,
+    nvidia_csv,
+    nvidia_smi,
+    ollama,
+    sglang,
+    snapshot,
+    torch_oom,
+    torch_stats,
+    torch_summary,
+    vllm,
+)
 from gpumem_gui.core.observed.draft import Draft
 from gpumem_gui.core.observed.model import ObservedReport
 
@@ -24,11 +35,21 @@ MAX_RECORDS = 1024  # the model's bound on records (observed/model.py, ObservedR
 Finder = Callable[[str], Iterable[tuple[int, Draft]]]
 
 # every format family's reader; each yields (offset in the text, record); observed/<family>.py says its source
-FINDERS: tuple[Finder, ...] = (torch_oom.find,)
+FINDERS: tuple[Finder, ...] = (
+    torch_oom.find,
+    nvidia_smi.find,
+    nvidia_csv.find,
+    torch_summary.find,
+    torch_stats.find,
+    vllm.find,
+    sglang.find,
+    llamacpp.find,
+    ollama.find,
+)
 
 EXPECTED = (
     "expected a GPU memory report: a PyTorch CUDA out-of-memory message, an nvidia-smi table or "
-    "--query-gpu csv, torch.cuda.memory_summary() / memory_stats(), or a vLLM, SGLang or llama.cpp "
+    "--query-gpu csv, torch.cuda.memory_summary() / memory_stats(), or a vLLM, SGLang, llama.cpp or Ollama "
     "memory line"
 )
 
@@ -74,6 +95,8 @@ def read_observed_bytes(data: bytes) -> ObservedReport:
     data = bytes(data)
     if len(data) > MAX_FILE_BYTES:
         raise GpumemInputError(f"the file is {len(data):,} bytes; gpumem reads at most {MAX_FILE_BYTES:,}")
+    if snapshot.is_snapshot_pickle(data):
+        return report_from(snapshot.records(snapshot.load_plain(data)))
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:

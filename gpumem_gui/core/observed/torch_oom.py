@@ -27,6 +27,7 @@ from gpumem_gui.core.observed.draft import Draft
 
 # a size as format_size prints it (the number may be any length: an out-of-range one is named, not parsed)
 _SIZE = r"(\d+(?:\.\d+)?)\s+(bytes|KiB|MiB|GiB)"
+# PyTorch on ROCm prints the same message with "HIP" (the source is hipified: CUDA -> HIP)
 
 
 def _p(text: str) -> str:
@@ -35,8 +36,10 @@ def _p(text: str) -> str:
 
 
 _HEAD = re.compile(
-    _p(r"CUDA out of memory\. Tried to allocate {SIZE}\. GPU (\d+) has a total (capacity|capacty) of {SIZE} ")
-    + _p(r"of which {SIZE} is free\.")
+    _p(
+        r"(?:CUDA|HIP) out of memory\. Tried to allocate {SIZE}\. "
+        r"GPU (\d+) has a total (capacity|capacty) of {SIZE} of which {SIZE} is free\."
+    )
 )
 _PROC = re.compile(
     _p(r"\s*(?:(Including non-PyTorch memory, this process)|Process (\d+)) has {SIZE} memory in use\.")
@@ -47,7 +50,9 @@ _PRIVATE = re.compile(_p(r"\s*with {SIZE} allocated in private pools \(e\.g\., C
 _UNALLOCATED = re.compile(_p(r"\s*and {SIZE} is reserved by PyTorch but unallocated\."))
 
 # "(GPU g; T total capacity; X already allocated; F free; [A allowed; ]W reserved in total by PyTorch)"
-_LEGACY = re.compile(_p(r"CUDA out of memory\. Tried to allocate {SIZE} \(GPU (\d+);([^()]{0,400})\)"))
+_LEGACY = re.compile(
+    _p(r"(?:CUDA|HIP) out of memory\. Tried to allocate {SIZE} \(GPU (\d+);([^()]{0,400})\)")
+)
 _ITEM = re.compile(r"^\s*" + _SIZE + r"\s+(.+?)\s*$")
 _LEGACY_LABELS = {
     "total capacity": "total_bytes",
