@@ -143,6 +143,7 @@ class OomRow:
     weights: int  # that GPU's share of the model's weights
     capacity: int  # CUDA's total per GPU as the fit used it
     fits: bool  # gpumem's fit verdict
+    parts: tuple[tuple[str, int], ...] = ()  # that GPU's three largest components (label, bytes)
 
     @property
     def predicted(self) -> bool:
@@ -183,6 +184,9 @@ def _row(entry: OomReport) -> OomRow:
         weights=sum(c["bytes"] for c in top["components"] if c["key"] in WEIGHT_KEYS),
         capacity=doc["fit"]["cuda_capacity_bytes"],
         fits=doc["fit"]["fits"],
+        parts=tuple(
+            (c["label"], c["bytes"]) for c in sorted(top["components"], key=lambda c: -c["bytes"])[:3]
+        ),
     )
 
 
@@ -249,7 +253,7 @@ def _why(row: OomRow) -> str:
         return row.entry.reason.format(**fill)
     if row.weights > row.capacity:
         return f"the weights alone ({_gib(row.weights)} per GPU) exceed the GPU"
-    return ""
+    return "largest: " + ", ".join(f"{label} {_gib(b)}" for label, b in row.parts) if row.predicted else ""
 
 
 def ooms_summary(rows: list[OomRow]) -> str:
