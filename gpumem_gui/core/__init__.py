@@ -90,6 +90,14 @@ from gpumem_gui.core.imports import (
     read_config,
 )
 from gpumem_gui.core.monotone import gallop, largest
+from gpumem_gui.core.observed.apply import REPLACED_BY, apply_calibration, calibration_note
+from gpumem_gui.core.observed.calibration import (
+    Calibration,
+    Stack,
+    calibration_for,
+    calibration_from,
+    gpu_identity,
+)
 from gpumem_gui.core.readers.catalog import (
     CatalogModel,
     GpuInfo,
@@ -149,10 +157,12 @@ __all__ = [
     "MB",
     "POINT_COST_S",
     "PRECISION_DOC",
+    "REPLACED_BY",
     "RUNTIMES",
     "SUPPORTED_MODEL_TYPES",
     "SWEEP_BUDGET_S",
     "UI",
+    "Calibration",
     "CatalogModel",
     "Change",
     "ClusterFit",
@@ -187,6 +197,7 @@ __all__ = [
     "RunField",
     "Runtime",
     "SizeUnit",
+    "Stack",
     "SweepPoint",
     "TaskHead",
     "TrainingRun",
@@ -195,6 +206,10 @@ __all__ = [
     "WeightBytes",
     "WeightFormat",
     "WeightsInventory",
+    "apply_calibration",
+    "calibration_for",
+    "calibration_from",
+    "calibration_note",
     "catalog_target",
     "check_sweep_size",
     "cluster_document",
@@ -225,6 +240,7 @@ __all__ = [
     "fmt_count",
     "gallop",
     "get_weight_format",
+    "gpu_identity",
     "gpu_target_from_text",
     "has_state",
     "import_command",
