@@ -90,6 +90,13 @@ from gpumem_gui.core.imports import (
     read_config,
 )
 from gpumem_gui.core.monotone import gallop, largest
+from gpumem_gui.core.observed import (
+    FIGURES,
+    SOURCE_FORMATS,
+    ObservedMemory,
+    ObservedProcess,
+    ObservedReport,
+)
 from gpumem_gui.core.observed.apply import REPLACED_BY, apply_calibration, calibration_note
 from gpumem_gui.core.observed.calibration import (
     Calibration,
@@ -98,6 +105,7 @@ from gpumem_gui.core.observed.calibration import (
     calibration_from,
     gpu_identity,
 )
+from gpumem_gui.core.observed.read import read_observed, read_observed_bytes
 from gpumem_gui.core.readers.catalog import (
     CatalogModel,
     GpuInfo,
@@ -147,6 +155,7 @@ __all__ = [
     "DEFAULT_MARGIN_BYTES",
     "ENCODER_HEADS",
     "ESTIMATE_SCHEMA",
+    "FIGURES",
     "FIT_SCHEMA",
     "GB",
     "KB",
@@ -159,6 +168,7 @@ __all__ = [
     "PRECISION_DOC",
     "REPLACED_BY",
     "RUNTIMES",
+    "SOURCE_FORMATS",
     "SUPPORTED_MODEL_TYPES",
     "SWEEP_BUDGET_S",
     "UI",
@@ -189,6 +199,9 @@ __all__ = [
     "MoESpec",
     "ModelKinds",
     "ModelSpec",
+    "ObservedMemory",
+    "ObservedProcess",
+    "ObservedReport",
     "ParamCounts",
     "Phase",
     "PlacedRank",
@@ -262,6 +275,8 @@ __all__ = [
     "model_kinds",
     "parse_capacity",
     "read_config",
+    "read_observed",
+    "read_observed_bytes",
     "resolve_tricks",
     "resources_dir",
     "run_fields",

@@ -11,7 +11,13 @@ from gpumem_gui.core.observed.calibration import (
     calibration_from,
     gpu_identity,
 )
-from gpumem_gui.core.observed.model import FIGURES, SOURCE_FORMATS, ObservedMemory, ObservedReport
+from gpumem_gui.core.observed.model import (
+    FIGURES,
+    SOURCE_FORMATS,
+    ObservedMemory,
+    ObservedProcess,
+    ObservedReport,
+)
 
 __all__ = [
     "FIGURES",
@@ -20,6 +26,7 @@ __all__ = [
     "Calibration",
     "Measurement",
     "ObservedMemory",
+    "ObservedProcess",
     "ObservedReport",
     "Stack",
     "applies",

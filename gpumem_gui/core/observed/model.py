@@ -44,7 +44,18 @@ FIGURES: tuple[str, ...] = (
     "peak_allocated_bytes",  # max_memory_allocated, where the report states it
     "peak_reserved_bytes",  # max_memory_reserved, where the report states it
     "used_bytes",  # used on the whole GPU (nvidia-smi's "Memory-Usage" used column), every process
+    "allowed_bytes",  # the cap set_per_process_memory_fraction set ("X allowed;" in the OOM message)
 )
+
+
+class ObservedProcess(Frozen):
+    """One process a report lists on the GPU, with the memory the driver (NVML) says it uses."""
+
+    pid: Annotated[int, Field(ge=0, le=(1 << 32) - 1)] | None = None  # NVML's pid is an unsigned int
+    name: Annotated[str, Field(max_length=200)] | None = None
+    bytes: Bytes
+    # True where the report says it is the reporting process ("Including non-PyTorch memory, this process")
+    this_process: bool = False
 
 
 class ObservedMemory(Frozen):
@@ -63,6 +74,9 @@ class ObservedMemory(Frozen):
     peak_allocated_bytes: Bytes | None = None
     peak_reserved_bytes: Bytes | None = None
     used_bytes: Bytes | None = None
+    allowed_bytes: Bytes | None = None
+    # the processes the report lists on this GPU (PyTorch's OOM message, nvidia-smi's processes table)
+    processes: Annotated[tuple[ObservedProcess, ...], Field(max_length=1024)] = ()
     # figures computed from stated ones by a definition (e.g. reserved = allocated + reserved-unallocated),
     # each with the formula, so the diagnosis can say which numbers the text itself gave
     derived: dict[str, str] = Field(default_factory=dict)
