@@ -126,19 +126,33 @@ def _reserved(r: ObservedMemory) -> tuple[int, str] | None:
     return None
 
 
+def _process(records: tuple[ObservedMemory, ...]) -> tuple[ObservedMemory, int, str] | None:
+    """The record with the process's memory, the bytes and what they are: the process's own figure (PyTorch's
+    "this process has"), else the one process nvidia-smi's table lists on the GPU, else nvidia-smi's used
+    memory of a GPU whose table lists no other process (used counts every process on the GPU)."""
+    if (r := _pick(records, "process_bytes")) is not None and r.process_bytes is not None:
+        return r, r.process_bytes, "this process has"
+    for r in records:
+        if len(r.processes) == 1:
+            p = r.processes[0]
+            return r, p.bytes, f"process {p.pid if p.pid is not None else ''} uses".replace("  ", " ")
+    for r in records:
+        if r.used_bytes is not None and not r.processes:
+            return r, r.used_bytes, "used on the GPU (every process)"
+    return None
+
+
 def _non_torch(records: tuple[ObservedMemory, ...], used: dict[str, int]) -> tuple[int | None, str, str]:
     """(bytes, formula, why not): the process's memory minus PyTorch's reserved."""
-    proc = _pick(records, "process_bytes")
-    process, what = (proc.process_bytes, "this process has") if proc is not None else (None, "")
-    if proc is None and (smi := _pick(records, "used_bytes")) is not None:
-        proc, process, what = smi, smi.used_bytes, "used on the GPU (every process)"
+    found = _process(records)
+    proc, process, what = found if found is not None else (None, None, "")
     # reserved from the same record as the process figure where it states it (one moment), else any
     res = next(((r, x) for r in (*(() if proc is None else (proc,)), *records) if (x := _reserved(r))), None)
     if process is None or proc is None or res is None:
         missing = [
             n
             for n, x in (
-                ("the process's memory (or nvidia-smi's used)", process),
+                ("the process's memory (its OOM message, or nvidia-smi's used with one process)", process),
                 ("PyTorch's reserved", res),
             )
             if x is None
