@@ -16,6 +16,7 @@ from typing import NoReturn
 from pydantic import ValidationError
 
 from gpumem_gui import __version__
+from gpumem_gui.cli.calibrate import add_calibrate_parsers
 from gpumem_gui.cli.cluster import add_prometheus_flags
 from gpumem_gui.cli.flags import (
     MODES,
@@ -125,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_trace_flags(sp)
     sp.set_defaults(func=cmd_trace)
-
+    add_calibrate_parsers(sub)  # calibrate, calibrations (cli/calibrate.py)
     sp = sub.add_parser("formats", help="weight formats gpumem knows")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=cmd_formats)

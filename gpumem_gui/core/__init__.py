@@ -97,7 +97,12 @@ from gpumem_gui.core.observed import (
     ObservedProcess,
     ObservedReport,
 )
-from gpumem_gui.core.observed.apply import REPLACED_BY, apply_calibration, calibration_note
+from gpumem_gui.core.observed.apply import (
+    REPLACED_BY,
+    apply_calibration,
+    calibration_applies,
+    calibration_note,
+)
 from gpumem_gui.core.observed.calibration import (
     Calibration,
     Stack,
@@ -220,6 +225,7 @@ __all__ = [
     "WeightFormat",
     "WeightsInventory",
     "apply_calibration",
+    "calibration_applies",
     "calibration_for",
     "calibration_from",
     "calibration_note",

@@ -2,7 +2,12 @@
 an engine's startup or OOM line), read into :class:`ObservedMemory` records in bytes; and what a
 measurement implies for later estimates on that GPU (:class:`Calibration`)."""
 
-from gpumem_gui.core.observed.apply import REPLACED_BY, applies, apply_calibration, calibration_note
+from gpumem_gui.core.observed.apply import (
+    REPLACED_BY,
+    apply_calibration,
+    calibration_applies,
+    calibration_note,
+)
 from gpumem_gui.core.observed.calibration import (
     Calibration,
     Measurement,
@@ -29,8 +34,8 @@ __all__ = [
     "ObservedProcess",
     "ObservedReport",
     "Stack",
-    "applies",
     "apply_calibration",
+    "calibration_applies",
     "calibration_for",
     "calibration_from",
     "calibration_note",

@@ -113,7 +113,7 @@ def _ranks(ranks: tuple[RankClass, ...], cal: Calibration) -> tuple[RankClass, .
     return tuple(r.model_copy(update={"decides": i == worst}) for i, r in enumerate(out))
 
 
-def applies(est: Estimate) -> bool:
+def calibration_applies(est: Estimate) -> bool:
     """Whether ``est`` has a component a calibration replaces (:data:`REPLACED_BY`)."""
     return any(c.key in REPLACED_BY for s in est.per_gpu for c in s.components)
 
@@ -122,7 +122,7 @@ def apply_calibration(est: Estimate, cal: Calibration) -> Estimate:
     """``est`` with ``cal``'s measured overheads instead of the defaults (module docstring). An estimate
     with none of the replaced components (an engine that budgets its own non-PyTorch memory) comes back
     with a warning saying the calibration was not applied."""
-    if not applies(est):
+    if not calibration_applies(est):
         names = ", ".join(REPLACED_BY)
         return est.model_copy(
             update={

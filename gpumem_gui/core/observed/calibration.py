@@ -116,7 +116,8 @@ def _reserved(r: ObservedMemory) -> tuple[int, str] | None:
     """PyTorch's reserved bytes of one record and how they were had: stated, or allocated +
     reserved-unallocated (the OOM message's two figures: reserved = allocated + cached, a definition)."""
     if r.reserved_bytes is not None:
-        return r.reserved_bytes, f"reserved {_fmt(r.reserved_bytes)} ({r.source_format})"
+        how = " = allocated + reserved-unallocated" if "reserved_bytes" in r.derived else ""
+        return r.reserved_bytes, f"reserved {_fmt(r.reserved_bytes)}{how} ({r.source_format})"
     if r.allocated_bytes is not None and r.reserved_unallocated_bytes is not None:
         total = r.allocated_bytes + r.reserved_unallocated_bytes
         return total, (
