@@ -76,7 +76,10 @@ def add_calibrate_parsers(sub: Any) -> None:
 
 def _observed_bytes(where: str) -> bytes:
     if where == "-":
-        data = sys.stdin.buffer.read(MAX_OBSERVED_BYTES + 1)
+        try:
+            data = sys.stdin.buffer.read(MAX_OBSERVED_BYTES + 1)
+        except (OSError, AttributeError, ValueError) as e:  # no stdin, a closed or a text-only one
+            raise GpumemInputError(f"cannot read standard input: {e}", field="observed") from None
     else:
         try:
             data = read_bytes(where, MAX_OBSERVED_BYTES + 1, "report")
