@@ -215,3 +215,24 @@ def test_calibration_fields_are_validated() -> None:
         Calibration.model_validate({**cal.model_dump(), "non_torch_bytes": None, "allocator_ratio": None})
     with pytest.raises(ValueError, match="allocator_ratio"):
         Calibration.model_validate({**cal.model_dump(), "allocator_ratio": 0.5})
+
+
+def test_nvidia_smis_one_listed_process_is_the_process_figure() -> None:
+    from gpumem_gui.core.observed import ObservedProcess
+
+    smi = ObservedMemory(
+        source_format="nvidia_smi_table",
+        gpu_index=0,
+        gpu_name="NVIDIA GeForce RTX 4090",
+        used_bytes=12 * GiB,  # the desktop's memory too: not the process's
+        processes=(ObservedProcess(pid=4242, name="python", bytes=10 * GiB),),
+    )
+    summary = ObservedMemory(
+        source_format="torch_memory_summary", allocated_bytes=9 * GiB, reserved_bytes=9 * GiB + GiB // 2
+    )
+    cal = calibration_from((smi, summary), None, name="one", measured_on=DAY)
+    assert cal.non_torch_bytes == GiB // 2 and "process 4242 uses" in cal.non_torch_formula
+    two = smi.model_copy(update={"processes": (*smi.processes, ObservedProcess(pid=1, bytes=GiB))})
+    cal2 = calibration_from((two, summary), None, name="two", measured_on=DAY)
+    assert cal2.non_torch_bytes is None  # two processes listed: the text does not say which one ran
+    assert cal2.allocator_ratio == pytest.approx(9.5 / 9)

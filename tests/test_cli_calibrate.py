@@ -163,3 +163,26 @@ def test_a_corrupt_store_is_one_warning_and_the_estimate_goes_on(
     assert code == 0 and "GPU memory needed" in out
     assert err.startswith("gpumem: warning: calibrations file") and err.count("\n") == 1
     assert len(list(store.parent.glob("calibrations.json.corrupt-*"))) == 1
+
+
+def test_sweep_applies_it_too(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+    assert run(capsys, "calibrate", "--observed", str(OOM), "--name", "c", "--gpu", "RTX-4090")[0] == 0
+    args = (
+        "sweep",
+        MODEL,
+        "--over",
+        "seq",
+        "--from",
+        "1024",
+        "--to",
+        "2048",
+        "--steps",
+        "2",
+        "--gpu",
+        "RTX-4090",
+    )
+    with_cal = json.loads(run(capsys, *args, "--json")[1])["points"]
+    plain = json.loads(run(capsys, *args, "--json", "--no-calibration")[1])["points"]
+    est = json.loads(run(capsys, "estimate", MODEL, "--seq", "2048", "--gpu", "RTX-4090", "--json")[1])
+    assert with_cal[-1]["total_bytes"] == est["total_bytes"] != plain[-1]["total_bytes"]
+    assert [p["peak_bytes"] for p in with_cal] == [p["peak_bytes"] for p in plain]
