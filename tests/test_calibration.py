@@ -90,6 +90,9 @@ def test_peak_reserved_against_the_estimate_of_the_named_run() -> None:
     assert cal.non_torch_bytes is None
     with pytest.raises(GpumemInputError, match=r"does not state .*PyTorch's reserved.*nor"):
         calibration_from((rec,), None, name="peak", gpu_name="H100", measured_on=DAY)
+    low = rec.model_copy(update={"peak_reserved_bytes": est.peak_bytes - 300 * MiB})
+    with pytest.raises(GpumemInputError, match="is below the estimate's"):  # no overhead to learn from it
+        calibration_from((low,), est, name="peak", gpu_name="H100", measured_on=DAY)
 
 
 @pytest.mark.parametrize(
@@ -135,6 +138,7 @@ def test_apply_moves_every_total_by_exactly_the_calibrated_difference() -> None:
         assert after.total_bytes == after.peak_bytes + overheads  # the share's total, rebuilt from its parts
     assert out.total_bytes == max(s.total_bytes for s in out.per_gpu)
     assert out.facts["calibration"] == "h100-oom"
+    assert apply_calibration(out, _oom_calibration("other")) == out  # applied once only
     note = out.component("non_torch")
     assert note is not None and "h100-oom" in note.label
     assert "2026-12-07" in note.explain.source and "torch_oom" in note.explain.source
@@ -176,7 +180,7 @@ def test_matching_by_gpu_name_in_any_spelling_and_by_engine() -> None:
     assert gpu_identity("NVIDIA H100 80GB HBM3") == gpu_identity("h100") == "H100-SXM-80GB"
     assert gpu_identity("NVIDIA GeForce RTX 4090") == "RTX-4090"
     assert gpu_identity("Some Card 7") == gpu_identity("some_card-7")  # not in the catalog: by its name
-    old = _oom_calibration("old", engine="transformers")
+    old = _oom_calibration("old", engine="transformers", mode="inference")
     new = old.model_copy(
         update={
             "name": "new",
@@ -185,10 +189,14 @@ def test_matching_by_gpu_name_in_any_spelling_and_by_engine() -> None:
     )
     a100 = old.model_copy(update={"name": "a100", "gpu_name": "NVIDIA A100-SXM4-80GB"})
     cals = (new, old, a100)
-    assert calibration_for(cals, "NVIDIA H100 80GB HBM3", "transformers") is new
-    assert calibration_for(cals, "A100-80GB", "transformers") is a100
-    assert calibration_for(cals, "H100", "vllm") is None
-    assert calibration_for(cals, "RTX-4090", "transformers") is None
+    infer, train = make_run(), make_training_run()
+    assert calibration_for(cals, "NVIDIA H100 80GB HBM3", infer) is new
+    assert calibration_for(cals, "A100-80GB", infer) is a100
+    assert calibration_for(cals, "H100", make_run(engine="vllm")) is None
+    assert calibration_for(cals, "RTX-4090", infer) is None
+    assert calibration_for(cals, "H100", train) is None  # measured in inference: the allocator differs
+    anymode = old.model_copy(update={"name": "any", "mode": None})
+    assert calibration_for((anymode,), "H100", train) is anymode
 
 
 def test_fit_on_a_calibrated_target_uses_the_calibrated_totals() -> None:

@@ -70,6 +70,9 @@ def test_calibrate_then_estimate_and_fit_apply_it(capsys: pytest.CaptureFixture[
         capsys, "estimate", MODEL, "--engine", "vllm", "--gpu", "RTX-4090", "--max-model-len", "4096"
     )
     assert code == 0 and "calibration" not in out
+    code, out, _ = run(capsys, "estimate", MODEL, "--mode", "train", "--seq", "512", "--gpu", "RTX-4090")
+    assert code == 0 and "calibration" not in out  # measured in inference (the default --mode)
+    assert saved["mode"] == "inference" and saved["engine"] == "transformers"
 
 
 def test_calibrations_list_json_and_remove(capsys: pytest.CaptureFixture[str], store: Path) -> None:

@@ -97,11 +97,11 @@ def _measured_on(text: str | None) -> date:
         raise GpumemInputError(f"a date as YYYY-MM-DD, got {short(text)}", field="measured-on") from None
 
 
-def _run_estimate(args: argparse.Namespace) -> tuple[Any, str]:
-    """The estimate of the run named (None without a model) and its engine."""
+def _run_estimate(args: argparse.Namespace) -> tuple[Any, str, str]:
+    """The estimate of the run named (None without a model), its engine and its mode."""
     if not args.model:
-        given = run_fields_given(args)
-        return None, str(given.get("engine", "transformers")) if args.mode == "inference" else "transformers"
+        engine = str(run_fields_given(args).get("engine", "transformers"))
+        return None, engine if args.mode == "inference" else "transformers", args.mode
     m = loaded_spec(args.model, args)
     run = run_from_args(args, m)
     est = estimate_any(m.spec, run, None, m.weights)
@@ -111,12 +111,12 @@ def _run_estimate(args: argparse.Namespace) -> tuple[Any, str]:
             f"({', '.join(REPLACED_BY)}); nothing to calibrate",
             field="engine",
         )
-    return est, est.engine
+    return est, est.engine, est.mode
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     report = read_observed_bytes(_observed_bytes(args.observed))
-    est, engine = _run_estimate(args)
+    est, engine, mode = _run_estimate(args)
     stack = Stack(**{k: getattr(args, f"stack_{k}") for k in _STACK}, note=args.stack_note)
     cal = calibration_from(
         report.records,
@@ -125,6 +125,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         gpu_name=args.gpu,
         gpu_index=args.gpu_index,
         engine=engine,
+        mode=mode,
         stack=stack,
         measured_on=_measured_on(args.measured_on),
     )
@@ -135,7 +136,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.json:
         dump({"schema": SCHEMA, "store": str(store.path), "calibrations": [cal.model_dump(mode="json")]})
         return 0
-    print(f"saved calibration '{cal.name}' for {cal.gpu_name} ({engine}) in {store.path}")
+    print(f"saved calibration '{cal.name}' for {cal.gpu_name} ({engine}, {mode}) in {store.path}")
     if cal.non_torch_bytes is not None:
         print(f"  non-PyTorch memory: {gib(cal.non_torch_bytes)} GiB  ({cal.non_torch_formula})")
     else:
@@ -176,7 +177,7 @@ def cmd_calibrations(args: argparse.Namespace) -> int:
         [
             c.name,
             c.gpu_name,
-            c.engine or "any",
+            f"{c.engine or 'any'}, {c.mode or 'any'}",
             gib(c.non_torch_bytes) if c.non_torch_bytes is not None else "-",
             f"{c.allocator_ratio:.4f}" if c.allocator_ratio is not None else "-",
             str(c.measurement.measured_on),
@@ -185,7 +186,9 @@ def cmd_calibrations(args: argparse.Namespace) -> int:
         for c in cals
     ]
     print_table(
-        rows, ["name", "GPU", "engine", "non-PyTorch GiB", "reserved/allocated", "measured", "from"], {3, 4}
+        rows,
+        ["name", "GPU", "engine, mode", "non-PyTorch GiB", "reserved/allocated", "measured", "from"],
+        {3, 4},
     )
     print(f"({store.path})")
     return 0
@@ -194,16 +197,15 @@ def cmd_calibrations(args: argparse.Namespace) -> int:
 def calibrated_target(
     target: GpuTarget | None, run: Any, args: argparse.Namespace
 ) -> tuple[GpuTarget | None, str | None]:
-    """``target`` with the saved calibration for its GPU and the run's engine, and the note to print (None:
-    no target, ``--no-calibration``, or none saved for it). A store that cannot be read is one warning line;
-    the estimate goes on without it."""
+    """``target`` with the saved calibration for its GPU and the run's engine and mode, and the note to print
+    (None: no target, ``--no-calibration``, or none saved for it). A store that cannot be read is one warning
+    line; the estimate goes on without it."""
     if target is None or getattr(args, "no_calibration", False):
         return target, None
     loaded = CalibrationStore().load()
     if loaded.problem:
         print(f"gpumem: warning: {loaded.problem}", file=sys.stderr)
-    engine = getattr(run, "engine", "transformers")  # a training estimate's engine (training/estimate.py)
-    cal = calibration_for(loaded.calibrations, target.name, engine)
+    cal = calibration_for(loaded.calibrations, target.name, run)
     if cal is None:
         return target, None
     return target.model_copy(update={"calibration": cal}), calibration_note(cal)

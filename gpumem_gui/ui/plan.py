@@ -204,8 +204,7 @@ def resolve_for(
         return None, e.message
     if isinstance(run, TrainingRun) and resolved.target.free_bytes:
         resolved = training_target(resolved, unit)
-    engine = run.engine if isinstance(run, InferenceRun) else "transformers"  # training/estimate.py's engine
-    cal = calibration_for(calibrations, resolved.target.name, engine)
+    cal = calibration_for(calibrations, resolved.target.name, run)
     if cal is not None:  # the saved calibration for this GPU: every estimate on it applies it
         resolved = replace(resolved, target=resolved.target.model_copy(update={"calibration": cal}))
     return resolved, None

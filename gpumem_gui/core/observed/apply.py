@@ -122,6 +122,8 @@ def apply_calibration(est: Estimate, cal: Calibration) -> Estimate:
     """``est`` with ``cal``'s measured overheads instead of the defaults (module docstring). An estimate
     with none of the replaced components (an engine that budgets its own non-PyTorch memory) comes back
     with a warning saying the calibration was not applied."""
+    if "calibration" in est.facts:  # calibrated already (by its target): once only
+        return est
     if not calibration_applies(est):
         names = ", ".join(REPLACED_BY)
         return est.model_copy(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from datetime import date
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -32,6 +32,7 @@ from gpumem_gui.core.errors import GpumemInputError, short
 from gpumem_gui.core.observed.model import Bytes, ObservedMemory, SourceFormat
 from gpumem_gui.core.readers.catalog import find_gpu
 from gpumem_gui.core.results.estimate import Estimate
+from gpumem_gui.core.runtimes.inference import InferenceRun
 from gpumem_gui.core.spec.base import Frozen
 from gpumem_gui.core.units import GiB
 
@@ -77,6 +78,9 @@ class Calibration(Frozen):
     )
     engine: Annotated[str, Field(max_length=40, pattern=_LINE)] | None = Field(
         None, description="the engine of the measured run (None: any engine)"
+    )
+    mode: Literal["inference", "train"] | None = Field(
+        None, description="inference or training (the allocator's overhead differs): None, either"
     )
     stack: Stack = Stack()
     measurement: Measurement
@@ -197,6 +201,15 @@ def _ratio(
             return _checked(res[0], r.allocated_bytes, "reserved", "allocated", r.source_format)
     peak = _pick(records, "peak_reserved_bytes")
     if peak is not None and peak.peak_reserved_bytes is not None and est is not None and est.peak_bytes:
+        if peak.peak_reserved_bytes < est.peak_bytes:  # the estimate is above what the GPU had: no overhead
+            return (
+                None,
+                "",
+                (
+                    f"a peak reserved above the estimate's allocated peak (the text's "
+                    f"{_fmt(peak.peak_reserved_bytes)} is below the estimate's {_fmt(est.peak_bytes)})"
+                ),
+            )
         used.update(peak_reserved_bytes=peak.peak_reserved_bytes)
         return _checked(
             peak.peak_reserved_bytes,
@@ -245,6 +258,7 @@ def calibration_from(
     gpu_name: str | None = None,
     gpu_index: int | None = None,
     engine: str | None = None,
+    mode: Literal["inference", "train"] | None = None,
     stack: Stack | None = None,
     measured_on: date,
 ) -> Calibration:
@@ -272,6 +286,7 @@ def calibration_from(
         gpu_name=gpu,
         gpu_total_bytes=next((r.total_bytes for r in recs if r.total_bytes is not None), None),
         engine=engine,
+        mode=mode,
         stack=stack or Stack(),
         measurement=Measurement(
             source_formats=tuple(dict.fromkeys(r.source_format for r in recs)),
@@ -299,14 +314,23 @@ def gpu_identity(name: str) -> str:
     return re.sub(r"[\s_\-]+", "-", text.lower())
 
 
-def calibration_for(calibrations: tuple[Calibration, ...], gpu_name: str, engine: str) -> Calibration | None:
-    """The calibration that applies to ``engine`` on the GPU ``gpu_name``: of those for that GPU (any
-    spelling, :func:`gpu_identity`) and that engine (or any engine), the newest measurement (ties: the
-    last saved); None when there is none."""
+def run_kind(run: object) -> tuple[str, Literal["inference", "train"]]:
+    """(engine, mode) of a run as its estimate names them: an inference run's engine; a training run's
+    estimate is the transformers one (core/training/estimate.py)."""
+    if isinstance(run, InferenceRun):
+        return run.engine, "inference"
+    return "transformers", "train"
+
+
+def calibration_for(calibrations: tuple[Calibration, ...], gpu_name: str, run: object) -> Calibration | None:
+    """The calibration that applies to ``run`` on the GPU ``gpu_name``: of those for that GPU (any spelling,
+    :func:`gpu_identity`), that engine and that mode (or any, where they name none), the newest measurement
+    (ties: the last saved); None when there is none."""
     key = gpu_identity(gpu_name)
+    engine, mode = run_kind(run)
     fits = [
         (c.measurement.measured_on, i, c)
         for i, c in enumerate(calibrations)
-        if gpu_identity(c.gpu_name) == key and c.engine in (None, engine)
+        if gpu_identity(c.gpu_name) == key and c.engine in (None, engine) and c.mode in (None, mode)
     ]
     return max(fits, key=lambda t: (t[0], t[1]))[2] if fits else None
