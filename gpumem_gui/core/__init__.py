@@ -15,7 +15,9 @@ only, never from the subpackages (an import-linter contract). The subpackages, f
 * ``runtimes``: one module per inference engine (transformers, vLLM, SGLang, llama.cpp, Ollama) behind one
   protocol;
 * ``training``: the training run, its framework/sharding profiles and the training estimate;
-* ``fit``: verdicts against GPUs, the solvers, sweeps and the JSON documents.
+* ``fit``: verdicts against GPUs, the solvers, sweeps and the JSON documents;
+* ``observed``: what a GPU said (an OOM message, nvidia-smi, PyTorch's memory report, an engine's memory
+  lines, a memory snapshot pickle), read into :class:`ObservedMemory` records in bytes.
 
 Python API::
 
@@ -25,6 +27,10 @@ Python API::
     m.params.total                                 # exact parameter count (tied weights once)
     est = estimate_inference(m.spec, make_run(batch=4, seq=8192))
     est.peak_bytes, est.components
+
+    from gpumem_gui.core import read_observed
+
+    read_observed(pasted_text).records[0].stated()  # {"total_bytes": ..., "allocated_bytes": ...}
 
 Bad input raises :class:`GpumemInputError` with one line naming the file/field and the problem.
 """
@@ -92,6 +98,7 @@ from gpumem_gui.core.imports import (
 from gpumem_gui.core.monotone import gallop, largest
 from gpumem_gui.core.observed import (
     FIGURES,
+    PARTS,
     SOURCE_FORMATS,
     ObservedMemory,
     ObservedProcess,
@@ -169,6 +176,7 @@ __all__ = [
     "MAX_GPUS",
     "MAX_SWEEP_POINTS",
     "MB",
+    "PARTS",
     "POINT_COST_S",
     "PRECISION_DOC",
     "REPLACED_BY",

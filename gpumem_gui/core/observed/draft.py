@@ -17,7 +17,12 @@ from gpumem_gui.core.units import GiB, KiB, MiB
 
 MAX_BYTES = 1 << 60  # the model's bound (observed/model.py, Bytes)
 MAX_EXCERPT = 4000  # the model's bound on ``excerpt``
-MAX_NUMBER_CHARS = 40  # a longer number is not a size any report prints; read as out of range, not parsed
+_NOT_A_SIZE = "is not a size gpumem can hold (negative, or over 1 EiB)"
+MAX_NUMBER_CHARS = 40
+# a table's or a log's line longer than this is not one the sources print (nvidia-smi's table is ~90
+# characters wide, memory_summary's 77, an engine's log line well under 2,000): skipped, which keeps every
+# line pattern linear in the text (no pattern sees a line of megabytes)
+MAX_LINE_CHARS = 4000  # a longer number is not a size any report prints; read as out of range, not parsed
 
 # The units the sources print, as powers of two: PyTorch's format_size (c10/cuda/CUDACachingAllocator.cpp:
 # "bytes", "KiB", "MiB", "GiB", dividing by 1024), nvidia-smi's "MiB" (NVML reports bytes; nvidia-smi prints
@@ -66,15 +71,24 @@ class Draft:
     derived: dict[str, str] = field(default_factory=dict)
     unread: list[str] = field(default_factory=list)
     processes: list[ObservedProcess] = field(default_factory=list)
+    parts: dict[str, int] = field(default_factory=dict)
 
     def size(self, figure: str, number: str, unit: str, what: str) -> int | None:
         """Set ``figure`` from ``number unit`` as the text states it; out of range -> a line in unread."""
         n = to_bytes(number, unit)
         if n is None:
-            self.unread.append(f"{what}: {_short(number)} {_short(unit)} is not a size up to 1 EiB")
+            self.unread.append(f"{what}: {_short(number)} {_short(unit)} {_NOT_A_SIZE}")
         else:
             self.figures[figure] = n
         return n
+
+    def part(self, name: str, number: str, unit: str, what: str) -> None:
+        """Set the part ``name`` (observed/model.py PARTS) from ``number unit``; out of range -> unread."""
+        n = to_bytes(number, unit)
+        if n is None:
+            self.unread.append(f"{what}: {_short(number)} {_short(unit)} {_NOT_A_SIZE}")
+        else:
+            self.parts[name] = n
 
     def derive(self, figure: str, value: int, formula: str) -> None:
         """Set ``figure`` computed from stated figures (kept only when in range and not stated)."""
@@ -88,7 +102,7 @@ class Draft:
         n = to_bytes(number, unit)
         who = "this process" if this else f"process {pid if pid is not None else _short(name or '?')}"
         if n is None:
-            self.unread.append(f"{who}: {_short(number)} {_short(unit)} is not a size up to 1 EiB")
+            self.unread.append(f"{who}: {_short(number)} {_short(unit)} {_NOT_A_SIZE}")
             return
         if pid is not None and not 0 <= pid < 1 << 32:
             pid = None
@@ -104,6 +118,7 @@ class Draft:
             unread=tuple(self.unread),
             excerpt=clip_excerpt(self.excerpt),
             processes=tuple(self.processes[:1024]),
+            parts=dict(self.parts),  # type: ignore[arg-type]  # each reader passes PARTS names
             **self.figures,
         )
 

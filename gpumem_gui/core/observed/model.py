@@ -29,6 +29,7 @@ SourceFormat = Literal[
     "vllm",  # vLLM startup / profiling / OOM lines
     "sglang",  # SGLang startup / OOM lines
     "llamacpp",  # llama.cpp (and Ollama's runner) buffer / allocation-failure lines
+    "ollama",  # Ollama's server lines: "inference compute" (total / available), the offload line's free list
 ]
 SOURCE_FORMATS: tuple[str, ...] = SourceFormat.__args__  # type: ignore[attr-defined]
 
@@ -46,6 +47,20 @@ FIGURES: tuple[str, ...] = (
     "used_bytes",  # used on the whole GPU (nvidia-smi's "Memory-Usage" used column), every process
     "allowed_bytes",  # the cap set_per_process_memory_fraction set ("X allowed;" in the OOM message)
 )
+
+# the parts of its memory an engine's log states (vLLM's profiling lines, SGLang's startup lines, llama.cpp's
+# buffer lines); each reader says which line gives which part
+PartName = Literal[
+    "weights",  # the model's weights on this GPU (vLLM "model weights take", llama.cpp "model buffer size")
+    "kv_cache",  # the KV cache (vLLM "reserved for KV Cache" / "Available KV cache memory", llama.cpp)
+    "kv_cache_k",  # SGLang's "K size" (its K and V pools are stated apart)
+    "kv_cache_v",  # SGLang's "V size"
+    "activation_peak",  # vLLM "PyTorch activation peak memory"
+    "non_torch",  # vLLM "non_torch_memory": CUDA context, NCCL, other libraries (not PyTorch's allocator)
+    "cuda_graphs",  # vLLM "CUDAGraph memory" / "Graph capturing ... took", SGLang "Capture cuda graph end"
+    "compute_buffer",  # llama.cpp "CUDA0 compute buffer size"
+]
+PARTS: tuple[str, ...] = PartName.__args__  # type: ignore[attr-defined]
 
 
 class ObservedProcess(Frozen):
@@ -75,6 +90,8 @@ class ObservedMemory(Frozen):
     peak_reserved_bytes: Bytes | None = None
     used_bytes: Bytes | None = None
     allowed_bytes: Bytes | None = None
+    # the parts of this GPU's memory an engine's log states, by name (:data:`PARTS`)
+    parts: dict[PartName, Bytes] = Field(default_factory=dict)
     # the processes the report lists on this GPU (PyTorch's OOM message, nvidia-smi's processes table)
     processes: Annotated[tuple[ObservedProcess, ...], Field(max_length=1024)] = ()
     # figures computed from stated ones by a definition (e.g. reserved = allocated + reserved-unallocated),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from gpumem_gui.core.observed.draft import Draft
+from gpumem_gui.core.observed.draft import MAX_LINE_CHARS, Draft
 
 # the fields that carry a figure, and where they go (nvidia-smi --help-query-gpu)
 FIELDS = {
@@ -36,6 +36,9 @@ def find(text: str) -> Iterator[tuple[int, Draft]]:
     columns: list[tuple[str, str | None]] | None = None  # (field, unit) of the table being read
     for raw in lines:
         start, offset = offset, offset + len(raw)
+        if len(raw) > MAX_LINE_CHARS:
+            columns = None
+            continue
         line = raw.strip().lstrip(">").strip()
         command = _COMMAND.search(line)
         if command is not None:

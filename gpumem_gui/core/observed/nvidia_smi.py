@@ -14,17 +14,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from gpumem_gui.core.observed.draft import Draft
+from gpumem_gui.core.observed.draft import MAX_LINE_CHARS, Draft
 
 _QUOTE = re.compile(r"^[\s>]*")  # a table quoted in markdown ("> | ...") or indented in a log
-_GPU_CELL = re.compile(r"^\s*(\d{1,4})\s+(\S.*?)\s+(On|Off|WDDM|TCC)\s*$")
+_MODES = ("On", "Off", "WDDM", "TCC")  # the Persistence-M (Linux) or TCC/WDDM (Windows) column
+_PROC_TYPES = ("C", "G", "C+G", "M", "M+C")  # the processes table's Type column
 _MEMORY_CELL = re.compile(r"^\s*(\d+)MiB\s*/\s*(\d+)MiB\s*$")
-# "|    0   N/A  N/A     10734      C   ...foo_bar         160MiB |" (GI / CI columns since driver ~450)
-_PROC_NEW = re.compile(
-    r"^\|\s*(\d{1,4})\s+(\S+)\s+(\S+)\s+(\d+)\s+(C\+G|C|G|M\+C|M)\s+(.*?)\s+(\d+|N/A)(MiB)?\s*\|$"
-)
-# "|    0      1234      C   python                                      1000MiB |" (older drivers)
-_PROC_OLD = re.compile(r"^\|\s*(\d{1,4})\s+(\d+)\s+(C\+G|C|G|M\+C|M)\s+(.*?)\s+(\d+|N/A)(MiB)?\s*\|$")
 _SMI_HEADER = re.compile(r"NVIDIA-SMI\s+\d")
 _MIB = "MiB"
 
@@ -36,8 +31,10 @@ def find(text: str) -> Iterator[tuple[int, Draft]]:
     lines = text.splitlines(keepends=True)
     offset = 0
     for n, raw in enumerate(lines):
-        line = _QUOTE.sub("", raw).rstrip()
         start, offset = offset, offset + len(raw)
+        if len(raw) > MAX_LINE_CHARS:
+            continue
+        line = _QUOTE.sub("", raw).rstrip()
         if _SMI_HEADER.search(line):  # a new table: the GPUs before it are done
             yield from table.values()
             table, in_processes = {}, False
@@ -51,21 +48,36 @@ def find(text: str) -> Iterator[tuple[int, Draft]]:
             _process_row(line, start, raw, table)
             continue
         cells = line.split("|")
-        gpu = _GPU_CELL.match(cells[1]) if len(cells) > 2 else None
+        gpu = _gpu_cell(cells)
         if gpu is None:
             continue
-        index = int(gpu.group(1))
+        index, name = gpu
         if index in table:  # the same GPU again without a header: a second table
             yield from table.values()
             table = {}
-        table[index] = (start, _gpu(index, gpu.group(2), lines[n : n + 4], raw))
+        table[index] = (start, _gpu(index, name, lines[n : n + 4], raw))
     yield from table.values()
+
+
+def _digits(word: str) -> bool:
+    return word.isascii() and word.isdigit()
+
+
+def _gpu_cell(cells: list[str]) -> tuple[int, str] | None:
+    """(index, name) of a GPU row's first cell "   0  NVIDIA GeForce RTX 4090        Off ", else None
+    (split into words, not matched by a pattern: linear in the cell, whatever it holds)."""
+    words = cells[1].split() if len(cells) > 2 else []
+    if len(words) < 3 or words[-1] not in _MODES or not _digits(words[0]) or len(words[0]) > 4:
+        return None
+    return int(words[0]), " ".join(words[1:-1])
 
 
 def _gpu(index: int, name: str, rows: list[str], raw: str) -> Draft:
     """The GPU row and the line after it that holds the Memory-Usage cell."""
     d = Draft(source_format="nvidia_smi_table", gpu_index=index, gpu_name=name)
     for row in rows[1:]:
+        if len(row) > MAX_LINE_CHARS:
+            break
         cells = _QUOTE.sub("", row).rstrip().split("|")
         memory = next((m for c in cells if (m := _MEMORY_CELL.match(c))), None)
         if memory is not None:
@@ -73,7 +85,7 @@ def _gpu(index: int, name: str, rows: list[str], raw: str) -> Draft:
             d.size("total_bytes", memory.group(2), _MIB, "Memory-Usage total")
             d.excerpt = raw + row
             break
-        if _GPU_CELL.match(cells[1] if len(cells) > 2 else ""):
+        if _gpu_cell(cells) is not None:
             break
     else:
         d.excerpt = raw
@@ -87,12 +99,17 @@ def _gpu(index: int, name: str, rows: list[str], raw: str) -> Draft:
 def _process_row(line: str, start: int, raw: str, table: dict[int, tuple[int, Draft]]) -> None:
     """One row of the processes table, added to its GPU's record (a record of its own if the GPU rows
     were not pasted)."""
-    new = _PROC_NEW.match(line)
-    if new is not None:
-        index, pid, name, amount = new.group(1), new.group(4), new.group(6), new.group(7)
-    elif (old := _PROC_OLD.match(line)) is not None:
-        index, pid, name, amount = old.group(1), old.group(2), old.group(4), old.group(5)
+    # "|    0   N/A  N/A     10734      C   ...foo_bar         160MiB |" (GI / CI columns since driver ~450),
+    # "|    0      1234      C   python                            1000MiB |" (older drivers)
+    words = line.strip("| \t").split()
+    if len(words) >= 7 and words[4] in _PROC_TYPES:
+        index, pid, name, amount = words[0], words[3], words[5:-1], words[-1]
+    elif len(words) >= 5 and words[2] in _PROC_TYPES:
+        index, pid, name, amount = words[0], words[1], words[3:-1], words[-1]
     else:
+        return
+    amount = amount.removesuffix(_MIB)
+    if not (_digits(index) and len(index) <= 4 and _digits(pid) and (_digits(amount) or amount == "N/A")):
         return
     gpu = int(index)
     if gpu not in table:
@@ -103,4 +120,4 @@ def _process_row(line: str, start: int, raw: str, table: dict[int, tuple[int, Dr
     if amount == "N/A":  # WDDM (Windows) drivers cannot attribute memory to a process
         d.unread.append(f"process {pid}: its GPU memory is N/A (the driver does not attribute it)")
         return
-    d.process(amount, _MIB, pid=int(pid) if len(pid) < 11 else None, name=name, this=False)
+    d.process(amount, _MIB, pid=int(pid) if len(pid) < 11 else None, name=" ".join(name), this=False)

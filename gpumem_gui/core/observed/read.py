@@ -11,24 +11,44 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.observed import nvidia_csv, nvidia_smi, torch_oom
+from gpumem_gui.core.observed import (
+    llamacpp,
+    nvidia_csv,
+    nvidia_smi,
+    ollama,
+    sglang,
+    snapshot,
+    torch_oom,
+    torch_stats,
+    torch_summary,
+    vllm,
+)
 from gpumem_gui.core.observed.draft import Draft
 from gpumem_gui.core.observed.model import ObservedReport
 
-MAX_TEXT_CHARS = (
-    4 * 1024 * 1024
-)  # a pasted log of 4 Mi characters: far over any report, bounds the regex time
+# a pasted log of 4 Mi characters: far over any report; bounds the readers' time (tests/test_fuzz_observed.py)
+MAX_TEXT_CHARS = 4 * 1024 * 1024
 MAX_FILE_BYTES = 64 * 1024 * 1024  # a snapshot pickle of a long run is tens of MiB; bounds what is decoded
 MAX_RECORDS = 1024  # the model's bound on records (observed/model.py, ObservedReport.records)
 
 Finder = Callable[[str], Iterable[tuple[int, Draft]]]
 
 # every format family's reader; each yields (offset in the text, record); observed/<family>.py says its source
-FINDERS: tuple[Finder, ...] = (torch_oom.find, nvidia_smi.find, nvidia_csv.find)
+FINDERS: tuple[Finder, ...] = (
+    torch_oom.find,
+    nvidia_smi.find,
+    nvidia_csv.find,
+    torch_summary.find,
+    torch_stats.find,
+    vllm.find,
+    sglang.find,
+    llamacpp.find,
+    ollama.find,
+)
 
 EXPECTED = (
     "expected a GPU memory report: a PyTorch CUDA out-of-memory message, an nvidia-smi table or "
-    "--query-gpu csv, torch.cuda.memory_summary() / memory_stats(), or a vLLM, SGLang or llama.cpp "
+    "--query-gpu csv, torch.cuda.memory_summary() / memory_stats(), or a vLLM, SGLang, llama.cpp or Ollama "
     "memory line"
 )
 
@@ -74,6 +94,8 @@ def read_observed_bytes(data: bytes) -> ObservedReport:
     data = bytes(data)
     if len(data) > MAX_FILE_BYTES:
         raise GpumemInputError(f"the file is {len(data):,} bytes; gpumem reads at most {MAX_FILE_BYTES:,}")
+    if snapshot.is_snapshot_pickle(data):
+        return report_from(snapshot.records(snapshot.load_plain(data)))
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:

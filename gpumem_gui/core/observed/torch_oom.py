@@ -27,6 +27,7 @@ from gpumem_gui.core.observed.draft import Draft
 
 # a size as format_size prints it (the number may be any length: an out-of-range one is named, not parsed)
 _SIZE = r"(\d+(?:\.\d+)?)\s+(bytes|KiB|MiB|GiB)"
+# PyTorch on ROCm prints the same message with "HIP" (the source is hipified: CUDA -> HIP)
 
 
 def _p(text: str) -> str:
@@ -35,8 +36,10 @@ def _p(text: str) -> str:
 
 
 _HEAD = re.compile(
-    _p(r"CUDA out of memory\. Tried to allocate {SIZE}\. GPU (\d+) has a total (capacity|capacty) of {SIZE} ")
-    + _p(r"of which {SIZE} is free\.")
+    _p(
+        r"(?:CUDA|HIP) out of memory\. Tried to allocate {SIZE}\. "
+        r"GPU (\d+) has a total (capacity|capacty) of {SIZE} of which {SIZE} is free\."
+    )
 )
 _PROC = re.compile(
     _p(r"\s*(?:(Including non-PyTorch memory, this process)|Process (\d+)) has {SIZE} memory in use\.")
@@ -46,8 +49,12 @@ _ALLOCATED = re.compile(_p(r"\s*Of the allocated memory {SIZE} is allocated by P
 _PRIVATE = re.compile(_p(r"\s*with {SIZE} allocated in private pools \(e\.g\., CUDA Graphs\),"))
 _UNALLOCATED = re.compile(_p(r"\s*and {SIZE} is reserved by PyTorch but unallocated\."))
 
-# "(GPU g; T total capacity; X already allocated; F free; [A allowed; ]W reserved in total by PyTorch)"
-_LEGACY = re.compile(_p(r"CUDA out of memory\. Tried to allocate {SIZE} \(GPU (\d+);([^()]{0,400})\)"))
+# "(GPU g; T total capacity; X already allocated; F free; [A allowed; ]W reserved in total by PyTorch)";
+# a paste cut before the ")" is read to the end of its line (group 5)
+_LEGACY = re.compile(
+    _p(r"(?:CUDA|HIP) out of memory\. Tried to allocate {SIZE} \(GPU (\d+);")
+    + r"(?:([^()]{0,400})\)|([^()\n]{0,400})(?:\n|\Z))"
+)
 _ITEM = re.compile(r"^\s*" + _SIZE + r"\s+(.+?)\s*$")
 _LEGACY_LABELS = {
     "total capacity": "total_bytes",
@@ -143,7 +150,7 @@ def _derive_reserved(d: Draft) -> None:
 
 
 def _legacy(text: str, m: re.Match[str]) -> Draft:
-    items = m.group(4).split(";")
+    items = (m.group(4) if m.group(4) is not None else m.group(5)).split(";")
     form = "torch_oom_cached" if items and items[-1].strip().endswith("cached") else "torch_oom_legacy"
     d = Draft(source_format=form, gpu_index=int(m.group(3)) if len(m.group(3)) < 5 else None)
     d.excerpt = text[_line_start(text, m.start()) : m.end()]
@@ -157,5 +164,7 @@ def _legacy(text: str, m: re.Match[str]) -> Draft:
             continue
         d.size(figure, i.group(1), i.group(2), i.group(3))
     _derive_reserved(d)
+    if m.group(4) is None:
+        d.unread.append("the message is cut before its closing parenthesis: what follows was not read")
     d.unread.append("this process's memory: this form does not state it (non-PyTorch memory unknown)")
     return d
