@@ -189,3 +189,27 @@ def test_sweep_applies_it_too(capsys: pytest.CaptureFixture[str], store: Path) -
     est = json.loads(run(capsys, "estimate", MODEL, "--seq", "2048", "--gpu", "RTX-4090", "--json")[1])
     assert with_cal[-1]["total_bytes"] == est["total_bytes"] != plain[-1]["total_bytes"]
     assert [p["peak_bytes"] for p in with_cal] == [p["peak_bytes"] for p in plain]
+
+
+def test_a_memory_summary_gives_the_allocator_ratio_only(
+    capsys: pytest.CaptureFixture[str], store: Path
+) -> None:
+    # pytorch/pytorch#35901 (its URL in tests/reference/observed/sources.json): a memory_summary() with peak
+    # allocated 4.76 GiB and peak reserved 12.13 GiB (a fragmented cache)
+    summary = OBSERVED / "torch_summary_pytorch35901.txt"
+    code, out, err = run(
+        capsys, "calibrate", "--observed", str(summary), "--name", "frag", "--gpu", "A100-80GB"
+    )
+    assert code == 0, err
+    assert "non-PyTorch memory: not measured" in out and "reserved / allocated = 2.5466" in out
+    saved = json.loads(store.read_text())["calibrations"][0]
+    assert saved["allocator_ratio"] == 13023313920 / 5113905152 and saved["non_torch_bytes"] is None
+    code, out, _ = run(capsys, "estimate", MODEL, "--gpu", "A100-80GB")
+    assert "reserved / allocated 2.5466 at 4.76 GiB allocated" in out
+    assert "CUDA context" in out  # not measured: the default stays
+    # an nvidia-smi table of other GPUs pasted with it: the figures are not of one process
+    smi = (OBSERVED / "nvidia_smi_table_rlinf255.txt").read_text()
+    both = store.parent / "both.txt"
+    both.write_text(smi + "\n" + summary.read_text())
+    code, _, err = run(capsys, "calibrate", "--observed", str(both), "--name", "x", "--gpu-index", "0")
+    assert code == 2 and "below PyTorch's reserved" in err

@@ -102,7 +102,10 @@ class Calibration(Frozen):
         if self.non_torch_bytes is not None:
             parts.append(f"non-PyTorch memory {self.non_torch_bytes / GiB:.2f} GiB")
         if self.allocator_ratio is not None:
-            parts.append(f"reserved / allocated {self.allocator_ratio:.4f}")
+            figures = self.measurement.figures
+            base = figures.get("peak_allocated_bytes", figures.get("allocated_bytes"))
+            at = f" at {_fmt(base)} allocated" if base is not None else ""  # what the ratio was measured on
+            parts.append(f"reserved / allocated {self.allocator_ratio:.4f}{at}")
         formats = ", ".join(self.measurement.source_formats)
         return f"{' and '.join(parts)} ({formats} on {self.gpu_name}, {self.measurement.measured_on})"
 
