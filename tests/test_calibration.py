@@ -179,6 +179,7 @@ def test_an_engine_without_the_replaced_components_is_left_alone_with_a_warning(
 def test_matching_by_gpu_name_in_any_spelling_and_by_engine() -> None:
     assert gpu_identity("NVIDIA H100 80GB HBM3") == gpu_identity("h100") == "H100-SXM-80GB"
     assert gpu_identity("NVIDIA GeForce RTX 4090") == "RTX-4090"
+    assert gpu_identity("AMD Instinct MI300X") == "MI300X"
     assert gpu_identity("Some Card 7") == gpu_identity("some_card-7")  # not in the catalog: by its name
     old = _oom_calibration("old", engine="transformers", mode="inference")
     new = old.model_copy(

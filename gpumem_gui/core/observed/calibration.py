@@ -306,10 +306,10 @@ def calibration_from(
 
 def gpu_identity(name: str) -> str:
     """What two spellings of one GPU share: its catalog id where the name (or the name without NVML's
-    'NVIDIA ' / 'NVIDIA GeForce ' prefix) is a catalog id or alias, else the name with case, spaces, '-' and
-    '_' ignored ('NVIDIA H100 80GB HBM3', 'H100' and 'h100-sxm-80gb' are one GPU)."""
+    'NVIDIA ' / 'NVIDIA GeForce ' prefix or an 'AMD ' one) is a catalog id or alias, else the name with case,
+    spaces, '-' and '_' ignored ('NVIDIA H100 80GB HBM3', 'H100' and 'h100-sxm-80gb' are one GPU)."""
     text = name.strip()
-    for candidate in (text, re.sub(r"^NVIDIA\s+(GeForce\s+)?", "", text, flags=re.I)):
+    for candidate in (text, re.sub(r"^(NVIDIA\s+(GeForce\s+)?|AMD\s+)", "", text, flags=re.I)):
         try:
             return find_gpu(candidate).id
         except GpumemInputError:
