@@ -108,9 +108,7 @@ def test_calibrations_list_json_and_remove(capsys: pytest.CaptureFixture[str], s
     assert "calibration" not in out
 
 
-def test_a_run_named_with_an_engine_that_has_nothing_to_replace(
-    capsys: pytest.CaptureFixture[str], store: Path
-) -> None:
+def test_the_run_named_is_checked_and_shown_calibrated(capsys: pytest.CaptureFixture[str], store: Path) -> None:
     code, _, err = run(
         capsys,
         "calibrate",
@@ -126,6 +124,22 @@ def test_a_run_named_with_an_engine_that_has_nothing_to_replace(
     )
     assert code == 2 and "none of the components a calibration replaces" in err
     assert not store.exists()
+    code, out, err = run(
+        capsys,
+        "calibrate",
+        MODEL,
+        "--seq",
+        "4096",
+        "--observed",
+        str(OOM),
+        "--name",
+        "x",
+        "--gpu",
+        "RTX-4090",
+    )
+    assert code == 0, err
+    with_cal = json.loads(run(capsys, "estimate", MODEL, "--seq", "4096", "--gpu", "RTX-4090", "--json")[1])
+    assert f"{with_cal['total_bytes'] / 2**30:,.2f} GiB calibrated" in out
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from gpumem_gui.core import (
     GpumemInputError,
     GpuTarget,
     Stack,
+    apply_calibration,
     calibration_applies,
     calibration_for,
     calibration_from,
@@ -147,6 +148,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print(f"  allocator: reserved / allocated = {cal.allocator_ratio:.4f}  ({cal.allocator_formula})")
     else:
         print("  allocator: not measured (the text states no allocated and reserved pair)")
+    if est is not None:  # the run measured, as the calibration changes it
+        after = apply_calibration(est, cal).total_bytes
+        print(
+            f"  this run: {gib(est.total_bytes)} GiB per GPU with the defaults, {gib(after)} GiB calibrated"
+        )
     print(f"  applies to later estimates on {cal.gpu_name} (--gpu / --local); gpumem calibrations lists them")
     return 0
 
