@@ -108,7 +108,9 @@ def test_calibrations_list_json_and_remove(capsys: pytest.CaptureFixture[str], s
     assert "calibration" not in out
 
 
-def test_the_run_named_is_checked_and_shown_calibrated(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+def test_the_run_named_is_checked_and_shown_calibrated(
+    capsys: pytest.CaptureFixture[str], store: Path
+) -> None:
     code, _, err = run(
         capsys,
         "calibrate",
@@ -145,7 +147,7 @@ def test_the_run_named_is_checked_and_shown_calibrated(capsys: pytest.CaptureFix
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (("calibrate", "--observed", "/nonexistent/oom.txt", "--name", "x"), "no such file"),
+        (("calibrate", "--observed", "/nonexistent/oom.txt", "--name", "x"), "No such file"),
         (("calibrate", "--observed", str(OOM), "--name", "x"), "does not name its GPU"),
         (
             ("calibrate", "--observed", str(OOM), "--name", "x", "--gpu", "H100", "--gpu-index", "2"),

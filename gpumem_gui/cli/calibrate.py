@@ -12,6 +12,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from gpumem_gui.calibration_store import CalibrationStore
+from gpumem_gui.cli.diagnose import read_text
 from gpumem_gui.cli.flags import add_run_flags, bounded_int, loaded_spec, run_fields_given, run_from_args
 from gpumem_gui.cli.output import dump, gib, print_table
 from gpumem_gui.core import (
@@ -25,14 +26,9 @@ from gpumem_gui.core import (
     calibration_from,
     calibration_note,
     estimate_any,
-    read_observed_bytes,
     short,
 )
-from gpumem_gui.files import FileReadError, read_bytes
 
-# the most bytes --observed reads: read_observed_bytes takes files up to 64 MiB (a snapshot pickle of a long
-# run, core/observed/read.py MAX_FILE_BYTES) and refuses a longer one itself with its own line
-MAX_OBSERVED_BYTES = 64 << 20
 SCHEMA = "gpumem.calibrations/1"
 _STACK = ("torch", "driver", "cuda", "framework")
 
@@ -75,20 +71,6 @@ def add_calibrate_parsers(sub: Any) -> None:
     sp.set_defaults(func=cmd_calibrations)
 
 
-def _observed_bytes(where: str) -> bytes:
-    if where == "-":
-        try:
-            data = sys.stdin.buffer.read(MAX_OBSERVED_BYTES + 1)
-        except (OSError, AttributeError, ValueError) as e:  # no stdin, a closed or a text-only one
-            raise GpumemInputError(f"cannot read standard input: {e}", field="observed") from None
-    else:
-        try:
-            data = read_bytes(where, MAX_OBSERVED_BYTES + 1, "report")
-        except FileReadError as e:
-            raise GpumemInputError(e.problem, source=where, field="observed") from None
-    return data
-
-
 def _measured_on(text: str | None) -> date:
     if text is None:
         return datetime.now(UTC).date()
@@ -116,7 +98,7 @@ def _run_estimate(args: argparse.Namespace) -> tuple[Any, str, str]:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    report = read_observed_bytes(_observed_bytes(args.observed))
+    report = read_text(args.observed)  # the same reading as gpumem diagnose --observed
     est, engine, mode = _run_estimate(args)
     stack = Stack(**{k: getattr(args, f"stack_{k}") for k in _STACK}, note=args.stack_note)
     cal = calibration_from(

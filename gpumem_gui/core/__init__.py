@@ -104,6 +104,7 @@ from gpumem_gui.core.observed import (
     ObservedProcess,
     ObservedReport,
 )
+from gpumem_gui.core.observed.advice import Causes, DiagnosisChange
 from gpumem_gui.core.observed.apply import (
     REPLACED_BY,
     apply_calibration,
@@ -117,6 +118,10 @@ from gpumem_gui.core.observed.calibration import (
     calibration_from,
     gpu_identity,
 )
+from gpumem_gui.core.observed.diagnosis import Compared, Diagnosis, Prediction, diagnose
+from gpumem_gui.core.observed.document import DIAGNOSIS_SCHEMA, OBSERVED_KEYS, diagnosis_document
+from gpumem_gui.core.observed.parts import ObservedPart
+from gpumem_gui.core.observed.read import MAX_FILE_BYTES as OBSERVED_MAX_BYTES
 from gpumem_gui.core.observed.read import read_observed, read_observed_bytes
 from gpumem_gui.core.readers.catalog import (
     CatalogModel,
@@ -165,6 +170,7 @@ from gpumem_gui.core.units import GB, KB, MB, GiB, KiB, MiB, SizeUnit, fmt_bytes
 __all__ = [
     "CATEGORIES",
     "DEFAULT_MARGIN_BYTES",
+    "DIAGNOSIS_SCHEMA",
     "ENCODER_HEADS",
     "ESTIMATE_SCHEMA",
     "FIGURES",
@@ -176,6 +182,8 @@ __all__ = [
     "MAX_GPUS",
     "MAX_SWEEP_POINTS",
     "MB",
+    "OBSERVED_KEYS",
+    "OBSERVED_MAX_BYTES",
     "PARTS",
     "POINT_COST_S",
     "PRECISION_DOC",
@@ -187,10 +195,14 @@ __all__ = [
     "UI",
     "Calibration",
     "CatalogModel",
+    "Causes",
     "Change",
     "ClusterFit",
     "ClusterGpu",
+    "Compared",
     "Component",
+    "Diagnosis",
+    "DiagnosisChange",
     "Estimate",
     "Explanation",
     "FitReport",
@@ -213,12 +225,14 @@ __all__ = [
     "ModelKinds",
     "ModelSpec",
     "ObservedMemory",
+    "ObservedPart",
     "ObservedProcess",
     "ObservedReport",
     "ParamCounts",
     "Phase",
     "PlacedRank",
     "Placement",
+    "Prediction",
     "RankClass",
     "RunField",
     "Runtime",
@@ -250,6 +264,8 @@ __all__ = [
     "cross_cache_bytes_per_source_token",
     "describe_linear_attention",
     "describe_validation_error",
+    "diagnose",
+    "diagnosis_document",
     "driver_gpu_memory",
     "engine_kv_dtypes",
     "estimate_any",
