@@ -1,10 +1,10 @@
 """Fuzz: ``gpumem`` itself (``gpumem_gui.cli.main``) with generated command lines.
 
 The flags come from the CLI's own parser (every option of models, gpus, inspect, estimate, fit, sweep,
-diagnose and formats; the Prometheus flags and ``trace`` are left out: they reach a network or run torch),
-each with extreme, wrong or random values. The property: exit 0 or 2, never an exception; on 2, stderr is
-one line ``gpumem...: error: ...`` that echoes at most ~80 characters of any value; with ``--json`` and exit
-0, stdout is JSON.
+calibrate, calibrations, diagnose and formats; the Prometheus flags and ``trace`` are left out: they reach a
+network or run torch), each with extreme, wrong or random values. The property: exit 0 or 2, never an
+exception; on 2, stderr is one line ``gpumem...: error: ...`` that echoes at most ~80 characters of any value;
+with ``--json`` and exit 0, stdout is JSON.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ SUBPARSERS: dict[str, argparse.ArgumentParser] = next(
     a.choices for a in PARSER._actions if isinstance(a, argparse._SubParsersAction)
 )
 COMMANDS = ["models", "gpus", "inspect", "estimate", "fit", "sweep", "diagnose", "formats"]
+COMMANDS += ["calibrate", "calibrations"]
 NETWORK = ("--prometheus", "--selector", "--host-label", "--stale-after", "--kubernetes", "--python")
 
 
@@ -132,6 +133,13 @@ def command_lines(draw: st.DrawFn) -> list[str]:
             argv.append(draw(st.sampled_from(MODELS)))
         if draw(st.integers(0, 4)):
             argv += ["--observed", draw(st.sampled_from(OBSERVED))]
+    if command == "calibrate" and draw(st.integers(0, 4)):
+        argv += [
+            "--observed",
+            draw(st.sampled_from(OBSERVED)),
+            "--name",
+            draw(st.sampled_from(["a", "b"]) | TEXTS),
+        ]
     if command == "sweep" and draw(st.integers(0, 4)):
         argv += ["--over", draw(st.sampled_from(["seq", "batch"])), "--from", "1", "--to", "4096"]
     options = _options(command)

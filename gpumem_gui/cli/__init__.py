@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from gpumem_gui import __version__
+from gpumem_gui.cli.calibrate import add_calibrate_parsers
 from gpumem_gui.cli.cluster import add_prometheus_flags
 from gpumem_gui.cli.diagnose import add_diagnose_parser
 from gpumem_gui.cli.flags import (
@@ -110,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(func=cmd_trace)
 
     add_diagnose_parser(sub)
+    add_calibrate_parsers(sub)  # calibrate, calibrations (cli/calibrate.py)
 
     sp = sub.add_parser("formats", help="weight formats gpumem knows")
     sp.add_argument("--json", action="store_true")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from gpumem_gui.cli.calibrate import calibrated_target
 from gpumem_gui.cli.flags import loaded_spec, run_from_args, target_from_args
 from gpumem_gui.cli.imports import model_and_run, print_imported
 from gpumem_gui.cli.output import dump, gib, print_table
@@ -104,8 +105,9 @@ def _print_ranks(est: Any) -> None:
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     m, run, imported = model_and_run(args)
-    target = target_from_args(args)
+    target, note = calibrated_target(target_from_args(args), run, args)
     est = _estimate(m, run, target.capacity_bytes if target else None)
+    est = target.calibrated(est) if target else est
     if args.json:
         doc = estimate_json(m, run, est)
         if imported is not None:
@@ -115,11 +117,19 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         dump(doc)
     else:
         print_imported(imported)
+        _print_note(note)
         _print_estimate(m, run, est)
         if target:
             print()
             _print_fit(_fit(m, run, target, args))
     return 0
+
+
+def _print_note(note: str | None) -> None:
+    """The calibration applied (gpumem calibrations; --no-calibration leaves it out), before the estimate."""
+    if note:
+        print(f"note: {note} (--no-calibration leaves it out)")
+        print()
 
 
 def _estimate(m: LoadedModel, run: Any, capacity: int | None) -> Any:
@@ -182,7 +192,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     m, run, imported = model_and_run(args)
     if cluster:
         return _fit_cluster(m, run, args)
-    rep = _fit(m, run, target_from_args(args), args)
+    target, note = calibrated_target(target_from_args(args), run, args)
+    rep = _fit(m, run, target, args)
     if args.json:
         doc = _fit_json(rep, _approximate(m))
         if imported is not None:
@@ -190,6 +201,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         dump(doc)
     else:
         print_imported(imported)
+        _print_note(note)
         _print_estimate(m, run, rep.estimate)
         print()
         _print_fit(rep)
@@ -242,7 +254,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     base = run_from_args(args, m)
     check_sweep_size(base, args.steps, m.spec.num_layers)
     _sweep_range(args)
-    target = target_from_args(args)
+    target, note = calibrated_target(target_from_args(args), base, args)
+    if note and not (args.json or args.csv):
+        _print_note(note)
     xs = evenly_spaced(args.start, args.stop, args.steps)
     with sweep_progress(base, len(xs), quiet=args.json or args.csv) as progress:
         margin = args.margin_mib << 20

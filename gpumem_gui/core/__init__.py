@@ -105,6 +105,19 @@ from gpumem_gui.core.observed import (
     ObservedReport,
 )
 from gpumem_gui.core.observed.advice import Causes, DiagnosisChange
+from gpumem_gui.core.observed.apply import (
+    REPLACED_BY,
+    apply_calibration,
+    calibration_applies,
+    calibration_note,
+)
+from gpumem_gui.core.observed.calibration import (
+    Calibration,
+    Stack,
+    calibration_for,
+    calibration_from,
+    gpu_identity,
+)
 from gpumem_gui.core.observed.diagnosis import Compared, Diagnosis, Prediction, diagnose
 from gpumem_gui.core.observed.document import DIAGNOSIS_SCHEMA, OBSERVED_KEYS, diagnosis_document
 from gpumem_gui.core.observed.parts import ObservedPart
@@ -174,11 +187,13 @@ __all__ = [
     "PARTS",
     "POINT_COST_S",
     "PRECISION_DOC",
+    "REPLACED_BY",
     "RUNTIMES",
     "SOURCE_FORMATS",
     "SUPPORTED_MODEL_TYPES",
     "SWEEP_BUDGET_S",
     "UI",
+    "Calibration",
     "CatalogModel",
     "Causes",
     "Change",
@@ -222,6 +237,7 @@ __all__ = [
     "RunField",
     "Runtime",
     "SizeUnit",
+    "Stack",
     "SweepPoint",
     "TaskHead",
     "TrainingRun",
@@ -230,6 +246,11 @@ __all__ = [
     "WeightBytes",
     "WeightFormat",
     "WeightsInventory",
+    "apply_calibration",
+    "calibration_applies",
+    "calibration_for",
+    "calibration_from",
+    "calibration_note",
     "catalog_target",
     "check_sweep_size",
     "cluster_document",
@@ -262,6 +283,7 @@ __all__ = [
     "fmt_count",
     "gallop",
     "get_weight_format",
+    "gpu_identity",
     "gpu_target_from_text",
     "has_state",
     "import_command",
