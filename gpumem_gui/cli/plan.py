@@ -159,14 +159,9 @@ def _print_fit(rep: Any) -> None:
         each += f", {gib(t.capacity_bytes)} GiB in nvidia-smi"
     print(f"fit on {t.count} x {t.name} ({each}; margin {gib(rep.margin_bytes)} GiB):")
     for v in rep.verdicts:
-        state = (
-            f"fits with {gib(v.headroom_bytes)} GiB headroom"
-            if v.fits
-            else f"misses by {gib(-v.headroom_bytes)} GiB"
-        )
         print(
             f"  GPU {v.gpu_index} ({v.role}): needs {gib(v.needed_bytes)} of "
-            f"{gib(v.available_bytes)} GiB: {state}"
+            f"{gib(v.available_bytes)} GiB: {v.words()}"
         )
     rank = rep.estimate.deciding_rank()
     if rank is not None and len(rep.estimate.ranks) > 1:

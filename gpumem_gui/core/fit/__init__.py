@@ -23,7 +23,7 @@ from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.results.estimate import Estimate
 from gpumem_gui.core.runtimes.inference import InferenceRun, estimate_inference, runtime
 from gpumem_gui.core.spec.model import Frozen, ModelSpec
-from gpumem_gui.core.units import MiB
+from gpumem_gui.core.units import MiB, SizeUnit, fmt_bytes
 
 # Default safety margin per GPU: llama.cpp's --fit leaves 1024 MiB free on every device
 # (ggml-org/llama.cpp PR #16653, "cannot fulfill margin of 1024 MiB").
@@ -38,6 +38,15 @@ class Verdict(Frozen):
     margin_bytes: int
     fits: bool
     headroom_bytes: int = Field(description="available - margin - needed; negative: misses by that much")
+
+    def words(self, unit: SizeUnit = SizeUnit.GIB) -> str:
+        """``fits with 3.20 GiB headroom`` / ``misses by 1.50 GiB``; a miss with bytes to spare is an engine
+        that does not start or run the batch at once (its KV pool holds less than the requested context)."""
+        if self.fits:
+            return f"fits with {fmt_bytes(self.headroom_bytes, unit)} headroom"
+        if self.headroom_bytes >= 0:
+            return "misses: the engine's KV pool is too small for the requested context"
+        return f"misses by {fmt_bytes(-self.headroom_bytes, unit)}"
 
 
 class Change(Frozen):
