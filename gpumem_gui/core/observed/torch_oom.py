@@ -103,7 +103,23 @@ def _current(text: str, m: re.Match[str]) -> Draft:
             "this process's memory: the message has no 'Including non-PyTorch memory, this process has' "
             "sentence (NVML did not list this process's pid: another pid namespace, or no NVML)"
         )
+    _drop_unknown_process(d)
     return d
+
+
+def _drop_unknown_process(d: Draft) -> None:
+    """ "this process has 0 bytes memory in use" beside tensors allocated by PyTorch is not a measurement:
+    the figure is NVML's ``usedGpuMemory`` for this pid (``reportProcessMemoryInfo`` in
+    c10/cuda/CUDACachingAllocator.cpp), which NVML leaves at 0 where it cannot account per process (WSL and
+    Windows WDDM, some virtualised GPUs). A process holding PyTorch's reserve cannot hold 0 bytes, so the
+    figure is left unread rather than read as "every used byte belongs to other processes"."""
+    if d.figures.get("process_bytes") == 0 and d.figures.get("allocated_bytes", 0) > 0:
+        del d.figures["process_bytes"]
+        d.processes = [p for p in d.processes if not p.this_process]
+        d.unread.append(
+            "this process's memory: the message says 0 bytes while PyTorch holds tensors (NVML gave no "
+            "per-process figure: WSL, Windows WDDM or a virtualised GPU); not used"
+        )
 
 
 def _allocated(d: Draft, text: str, pos: int) -> int:
