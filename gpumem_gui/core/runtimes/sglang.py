@@ -77,8 +77,9 @@ def _warnings(spec: ModelSpec, run: InferenceRun, pool: Pool, dyn: int, context_
     if pool.capacity and pool.tokens <= 0 and not no_state and pool.fraction <= 0:
         out.append(
             f'mem_fraction_static: SGLang would refuse to start ("Not enough memory"): its default for this '
-            f"GPU comes out at {pool.fraction:g}, the reserve it keeps for activations and CUDA graphs being "
-            "larger than the GPU (lower chunked_prefill_size or cuda_graph_max_bs, or set mem_fraction_static)"
+            f"GPU comes out at {pool.fraction:g}, the reserve it keeps for activations and CUDA graphs "
+            "being larger than the GPU (lower chunked_prefill_size or cuda_graph_max_bs, or set "
+            "mem_fraction_static)"
         )
     elif pool.capacity and pool.tokens <= 0 and not no_state:
         out.append(
