@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from gpumem_gui.core.replay import adapters, block
 from gpumem_gui.core.replay.autograd import Node, Sim
 from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
+from gpumem_gui.core.replay.sym import chunks
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM
@@ -227,9 +228,13 @@ def _next_pow2(n: int) -> int:
 
 
 def liger_chunk_rows(tokens: int, vocab: int, hidden: int) -> int:
-    """Liger's chunk size: ``next_power_of_2(cdiv(BT, cdiv(V, H)))`` rows."""
+    """Liger's chunk size: ``next_power_of_2(cdiv(BT, cdiv(V, H)))`` rows (the same for every token count up
+    to ``inc * rows`` and above half of it: a tape's guards)."""
     inc = -(-vocab // hidden)
-    return _next_pow2(-(-tokens // inc))
+    rows = _next_pow2(-(-int(getattr(tokens, "v", tokens)) // inc))
+    if not (tokens <= inc * rows and (rows == 1 or tokens > inc * rows // 2)):
+        raise AssertionError(f"{tokens} tokens do not make chunks of {rows} rows")
+    return rows
 
 
 def fused_linear(m: CausalLM, h: T) -> T:
@@ -255,8 +260,8 @@ def fused_linear(m: CausalLM, h: T) -> T:
     cdt = s.autocast if s.autocast is not None and h.dt in ("f32", "bf16", "f16") else h.dt
     rows = liger_chunk_rows(t, v, d)
     logits: T | None = None
-    for start in range(0, t, rows):
-        r = min(rows, t - start)
+    for k in range(chunks(t, rows)):
+        r = min(rows, t - k * rows)
         x_c = s.new(r * d, cdt) if cdt != h.dt else None  # autocast's copy of the input chunk
         nxt = s.new(r * v, cdt)  # _input_chunk @ weight.t() (the previous chunk's logits still named)
         del x_c

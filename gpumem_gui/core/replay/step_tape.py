@@ -1,0 +1,143 @@
+"""A training step recorded once per model and run shape as a tape, evaluated for every (batch, tokens) point.
+
+:func:`simulate_step_taped` is :func:`~.step.simulate_step` with the same answer to the byte: the step of
+one structure (everything of the run but the micro-batch size and the tokens per sequence) is recorded with
+:class:`~.sym.Sym` sizes by the same code (:func:`~.step.run_step` on a :class:`~.tape.TapeSim` with the
+framework's hooks and gradients on), and a point of that structure is then each phase's peak read off the
+tape (:mod:`.tape_phases`) and the step's byte counts (gradients, states, activations one micro-batch keeps,
+...) evaluated as the polynomials they were recorded as. The guards send a point where a comparison of sizes
+would go the other way to a tape of its own.
+
+The first point of a structure is replayed (a tape costs more to record than a replay; a structure met once
+never pays it), the second records the tape. A structure the tape cannot express (a size the replay rounds,
+a size used as a plain number: :class:`~.sym.TapeUnsupported`) is replayed at every point, and so is a point
+beyond float64's exact range; :data:`STATS` counts each way.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import fields, replace
+from typing import Any
+
+import numpy as np
+
+from gpumem_gui.core.replay.config import ReplayConfig
+from gpumem_gui.core.replay.step import (
+    PHASES,
+    PhasePeak,
+    StepOptions,
+    StepResult,
+    TrainingHooks,
+    run_step,
+    simulate_step,
+)
+from gpumem_gui.core.replay.sym import TapeUnsupported
+from gpumem_gui.core.replay.tape import Tape, TapeCache, TapeSim, record
+from gpumem_gui.core.spec.model import ModelSpec
+
+# the step's byte counts, kept as polynomials (every field of StepResult that is a whole number)
+_COUNTS = tuple(f.name for f in fields(StepResult) if f.type == "int")
+_TAPES = TapeCache(keys=64, per_key=8)  # a step's tape holds ~10 bytes per monomial and event
+_UNSUPPORTED: dict[Any, str] = {}  # structures replayed at every point, with the reason
+STATS: Counter[str] = Counter()  # evaluated, recorded, replayed (first point), unsupported, inexact
+TAPES_ON = True  # tests turn it off to compare with the replay
+
+
+def record_step(
+    spec: ModelSpec,
+    cfg: ReplayConfig,
+    optimizer: str,
+    opts: StepOptions,
+    hooks: Callable[[], TrainingHooks],
+) -> Tape:
+    """The step of ``spec`` under ``cfg`` recorded at ``cfg``'s point (``extra``: the whole-parameter state
+    owner, the same at every point); raises :class:`TapeUnsupported`."""
+    owner: list[tuple[int, int, int] | None] = []
+
+    def run(sim: TapeSim, b: Any, q: Any, p: Any) -> dict[str, Any]:
+        res = run_step(sim, spec, replace(cfg, batch=b, q=q), optimizer, opts)
+        owner.append(res.state_owner)
+        return {name: getattr(res, name) for name in _COUNTS}
+
+    was_enabled = gc.isenabled()
+    gc.disable()  # as simulate_step: storages die by reference counting only
+    try:
+        tape = record(run, (cfg.batch, cfg.q, 0), lambda: TapeSim(hooks(), grad=True), phases=True)
+    finally:
+        if was_enabled:
+            gc.enable()
+    tape.extra = owner[0]
+    return tape
+
+
+def evaluate_step(tape: Tape, m: np.ndarray) -> StepResult:
+    """The step's result at the point of monomials ``m`` (raises :class:`TapeUnsupported` beyond float64's
+    exact range)."""
+    peaks = tape.phase_peaks(m)
+    phases = {
+        name: PhasePeak(total=pk.total, by_kind=pk.by_kind, by_tag=pk.by_tag, where=pk.where)
+        for name, pk in peaks.items()
+        if name in PHASES
+    }
+    return StepResult(phases=phases, state_owner=tape.extra, **tape.exact_values(m))  # type: ignore[arg-type]
+
+
+def simulate_step_taped(
+    key: Any,
+    spec: ModelSpec,
+    cfg: ReplayConfig,
+    optimizer: str,
+    opts: StepOptions,
+    hooks: Callable[[], TrainingHooks],
+) -> StepResult:
+    """:func:`~.step.simulate_step` of ``spec`` under ``cfg`` from the tape of ``key`` (everything the step
+    depends on but ``cfg.batch`` and ``cfg.q``), recorded on the key's second point."""
+    point = (cfg.batch, cfg.q, 0)
+    if not TAPES_ON or key in _UNSUPPORTED:
+        return _replay(spec, cfg, optimizer, opts, hooks, "unsupported")
+    found = _TAPES.find(key, point)
+    if found is None and not _TAPES.seen(key):
+        _TAPES.add(key, None)
+        return _replay(spec, cfg, optimizer, opts, hooks, "replayed")
+    if found is None:
+        try:
+            tape = record_step(spec, cfg, optimizer, opts, hooks)
+        except TapeUnsupported as e:
+            _UNSUPPORTED[key] = str(e)
+            return _replay(spec, cfg, optimizer, opts, hooks, "unsupported")
+        _TAPES.add(key, tape)
+        STATS["recorded"] += 1
+        found = (tape, tape.monomials(point))
+    tape, m = found
+    try:
+        res = evaluate_step(tape, m)
+    except TapeUnsupported:
+        return _replay(spec, cfg, optimizer, opts, hooks, "inexact")
+    STATS["evaluated"] += 1
+    return res
+
+
+def _replay(
+    spec: ModelSpec,
+    cfg: ReplayConfig,
+    optimizer: str,
+    opts: StepOptions,
+    hooks: Callable[[], TrainingHooks],
+    why: str,
+) -> StepResult:
+    STATS[why] += 1
+    return simulate_step(spec, cfg, optimizer, opts, hooks())
+
+
+def unsupported() -> dict[Any, str]:
+    """The structures replayed at every point, with the reason."""
+    return dict(_UNSUPPORTED)
+
+
+def clear() -> None:
+    """Forget every tape (benchmarks measure a first point)."""
+    _TAPES.clear()
+    _UNSUPPORTED.clear()
