@@ -102,8 +102,10 @@ class Sym:
 
     __rmul__ = __mul__
 
-    def __floordiv__(self, other: int) -> Sym:
-        if isinstance(other, Sym) or not isinstance(other, int) or other <= 0:
+    def __floordiv__(self, other: int | Sym) -> Sym:
+        if isinstance(other, Sym):
+            return self._by_monomial(other)
+        if not isinstance(other, int) or other <= 0:
             raise TapeUnsupported(f"a size divided by {other!r}")
         if not any(v % other for v in self.c.values()):
             return Sym({k: v // other for k, v in self.c.items()}, self.v // other)
@@ -113,6 +115,17 @@ class Sym:
         c = {k: Fraction(v) / other for k, v in self.c.items()}
         c[(0, 0, 0)] = c.get((0, 0, 0), 0) - Fraction(r, other)
         return Sym({k: v for k, v in c.items() if v}, (self.v - r) // other)
+
+    def _by_monomial(self, other: Sym) -> Sym:
+        """``self // other`` where ``other`` is one term that divides every term of ``self`` (the rows of a
+        batch divided by the batch)."""
+        ((mono, coef),) = other.c.items() if len(other.c) == 1 else ((None, 0),)
+        out: dict[Mono, Any] = {}
+        for k, v in self.c.items():
+            if mono is None or any(e < f for e, f in zip(k, mono, strict=True)) or v % coef:
+                raise TapeUnsupported("a size divided by a size that does not divide it")
+            out[(k[0] - mono[0], k[1] - mono[1], k[2] - mono[2])] = v // coef
+        return Sym(out, self.v // other.v)
 
     def __mod__(self, other: int) -> int:
         """The remainder here, kept as a congruence guard (the tape serves the points that leave it)."""

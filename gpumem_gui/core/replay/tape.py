@@ -54,7 +54,7 @@ class Tape:
         named: dict[str, Sym | int],
         phases: bool = False,
     ) -> None:
-        events = [e for e in tr.events if e[2] != ENTRY]  # phase entries carry no bytes
+        events = [e for e in tr.events if e[2] != ENTRY and poly(e[1])]  # phase entries carry no bytes
         polys = [poly(e[1]) for e in events]
         monos = {m for p in polys for m in p} | {m for g in guards for m in g[0]}
         monos |= {m for c in congruences for m in c[0]}

@@ -37,7 +37,7 @@ class TapeTracker(Tracker):
     def log(self, sign: int, size: Any, kind: str, tag: str, peak: bool) -> None:
         if tag not in self.seen:
             self.seen[tag] = len(self.events)
-        if poly(size):
+        if peak or poly(size):  # an empty allocation is still a moment the tracker looks for a peak
             self.events.append((sign, size, kind, tag, self.where, self.phase, peak))
 
     def retag(self, st: Storage, kind: str, tag: str) -> None:
