@@ -139,7 +139,7 @@ class Sym:
     def __round__(self, ndigits: int | None = None) -> Sym:
         # an inference tape rounds each size when it is evaluated; a step's tape (``Recording.whole``) serves
         # only the points where a size with a fraction is a whole number, as it is here (a congruence guard)
-        if Recording.whole and any(not isinstance(v, int) and v != int(v) for v in self.c.values()):
+        if Recording.whole and any(type(v) is not int and v != int(v) for v in self.c.values()):
             self % 1
         return self
 

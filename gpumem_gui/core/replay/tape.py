@@ -54,15 +54,14 @@ class Tape:
         named: dict[str, Sym | int],
         phases: bool = False,
     ) -> None:
-        events = [e for e in tr.events if e[2] != ENTRY and poly(e[1])]  # phase entries carry no bytes
-        polys = [poly(e[1]) for e in events]
-        monos = {m for p in polys for m in p} | {m for g in guards for m in g[0]}
+        monos = {m for e in tr.events for m in poly(e[1])} | {m for g in guards for m in g[0]}
         monos |= {m for c in congruences for m in c[0]}
         self.mono_exps = sorted(monos | {m for v in named.values() for m in poly(v)}) or [(0, 0, 0)]
         self._index = {m: i for i, m in enumerate(self.mono_exps)}
         # a guard holds where its polynomial has the sign it had when recorded (every comparison is a function
         # of that sign; whole coefficients, the same sign); repeated comparisons are kept once
-        unique = {tuple(self.row(whole(g[0])[0])): g for g in guards}
+        distinct = {(tuple(g[0].items()), g[1]): g for g in guards}.values()
+        unique = {tuple(self.row(whole(g[0])[0])): g for g in distinct}
         self.guard_rows = np.array(list(unique)) if unique else None
         self.guard_signs = np.array([guard_sign(g, Recording.point) for g in unique.values()])
         # a congruence holds where its polynomial leaves the remainder it left (``x // d`` and ``x % d``)
@@ -73,11 +72,10 @@ class Tape:
         self.named_whole = {k: self._whole_row(poly(v)) for k, v in named.items()}
         self.table = PhaseTable(tr, self.mono_exps) if phases else None
         self.extra: Any = None  # what the recorded run knows beside its polynomials (the same at every point)
-        if phases:  # a step's tape is read by phase (:meth:`phase_peaks`), never over all of it
-            events, polys = [], []
-        self.sizes = np.array(
-            [self.row(p, e[0]) for p, e in zip(polys, events, strict=True)] or [self.row({})]
-        )
+        # a step's tape is read by phase (:meth:`phase_peaks`), a forward's over all of it (phase entries and
+        # empty storages carry no bytes)
+        events = [] if phases else [e for e in tr.events if e[2] != ENTRY and poly(e[1])]
+        self.sizes = np.array([self.row(poly(e[1]), e[0]) for e in events] or [self.row({})])
         self.tags = sorted({e[3] for e in events})
         self.event_tags = [e[3] for e in events]
         self.where = [e[4] for e in events]

@@ -21,13 +21,14 @@ checked per point against the sum of all coefficients' magnitudes).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 from math import lcm
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gpumem_gui.core.replay.memory import KINDS
-from gpumem_gui.core.replay.sym import Mono, TapeUnsupported, poly, whole
+from gpumem_gui.core.replay.sym import Mono, TapeUnsupported, poly
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.tape import TapeTracker
@@ -53,18 +54,8 @@ class PhaseTable:
 
     def __init__(self, tr: TapeTracker, monos: list[Mono]) -> None:
         events = tr.events
-        index = {m: i for i, m in enumerate(monos)}
-        wholes = [whole(poly(e[1])) for e in events]
-        self.den = lcm(1, *(den for _, den in wholes))  # every size times this is a whole polynomial
-        if self.den > _MAX_DEN:
-            raise TapeUnsupported(f"sizes with fractions of 1/{self.den} (a float factor)")
-        self.sizes = np.zeros((len(events), len(monos)))
-        fractional: dict[tuple[float, ...], None] = {}
-        for i, (e, (w, den)) in enumerate(zip(events, wholes, strict=True)):
-            for mono, c in w.items():
-                self.sizes[i, index[mono]] = e[0] * c * (self.den // den)
-            if den > 1:
-                fractional[tuple(self.sizes[i])] = None
+        self.sizes, self.den, frac = _sizes(events, monos)
+        fractional = {tuple(self.sizes[i]): None for i in frac}  # each such row once
         self.fractional = np.array(list(fractional)) if fractional else None
         self.bound = np.abs(self.sizes).sum(axis=0)
         level = np.cumsum(self.sizes, axis=0)
@@ -144,3 +135,34 @@ def _moments(events: list[Any], sizes: np.ndarray, no_p: np.ndarray) -> dict[str
             continue
         out.setdefault(e[5], []).append(i)
     return {k: np.array(v, dtype=np.int64) for k, v in out.items()}
+
+
+def _sizes(events: list[Any], monos: list[Mono]) -> tuple[np.ndarray, int, list[int]]:
+    """The signed sizes of ``events`` as rows over ``monos``, times the least common denominator of their
+    coefficients (returned), and the events whose size has a fraction."""
+    index = {m: i for i, m in enumerate(monos)}
+    const = index.get((0, 0, 0), -1)
+    rows, cols, vals, frac = [], [], [], []
+    den = 1
+    for i, e in enumerate(events):
+        size = e[1]
+        if type(size) is int:
+            if size:
+                rows.append(i)
+                cols.append(const)
+                vals.append(e[0] * size)
+            continue
+        for mono, c in poly(size).items():
+            rows.append(i)
+            cols.append(index[mono])
+            vals.append(e[0] * c)
+            if type(c) is not int:
+                den = lcm(den, Fraction(c).denominator)
+                frac.append(i)
+    if den > _MAX_DEN:
+        raise TapeUnsupported(f"sizes with fractions of 1/{den} (a float factor)")
+    sizes = np.zeros((len(events), len(monos)))
+    if den > 1:
+        vals = [int(Fraction(v) * den) for v in vals]
+    sizes[rows, cols] = vals
+    return sizes, den, frac

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gpumem_gui.core.replay.autograd import ReplayHooks, Sim
@@ -30,9 +31,7 @@ class TapeTracker(Tracker):
         self.events: list[Event] = []
         self.seen: dict[str, int] = {}
         self._upto = 0
-        self._cur: dict[Mono, float] = {}
-        self._kinds: dict[str, dict[Mono, float]] = {k: {} for k in KINDS}
-        self._tags: dict[str, dict[Mono, float]] = {}
+        self._classes: dict[tuple[str, str], dict[Mono, Any]] = {}
 
     def log(self, sign: int, size: Any, kind: str, tag: str, peak: bool) -> None:
         if tag not in self.seen:
@@ -49,30 +48,40 @@ class TapeTracker(Tracker):
         self.phase = phase
         self.events.append((1, 0, ENTRY, "", self.where, phase, True))  # the level on entry may be the peak
 
-    def _sync(self) -> None:
-        """Sum the events logged since the last read into the live polynomials."""
+    def _sync(self) -> dict[tuple[str, str], dict[Mono, Any]]:
+        """The live polynomial of each (kind, tag), summed from the events logged since the last read."""
+        classes = self._classes
         for sign, size, kind, tag, _, _, _ in self.events[self._upto :]:
             if kind == ENTRY:
                 continue
-            for acc in (self._cur, self._kinds[kind], self._tags.setdefault(tag, {})):
-                for m, c in poly(size).items():
-                    acc[m] = acc.get(m, 0) + sign * c
+            acc = classes.setdefault((kind, tag), {})
+            if type(size) is int:
+                acc[(0, 0, 0)] = acc.get((0, 0, 0), 0) + sign * size
+                continue
+            for m, c in size.c.items():
+                acc[m] = acc.get(m, 0) + sign * c
         self._upto = len(self.events)
+        return classes
+
+    def _total(self, keep: Callable[[str, str], bool]) -> Sym | int:
+        total: dict[Mono, Any] = {}
+        for (kind, tag), c in self._sync().items():
+            if keep(kind, tag):
+                for m, v in c.items():
+                    total[m] = total.get(m, 0) + v
+        return _value(total)
 
     @property  # type: ignore[override]
     def cur(self) -> Any:
-        self._sync()
-        return _value(self._cur)
+        return self._total(lambda kind, tag: True)
 
     @property  # type: ignore[override]
     def by_kind(self) -> dict[str, Any]:
-        self._sync()
-        return {k: _value(v) for k, v in self._kinds.items()}
+        return {k: self._total(lambda kind, tag, k=k: kind == k) for k in KINDS}  # type: ignore[misc]
 
     @property  # type: ignore[override]
     def by_tag(self) -> dict[str, Any]:
-        self._sync()
-        return {t: _value(self._tags.get(t, {})) for t in self.seen}
+        return {t: self._total(lambda kind, tag, t=t: tag == t) for t in self.seen}  # type: ignore[misc]
 
 
 def _value(c: dict[Mono, float]) -> Sym | int:
