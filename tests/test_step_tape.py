@@ -83,7 +83,8 @@ def test_phase_peaks_follow_the_tracker(ops: list, b0: int, q0: int, b1: int, q1
     sim = Sim()
     _program(sim, ops, b1, q1)
     m = tape.monomials((b1, q1, 0))
-    got = {k: (v.total, v.by_kind, v.by_tag, v.where) for k, v in tape.phase_peaks(m).items()}
+    phases = ("setup", "forward", "backward", "optimizer")
+    got = {k: (v.total, v.by_kind, v.by_tag, v.where) for k, v in tape.phase_peaks(m, phases).items()}
     assert got == sim.tr.peaks
     assert list(got) == list(sim.tr.peaks)
 
@@ -190,6 +191,16 @@ def test_step_tape_equals_the_replay(case: str) -> None:
     _check_case(_tiny(name), fields, POINTS)
     assert step_tape.STATS["evaluated"] >= len(POINTS) - 1, dict(step_tape.STATS)
     assert not step_tape.unsupported()
+
+
+def test_more_micro_batches_share_the_tape_of_two() -> None:
+    """The step replays two micro-batches at most (the second with every ``.grad`` live): grad_accum 2, 4
+    and 8 are one shape, read off one tape, each equal to its replay (PP with FSDP2's pipelined units)."""
+    spec = _tiny(LLAMA)
+    fields = {"pp": 2, "fsdp": "full_shard", "dp": 2}
+    for ga, (batch, seq) in zip((2, 4, 8, 8), POINTS, strict=False):
+        _check_case(spec, {**fields, "grad_accum": ga}, ((batch, seq),))
+    assert step_tape.STATS["replayed"] == 2  # each stage's first point only
 
 
 def test_encoders_and_encoder_decoders_from_their_tapes() -> None:

@@ -69,7 +69,10 @@ class Tape:
             {(tuple(sorted(c.items())), d, r): (c, d, r) for c, d, r in congruences}.values()
         )
         self.named = {k: np.array(self.row(poly(v))) for k, v in named.items()}
-        self.named_whole = {k: self._whole_row(poly(v)) for k, v in named.items()}
+        wholes = [whole(poly(v)) for v in named.values()]  # each times its own denominator
+        self._whole = np.array([self.row(w) for w, _ in wholes]).reshape(len(wholes), len(self.mono_exps))
+        self._whole_abs = np.abs(self._whole)
+        self._dens = [den for _, den in wholes]
         self.table = PhaseTable(tr, self.mono_exps) if phases else None
         self.extra: Any = None  # what the recorded run knows beside its polynomials (the same at every point)
         # a step's tape is read by phase (:meth:`phase_peaks`), a forward's over all of it (phase entries and
@@ -86,10 +89,6 @@ class Tape:
         for m, v in c.items():
             r[self._index[m]] = float(sign * v)
         return r
-
-    def _whole_row(self, c: dict[Mono, Any]) -> tuple[np.ndarray, int]:
-        w, den = whole(c)
-        return np.array(self.row(w)), den  # type: ignore[arg-type]
 
     def monomials(self, point: tuple[int, int, int]) -> np.ndarray:
         """The tape's monomials of (b, q, p) at ``point``."""
@@ -123,10 +122,10 @@ class Tape:
             values=self.values(m),
         )
 
-    def phase_peaks(self, m: np.ndarray) -> dict[str, PhaseAt]:
-        """Each phase's peak at the point of monomials ``m`` (a tape recorded with ``phases``)."""
+    def phase_peaks(self, m: np.ndarray, only: tuple[str, ...]) -> dict[str, PhaseAt]:
+        """The peaks of the phases ``only`` at the point of monomials ``m`` (a tape recorded with phases)."""
         assert self.table is not None, "a tape recorded without phases"
-        return self.table.peaks(m)
+        return self.table.peaks(m, only)
 
     def values(self, m: np.ndarray) -> dict[str, int]:
         """The named polynomials at the point of monomials ``m`` (rounded)."""
@@ -135,14 +134,13 @@ class Tape:
     def exact_values(self, m: np.ndarray) -> dict[str, int]:
         """The named polynomials at the point of monomials ``m``, to the byte (:class:`TapeUnsupported` where
         one is not a whole number, or past float64's exact range)."""
+        if (self._whole_abs @ m >= EXACT).any():
+            raise TapeUnsupported("a byte count past float64's exact range")
         out = {}
-        for k, (row, den) in self.named_whole.items():
-            if float(np.abs(row) @ m) >= EXACT:
-                raise TapeUnsupported(f"{k}: past float64's exact range")
-            x = int(row @ m)
-            if x % den:
+        for k, x, den in zip(self.named, (self._whole @ m).tolist(), self._dens, strict=True):
+            if int(x) % den:
                 raise TapeUnsupported(f"{k}: not a whole number of bytes at this point")
-            out[k] = x // den
+            out[k] = int(x) // den
         return out
 
 

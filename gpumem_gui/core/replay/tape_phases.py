@@ -89,14 +89,17 @@ class PhaseTable:
                 np.add.at(run, cls[lo:hi], self.sizes[lo:hi])
         self.checkpoints = ck
 
-    def peaks(self, m: np.ndarray) -> dict[str, PhaseAt]:
-        """Each phase's peak at the point of monomials ``m``, in the order the phases were first entered."""
+    def peaks(self, m: np.ndarray, only: tuple[str, ...]) -> dict[str, PhaseAt]:
+        """The peaks of the phases ``only`` that were entered at the point of monomials ``m``, in the order
+        they were first entered."""
         if float(self.bound @ m) >= EXACT:
             raise TapeUnsupported("a point whose byte sums pass 2**53 (float64 is no longer exact)")
         if self.fractional is not None and np.fmod(self.fractional @ m, self.den).any():
             raise TapeUnsupported("a size that is not a whole number of bytes at this point")
         out: dict[str, PhaseAt] = {}
         for name, (idx, levels) in self.phases.items():
+            if name not in only:
+                continue
             lv = levels @ m
             j = int(np.argmax(lv))
             out[name] = self._at(int(idx[j]), int(lv[j]) // self.den, m)

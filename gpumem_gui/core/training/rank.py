@@ -154,9 +154,12 @@ def _taped_rank(
     spec: ModelSpec, run: TrainingRun, stage: int, dp_rank: int | None
 ) -> tuple[StepResult, ReplayConfig, ModelSpec]:
     """:func:`simulate_rank` from the step's tape (:mod:`gpumem_gui.core.replay.step_tape`): one per model
-    and run shape, the run's ``batch`` and ``seq`` being the point (``seq`` as the tokens a rank trains)."""
+    and run shape, the run's ``batch`` and ``seq`` being the point (``seq`` as the tokens a rank trains);
+    more than two micro-batches only repeat the second (the step replays ``min(grad_accum, 2)``, FSDP's
+    pipelined units the same: frameworks/fsdp.py), so they share its tape."""
     cfg, rspec = step_config(spec, run, stage)
-    key = (spec, run.model_copy(update={"batch": 1, "seq": 1}), stage, dp_rank)
+    shape = {"batch": 1, "seq": 1, "grad_accum": min(run.grad_accum, 2)}
+    key = (spec, run.model_copy(update=shape), stage, dp_rank)
     opts = step_options(run, dp_rank)
     res = simulate_step_taped(key, rspec, cfg, run.optimizer, opts, lambda: sharding_hooks(run))
     return res, cfg, rspec
