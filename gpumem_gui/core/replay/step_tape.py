@@ -8,8 +8,9 @@ tape (:mod:`.tape_phases`) and the step's byte counts (gradients, states, activa
 ...) evaluated as the polynomials they were recorded as. The guards send a point where a comparison of sizes
 would go the other way to a tape of its own.
 
-The first point of a structure is replayed (a tape costs more to record than a replay; a structure met once
-never pays it), the second records the tape. A structure the tape cannot express (a size the replay rounds,
+The first ``REPLAYED_FIRST`` points of a shape are replayed (a tape costs more to record than a replay; a
+shape met once or twice never pays it), the next records the tape; a point of a shape with tapes that no
+tape admits records one at once. A structure the tape cannot express (a size the replay rounds,
 a size used as a plain number: :class:`~.sym.TapeUnsupported`) is replayed at every point, and so is a point
 beyond float64's exact range; :data:`STATS` counts each way.
 """
@@ -45,8 +46,12 @@ _COUNTS = tuple(f.name for f in fields(StepResult) if f.type == "int")
 # loss splits the tokens 8 ways, one tape per remainder)
 _TAPES = TapeCache(keys=16, per_key=8)
 _UNSUPPORTED: dict[Any, str] = {}  # structures replayed at every point, with the reason
-STATS: Counter[str] = Counter()  # evaluated, recorded, replayed (first point), unsupported, inexact
+STATS: Counter[str] = Counter()  # evaluated, recorded, replayed (first points), unsupported, inexact
 TAPES_ON = True  # tests turn it off to compare with the replay
+# the first points of a shape are replayed: recording costs about 2.5 replays (Llama-3.1-8B, 2 shared CPUs:
+# benchmarks/bench_training.py), so a tape pays from the fourth point on (a sweep, a slider, a fit's search),
+# and a shape asked once or twice (the fit's other changes, each a shape of its own) never records one
+REPLAYED_FIRST = 2
 
 
 def record_step(
@@ -95,13 +100,12 @@ def simulate_step_taped(
     hooks: Callable[[], TrainingHooks],
 ) -> StepResult:
     """:func:`~.step.simulate_step` of ``spec`` under ``cfg`` from the tape of ``key`` (everything the step
-    depends on but ``cfg.batch`` and ``cfg.q``), recorded on the key's second point."""
+    depends on but ``cfg.batch`` and ``cfg.q``), recorded on the key's third point."""
     point = (cfg.batch, cfg.q, 0)
     if not TAPES_ON or key in _UNSUPPORTED:
         return _replay(spec, cfg, optimizer, opts, hooks, "unsupported")
     found = _TAPES.find(key, point)
-    if found is None and not _TAPES.seen(key):
-        _TAPES.add(key, None)
+    if found is None and not _TAPES.find_any(key) and _TAPES.replayed(key) <= REPLAYED_FIRST:
         return _replay(spec, cfg, optimizer, opts, hooks, "replayed")
     if found is None:
         try:

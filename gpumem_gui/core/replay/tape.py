@@ -173,12 +173,14 @@ def record(
 
 class TapeCache:
     """Tapes by key (a model and everything of its run but the point), several per key (one per structure
-    the guards tell apart, the ``per_key`` most recent), the ``keys`` most recently used keys."""
+    the guards tell apart, the ``per_key`` most recent), the ``keys`` most recently used keys; and how many
+    points of each of the last ``16 * keys`` keys were replayed without a tape."""
 
     def __init__(self, keys: int, per_key: int) -> None:
         self.keys = keys
         self.per_key = per_key
         self._tapes: OrderedDict[Any, list[Tape]] = OrderedDict()
+        self._replays: OrderedDict[Any, int] = OrderedDict()
 
     def find(self, key: Any, point: tuple[int, int, int]) -> tuple[Tape, np.ndarray] | None:
         """A tape of ``key`` whose guards admit ``point`` and the point's monomials, else None."""
@@ -192,18 +194,27 @@ class TapeCache:
                 return tape, m
         return None
 
-    def seen(self, key: Any) -> bool:
+    def find_any(self, key: Any) -> bool:
+        """Whether ``key`` has a tape (for some structure)."""
         return key in self._tapes
 
-    def add(self, key: Any, tape: Tape | None) -> None:
-        """Keep ``tape`` under ``key`` (None: only remember the key)."""
+    def replayed(self, key: Any) -> int:
+        """How many points of ``key`` were replayed without a tape (counting this one)."""
+        n = self._replays.pop(key, 0) + 1
+        self._replays[key] = n
+        if len(self._replays) > 16 * self.keys:
+            self._replays.popitem(last=False)
+        return n
+
+    def add(self, key: Any, tape: Tape) -> None:
+        """Keep ``tape`` under ``key``."""
         tapes = self._tapes.setdefault(key, [])
         self._tapes.move_to_end(key)
-        if tape is not None:
-            tapes.insert(0, tape)
-            del tapes[self.per_key :]
+        tapes.insert(0, tape)
+        del tapes[self.per_key :]
         if len(self._tapes) > self.keys:
             self._tapes.popitem(last=False)
 
     def clear(self) -> None:
         self._tapes.clear()
+        self._replays.clear()
