@@ -7,6 +7,7 @@ compares) is the same with the tapes on and off. The tape's phase peaks follow t
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -116,6 +117,30 @@ def test_an_inexact_division_is_pinned_by_its_remainder() -> None:
         if admitted:
             b, q, _ = point
             assert tape.exact_values(m) == {"half": b * q // 2, "rest": (b * q - b) % 8, "per_seq": 3 * q}
+
+
+def test_threads_record_their_own_guards() -> None:
+    """The window estimates on its thread while a worker fits and sweeps: a tape recorded in one thread gets
+    none of the other's comparisons (the recording state is per thread)."""
+    inner: list = []
+
+    def compare(b: Sym, q: Sym, limit: int) -> dict:  # type: ignore[type-arg]
+        assert (b if limit == 3 else q) > limit
+        return {}
+
+    def run(sim: TapeSim, b: Sym, q: Sym, p: Sym) -> dict:  # type: ignore[type-arg]
+        t = threading.Thread(
+            target=lambda: inner.append(record(lambda s, b2, q2, _: compare(b2, q2, 3), (5, 1, 0)))
+        )
+        t.start()
+        t.join()
+        return compare(b, q, 7)
+
+    outer = record(run, (1, 9, 0))
+    assert outer.guard_rows is not None and inner[0].guard_rows is not None
+    assert len(outer.guard_rows) == len(inner[0].guard_rows) == 1
+    assert not outer.admits(outer.monomials((1, 5, 0)), (1, 5, 0))
+    assert not inner[0].admits(inner[0].monomials((2, 1, 0)), (2, 1, 0))
 
 
 def test_a_size_used_as_a_plain_number_is_unsupported() -> None:

@@ -9,6 +9,7 @@ had. A tape serves any point where every guard has the sign it had when it was r
 from __future__ import annotations
 
 import operator
+import threading
 from collections.abc import Callable
 from fractions import Fraction
 from math import lcm
@@ -34,13 +35,20 @@ class TapeUnsupported(Exception):
     """The replay did something a tape cannot express (a division that is not exact)."""
 
 
-class Recording:
-    """The guards of the tape being recorded (None: nothing records) and the point it is recorded at."""
+class _Recording(threading.local):
+    """The guards and congruences of the tape this thread is recording (None: it records none), the point it
+    records at, and whether a rounded size must be whole (a training step's tape)."""
 
-    guards: list[tuple[dict[Mono, float], str, bool]] | None = None
-    congruences: list[tuple[dict[Mono, float], int, int]] | None = None  # (polynomial, modulus, remainder)
-    point: tuple[int, int, int] = (0, 0, 0)
-    whole = False  # a rounded size must be whole (a training step's tape; inference rounds when evaluated)
+    def __init__(self) -> None:
+        self.guards: list[tuple[dict[Mono, float], str, bool]] | None = None
+        # (polynomial, modulus, remainder) of every ``//`` and ``%`` that is not a polynomial division
+        self.congruences: list[tuple[dict[Mono, float], int, int]] | None = None
+        self.point: tuple[int, int, int] = (0, 0, 0)
+        self.whole = False
+
+
+# one per thread: the window's estimate (GUI thread) and its fit and sweep (a worker) record side by side
+RECORDING = _Recording()
 
 
 def poly(x: Sym | int | float) -> dict[Mono, float]:
@@ -132,14 +140,14 @@ class Sym:
         if isinstance(other, Sym) or not isinstance(other, int) or other <= 0 or self.v != int(self.v):
             raise TapeUnsupported(f"a size modulo {other!r} (or rounded) that is not whole")
         r = int(self.v) % other
-        if Recording.congruences is not None:
-            Recording.congruences.append((dict(self.c), other, r))
+        if RECORDING.congruences is not None:
+            RECORDING.congruences.append((dict(self.c), other, r))
         return r
 
     def __round__(self, ndigits: int | None = None) -> Sym:
-        # an inference tape rounds each size when it is evaluated; a step's tape (``Recording.whole``) serves
+        # an inference tape rounds each size when it is evaluated; a step's tape (``RECORDING.whole``) serves
         # only the points where a size with a fraction is a whole number, as it is here (a congruence guard)
-        if Recording.whole and any(type(v) is not int and v != int(v) for v in self.c.values()):
+        if RECORDING.whole and any(type(v) is not int and v != int(v) for v in self.c.values()):
             self % 1
         return self
 
@@ -150,9 +158,9 @@ class Sym:
 
     def _guard(self, other: Any, op: str) -> bool:
         res = _OPS[op](self.v, other.v if isinstance(other, Sym) else other)
-        if Recording.guards is not None:
+        if RECORDING.guards is not None:
             diff = self._add(other, -1) if isinstance(other, Sym) or other else self
-            Recording.guards.append((dict(diff.c), op, bool(res)))
+            RECORDING.guards.append((dict(diff.c), op, bool(res)))
         return bool(res)
 
     def __lt__(self, other: Any) -> bool:

@@ -17,6 +17,7 @@ products and running sums instead of a replay.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from gpumem_gui.core.replay.sym import Mono, Recording, Sym, TapeUnsupported, guard_sign, poly, whole
+from gpumem_gui.core.replay.sym import RECORDING, Mono, Sym, TapeUnsupported, guard_sign, poly, whole
 from gpumem_gui.core.replay.tape_phases import EXACT, PhaseAt, PhaseTable
 from gpumem_gui.core.replay.tape_runtime import ENTRY, TapeSim, TapeTracker
 
@@ -63,7 +64,7 @@ class Tape:
         distinct = {(tuple(g[0].items()), g[1]): g for g in guards}.values()
         unique = {tuple(self.row(whole(g[0])[0])): g for g in distinct}
         self.guard_rows = np.array(list(unique)) if unique else None
-        self.guard_signs = np.array([guard_sign(g, Recording.point) for g in unique.values()])
+        self.guard_signs = np.array([guard_sign(g, RECORDING.point) for g in unique.values()])
         # a congruence holds where its polynomial leaves the remainder it left (``x // d`` and ``x % d``)
         self.congruences = list(
             {(tuple(sorted(c.items())), d, r): (c, d, r) for c, d, r in congruences}.values()
@@ -155,10 +156,10 @@ def record(
     framework's hooks and gradients on); ``phases``: keep each phase's peak (:meth:`Tape.phase_peaks`), to
     the byte (a rounded size must be whole)."""
     b, q, p = (Sym.var(i, v) for i, v in enumerate(point))
-    Recording.guards = guards = []
-    Recording.congruences = congruences = []
-    Recording.point = point
-    Recording.whole = phases
+    RECORDING.guards = guards = []
+    RECORDING.congruences = congruences = []
+    RECORDING.point = point
+    RECORDING.whole = phases
     try:
         s = sim()
         named = run(s, b, q, p)
@@ -166,28 +167,32 @@ def record(
         del s
         return Tape(tr, guards, congruences, named, phases)  # type: ignore[arg-type]
     finally:
-        Recording.guards = None
-        Recording.congruences = None
-        Recording.whole = False
+        RECORDING.guards = None
+        RECORDING.congruences = None
+        RECORDING.whole = False
 
 
 class TapeCache:
     """Tapes by key (a model and everything of its run but the point), several per key (one per structure
     the guards tell apart, the ``per_key`` most recent), the ``keys`` most recently used keys; and how many
-    points of each of the last ``16 * keys`` keys were replayed without a tape."""
+    points of each of the last ``16 * keys`` keys were replayed without a tape. Safe to share between
+    threads (the window's estimate and its background fit); recording happens outside the lock."""
 
     def __init__(self, keys: int, per_key: int) -> None:
         self.keys = keys
         self.per_key = per_key
         self._tapes: OrderedDict[Any, list[Tape]] = OrderedDict()
         self._replays: OrderedDict[Any, int] = OrderedDict()
+        self._lock = threading.Lock()
 
     def find(self, key: Any, point: tuple[int, int, int]) -> tuple[Tape, np.ndarray] | None:
         """A tape of ``key`` whose guards admit ``point`` and the point's monomials, else None."""
-        tapes = self._tapes.get(key)
-        if tapes is None:
-            return None
-        self._tapes.move_to_end(key)
+        with self._lock:
+            tapes = self._tapes.get(key)
+            if tapes is None:
+                return None
+            self._tapes.move_to_end(key)
+            tapes = list(tapes)
         for tape in tapes:
             m = tape.monomials(point)
             if tape.admits(m, point):
@@ -200,21 +205,24 @@ class TapeCache:
 
     def replayed(self, key: Any) -> int:
         """How many points of ``key`` were replayed without a tape (counting this one)."""
-        n = self._replays.pop(key, 0) + 1
-        self._replays[key] = n
-        if len(self._replays) > 16 * self.keys:
-            self._replays.popitem(last=False)
+        with self._lock:
+            n = self._replays.pop(key, 0) + 1
+            self._replays[key] = n
+            if len(self._replays) > 16 * self.keys:
+                self._replays.popitem(last=False)
         return n
 
     def add(self, key: Any, tape: Tape) -> None:
         """Keep ``tape`` under ``key``."""
-        tapes = self._tapes.setdefault(key, [])
-        self._tapes.move_to_end(key)
-        tapes.insert(0, tape)
-        del tapes[self.per_key :]
-        if len(self._tapes) > self.keys:
-            self._tapes.popitem(last=False)
+        with self._lock:
+            tapes = self._tapes.setdefault(key, [])
+            self._tapes.move_to_end(key)
+            tapes.insert(0, tape)
+            del tapes[self.per_key :]
+            if len(self._tapes) > self.keys:
+                self._tapes.popitem(last=False)
 
     def clear(self) -> None:
-        self._tapes.clear()
-        self._replays.clear()
+        with self._lock:
+            self._tapes.clear()
+            self._replays.clear()

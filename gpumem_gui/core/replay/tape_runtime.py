@@ -9,7 +9,7 @@ from typing import Any
 
 from gpumem_gui.core.replay.autograd import ReplayHooks, Sim
 from gpumem_gui.core.replay.memory import DT_BYTES, KINDS, Storage, T, Tracker
-from gpumem_gui.core.replay.sym import Mono, Recording, Sym, poly
+from gpumem_gui.core.replay.sym import RECORDING, Mono, Sym, poly
 
 # one event: (sign, size, kind, tag, where, phase, whether the tracker compares the level with its peak there)
 Event = tuple[int, Any, str, str, str, str, bool]
@@ -91,7 +91,7 @@ def _value(c: dict[Mono, float]) -> Sym | int:
         return 0
     if set(c) == {(0, 0, 0)}:
         return c[(0, 0, 0)]  # type: ignore[return-value]
-    pt = Recording.point
+    pt = RECORDING.point
     return Sym(c, sum(v * pt[0] ** m[0] * pt[1] ** m[1] * pt[2] ** m[2] for m, v in c.items()))
 
 
