@@ -210,9 +210,10 @@ def _check_case(spec, fields: dict, points: tuple) -> None:  # type: ignore[no-u
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_step_tape_equals_the_replay(case: str) -> None:
+def test_step_tape_equals_the_replay(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every point comes off a tape (a new one where a guard says the structure changed: one token or
     several sequences, a sliding window reached, another chunk count or remainder), equal to the replay."""
+    monkeypatch.setattr(step_tape, "_worth_recording", lambda key: True)
     name, fields = CASES[case]
     _check_case(_tiny(name), fields, POINTS)
     assert step_tape.STATS["evaluated"] >= len(POINTS), dict(step_tape.STATS)
@@ -227,6 +228,14 @@ def test_more_micro_batches_share_the_tape_of_two() -> None:
     for ga, seq in ((2, 96), (4, 64), (8, 40), (8, 200)):
         _check_case(spec, {**fields, "grad_accum": ga}, ((2, seq),))
     assert step_tape.STATS["evaluated"] == 8 and step_tape.STATS["recorded"] == 2  # one tape per stage
+
+
+def test_a_shape_whose_guards_move_with_every_point_stops_recording() -> None:
+    """A linear-attention model's chunk loop runs once per 64 tokens: a coarse sweep meets a new chunk count
+    at every point. After two tapes that served one point each, the shape's points are replayed (recording
+    each would cost more than replaying it), equal all the same."""
+    _check_case(_tiny("synthetic__qwen3_next-tiny"), {}, ((2, 64), (2, 130), (2, 200), (2, 300), (2, 400)))
+    assert dict(step_tape.STATS) == {"recorded": 2, "evaluated": 2, "replayed": 3}
 
 
 def test_encoders_and_encoder_decoders_from_their_tapes() -> None:

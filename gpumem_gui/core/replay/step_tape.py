@@ -105,7 +105,8 @@ def simulate_step_taped(
     if not TAPES_ON or key in _UNSUPPORTED:
         return _replay(spec, cfg, optimizer, opts, hooks, "unsupported")
     found = _TAPES.find(key, point)
-    if found is None and not _TAPES.find_any(key) and _TAPES.replayed(key) <= REPLAYED_FIRST:
+    if found is None and not _worth_recording(key):
+        _TAPES.count(key, "replayed", 1)
         return _replay(spec, cfg, optimizer, opts, hooks, "replayed")
     if found is None:
         try:
@@ -114,6 +115,7 @@ def simulate_step_taped(
             _UNSUPPORTED[key] = str(e)
             return _replay(spec, cfg, optimizer, opts, hooks, "unsupported")
         _TAPES.add(key, tape)
+        _TAPES.count(key, "recorded", 1)
         STATS["recorded"] += 1
         found = (tape, tape.monomials(point))
     tape, m = found
@@ -121,8 +123,20 @@ def simulate_step_taped(
         res = evaluate_step(tape, m)
     except TapeUnsupported:
         return _replay(spec, cfg, optimizer, opts, hooks, "inexact")
+    _TAPES.count(key, "evaluated", 1)
     STATS["evaluated"] += 1
     return res
+
+
+def _worth_recording(key: Any) -> bool:
+    """Record a tape for a point no tape of ``key`` admits? After ``REPLAYED_FIRST`` replayed points of a new
+    shape; for a shape with tapes, unless its tapes served fewer than two points each (a guard that moves
+    with every point asked: a linear-attention model's chunk count over a coarse sweep, where recording
+    each point would cost more than replaying it)."""
+    if not _TAPES.find_any(key):
+        return _TAPES.count(key, "replayed") >= REPLAYED_FIRST
+    recorded = _TAPES.count(key, "recorded")
+    return recorded < 2 or _TAPES.count(key, "evaluated") >= 2 * recorded
 
 
 def _replay(

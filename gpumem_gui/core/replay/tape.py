@@ -18,7 +18,7 @@ products and running sums instead of a replay.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -174,15 +174,15 @@ def record(
 
 class TapeCache:
     """Tapes by key (a model and everything of its run but the point), several per key (one per structure
-    the guards tell apart, the ``per_key`` most recent), the ``keys`` most recently used keys; and how many
-    points of each of the last ``16 * keys`` keys were replayed without a tape. Safe to share between
-    threads (the window's estimate and its background fit); recording happens outside the lock."""
+    the guards tell apart, the ``per_key`` most recent), the ``keys`` most recently used keys; and counts of
+    what happened to the points of each of the last ``16 * keys`` keys (for its caller's policy). Safe to
+    share between threads (the window's estimate and its background fit); recording is outside the lock."""
 
     def __init__(self, keys: int, per_key: int) -> None:
         self.keys = keys
         self.per_key = per_key
         self._tapes: OrderedDict[Any, list[Tape]] = OrderedDict()
-        self._replays: OrderedDict[Any, int] = OrderedDict()
+        self._counts: OrderedDict[Any, Counter[str]] = OrderedDict()
         self._lock = threading.Lock()
 
     def find(self, key: Any, point: tuple[int, int, int]) -> tuple[Tape, np.ndarray] | None:
@@ -203,14 +203,15 @@ class TapeCache:
         """Whether ``key`` has a tape (for some structure)."""
         return key in self._tapes
 
-    def replayed(self, key: Any) -> int:
-        """How many points of ``key`` were replayed without a tape (counting this one)."""
+    def count(self, key: Any, what: str, add: int = 0) -> int:
+        """How many points of ``key`` went ``what`` way (after adding ``add``)."""
         with self._lock:
-            n = self._replays.pop(key, 0) + 1
-            self._replays[key] = n
-            if len(self._replays) > 16 * self.keys:
-                self._replays.popitem(last=False)
-        return n
+            counts = self._counts.pop(key, None) or Counter()
+            counts[what] += add
+            self._counts[key] = counts
+            if len(self._counts) > 16 * self.keys:
+                self._counts.popitem(last=False)
+            return counts[what]
 
     def add(self, key: Any, tape: Tape) -> None:
         """Keep ``tape`` under ``key``."""
@@ -225,4 +226,4 @@ class TapeCache:
     def clear(self) -> None:
         with self._lock:
             self._tapes.clear()
-            self._replays.clear()
+            self._counts.clear()
