@@ -154,7 +154,7 @@ def test_a_size_used_as_a_plain_number_is_unsupported() -> None:
 
 # (model, run fields, points (batch, seq)): dense, MoE, MLA, sliding windows, linear attention, Mamba, an
 # encoder, an encoder-decoder, a VLM's text stack; LoRA / QLoRA, checkpointing, ZeRO / FSDP, TP + SP, PP,
-# offload, framework tricks (chunked loss, activation offload, Liger's fused loss, optimizer in backward)
+# offload, framework tricks (torchtune's and Axolotl's chunked losses, Liger's fused loss, float8, compile)
 LLAMA = "synthetic__smollm3-tiny"
 POINTS = ((1, 96), (2, 64), (3, 40), (1, 200), (2, 130))
 CASES = {
@@ -192,6 +192,16 @@ CASES = {
         {"framework": "unsloth", "method": "lora", "grad_ckpt": True},
     ),
     "llama-eager-dropout": (LLAMA, {"attn": "eager", "dropout": 0.1, "first_step": True}),
+    "llama-axolotl-chunked": (LLAMA, {"framework": "axolotl", "loss": "chunked", "method": "lora"}),
+    "llama-deepspeed-offload": (
+        LLAMA,
+        {"framework": "deepspeed", "zero": 3, "dp": 4, "offload": "optimizer+params"},
+    ),
+    "llama-float8-compile": (
+        LLAMA,
+        {"framework": "torchtitan", "tp": 2, "fsdp": "full_shard", "dp": 2, "float8": True, "compile": True},
+    ),
+    "llama-ckpt-every-2-frozen": (LLAMA, {"grad_ckpt": True, "ckpt_every": 2, "frozen_layers": 1}),
     "moe-ep": ("synthetic__qwen3_moe-sparse-step2", {"ep": 2, "dp": 2, "optimizer": "adamw-8bit"}),
     "mla": ("synthetic__deepseek_v3-small", {"method": "lora"}),
     "sliding": ("synthetic__cohere2-tiny", {"grad_ckpt": True}),

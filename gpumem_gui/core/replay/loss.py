@@ -134,8 +134,9 @@ def chunked_trainer(m: CausalLM, h: T) -> T:
     v = logits.n // (b * q)
     s.tr.where = "loss"
     n = max(1, min(cfg.loss_chunks, q))
-    step = -(-q // n)
-    sizes = [min(step, q - k) for k in range(0, q, step)]  # torch.chunk: chunks of ceil(q / n)
+    step = -(-q // n)  # torch.chunk: chunks of ceil(q / n), the last one what is left
+    count = chunks(q, step)
+    sizes = [step] * (count - 1) + [q - step * (count - 1)]
     s.region = "inputs"
     padded = s.new(b * (q + 1), "i64")  # F.pad(labels, (0, 1), value=ignore_index)
     labels = s.new(b * q, "i64") if b > 1 else padded  # labels[..., 1:].contiguous()

@@ -111,6 +111,8 @@ class Sym:
     __rmul__ = __mul__
 
     def __floordiv__(self, other: int | Sym) -> Sym:
+        if isinstance(other, Sym) and set(other.c) == {(0, 0, 0)} and type(other.c[(0, 0, 0)]) is int:
+            other = other.c[(0, 0, 0)]  # a size that came out constant (``b*q*V // (b*q)``)
         if isinstance(other, Sym):
             return self._by_monomial(other)
         if not isinstance(other, int) or other <= 0:
@@ -197,10 +199,10 @@ def whole(c: dict[Mono, Any]) -> tuple[dict[Mono, int], int]:
     return {k: int(Fraction(v) * den) for k, v in c.items()}, den
 
 
-def chunks(q: object, size: int) -> int:
+def chunks(q: object, size: object) -> int:
     """``ceil(q / size)``, the chunks of a padded sequence; the comparisons that pin it down become the tape's
     guards, so a tape serves every length with the same number of chunks."""
-    n = max(1, -(-int(getattr(q, "v", q)) // size))
+    n = max(1, -(-int(getattr(q, "v", q)) // int(getattr(size, "v", size))))
     if not (q > size * (n - 1) and q <= size * n):  # type: ignore[operator]
         raise AssertionError(f"{q} tokens do not make {n} chunks of {size}")
     return n
