@@ -10,15 +10,17 @@ would go the other way to a tape of its own.
 
 The first ``REPLAYED_FIRST`` points of a shape are replayed (a tape costs more to record than a replay; a
 shape met once or twice never pays it), the next records the tape; a point of a shape with tapes that no
-tape admits records one at once. A structure the tape cannot express (a size the replay rounds,
-a size used as a plain number: :class:`~.sym.TapeUnsupported`) is replayed at every point, and so is a point
-beyond float64's exact range; :data:`STATS` counts each way.
+tape admits records one at once, unless the shape's tapes each served fewer than two points (a guard that
+moves with every point asked: it is replayed then). A structure the tape cannot express (a size used as a
+plain number, a division by a size that does not divide it: :class:`~.sym.TapeUnsupported`) is replayed at
+every point, and so is a point beyond float64's exact range or where a size with a fraction is not whole;
+:data:`STATS` counts each way.
 """
 
 from __future__ import annotations
 
 import gc
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import fields, replace
 from typing import Any
@@ -45,7 +47,8 @@ _COUNTS = tuple(f.name for f in fields(StepResult) if f.type == "int")
 # Llama-3.1-405B's with LoRA and checkpointing (definition: 16 shapes, 8 structures each: torchtune's chunked
 # loss splits the tokens 8 ways, one tape per remainder)
 _TAPES = TapeCache(keys=16, per_key=8)
-_UNSUPPORTED: dict[Any, str] = {}  # structures replayed at every point, with the reason
+_UNSUPPORTED: OrderedDict[Any, str] = OrderedDict()  # shapes replayed at every point, with the reason
+_UNSUPPORTED_KEPT = 256  # definition
 STATS: Counter[str] = Counter()  # evaluated, recorded, replayed (first points), unsupported, inexact
 TAPES_ON = True  # tests turn it off to compare with the replay
 # the first points of a shape are replayed: recording costs about 2.5 replays (Llama-3.1-8B, 2 shared CPUs:
@@ -113,6 +116,8 @@ def simulate_step_taped(
             tape = record_step(spec, cfg, optimizer, opts, hooks)
         except TapeUnsupported as e:
             _UNSUPPORTED[key] = str(e)
+            if len(_UNSUPPORTED) > _UNSUPPORTED_KEPT:
+                _UNSUPPORTED.popitem(last=False)
             return _replay(spec, cfg, optimizer, opts, hooks, "unsupported")
         _TAPES.add(key, tape)
         _TAPES.count(key, "recorded", 1)
