@@ -64,13 +64,18 @@ def _first(spec: ModelSpec, fields: dict[str, object]) -> Callable[[], object]:
 
 def _new_points(spec: ModelSpec, fields: dict[str, object]) -> Callable[[], object]:
     """Each call a training estimate at a sequence length not asked before (steps of 2 tokens from 4096: a
-    multiple of tp with sequence parallelism), the model and run shape known (its tapes recorded)."""
+    multiple of tp with sequence parallelism), the model and run shape known: its first points (replayed)
+    and the one that records its tapes are asked here, before the timing."""
+    from gpumem_gui.core.replay import step_tape
+
     base = make_training_run(batch=1, seq=4096, **fields)
     seqs = iter(range(4096, 1 << 30, 2))
 
     def call() -> object:
         return estimate_training(spec, base.model_copy(update={"seq": next(seqs)}))
 
+    for _ in range(step_tape.REPLAYED_FIRST + 1):
+        call()
     return call
 
 
