@@ -16,6 +16,7 @@ from gpumem_gui.core import (
     maxima_phrases,
     run_fields,
     runtime,
+    with_target_arch,
 )
 
 
@@ -105,6 +106,7 @@ def _print_ranks(est: Any) -> None:
 def cmd_estimate(args: argparse.Namespace) -> int:
     m, run, imported = model_and_run(args)
     target = target_from_args(args)
+    run = with_target_arch(run, target)  # gpu_arch auto: the catalog GPU's generation
     est = _estimate(m, run, target.capacity_bytes if target else None)
     if args.json:
         doc = estimate_json(m, run, est)
@@ -132,6 +134,7 @@ def _estimate(m: LoadedModel, run: Any, capacity: int | None) -> Any:
 def _fit(m: LoadedModel, run: Any, target: Any, args: argparse.Namespace) -> Any:
     from gpumem_gui.core import InferenceRun, fit_report, fit_training
 
+    run = with_target_arch(run, target)
     if not isinstance(run, InferenceRun):
         return fit_training(m.spec, run, target, margin=args.margin_mib << 20)
 
@@ -243,6 +246,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     check_sweep_size(base, args.steps, m.spec.num_layers)
     _sweep_range(args)
     target = target_from_args(args)
+    base = with_target_arch(base, target)
     xs = evenly_spaced(args.start, args.stop, args.steps)
     with sweep_progress(base, len(xs), quiet=args.json or args.csv) as progress:
         margin = args.margin_mib << 20
