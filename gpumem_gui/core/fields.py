@@ -227,6 +227,7 @@ GpuArchField = Annotated[
         "the GPU generation the non-torch memory is sized for (CUDA context, cuBLAS workspace size); auto: "
         "the target GPU's (--gpu with a catalog GPU), else Hopper",
         choices=(("auto", "auto"), *((a.capitalize(), a) for a in GPU_ARCHS)),
+        engines=("transformers", "llama.cpp", "ollama"),  # vLLM and SGLang size their own non-torch memory
     ),
 ]
 
@@ -245,6 +246,7 @@ NcclChannels = Annotated[
         "Overheads",
         "NCCL's collective channels (NCCL_DEBUG=INFO prints 'N coll channels'): each connects its ring with "
         "~12 MiB of buffers per communicator; 24 on 8 x H100 NVLink, 2 over PCIe",
+        engines=("transformers",),  # tensor parallelism under torchrun (runtimes/transformers.py)
         step=1,
     ),
 ]

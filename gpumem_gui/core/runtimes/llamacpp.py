@@ -328,6 +328,7 @@ class LlamaCpp(Runtime):
         ("mla_cache", "the GGUF conversion's MLA layout"),
         ("compute_dtype", "llama.cpp has no compute dtype option (its kernels choose)"),
         ("cuda_context_mib", "the driver's CUDA context"),
+        ("gpu_arch", "the GPU the driver runs on"),
     )
 
     def expresses(
