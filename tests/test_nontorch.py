@@ -26,6 +26,7 @@ from gpumem_gui.core.results.nontorch import (
     context_bytes,
     cublas_workspace_bytes,
     nccl_bytes,
+    outside_allocator_bytes,
     p2p_channels_per_peer,
 )
 from gpumem_gui.core.training import estimate_training, make_training_run
@@ -258,3 +259,16 @@ def test_transformers_tensor_parallel_inference_has_one_communicator(qwen) -> No
     # pipeline stages are device_map layers of one process: no NCCL
     pp = estimate_inference(qwen, make_run(seq=128, new_tokens=4, pp=2))
     assert pp.component("nccl_buffers") is None
+
+
+def test_reserved_leaves_out_the_context_and_nccl_but_keeps_the_workspaces(qwen) -> None:
+    """torch.cuda.max_memory_reserved counts the cuBLAS workspaces (setWorkspaceForHandle allocates them from
+    the caching allocator) but not the CUDA context or NCCL's buffers (cudaMalloc / cuMem of their own)."""
+    est = _train(qwen, dp=4)
+    outside = outside_allocator_bytes(est.components)
+    assert outside == est.component("cuda_context").bytes + est.component("nccl_buffers").bytes
+    reserved = est.total_bytes - outside
+    assert (
+        reserved
+        == est.peak_bytes + est.component("workspace").bytes + est.component("allocator_reserve").bytes
+    )

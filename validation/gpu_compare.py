@@ -7,8 +7,9 @@ table; keep the JSON in ``validation/gpu_results/`` and ``make validate`` adds t
 Which of our numbers stands for each measurement (as for the published training points):
 
 * ``torch.cuda.max_memory_allocated`` ↔ ``peak_bytes`` (live tensors at the peak);
-* ``torch.cuda.max_memory_reserved`` ↔ ``total_bytes − cuda_context`` (peak + cuBLAS workspace + allocator
-  reserve: the caching allocator holds the workspaces too, never the context);
+* ``torch.cuda.max_memory_reserved`` ↔ ``total_bytes − cuda_context − nccl_buffers`` (peak + cuBLAS
+  workspace + allocator reserve: the caching allocator holds the workspaces too, never the context or NCCL's
+  buffers);
 * NVML used memory of the device ↔ ``total_bytes`` (everything the process holds, context included);
 * the CUDA context (NVML used after ``torch.zeros(1, device="cuda")`` minus before) ↔ our ``cuda_context``
   term; reserved − allocated ↔ our ``workspace + allocator_reserve``. These two rows are the calibration.
@@ -28,6 +29,7 @@ sys.path.insert(0, str(REPO))
 from gpumem_gui.core.readers.hf_config import load_config_file  # noqa: E402
 from gpumem_gui.core.reference_points import training_run_for_point  # noqa: E402
 from gpumem_gui.core.results.estimate import Estimate  # noqa: E402
+from gpumem_gui.core.results.nontorch import outside_allocator_bytes  # noqa: E402
 from gpumem_gui.core.runtimes.inference import estimate_inference, make_run  # noqa: E402
 from gpumem_gui.core.training import estimate_training  # noqa: E402
 from gpumem_gui.core.units import GiB, MiB  # noqa: E402
@@ -69,7 +71,7 @@ def rows(doc: dict, configs: Path = CONFIGS) -> list[dict]:
         est = estimate_point(p, configs)
         ctx = est.component("cuda_context")
         ctx_bytes = ctx.bytes if ctx else 0
-        reserved_ours = est.total_bytes - ctx_bytes
+        reserved_ours = est.total_bytes - outside_allocator_bytes(est.components)  # context, NCCL buffers
         out.append(
             {
                 "setup": setup,

@@ -211,3 +211,13 @@ def _nccl_component(groups: tuple[CommGroup, ...], channels: int) -> Component:
             "channel and peer in NVIDIA/nccl#1685; 24 coll channels on 8 x H100",
         ),
     )
+
+
+# what a process holds outside PyTorch's caching allocator: torch.cuda.max_memory_reserved leaves these out,
+# nvidia-smi counts them (the cuBLAS workspaces come from the caching allocator: setWorkspaceForHandle)
+OUTSIDE_ALLOCATOR = ("cuda_context", "nccl_buffers")
+
+
+def outside_allocator_bytes(components: tuple[Component, ...]) -> int:
+    """The bytes of ``components`` (an estimate's) that torch's reserved memory does not count."""
+    return sum(c.bytes for c in components if c.key in OUTSIDE_ALLOCATOR)
