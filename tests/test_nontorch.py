@@ -272,3 +272,37 @@ def test_reserved_leaves_out_the_context_and_nccl_but_keeps_the_workspaces(qwen)
         reserved
         == est.peak_bytes + est.component("workspace").bytes + est.component("allocator_reserve").bytes
     )
+
+
+def test_window_sizes_for_its_target_gpu() -> None:
+    """The window's target (ui/plan.py resolve_for) resolves gpu_arch auto as the CLI's --gpu does."""
+    from gpumem_gui.core import SizeUnit
+    from gpumem_gui.ui.plan import resolve_for
+    from gpumem_gui.ui.target_form import GpuChoice
+
+    run = make_training_run()
+    _, err, resolved = resolve_for(run, GpuChoice(kind="catalog", gpu_id="A100"), None, SizeUnit.GIB)
+    assert err is None and resolved.gpu_arch == "ampere"
+    custom = GpuChoice(kind="custom", capacity="24GiB")
+    assert resolve_for(run, custom, None, SizeUnit.GIB)[2].gpu_arch == "auto"
+    named = make_training_run(gpu_arch="turing")
+    assert resolve_for(named, GpuChoice(kind="catalog", gpu_id="H100"), None, SizeUnit.GIB)[2] is named
+
+
+def test_window_estimate_is_sized_for_the_picked_gpu_and_its_command_stays_auto(main_window) -> None:
+    """The window's default plan (Llama-3.1-8B on transformers): an RTX 4090 target sizes it for Ada, an A100
+    for Ampere; the copied command keeps gpu_arch at auto (the CLI's --gpu resolves it the same way)."""
+    from gpumem_gui.ui.target_form import GpuChoice
+
+    w = main_window
+    w.run_form.set_value(make_run(seq=128, new_tokens=4))
+    for gpu, ctx, ws in (
+        ("RTX-4090", 426, 8_519_680),
+        ("A100-80GB", 256, 8_519_680),
+        ("H100-SXM-80GB", 389, 32 * MiB),
+    ):
+        w.target_form.set_value(GpuChoice(gpu_id=gpu))
+        w.recompute_now()
+        assert w.estimate.component("cuda_context").bytes == ctx * MiB, gpu
+        assert w.estimate.component("workspace").bytes == ws, gpu
+    assert "--gpu-arch" not in w.command_line()
