@@ -1,4 +1,5 @@
-"""Memory a GPU holds beyond live tensors: CUDA context, library workspaces, the caching allocator's reserve.
+"""Memory a GPU holds beyond live tensors: CUDA context, cuBLAS workspaces and NCCL buffers (modelled in
+:mod:`.nontorch`), the caching allocator's reserve.
 
 These are what separate ``torch.cuda.max_memory_allocated()`` (our ``peak_bytes``) from what nvidia-smi
 shows (our ``total_bytes``). They depend on the driver, the GPU and the runtime version, so each is a

@@ -4,8 +4,9 @@ Phases: ``load`` (the weights in the run's format and the model's buffers); ``pr
 the prompt, :func:`~gpumem_gui.core.replay.forward.replay_forward`); ``decode`` (the last generation step:
 one token after ``seq + new_tokens - 1`` cached, while ``generate()`` holds the previous step's fp32 scores).
 ``peak_bytes`` is the largest live-tensor total over the phases on the most-loaded GPU (what
-``torch.cuda.max_memory_allocated()`` reports); ``total_bytes`` adds the CUDA context, the cuBLAS workspace
-and the caching allocator's reserve (:mod:`gpumem_gui.core.results.overheads`).
+``torch.cuda.max_memory_allocated()`` reports); ``total_bytes`` adds the CUDA context, the cuBLAS workspace,
+NCCL's buffers under tensor parallelism and the caching allocator's reserve
+(:mod:`gpumem_gui.core.results.overheads`).
 """
 
 from __future__ import annotations
