@@ -23,10 +23,9 @@ DEFAULT_ARCH: GpuArch = "hopper"
 # What one process holds on a GPU once the CUDA context exists, before any tensor: driver structures, the
 # local memory reserved for resident threads and the kernels loaded so far. PyTorch >= 1.13 sets
 # CUDA_MODULE_LOADING=LAZY (pytorch/pytorch#86509: 287,047,680 B used after one tensor, against 666,632,192 B
-# with eager loading), so kernels load on first use; every CUDA build of the PyTorch we model (2.13: CUDA 12.x
-# and 13.x) loads lazily. A run that calls many kernels loads more than these idle figures (not modelled: no
-# published per-generation figure after a training step); --cuda-context-mib overrides. Published idle-process
-# figures, one per generation where one exists:
+# with eager loading), so kernels load on first use (CUDA >= 11.7 supports it). A run that calls many kernels
+# loads more than these idle figures (not modelled: no published per-generation figure after a training step);
+# --cuda-context-mib overrides. Published idle-process figures, one per generation where one exists:
 CONTEXT_MIB: dict[GpuArch, tuple[int, str]] = {
     # InvokeAI issue #9413 (2x RTX 3090, torch 2.7.1+cu128, driver 610.43): "a flat 256 MiB" per idle process
     "ampere": (256, "RTX 3090 idle process, torch 2.7.1+cu128: 256 MiB (invoke-ai/InvokeAI#9413)"),

@@ -14,8 +14,9 @@ creates one NCCL communicator per process group and device, ProcessGroupNCCL ``g
 * expert parallel: all-to-all, point to point with the other ``ep - 1`` ranks.
 
 A group of one rank connects nothing. Not modelled: the default (world) group, which PyTorch connects only
-when a collective runs on it; NCCL's tree, NVLS and CollNet buffers (NCCL connects an algorithm when a
-collective first uses it; the model counts rings).
+when a collective runs on it; NCCL's tree, NVLS and CollNet buffers (with NCCL_RUNTIME_CONNECT, default 1 in
+src/init.cc, NCCL connects an algorithm when a collective first uses it; the model counts rings, which the
+large gradient and parameter collectives use).
 """
 
 from __future__ import annotations
