@@ -106,8 +106,9 @@ def _print_ranks(est: Any) -> None:
 def cmd_estimate(args: argparse.Namespace) -> int:
     m, run, imported = model_and_run(args)
     target = target_from_args(args)
-    run = with_target_arch(run, target)  # gpu_arch auto: the catalog GPU's generation
-    est = _estimate(m, run, target.capacity_bytes if target else None)
+    # sized for the catalog GPU's generation (gpu_arch auto); the document keeps the run as given, as the
+    # window's export does
+    est = _estimate(m, with_target_arch(run, target), target.capacity_bytes if target else None)
     if args.json:
         doc = estimate_json(m, run, est)
         if imported is not None:
