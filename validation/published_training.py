@@ -187,7 +187,10 @@ def reason(p: dict[str, Any], o: Outcome, ignored: list[str]) -> str:
     if o.kind == "unclear" and o.reserved_bytes is not None:
         parts.append(f"if the figure is reserved, ours is {_gib(o.reserved_bytes)} GiB")
     if o.kind in ("nvidia-smi",):
-        parts.append("nvidia-smi also holds NCCL buffers and non-torch memory gpumem does not count")
+        parts.append(
+            "nvidia-smi also holds kernels loaded after the idle CUDA context and NCCL's tree / NVLS "
+            "buffers, which gpumem does not count"
+        )
     if ignored:
         parts.append("ours does not change with " + ", ".join(ignored))
     unm = [u["what"] for u in p["unmodelled"]]
