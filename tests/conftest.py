@@ -44,6 +44,7 @@ def _isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     for var in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "HF_HOME"):
         monkeypatch.setenv(var, str(base / var.lower()))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("GPUMEM_CALIBRATIONS", raising=False)  # the calibrations store: under XDG_CONFIG_HOME
 
 
 # ---- Qt fixtures for the window's tests (tests/test_ui_*.py) ---------------------------------------------

@@ -245,3 +245,22 @@ def test_estimate_uses_file_bytes_when_files_are_given(
     weights = next(c for c in doc["components"] if c["key"] == "weights")
     assert weights["bytes"] >= 525336576
     assert weights["bytes"] < 1_000_000_000  # the file holds only the embedding, not the whole model
+
+
+def test_fit_of_an_engine_that_does_not_start_says_why_not_a_negative_miss(capsys) -> None:
+    """vLLM at gpu_memory_utilization 0.5 of 16 GiB: its 8 GiB budget is below the weights, so it does not
+    start although the budget itself is free; the verdict says so instead of 'misses by -7.00 GiB'."""
+    rc = main(
+        [
+            "fit",
+            "meta-llama/Llama-3.1-8B",
+            "--engine",
+            "vllm",
+            "--gpu-memory-utilization",
+            "0.5",
+            "--gpu",
+            "16GiB",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0 and "KV pool is too small" in out and "misses by -" not in out

@@ -1,10 +1,10 @@
 """Fuzz: ``gpumem`` itself (``gpumem_gui.cli.main``) with generated command lines.
 
-The flags come from the CLI's own parser (every option of models, gpus, inspect, estimate, fit, sweep and
-formats; the Prometheus flags and ``trace`` are left out: they reach a network or run torch), each with
-extreme, wrong or random values. The property: exit 0 or 2, never an exception; on 2, stderr is one line
-``gpumem...: error: ...`` that echoes at most ~80 characters of any value; with ``--json`` and exit 0, stdout
-is JSON.
+The flags come from the CLI's own parser (every option of models, gpus, inspect, estimate, fit, sweep,
+calibrate, calibrations, diagnose and formats; the Prometheus flags and ``trace`` are left out: they reach a
+network or run torch), each with extreme, wrong or random values. The property: exit 0 or 2, never an
+exception; on 2, stderr is one line ``gpumem...: error: ...`` that echoes at most ~80 characters of any value;
+with ``--json`` and exit 0, stdout is JSON.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ PARSER = build_parser()
 SUBPARSERS: dict[str, argparse.ArgumentParser] = next(
     a.choices for a in PARSER._actions if isinstance(a, argparse._SubParsersAction)
 )
-COMMANDS = ["models", "gpus", "inspect", "estimate", "fit", "sweep", "formats"]
+COMMANDS = ["models", "gpus", "inspect", "estimate", "fit", "sweep", "diagnose", "formats"]
+COMMANDS += ["calibrate", "calibrations"]
 NETWORK = ("--prometheus", "--selector", "--host-label", "--stale-after", "--kubernetes", "--python")
 
 
@@ -83,6 +84,12 @@ GPUS = [
     "RTX-4090", "RTX-4090:4097", "RTX-4090:0", "RTX-4090:-1", "H100-SXM-80GB:8", "A100-80GB:2", "24GiB",
     "80GB:4", "0GiB", "-5GiB", "1e30GB", "nan GiB", "RTX-4090:" + "9" * 5000, "x" * 5000, "", ":", "H100",
 ]  # fmt: skip
+# what diagnose --observed reads: the published reports, files that are no report, no file at all (not "-":
+# the fuzzer has no standard input to give)
+OBSERVED = [
+    *sorted(str(p) for p in (Path(__file__).parent / "reference" / "observed").glob("*.txt")),
+    str(Path(__file__)), "/dev/null", "/", "nope", "x" * 5000, "",
+]  # fmt: skip
 FAKE_GPUS = ["rtx4090_browser", "8xh100_busy", "a100_mig", "gpu_lost", "no_driver", "nope", "x" * 300, "/"]
 TEXTS = st.text(max_size=10) | st.sampled_from(
     ["x" * 300, "x" * 300 + "!", "q_proj," + "y" * 5000 + "-", "auto", "none", "all-linear", "q_proj,v_proj"]
@@ -108,6 +115,8 @@ def _value(draw: st.DrawFn, action: argparse.Action) -> str:
         return draw(st.sampled_from(GPUS))
     if action.dest == "fake_gpus":
         return draw(st.sampled_from(FAKE_GPUS))
+    if action.dest == "observed":
+        return draw(st.sampled_from(OBSERVED))
     if action.dest == "steps":  # not 100,000 itself: that sweep is the issue's 18-minute reproducer
         return draw(st.sampled_from(["-1", "0", "1", "2", "16", "100001", "10" * 20, "x"]))
     return draw(st.sampled_from(NUMBERS) | st.integers(-3, 70000).map(str) | TEXTS)
@@ -119,6 +128,18 @@ def command_lines(draw: st.DrawFn) -> list[str]:
     argv = [command]
     if command in ("inspect", "estimate", "fit", "sweep"):
         argv.append(draw(st.sampled_from(MODELS) | st.text(max_size=12)))
+    if command == "diagnose":
+        if draw(st.booleans()):
+            argv.append(draw(st.sampled_from(MODELS)))
+        if draw(st.integers(0, 4)):
+            argv += ["--observed", draw(st.sampled_from(OBSERVED))]
+    if command == "calibrate" and draw(st.integers(0, 4)):
+        argv += [
+            "--observed",
+            draw(st.sampled_from(OBSERVED)),
+            "--name",
+            draw(st.sampled_from(["a", "b"]) | TEXTS),
+        ]
     if command == "sweep" and draw(st.integers(0, 4)):
         argv += ["--over", draw(st.sampled_from(["seq", "batch"])), "--from", "1", "--to", "4096"]
     options = _options(command)
@@ -163,6 +184,8 @@ REPRODUCERS: list[list[str]] = [
     ["estimate", "Llama-3.1-8B", "--batch", "9" * 5000],
     ["estimate"],
     ["estimate", "Llama-3.1-8B", "--mode", "train", "--method", "lora", "--lora-targets", "x" * 5000 + "!"],
+    ["diagnose", "Llama-3.1-8B", "--observed", OBSERVED[0], "--gpu-index", "9" * 5000, "--batch", "0"],
+    ["diagnose", "--observed", "x" * 5000],  # found: an OSError (name too long) from Path.is_dir
 ]
 
 
@@ -178,6 +201,8 @@ REPRODUCERS: list[list[str]] = [
 @example(argv=REPRODUCERS[7])
 @example(argv=REPRODUCERS[8])
 @example(argv=REPRODUCERS[9])
+@example(argv=REPRODUCERS[10])
+@example(argv=REPRODUCERS[11])
 def test_cli_exits_0_or_2_with_one_line(argv: list[str]) -> None:
     with passing_over_known_bugs():
         check_cli(argv)

@@ -306,3 +306,20 @@ def test_window_estimate_is_sized_for_the_picked_gpu_and_its_command_stays_auto(
         assert w.estimate.component("cuda_context").bytes == ctx * MiB, gpu
         assert w.estimate.component("workspace").bytes == ws, gpu
     assert "--gpu-arch" not in w.command_line()
+
+
+def test_diagnosis_sizes_its_estimate_for_the_gpu_the_report_names(qwen) -> None:
+    """gpumem diagnose: a report naming an RTX 4090 in NVML's spelling compares against an Ada-sized
+    estimate; without a name, --gpu's generation; with neither, the stated default (Hopper)."""
+    from gpumem_gui.core import GpuTarget, ObservedMemory, diagnose
+
+    run = make_run(seq=256, new_tokens=4)
+    figures = dict(total_bytes=24_000 * MiB, allocated_bytes=2_000 * MiB, requested_bytes=100 * MiB)
+    named = ObservedMemory(source_format="torch_oom", gpu_name="NVIDIA GeForce RTX 4090", **figures)
+    assert diagnose(named, spec=qwen, run=run).estimate.component("cuda_context").bytes == 426 * MiB
+    unnamed = ObservedMemory(source_format="torch_oom", **figures)
+    a100 = GpuTarget(name="A100-80GB", capacity_bytes=80 << 30)
+    assert diagnose(unnamed, spec=qwen, run=run, target=a100).estimate.component("cuda_context").bytes == (
+        256 * MiB
+    )
+    assert diagnose(unnamed, spec=qwen, run=run).estimate.component("cuda_context").bytes == 389 * MiB

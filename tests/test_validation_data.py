@@ -18,7 +18,7 @@ VALIDATION = REPO / "validation"
 if str(VALIDATION) not in sys.path:
     sys.path.insert(0, str(VALIDATION))
 
-from validate_report import data  # noqa: E402
+from validate_report import data, published_ooms  # noqa: E402
 from validate_report.common import reference_dir  # noqa: E402
 
 SHIPPED = data.DATA_DIR
@@ -28,6 +28,7 @@ FILES: dict[str, type] = {
     "not_reproduced.json": data.NotReproduced,
     "grid.json": data.Grid,
     "peer_settings.json": data.PeerSettings,
+    "published_ooms.json": published_ooms.PublishedOoms,
 }
 
 

@@ -87,6 +87,7 @@ def test_report_renders(report, validate) -> None:  # type: ignore[no-untyped-de
     text = validate.render(report)
     assert "## Summary" in text and "median |error|" in text
     assert "MemTracker" in text and "## (d) Training" in text and "forward meas / ours" in text
+    assert "## (j) Published CUDA out-of-memory reports" in text and "**published OOM reports**" in text
     assert text == validate.render(report)  # deterministic
 
 

@@ -27,6 +27,9 @@ Run ``.venv/bin/python validation/validate.py [--out docs/validation.md] [--subs
 * (i) the inference engines (vLLM, SGLang, llama.cpp, Ollama) against the published logs of
   ``validation/data/engine_logs/`` and section (b)'s lines of the same engines, per engine and TP degree
   (``validate_report/engine_logs.py`` is the comparison ``tests/test_*_logs.py`` also use).
+* (j) published CUDA out-of-memory reports that state their setup (``validation/data/published_ooms.json``):
+  whether ``gpumem fit`` predicts each failure and how far below what the run held it ever is
+  (``--section ooms`` prints this section alone).
 
 The output is deterministic: rows are sorted and nothing but the versions block depends on the machine.
 
@@ -90,6 +93,8 @@ from validate_report.published import (  # noqa: E402
 )
 from validate_report.published import label as _label  # noqa: E402
 from validate_report.published import parse_value as _parse_value  # noqa: E402
+from validate_report.published_ooms import SUBSET as OOM_SUBSET  # noqa: E402
+from validate_report.published_ooms import published_oom_rows, render_ooms  # noqa: E402
 from validate_report.published_training import (  # noqa: E402
     PUBLISHED_TRAINING,
     TRAIN_OURS,
@@ -193,8 +198,16 @@ def collect(subset: bool = False, peers: dict | None = None) -> Report:
     rep.ranks = distributed_files()
     rep.published_runs = published_runs()
     rep.engines = engine_section(rep.published, entries)
+    rep.ooms = published_oom_rows(set(OOM_SUBSET) if subset else None)
     rep.versions = _versions(peers)
     return rep
+
+
+def _ooms_alone() -> str:
+    """Section (j) by itself (``--section ooms``): it needs none of the reference data the others read."""
+    lines: list[str] = []
+    render_ooms(published_oom_rows(), lines.append)
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -206,7 +219,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help=f"rerun llm-analysis ({PEERS_VENV}) and accelerate ({GT_VENV}) and rewrite {PEERS_FILE.name}",
     )
+    ap.add_argument("--section", choices=["ooms"], help="only this section: (j) published OOM reports")
     args = ap.parse_args(argv)
+    if args.section == "ooms":
+        sys.stdout.write(_ooms_alone())
+        return 0
     if args.refresh_peers:
         PEERS_FILE.write_text(json.dumps(refresh_peers(), indent=1, sort_keys=True) + "\n")
     peers = json.loads(PEERS_FILE.read_text()) if PEERS_FILE.is_file() else None

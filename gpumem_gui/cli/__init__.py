@@ -11,12 +11,14 @@ import argparse
 import re
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
 from gpumem_gui import __version__
+from gpumem_gui.cli.calibrate import add_calibrate_parsers
 from gpumem_gui.cli.cluster import add_prometheus_flags
+from gpumem_gui.cli.diagnose import add_diagnose_parser
 from gpumem_gui.cli.flags import (
     MODES,
     add_inspect_flags,
@@ -99,6 +101,26 @@ def build_parser() -> argparse.ArgumentParser:
     add_prometheus_flags(sp, fit=True)
     sp.set_defaults(func=cmd_fit)
 
+    _add_sweep_parser(sub)
+
+    sp = sub.add_parser(
+        "trace",
+        help="the run traced by PyTorch itself (the real model under fake tensors), beside the estimate",
+    )
+    add_trace_flags(sp)
+    sp.set_defaults(func=cmd_trace)
+
+    add_diagnose_parser(sub)
+    add_calibrate_parsers(sub)  # calibrate, calibrations (cli/calibrate.py)
+
+    sp = sub.add_parser("formats", help="weight formats gpumem knows")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=cmd_formats)
+    add_import_flags(sub.choices["estimate"], sub.choices["fit"])
+    return p
+
+
+def _add_sweep_parser(sub: Any) -> None:
     sp = sub.add_parser("sweep", help="estimates at evenly spaced batch sizes or sequence lengths")
     add_run_flags(sp)
     add_target_flags(sp)
@@ -118,19 +140,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sp.add_argument("--csv", action="store_true", help="CSV output")
     sp.set_defaults(func=cmd_sweep)
-
-    sp = sub.add_parser(
-        "trace",
-        help="the run traced by PyTorch itself (the real model under fake tensors), beside the estimate",
-    )
-    add_trace_flags(sp)
-    sp.set_defaults(func=cmd_trace)
-
-    sp = sub.add_parser("formats", help="weight formats gpumem knows")
-    sp.add_argument("--json", action="store_true")
-    sp.set_defaults(func=cmd_formats)
-    add_import_flags(sub.choices["estimate"], sub.choices["fit"])
-    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -202,6 +202,11 @@ def add_target_flags(sp: argparse.ArgumentParser) -> None:
         default=1024,
         help=f"safety margin kept free per GPU ({lo:,} to {hi:,} MiB; default 1024)",
     )
+    sp.add_argument(
+        "--no-calibration",
+        action="store_true",
+        help="leave out the saved calibration for the --gpu / --local GPU (gpumem calibrations lists them)",
+    )
     sp.add_argument("--json", action="store_true", help="machine-readable output")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from gpumem_gui.cli.calibrate import calibrated_target
 from gpumem_gui.cli.flags import loaded_spec, run_from_args, target_from_args
 from gpumem_gui.cli.imports import model_and_run, print_imported
 from gpumem_gui.cli.output import dump, gib, print_table
@@ -105,10 +106,11 @@ def _print_ranks(est: Any) -> None:
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     m, run, imported = model_and_run(args)
-    target = target_from_args(args)
+    target, note = calibrated_target(target_from_args(args), run, args)
     # sized for the catalog GPU's generation (gpu_arch auto); the document keeps the run as given, as the
     # window's export does
     est = _estimate(m, with_target_arch(run, target), target.capacity_bytes if target else None)
+    est = target.calibrated(est) if target else est
     if args.json:
         doc = estimate_json(m, run, est)
         if imported is not None:
@@ -118,11 +120,19 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         dump(doc)
     else:
         print_imported(imported)
+        _print_note(note)
         _print_estimate(m, run, est)
         if target:
             print()
             _print_fit(_fit(m, run, target, args))
     return 0
+
+
+def _print_note(note: str | None) -> None:
+    """The calibration applied (gpumem calibrations; --no-calibration leaves it out), before the estimate."""
+    if note:
+        print(f"note: {note} (--no-calibration leaves it out)")
+        print()
 
 
 def _estimate(m: LoadedModel, run: Any, capacity: int | None) -> Any:
@@ -153,14 +163,9 @@ def _print_fit(rep: Any) -> None:
         each += f", {gib(t.capacity_bytes)} GiB in nvidia-smi"
     print(f"fit on {t.count} x {t.name} ({each}; margin {gib(rep.margin_bytes)} GiB):")
     for v in rep.verdicts:
-        state = (
-            f"fits with {gib(v.headroom_bytes)} GiB headroom"
-            if v.fits
-            else f"misses by {gib(-v.headroom_bytes)} GiB"
-        )
         print(
             f"  GPU {v.gpu_index} ({v.role}): needs {gib(v.needed_bytes)} of "
-            f"{gib(v.available_bytes)} GiB: {state}"
+            f"{gib(v.available_bytes)} GiB: {v.words()}"
         )
     rank = rep.estimate.deciding_rank()
     if rank is not None and len(rep.estimate.ranks) > 1:
@@ -186,7 +191,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     m, run, imported = model_and_run(args)
     if cluster:
         return _fit_cluster(m, run, args)
-    rep = _fit(m, run, target_from_args(args), args)
+    target, note = calibrated_target(target_from_args(args), run, args)
+    rep = _fit(m, run, target, args)
     if args.json:
         doc = _fit_json(rep, _approximate(m))
         if imported is not None:
@@ -194,6 +200,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         dump(doc)
     else:
         print_imported(imported)
+        _print_note(note)
         _print_estimate(m, run, rep.estimate)
         print()
         _print_fit(rep)
@@ -246,7 +253,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     base = run_from_args(args, m)
     check_sweep_size(base, args.steps, m.spec.num_layers)
     _sweep_range(args)
-    target = target_from_args(args)
+    target, note = calibrated_target(target_from_args(args), base, args)
+    if note and not (args.json or args.csv):
+        _print_note(note)
     base = with_target_arch(base, target)
     xs = evenly_spaced(args.start, args.stop, args.steps)
     with sweep_progress(base, len(xs), quiet=args.json or args.csv) as progress:

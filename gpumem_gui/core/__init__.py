@@ -15,7 +15,9 @@ only, never from the subpackages (an import-linter contract). The subpackages, f
 * ``runtimes``: one module per inference engine (transformers, vLLM, SGLang, llama.cpp, Ollama) behind one
   protocol;
 * ``training``: the training run, its framework/sharding profiles and the training estimate;
-* ``fit``: verdicts against GPUs, the solvers, sweeps and the JSON documents.
+* ``fit``: verdicts against GPUs, the solvers, sweeps and the JSON documents;
+* ``observed``: what a GPU said (an OOM message, nvidia-smi, PyTorch's memory report, an engine's memory
+  lines, a memory snapshot pickle), read into :class:`ObservedMemory` records in bytes.
 
 Python API::
 
@@ -25,6 +27,10 @@ Python API::
     m.params.total                                 # exact parameter count (tied weights once)
     est = estimate_inference(m.spec, make_run(batch=4, seq=8192))
     est.peak_bytes, est.components
+
+    from gpumem_gui.core import read_observed
+
+    read_observed(pasted_text).records[0].stated()  # {"total_bytes": ..., "allocated_bytes": ...}
 
 Bad input raises :class:`GpumemInputError` with one line naming the file/field and the problem.
 """
@@ -96,6 +102,33 @@ from gpumem_gui.core.imports import (
     read_config,
 )
 from gpumem_gui.core.monotone import gallop, largest
+from gpumem_gui.core.observed import (
+    FIGURES,
+    PARTS,
+    SOURCE_FORMATS,
+    ObservedMemory,
+    ObservedProcess,
+    ObservedReport,
+)
+from gpumem_gui.core.observed.advice import Causes, DiagnosisChange
+from gpumem_gui.core.observed.apply import (
+    REPLACED_BY,
+    apply_calibration,
+    calibration_applies,
+    calibration_note,
+)
+from gpumem_gui.core.observed.calibration import (
+    Calibration,
+    Stack,
+    calibration_for,
+    calibration_from,
+    gpu_identity,
+)
+from gpumem_gui.core.observed.diagnosis import Compared, Diagnosis, Prediction, diagnose
+from gpumem_gui.core.observed.document import DIAGNOSIS_SCHEMA, OBSERVED_KEYS, diagnosis_document
+from gpumem_gui.core.observed.parts import ObservedPart
+from gpumem_gui.core.observed.read import MAX_FILE_BYTES as OBSERVED_MAX_BYTES
+from gpumem_gui.core.observed.read import read_observed, read_observed_bytes
 from gpumem_gui.core.readers.catalog import (
     CatalogModel,
     GpuInfo,
@@ -143,8 +176,10 @@ from gpumem_gui.core.units import GB, KB, MB, GiB, KiB, MiB, SizeUnit, fmt_bytes
 __all__ = [
     "CATEGORIES",
     "DEFAULT_MARGIN_BYTES",
+    "DIAGNOSIS_SCHEMA",
     "ENCODER_HEADS",
     "ESTIMATE_SCHEMA",
+    "FIGURES",
     "FIT_SCHEMA",
     "GB",
     "KB",
@@ -153,17 +188,27 @@ __all__ = [
     "MAX_GPUS",
     "MAX_SWEEP_POINTS",
     "MB",
+    "OBSERVED_KEYS",
+    "OBSERVED_MAX_BYTES",
+    "PARTS",
     "POINT_COST_S",
     "PRECISION_DOC",
+    "REPLACED_BY",
     "RUNTIMES",
+    "SOURCE_FORMATS",
     "SUPPORTED_MODEL_TYPES",
     "SWEEP_BUDGET_S",
     "UI",
+    "Calibration",
     "CatalogModel",
+    "Causes",
     "Change",
     "ClusterFit",
     "ClusterGpu",
+    "Compared",
     "Component",
+    "Diagnosis",
+    "DiagnosisChange",
     "Estimate",
     "Explanation",
     "FitReport",
@@ -185,14 +230,20 @@ __all__ = [
     "MoESpec",
     "ModelKinds",
     "ModelSpec",
+    "ObservedMemory",
+    "ObservedPart",
+    "ObservedProcess",
+    "ObservedReport",
     "ParamCounts",
     "Phase",
     "PlacedRank",
     "Placement",
+    "Prediction",
     "RankClass",
     "RunField",
     "Runtime",
     "SizeUnit",
+    "Stack",
     "SweepPoint",
     "TaskHead",
     "TrainingRun",
@@ -201,6 +252,11 @@ __all__ = [
     "WeightBytes",
     "WeightFormat",
     "WeightsInventory",
+    "apply_calibration",
+    "calibration_applies",
+    "calibration_for",
+    "calibration_from",
+    "calibration_note",
     "catalog_target",
     "check_sweep_size",
     "cluster_document",
@@ -214,6 +270,8 @@ __all__ = [
     "cross_cache_bytes_per_source_token",
     "describe_linear_attention",
     "describe_validation_error",
+    "diagnose",
+    "diagnosis_document",
     "driver_gpu_memory",
     "engine_kv_dtypes",
     "estimate_any",
@@ -231,6 +289,7 @@ __all__ = [
     "fmt_count",
     "gallop",
     "get_weight_format",
+    "gpu_identity",
     "gpu_target_from_text",
     "has_state",
     "import_command",
@@ -252,6 +311,8 @@ __all__ = [
     "model_kinds",
     "parse_capacity",
     "read_config",
+    "read_observed",
+    "read_observed_bytes",
     "resolve_tricks",
     "resources_dir",
     "run_fields",

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QWidget
 
 from gpumem_gui.core import GpumemError, GpumemInputError, SizeUnit
 from gpumem_gui.ui import export
+from gpumem_gui.ui.diagnose_view import REPORT_SUFFIXES
 from gpumem_gui.ui.import_glue import is_training_config
 from gpumem_gui.ui.messages import error_line
 from gpumem_gui.ui.scenario import (
@@ -124,8 +125,11 @@ class Documents(QObject):
         w.statusBar().showMessage(message, 10000)
 
     def open_path(self, path: Path | str) -> bool:
-        """Open a model file/folder, a scenario JSON (recognised by its ``format``), or a training config
-        (YAML/JSON/TOML a config reader takes: :mod:`gpumem_gui.ui.import_glue`)."""
+        """Open a model file/folder, a scenario JSON (recognised by its ``format``), a training config
+        (YAML/JSON/TOML a config reader takes: :mod:`gpumem_gui.ui.import_glue`), or what a GPU said (a log,
+        text or snapshot pickle: :mod:`gpumem_gui.ui.diagnose_view`)."""
+        if Path(path).suffix.lower() in REPORT_SUFFIXES:
+            return self.window.menus.diagnose().load_file(path)
         if looks_like_scenario(path):
             return self.open_scenario(path)
         if is_training_config(path):

@@ -57,6 +57,8 @@ class FormGlue(QObject):
         panel.train_presets.activated.connect(lambda i: guard(lambda: self._on_training_preset(i)))
         results.apply_requested.connect(lambda upd: guard(lambda: self.apply_change(upd)))
         results.sweep_over_changed.connect(lambda over: guard(lambda: session.set_sweep_over(over)))
+        session.plan_ready.connect(lambda plan: guard(lambda: panel.calibration_row.show_plan(plan)))
+        panel.calibration_row.removed.connect(lambda _name: guard(session.recompute_now))
 
     def open_model(self, m: LoadedModel, scenario: Scenario | None) -> None:
         """A model was opened: the forms take its weight format (its own, else the one chosen) and its task

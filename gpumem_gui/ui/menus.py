@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QApplication, QFileDialog, QMenu, QMessageBox
 
 from gpumem_gui import __version__
 from gpumem_gui.core import SizeUnit, TrainingRun
+from gpumem_gui.ui.diagnose_view import DiagnoseDialog
 from gpumem_gui.ui.import_glue import ImportGlue
 
 if TYPE_CHECKING:
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
 OPEN_FILTER = (
     "Models and scenarios (*.json *.safetensors *.gguf);;config.json (*.json);;"
     "Training configs (*.yaml *.yml *.toml *.json);;"
-    "safetensors (*.safetensors *.safetensors.index.json);;GGUF (*.gguf);;All files (*)"
+    "safetensors (*.safetensors *.safetensors.index.json);;GGUF (*.gguf);;"
+    "What a GPU said (*.txt *.log *.out *.err *.csv *.pickle *.pkl);;All files (*)"
 )
 
 
@@ -36,6 +38,7 @@ class WindowMenus(QObject):
         self.window = window
         window.imports = ImportGlue(window)  # paste a command, drop a config, Copy as (ui/import_glue.py)
         self.unit_actions: dict[SizeUnit, QAction] = {}
+        self.diagnose_dialog: DiagnoseDialog | None = None
         bar = window.menuBar()
         self._file_menu(bar.addMenu("&File"))
         edit = bar.addMenu("&Edit")
@@ -66,6 +69,9 @@ class WindowMenus(QObject):
         )
         tools.addAction(self.verify_action)
         tools.addAction(self._action("Trace &Python…", self.choose_trace_python))
+        tools.addSeparator()
+        self.diagnose_action = self._action("What the &GPU said…", self.diagnose, "Ctrl+Shift+D")
+        tools.addAction(self.diagnose_action)
         window.results.banner.verify_button.clicked.connect(self.verify_exactly)
         helpm = bar.addMenu("&Help")
         helpm.addAction(self._action("&About gpumem", self.about))
@@ -169,6 +175,13 @@ class WindowMenus(QObject):
         )
 
     # ---- copy ----------------------------------------------------------------------------------------------
+
+    def diagnose(self) -> DiagnoseDialog:
+        """Open (or raise) the What the GPU said dialog (one per window: what was pasted stays)."""
+        if self.diagnose_dialog is None:
+            self.diagnose_dialog = DiagnoseDialog(self.window)
+        self.diagnose_dialog.show()
+        return self.diagnose_dialog
 
     def verify_exactly(self) -> None:
         """Trace the current plan in a dialog (progress, cancel, traced vs estimated)."""

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from gpumem_gui.core import (
+    Calibration,
     Change,
     Estimate,
     FitReport,
@@ -26,6 +27,7 @@ from gpumem_gui.core import (
     SweepPoint,
     TrainingRun,
     Verdict,
+    calibration_for,
     fit_report,
     fit_training,
     fmt_bytes,
@@ -53,6 +55,7 @@ class Inputs:
     mode: str  # 'infer' or 'train'
     run: AnyRun | None  # None: the form already shows what is wrong with it
     choice: GpuChoice
+    calibrations: tuple[Calibration, ...] = ()  # the saved ones; the one for the target's GPU applies
 
 
 @dataclass(frozen=True)
@@ -185,6 +188,7 @@ def resolve_for(
     snap: GpuSnapshot | None,
     unit: SizeUnit,
     cluster: GpuSnapshot | None = None,
+    calibrations: tuple[Calibration, ...] = (),
 ) -> tuple[ResolvedTarget | None, str | None, AnyRun]:
     """The core's target for ``choice`` (``snap``: this machine's reading, ``cluster``: the cluster's;
     training on local or cluster GPUs: against the least-free one), or why there is none (a message for the
@@ -203,6 +207,9 @@ def resolve_for(
         return None, e.message, run
     if isinstance(run, TrainingRun) and resolved.target.free_bytes:
         resolved = training_target(resolved, unit)
+    cal = calibration_for(calibrations, resolved.target.name, run)
+    if cal is not None:  # the saved calibration for this GPU: every estimate on it applies it
+        resolved = replace(resolved, target=resolved.target.model_copy(update={"calibration": cal}))
     return resolved, None, with_target_arch(run, resolved.target)
 
 
@@ -212,6 +219,7 @@ def checked_plan(
     """``est`` with the core's verdicts against ``resolved`` (or why the core cannot give them)."""
     if resolved is None:
         return Plan(run, est, None, estimate_ms=estimate_ms)
+    est = resolved.target.calibrated(est)
     try:
         vs = verdicts(est, resolved.target, margin_bytes)
     except GpumemInputError as e:

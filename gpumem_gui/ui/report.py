@@ -57,12 +57,8 @@ def plan_json(
 
 
 def verdict_words(v: Verdict, unit: SizeUnit) -> str:
-    """``fits with 3.20 GiB headroom`` / ``misses by 1.50 GiB``."""
-    if v.fits:
-        return f"fits with {fmt_bytes(v.headroom_bytes, unit)} headroom"
-    if v.headroom_bytes >= 0:
-        return "misses: the engine's KV pool is too small for the requested context"
-    return f"misses by {fmt_bytes(-v.headroom_bytes, unit)}"
+    """``fits with 3.20 GiB headroom`` / ``misses by 1.50 GiB`` (:meth:`Verdict.words`)."""
+    return v.words(unit)
 
 
 def worst_verdict(vs: Sequence[Verdict]) -> Verdict | None:

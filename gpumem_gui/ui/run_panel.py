@@ -21,6 +21,7 @@ from gpumem_gui.core import (
     make_task_head,
     model_kinds,
 )
+from gpumem_gui.ui.calibration_row import CalibrationRow
 from gpumem_gui.ui.field_form import RunFieldsForm
 from gpumem_gui.ui.plan import AnyRun, Inputs, run_gpus
 from gpumem_gui.ui.run_form import FILE_WEIGHTS, PRESETS, RunForm
@@ -64,6 +65,7 @@ class RunPanel(QWidget):
         self.run_form = RunForm()
         self.train_form = TrainingForm()
         self.target_form = TargetForm()
+        self.calibration_row = CalibrationRow()  # the saved calibration the target's GPU gets, if any
         self.task_form = RunFieldsForm(TaskHead, make_task_head)  # an encoder's head: shown for encoders
         self.task_form.setVisible(False)
         self.presets = preset_combo(PRESETS)
@@ -84,6 +86,7 @@ class RunPanel(QWidget):
         v = QVBoxLayout(self)
         v.setContentsMargins(0, 0, 0, 0)
         v.addWidget(self.target_form)
+        v.addWidget(self.calibration_row)
         v.addWidget(self.task_form)
         v.addWidget(self.mode_tabs, 1)
 
@@ -103,7 +106,8 @@ class RunPanel(QWidget):
 
     def inputs(self) -> Inputs:
         """The active form's run (None when invalid: the form shows why) and the target choice."""
-        return Inputs(self.mode, self.active_form.checked_value(), self.target_form.value())
+        run, choice = self.active_form.checked_value(), self.target_form.value()
+        return Inputs(self.mode, run, choice, self.calibration_row.calibrations)
 
     def task_head(self) -> TaskHead | None:
         """The encoder task head the form names (every field given: the model's own head when opened), or

@@ -237,7 +237,7 @@ class Session(QObject):
             return
         self._choice = inputs.choice
         resolved, target_error, sized = resolve_for(  # sized: gpu_arch auto as the target's generation
-            run, inputs.choice, self._snapshot, self.unit, self._cluster_snapshot
+            run, inputs.choice, self._snapshot, self.unit, self._cluster_snapshot, inputs.calibrations
         )
         self.target_checked.emit(target_error)
         t0 = time.perf_counter()

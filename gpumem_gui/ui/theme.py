@@ -47,6 +47,16 @@ SERIES_COLORS: dict[str, str] = {
     "inputs": "#499894",
     "pipeline_inflight": "#8cd17d",
     "context_parallel": "#d37295",
+    # what a GPU said (gpumem_gui.core observed parts, drawn beside an estimate: ui/diagnose_view.py); the
+    # tensors take the weights' hue darkened, the cache the allocator reserve's, the rest apart from both
+    "observed_tensors": "#2f4b7c",
+    "observed_allocator_cache": "#5a524f",
+    "observed_outside_pytorch": "#8cd17d",
+    "observed_this_process": "#2f4b7c",
+    "observed_outside_pytorch_or_others": "#b6992d",
+    "observed_other_processes": "#d37295",
+    "observed_every_process": "#499894",
+    "observed_free": "#cfcfcf",
 }
 _FALLBACK = ("#499894", "#f1ce63", "#fabfd2", "#d37295", "#a0cbe8", "#ffbe7d", "#8cd17d", "#b6992d")
 

@@ -121,4 +121,5 @@ class Report:
     ranks: list[Any] = field(default_factory=list)  # section (g): distributed.TruthFile per reference file
     published_runs: dict[str, Any] = field(default_factory=dict)  # section (h): result.json's summary
     engines: Any = None  # section (i): engines.EngineSection
+    ooms: list[Any] = field(default_factory=list)  # section (j): published_ooms.OomRow per report
     versions: dict[str, str] = field(default_factory=dict)

@@ -15,6 +15,7 @@ from .distributed import (
     render_published_runs,
 )
 from .engines import engine_summary, render_engines
+from .published_ooms import ooms_summary, render_ooms
 from .text import HEADER, PEERS_INTRO, REAL_GPU_INTRO, REAL_GPU_MISSING, TRAIN_INTRO, TRAIN_PEERS_INTRO
 from .traced import render_traced
 
@@ -111,6 +112,8 @@ def _render_summary(rep: Report, add: Add) -> None:
     if rep.engines is not None:
         for line in engine_summary(rep.engines):
             add(line)
+    if rep.ooms:
+        add(ooms_summary(rep.ooms))
     runs_line = published_runs_summary(rep.published_runs)
     if runs_line:
         add(runs_line)
@@ -360,6 +363,9 @@ def render(rep: Report) -> str:
     add("")
     if rep.engines is not None:
         render_engines(rep.engines, add)
+        add("")
+    if rep.ooms:
+        render_ooms(rep.ooms, add)
         add("")
     add("## Versions")
     add("")

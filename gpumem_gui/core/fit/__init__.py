@@ -11,61 +11,23 @@ the heads) simply does not fit: a solver answers "none", it never raises.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError
 
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.fields import run_fields
+from gpumem_gui.core.fit.gpu_target import GpuTarget
 from gpumem_gui.core.formats import KV_DTYPES, engine_kv_dtypes, get_weight_format
-from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.results.estimate import Estimate
 from gpumem_gui.core.runtimes.inference import InferenceRun, estimate_inference, runtime
 from gpumem_gui.core.spec.model import Frozen, ModelSpec
-from gpumem_gui.core.units import MiB
+from gpumem_gui.core.units import MiB, SizeUnit, fmt_bytes
 
 # Default safety margin per GPU: llama.cpp's --fit leaves 1024 MiB free on every device
 # (ggml-org/llama.cpp PR #16653, "cannot fulfill margin of 1024 MiB").
 DEFAULT_MARGIN_BYTES = 1024 * MiB
-
-
-class GpuTarget(Frozen):
-    """The GPUs a plan must fit on: ``count`` GPUs of ``capacity_bytes`` each (nvidia-smi's total), of which
-    CUDA reports ``cuda_bytes`` (None: the same figure, a GPU given by its memory)."""
-
-    name: str
-    capacity_bytes: Annotated[int, Field(gt=0)] = Field(description="the total nvidia-smi / NVML shows")
-    cuda_bytes: Annotated[int, Field(gt=0)] | None = Field(
-        None, description="the total CUDA reports (cudaMemGetInfo); None: capacity_bytes"
-    )
-    count: Annotated[int, Field(ge=1, le=4096)] = 1
-    free_bytes: tuple[int, ...] | None = Field(None, description="free memory per GPU now (local GPUs)")
-
-    @model_validator(mode="after")
-    def _check(self) -> GpuTarget:
-        if self.cuda_bytes is not None and self.cuda_bytes > self.capacity_bytes:
-            raise ValueError("cuda_bytes: CUDA's total cannot exceed the driver's total (capacity_bytes)")
-        return self
-
-    @property
-    def memory(self) -> GpuMemory:
-        """One GPU's two totals, as the engines read them."""
-        return GpuMemory(driver_bytes=self.capacity_bytes, cuda_bytes=self.cuda_capacity)
-
-    @property
-    def cuda_capacity(self) -> int:
-        """What a process can allocate on one GPU at most: CUDA's total. Every engine measures its room
-        against it: PyTorch's caching allocator gets its blocks from cudaMalloc within cudaMemGetInfo's
-        total, llama.cpp's --fit reads cudaMemGetInfo (ggml-cuda.cu ggml_backend_cuda_get_device_memory),
-        vLLM and SGLang torch.cuda.mem_get_info."""
-        return self.capacity_bytes if self.cuda_bytes is None else self.cuda_bytes
-
-    def available(self, i: int) -> int:
-        if self.free_bytes is not None and i < len(self.free_bytes):
-            return self.free_bytes[i]
-        return self.cuda_capacity
 
 
 class Verdict(Frozen):
@@ -76,6 +38,15 @@ class Verdict(Frozen):
     margin_bytes: int
     fits: bool
     headroom_bytes: int = Field(description="available - margin - needed; negative: misses by that much")
+
+    def words(self, unit: SizeUnit = SizeUnit.GIB) -> str:
+        """``fits with 3.20 GiB headroom`` / ``misses by 1.50 GiB``; a miss with bytes to spare is an engine
+        that does not start or run the batch at once (its KV pool holds less than the requested context)."""
+        if self.fits:
+            return f"fits with {fmt_bytes(self.headroom_bytes, unit)} headroom"
+        if self.headroom_bytes >= 0:
+            return "misses: the engine's KV pool is too small for the requested context"
+        return f"misses by {fmt_bytes(-self.headroom_bytes, unit)}"
 
 
 class Change(Frozen):
@@ -159,7 +130,7 @@ class _Problem:
         t = target or self.target
         try:
             run = InferenceRun.model_validate(run.model_dump())
-            est = estimate_inference(self.spec, run, t.memory, self.file_weights)
+            est = t.calibrated(estimate_inference(self.spec, run, t.memory, self.file_weights))
             return all(v.fits for v in verdicts(est, t, self.margin)), est
         except (GpumemInputError, ValidationError):
             return False, None
@@ -199,7 +170,7 @@ def fit_report(
             f"tp x pp = {run.gpus} GPUs but --gpu gives {target.count}; use NAME:COUNT", field="gpu"
         )
     pb = _Problem(spec, target, margin, file_weights)
-    est = estimate_inference(spec, run, target.memory, file_weights)
+    est = target.calibrated(estimate_inference(spec, run, target.memory, file_weights))
     vs = verdicts(est, target, margin)
     batch_hi = min(1 << 16, field_max(InferenceRun, "batch"))
     limit = runtime(run.engine).batch_limit(run)

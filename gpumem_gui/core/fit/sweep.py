@@ -147,6 +147,7 @@ def _point(
     except ValidationError as e:
         raise describe_validation_error(e, source="sweep") from None
     est = estimate_any(spec, point_run, target.memory if target else None, file_weights)
+    est = target.calibrated(est) if target is not None else est
     return SweepPoint(
         x=x,
         peak_bytes=est.peak_bytes,

@@ -119,17 +119,17 @@ def _catalog_name(name: str) -> bool:
 R = TypeVar("R")
 
 
-def target_arch(target: GpuTarget) -> str | None:
-    """The GPU generation of a catalog target (its compute capability); None for a capacity, an AMD GPU or a
-    name the catalog does not know (a local GPU's NVML name may not be one)."""
+def target_arch(target: GpuTarget | str) -> str | None:
+    """The GPU generation of a catalog target or GPU name (its compute capability); None for a capacity, an
+    AMD GPU or a name the catalog does not know (a local GPU's NVML name may not be one)."""
     try:
-        cc = find_gpu(target.name).compute_capability
+        cc = find_gpu(target if isinstance(target, str) else target.name).compute_capability
     except GpumemInputError:
         return None
     return arch_of(cc) if cc is not None else None
 
 
-def with_target_arch(run: R, target: GpuTarget | None) -> R:
+def with_target_arch(run: R, target: GpuTarget | str | None) -> R:
     """``run`` with ``gpu_arch`` ``auto`` taken as the target GPU's generation (core/results/nontorch.py sizes
     the CUDA context and cuBLAS workspaces by it); any other run unchanged."""
     arch = target_arch(target) if target is not None and getattr(run, "gpu_arch", None) == "auto" else None

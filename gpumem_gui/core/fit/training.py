@@ -41,7 +41,7 @@ def _check(spec: ModelSpec, run: TrainingRun, target: GpuTarget, margin: int) ->
     """(fits, estimate); a run the model or the rules reject does not fit."""
     try:
         run = make_training_run(**run.model_dump())
-        est = estimate_training(spec, run)
+        est = target.calibrated(estimate_training(spec, run))
         big = target.model_copy(update={"count": max(target.count, len(est.per_gpu))})
         return all(v.fits for v in verdicts(est, big, margin)), est
     except GpumemInputError:
@@ -52,7 +52,7 @@ def fit_training(
     spec: ModelSpec, run: TrainingRun, target: GpuTarget, margin: int = DEFAULT_MARGIN_BYTES
 ) -> FitReport:
     """Verdicts, maxima and ranked changes for a training run (see module docstring)."""
-    est = estimate_training(spec, run)
+    est = target.calibrated(estimate_training(spec, run))
     if len(est.per_gpu) > target.count:
         raise GpumemInputError(
             f"the run uses {len(est.per_gpu)} GPUs but --gpu gives {target.count}; use NAME:COUNT",

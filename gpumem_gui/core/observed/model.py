@@ -29,6 +29,7 @@ SourceFormat = Literal[
     "vllm",  # vLLM startup / profiling / OOM lines
     "sglang",  # SGLang startup / OOM lines
     "llamacpp",  # llama.cpp (and Ollama's runner) buffer / allocation-failure lines
+    "ollama",  # Ollama's server lines: "inference compute" (total / available), the offload line's free list
 ]
 SOURCE_FORMATS: tuple[str, ...] = SourceFormat.__args__  # type: ignore[attr-defined]
 
@@ -44,7 +45,32 @@ FIGURES: tuple[str, ...] = (
     "peak_allocated_bytes",  # max_memory_allocated, where the report states it
     "peak_reserved_bytes",  # max_memory_reserved, where the report states it
     "used_bytes",  # used on the whole GPU (nvidia-smi's "Memory-Usage" used column), every process
+    "allowed_bytes",  # the cap set_per_process_memory_fraction set ("X allowed;" in the OOM message)
 )
+
+# the parts of its memory an engine's log states (vLLM's profiling lines, SGLang's startup lines, llama.cpp's
+# buffer lines); each reader says which line gives which part
+PartName = Literal[
+    "weights",  # the model's weights on this GPU (vLLM "model weights take", llama.cpp "model buffer size")
+    "kv_cache",  # the KV cache (vLLM "reserved for KV Cache" / "Available KV cache memory", llama.cpp)
+    "kv_cache_k",  # SGLang's "K size" (its K and V pools are stated apart)
+    "kv_cache_v",  # SGLang's "V size"
+    "activation_peak",  # vLLM "PyTorch activation peak memory"
+    "non_torch",  # vLLM "non_torch_memory": CUDA context, NCCL, other libraries (not PyTorch's allocator)
+    "cuda_graphs",  # vLLM "CUDAGraph memory" / "Graph capturing ... took", SGLang "Capture cuda graph end"
+    "compute_buffer",  # llama.cpp "CUDA0 compute buffer size"
+]
+PARTS: tuple[str, ...] = PartName.__args__  # type: ignore[attr-defined]
+
+
+class ObservedProcess(Frozen):
+    """One process a report lists on the GPU, with the memory the driver (NVML) says it uses."""
+
+    pid: Annotated[int, Field(ge=0, le=(1 << 32) - 1)] | None = None  # NVML's pid is an unsigned int
+    name: Annotated[str, Field(max_length=200)] | None = None
+    bytes: Bytes
+    # True where the report says it is the reporting process ("Including non-PyTorch memory, this process")
+    this_process: bool = False
 
 
 class ObservedMemory(Frozen):
@@ -63,6 +89,11 @@ class ObservedMemory(Frozen):
     peak_allocated_bytes: Bytes | None = None
     peak_reserved_bytes: Bytes | None = None
     used_bytes: Bytes | None = None
+    allowed_bytes: Bytes | None = None
+    # the parts of this GPU's memory an engine's log states, by name (:data:`PARTS`)
+    parts: dict[PartName, Bytes] = Field(default_factory=dict)
+    # the processes the report lists on this GPU (PyTorch's OOM message, nvidia-smi's processes table)
+    processes: Annotated[tuple[ObservedProcess, ...], Field(max_length=1024)] = ()
     # figures computed from stated ones by a definition (e.g. reserved = allocated + reserved-unallocated),
     # each with the formula, so the diagnosis can say which numbers the text itself gave
     derived: dict[str, str] = Field(default_factory=dict)
