@@ -25,18 +25,20 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.bench_training import training_cases
 from gpumem_gui.core import count_params, load_model
 from gpumem_gui.core import fit as fit_mod
 from gpumem_gui.core import formats as formats_mod
 from gpumem_gui.core.fit import GpuTarget, fit_report, verdicts
-from gpumem_gui.core.fit.training import fit_training
 from gpumem_gui.core.formats import weight_bytes
 from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.readers.catalog import find_gpu
 from gpumem_gui.core.runtimes.inference import InferenceRun, estimate_inference, make_run
 from gpumem_gui.core.spec.model import ModelSpec
-from gpumem_gui.core.training import estimate_training, make_training_run
 
 GOAL_ESTIMATE_S = 50e-6
 GOAL_SWEEP_S = 20e-3
@@ -109,13 +111,6 @@ def count_estimates(fn: Callable[[], object]) -> int:
     return n
 
 
-def _clear_training_cache() -> None:
-    """estimate_training memoises the step replay per (spec, run); a cold call clears it first."""
-    from gpumem_gui.core.training import rank
-
-    rank._simulate_cached.cache_clear()
-
-
 Case = tuple[str, Callable[[], object], str]
 
 
@@ -129,7 +124,7 @@ def benchmarks() -> list[Case]:
     fit_cases = _fit_cases(llama, target, run_vllm)  # counts the estimates each makes, so it runs them now
     return [
         *_estimate_cases(llama, dsv3, run, run_vllm, h100),
-        *_training_cases(llama, h100),
+        *training_cases(llama, h100),
         (f"sweep: {SWEEP_POINTS} points over seq (one process)", _sweep(llama, run), "the 20 ms goal"),
         *fit_cases,
         *_weight_and_load_cases(llama),
@@ -149,41 +144,6 @@ def _estimate_cases(
         ),
         ("estimate: vLLM Llama-3.1-8B, H100 capacity", lambda: estimate_inference(llama, run_vllm, h100), ""),
         ("estimate: llama.cpp Llama-3.1-8B Q4_K_M", lambda: estimate_inference(llama, run_gguf), ""),
-    ]
-
-
-def _training_cases(llama: ModelSpec, h100: int) -> list[Case]:
-    train = make_training_run(method="lora", batch=1, seq=4096, grad_ckpt=True)
-    train_z3 = make_training_run(batch=1, seq=4096, zero=3, dp=8, tp=2, gpus=16)
-    h100_target = GpuTarget(name="H100-SXM-80GB", capacity_bytes=h100)
-    qwen_next = _spec("Qwen/Qwen3-Next-80B-A3B-Instruct")
-    long_linear = make_training_run(batch=1, seq=262144, zero=3, dp=8)
-    return [
-        (
-            "estimate: training Qwen3-Next-80B s262144 ZeRO-3, uncached",
-            lambda: (_clear_training_cache(), estimate_training(qwen_next, long_linear)),
-            "gated DeltaNet chunk loop: steps independent of seq (issue 33)",
-        ),
-        (
-            "estimate: training LoRA Llama-3.1-8B b1 s4096 ckpt",
-            lambda: estimate_training(llama, train),
-            "replays the whole step (cached per run)",
-        ),
-        (
-            "estimate: training, uncached",
-            lambda: (_clear_training_cache(), estimate_training(llama, train)),
-            "forward + backward + optimizer replayed",
-        ),
-        (
-            "estimate: training full ZeRO-3 dp8 x TP2, uncached",
-            lambda: (_clear_training_cache(), estimate_training(llama, train_z3)),
-            "",
-        ),
-        (
-            "fit_training end to end (LoRA, H100), uncached",
-            lambda: (_clear_training_cache(), fit_training(llama, train, h100_target)),
-            "galloping searches over batch, seq, GPUs",
-        ),
     ]
 
 

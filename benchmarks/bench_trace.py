@@ -17,7 +17,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import bench_core
+from benchmarks import bench_core, bench_training
 from gpumem_gui.core import estimate_any, load_model, make_run, make_training_run
 from gpumem_gui.trace import in_process_available, trace
 
@@ -56,7 +56,7 @@ def _estimate_seconds(spec: Any, run: Any) -> float:
     memoised per run, so that cache is cleared before every call)."""
 
     def fresh() -> object:
-        bench_core._clear_training_cache()
+        bench_training.clear_training_cache()
         return estimate_any(spec, run)
 
     return bench_core.measure(fresh, min_time=0.2)[0]

@@ -52,6 +52,16 @@ def test_pool_is_the_static_fraction_of_free_memory_minus_the_weights_in_whole_t
     assert est.facts["reserve_bytes"] == int(free * 0.12)
 
 
+def test_a_default_fraction_below_zero_says_the_reserve_is_larger_than_the_gpu() -> None:
+    """SGLang's default reserve grows with the prefill chunk (server_args.py _handle_gpu_memory_settings):
+    a 16,384-token chunk on a 24 GB card leaves a negative mem_fraction_static, which the warning names as
+    such instead of "the weights take more than -0.028 of the free memory"."""
+    est = _est(LLAMA8, capacity=GPUS["RTX-4090"], chunked_prefill_size=16384)
+    assert est.facts["mem_fraction_static"] < 0 and est.facts["max_total_num_tokens"] == 0
+    (line,) = [w for w in est.warnings if w.startswith("mem_fraction_static")]
+    assert "comes out at -0.028" in line and "larger than the GPU" in line and "take more than" not in line
+
+
 def test_request_pool_and_max_running_requests_follow_sglang() -> None:
     est = _est(LLAMA8, mem_fraction_static=0.88, max_model_len=8192)
     tokens = est.facts["max_total_num_tokens"]

@@ -35,6 +35,8 @@ Python API::
 Bad input raises :class:`GpumemInputError` with one line naming the file/field and the problem.
 """
 
+from gpumem_gui.core.diagnose.diagnosis import Compared, Diagnosis, Prediction, diagnose
+from gpumem_gui.core.diagnose.document import DIAGNOSIS_SCHEMA, OBSERVED_KEYS, diagnosis_document
 from gpumem_gui.core.errors import GpumemError, GpumemInputError, describe_validation_error, short
 from gpumem_gui.core.fields import UI, RunField, command_args, run_fields
 from gpumem_gui.core.fit import (
@@ -124,8 +126,6 @@ from gpumem_gui.core.observed.calibration import (
     calibration_from,
     gpu_identity,
 )
-from gpumem_gui.core.observed.diagnosis import Compared, Diagnosis, Prediction, diagnose
-from gpumem_gui.core.observed.document import DIAGNOSIS_SCHEMA, OBSERVED_KEYS, diagnosis_document
 from gpumem_gui.core.observed.parts import ObservedPart
 from gpumem_gui.core.observed.read import MAX_FILE_BYTES as OBSERVED_MAX_BYTES
 from gpumem_gui.core.observed.read import read_observed, read_observed_bytes

@@ -69,7 +69,7 @@ class Param:
         self.rg = rg
         self.layer = layer
         self.full_bytes = full_bytes
-        self.st = Storage(sim.tr, nbytes, "param", "parameters")
+        self.st = sim.storage(nbytes, "parameters", "param")
         self.grad: Storage | None = None
         self.acc = Node(sim, "acc", (), ((numel, dt),), ()) if rg else None
         if self.acc is not None:

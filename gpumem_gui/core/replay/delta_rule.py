@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from gpumem_gui.core.replay.memory import T, promote
 from gpumem_gui.core.replay.scan import run_scan
+from gpumem_gui.core.replay.sym import chunks
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM
@@ -41,15 +42,6 @@ def new_op(
     out = m.s.new(n, dt)
     m.s.node("copy", inputs, (out,), (*saved, out) if keep_out else saved)
     return out
-
-
-def chunks(q: object, size: int) -> int:
-    """``ceil(q / size)``, the chunks of a padded sequence; the comparisons that pin it down become the tape's
-    guards, so a tape serves every length with the same number of chunks."""
-    n = max(1, -(-int(getattr(q, "v", q)) // size))
-    if not (q > size * (n - 1) and q <= size * n):  # type: ignore[operator]
-        raise AssertionError(f"{q} tokens do not make {n} chunks of {size}")
-    return n
 
 
 def _to_f32(m: CausalLM, x: T, contiguous: bool) -> T:

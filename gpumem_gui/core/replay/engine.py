@@ -120,7 +120,7 @@ def backward(sim: Sim, loss: T) -> None:
 
 
 def _st(sim: Sim, n: int, dt: str) -> Storage:
-    return Storage(sim.tr, round(n * DT_BYTES[dt]), sim.phase_kind, "temporaries")
+    return sim.storage(round(n * DT_BYTES[dt]), "temporaries")
 
 
 def _out_dt(nd: Node) -> str:

@@ -13,7 +13,6 @@ runs the replay itself (the tests check that both agree).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -22,7 +21,7 @@ from gpumem_gui.core.replay.autograd import Sim
 from gpumem_gui.core.replay.cache import KVCache
 from gpumem_gui.core.replay.config import ReplayConfig, last_of_each_kind
 from gpumem_gui.core.replay.model import CausalLM
-from gpumem_gui.core.replay.tape import Tape, record
+from gpumem_gui.core.replay.tape import TapeCache, record
 from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.kv import kv_elements_per_layer, tokens_kept_transformers
 from gpumem_gui.core.spec.model import ModelSpec
@@ -74,7 +73,7 @@ def _run(sim: Sim, spec: ModelSpec, cfg: ReplayConfig) -> dict[str, Any]:
     return {"kv": cache.stored_bytes(), "logits": logits.st.nbytes if logits is not None else 0}
 
 
-_TAPES: OrderedDict[tuple[Any, ...], list[Tape]] = OrderedDict()
+_TAPES = TapeCache(_TAPE_KEYS, per_key=_TAPE_KEYS)
 
 
 def replay_forward(spec: ModelSpec, cfg: ReplayConfig) -> ForwardResult:
@@ -82,19 +81,13 @@ def replay_forward(spec: ModelSpec, cfg: ReplayConfig) -> ForwardResult:
     batch size and these token counts)."""
     key = (spec, *(v for k, v in vars(cfg).items() if k not in _POINT))
     point = (cfg.batch, cfg.q, cfg.past)
-    tapes = _TAPES.get(key)
-    if tapes is None:
-        tapes = _TAPES[key] = []
-        if len(_TAPES) > _TAPE_KEYS:
-            _TAPES.popitem(last=False)
-    for tape in tapes:
-        m = tape.monomials(point)
-        if tape.admits(m):
-            break
-    else:
+    found = _TAPES.find(key, point)
+    if found is None:
         tape = record(lambda sim, b, q, p: _run(sim, spec, replace(cfg, batch=b, q=q, past=p)), point)
-        tapes.append(tape)
+        _TAPES.add(key, tape)
         m = tape.monomials(point)
+    else:
+        tape, m = found
     res = tape.evaluate(m)
     if cfg.images:  # the vision tower's stretch of the prefill, when it is the higher (replay/vision.py)
         tw = vision.tower_peak(spec, cfg)

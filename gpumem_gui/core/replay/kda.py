@@ -15,10 +15,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpumem_gui.core.replay import causal_conv
-from gpumem_gui.core.replay.delta_rule import _l2norm, _to_f32, chunks, new_op
+from gpumem_gui.core.replay.delta_rule import _l2norm, _to_f32, new_op
 from gpumem_gui.core.replay.memory import T
 from gpumem_gui.core.replay.registry import MIXERS, register
 from gpumem_gui.core.replay.scan import run_scan
+from gpumem_gui.core.replay.sym import chunks
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.autograd import Node, Sim

@@ -25,10 +25,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpumem_gui.core.replay import attention, mlp
-from gpumem_gui.core.replay.delta_rule import chunks, new_op
+from gpumem_gui.core.replay.delta_rule import new_op
 from gpumem_gui.core.replay.memory import T, promote
 from gpumem_gui.core.replay.registry import BLOCKS, register
 from gpumem_gui.core.replay.scan import run_scan
+from gpumem_gui.core.replay.sym import chunks
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM

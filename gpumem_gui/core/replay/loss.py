@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from gpumem_gui.core.replay import adapters, block
 from gpumem_gui.core.replay.autograd import Node, Sim
 from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
+from gpumem_gui.core.replay.sym import chunks
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM
@@ -133,8 +134,9 @@ def chunked_trainer(m: CausalLM, h: T) -> T:
     v = logits.n // (b * q)
     s.tr.where = "loss"
     n = max(1, min(cfg.loss_chunks, q))
-    step = -(-q // n)
-    sizes = [min(step, q - k) for k in range(0, q, step)]  # torch.chunk: chunks of ceil(q / n)
+    step = -(-q // n)  # torch.chunk: chunks of ceil(q / n), the last one what is left
+    count = chunks(q, step)
+    sizes = [step] * (count - 1) + [q - step * (count - 1)]
     s.region = "inputs"
     padded = s.new(b * (q + 1), "i64")  # F.pad(labels, (0, 1), value=ignore_index)
     labels = s.new(b * q, "i64") if b > 1 else padded  # labels[..., 1:].contiguous()
@@ -227,9 +229,13 @@ def _next_pow2(n: int) -> int:
 
 
 def liger_chunk_rows(tokens: int, vocab: int, hidden: int) -> int:
-    """Liger's chunk size: ``next_power_of_2(cdiv(BT, cdiv(V, H)))`` rows."""
+    """Liger's chunk size: ``next_power_of_2(cdiv(BT, cdiv(V, H)))`` rows (the same for every token count up
+    to ``inc * rows`` and above half of it: a tape's guards)."""
     inc = -(-vocab // hidden)
-    return _next_pow2(-(-tokens // inc))
+    rows = _next_pow2(-(-int(getattr(tokens, "v", tokens)) // inc))
+    if not (tokens <= inc * rows and (rows == 1 or tokens > inc * rows // 2)):
+        raise AssertionError(f"{tokens} tokens do not make chunks of {rows} rows")
+    return rows
 
 
 def fused_linear(m: CausalLM, h: T) -> T:
@@ -255,8 +261,8 @@ def fused_linear(m: CausalLM, h: T) -> T:
     cdt = s.autocast if s.autocast is not None and h.dt in ("f32", "bf16", "f16") else h.dt
     rows = liger_chunk_rows(t, v, d)
     logits: T | None = None
-    for start in range(0, t, rows):
-        r = min(rows, t - start)
+    for k in range(chunks(t, rows)):
+        r = min(rows, t - k * rows)
         x_c = s.new(r * d, cdt) if cdt != h.dt else None  # autocast's copy of the input chunk
         nxt = s.new(r * v, cdt)  # _input_chunk @ weight.t() (the previous chunk's logits still named)
         del x_c

@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gpumem_gui.core.replay.memory import Storage, T
+from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.autograd import Sim
@@ -127,8 +127,8 @@ def run_scan(
             carry = _steps(step, carry, it, n)
             return carry
         by_tag = {**by_tag, out.st.tag: by_tag[out.st.tag] - out.st.nbytes}
-        collected.append(T(Storage(tr, middle * out.st.nbytes, kind, out.st.tag), middle * out.n, out.dt))
-    ballast = tuple(Storage(tr, middle * b, kind, tag) for tag, b in by_tag.items() if b)
+        collected.append(T(s.storage(middle * out.st.nbytes, out.st.tag, kind), middle * out.n, out.dt))
+    ballast = tuple(s.storage(middle * b, tag, kind) for tag, b in by_tag.items() if b)
     last = state(carry)
     alias = T(last.st, last.n, last.dt)
     s.node("pass", (last,), (alias,), saved=ballast)  # freed when the backward reaches this node
@@ -163,11 +163,11 @@ def _run_checkpointed(
         if out.st.tag in tags:
             tags[out.st.tag] -= out.st.nbytes
         collected.append(
-            T(Storage(tr, middle * out.st.nbytes, out.st.kind, out.st.tag), middle * out.n, out.dt)
+            T(s.storage(middle * out.st.nbytes, out.st.tag, out.st.kind), middle * out.n, out.dt)
         )
     tag = max(tags, key=lambda k: tags[k]) if tags else s.region
     each = sum(b for b in tags.values() if b > 0) if held else 0
-    ballast = Storage(tr, middle * each, s.phase_kind, tag)
+    ballast = s.storage(middle * each, tag, s.phase_kind)
     last = state(carry)
     alias = T(last.st, last.n, last.dt)
     s.node("pass", (last,), (alias,), saved=(ballast,))

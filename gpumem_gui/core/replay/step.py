@@ -112,20 +112,15 @@ def simulate_step(
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _simulate_step(spec, cfg, optimizer, opts, hooks or TrainingHooks())
+        return run_step(Sim(hooks or TrainingHooks()), spec, cfg, optimizer, opts)
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _simulate_step(
-    spec: ModelSpec,
-    cfg: ReplayConfig,
-    optimizer: str,
-    opts: StepOptions,
-    hooks: TrainingHooks,
-) -> StepResult:
-    sim = Sim(hooks)
+def run_step(sim: Sim, spec: ModelSpec, cfg: ReplayConfig, optimizer: str, opts: StepOptions) -> StepResult:
+    """The step on ``sim`` (its hooks are the framework's; a tape's runtime records it: :mod:`.step_tape`)."""
+    hooks: TrainingHooks = sim.hooks  # type: ignore[assignment]
     tr = sim.tr
     # an encoder with its head (replay/encoder.py), an encoder-decoder (replay/seq2seq.py), a decoder
     kind = {"encoder": EncoderModel, "encoder-decoder": seq2seq_lm}.get(model_kinds(spec).model, CausalLM)

@@ -1,200 +1,36 @@
-"""Record a forward once, evaluate it for many (batch, tokens, past) points: the replay's op tape.
+"""Record a replay once, evaluate it for many (batch, tokens, past) points: the replay's op tape.
 
-An inference forward allocates and frees the same tensors in the same order for every batch size and sequence
-length of one structure; only the sizes change, and each size is a polynomial in the batch ``b``, the new
-tokens ``q`` and the cached tokens ``p`` (``b*q*h``, ``b*heads*q*(p+q)``, ...). :func:`record` runs the replay
-once with :class:`Sym` sizes: numbers that carry their polynomial and their value at the point being recorded.
-Every comparison the replay makes on a size (is the query a single token, does the key length reach the
-sliding window, which of two broadcast operands is larger) is answered from the value and kept as a *guard*.
-The result is a :class:`Tape`: the signed size polynomial, tag and place of every allocation and free, and the
-guards. A tape serves any point at which all its guards answer as they did when it was recorded (a tracing
-JIT's guards); :meth:`Tape.evaluate` is then a matrix product and a running sum instead of a replay.
+A forward (inference) or a training step allocates and frees the same tensors in the same order for every
+batch size and sequence length of one structure; only the sizes change, and each size is a polynomial in the
+batch ``b``, the new (or trained) tokens ``q`` and the cached tokens ``p`` (``b*q*h``, ``b*heads*q*(p+q)``,
+...). :func:`record` runs the replay once with :class:`~.sym.Sym` sizes: numbers that carry their polynomial
+and their value at the point being recorded. Every comparison the replay makes on a size (is the query a
+single token, does the key length reach the sliding window, which of two broadcast operands is larger, did an
+iteration leave the same bytes as the one before) is answered from the value and kept as a *guard*.
+
+The result is a :class:`Tape`: the signed size polynomial, kind, tag, place and phase of every allocation and
+free, and the guards. A tape serves any point at which all its guards answer as they did when it was recorded
+(a tracing JIT's guards); :meth:`Tape.evaluate` (the forward's peak over the whole tape) and
+:meth:`Tape.phase_peaks` (each phase's peak, as the tracker keeps them: :mod:`.tape_phases`) are then matrix
+products and running sums instead of a replay.
 """
 
 from __future__ import annotations
 
-import operator
+import threading
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from gpumem_gui.core.replay.autograd import Sim
-from gpumem_gui.core.replay.memory import Storage, Tracker
+from gpumem_gui.core.replay.sym import RECORDING, Mono, Sym, TapeUnsupported, guard_sign, poly, whole
+from gpumem_gui.core.replay.tape_phases import EXACT, PhaseAt, PhaseTable
+from gpumem_gui.core.replay.tape_runtime import ENTRY, TapeSim, TapeTracker
 
-Mono = tuple[int, int, int]  # exponents of (b, q, p)
-_OPS: dict[str, Callable[[Any, Any], bool]] = {
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-    "==": operator.eq,
-    "!=": operator.ne,
-}
-
-
-def _sign(guard: tuple[dict[Mono, float], str, bool], point: tuple[int, int, int]) -> int:
-    value = sum(c * point[0] ** m[0] * point[1] ** m[1] * point[2] ** m[2] for m, c in guard[0].items())
-    return (value > 0) - (value < 0)
-
-
-class TapeUnsupported(Exception):
-    """The replay did something a tape cannot express (a division that is not exact)."""
-
-
-class _Recording:
-    guards: list[tuple[dict[Mono, float], str, bool]] | None = None
-
-
-def _poly(x: Sym | int | float) -> dict[Mono, float]:
-    if isinstance(x, Sym):
-        return x.c
-    return {(0, 0, 0): x} if x else {}
-
-
-class Sym:
-    """A size as a polynomial in (b, q, p) with its value at the recorded point; comparisons become guards."""
-
-    __slots__ = ("c", "v")
-    __hash__ = None  # type: ignore[assignment]
-
-    def __init__(self, c: dict[Mono, float], v: float) -> None:
-        self.c = c
-        self.v = v
-
-    @staticmethod
-    def var(index: int, value: int) -> Sym:
-        mono = tuple(1 if i == index else 0 for i in range(3))
-        return Sym({mono: 1}, value)  # type: ignore[dict-item]
-
-    def _add(self, other: Any, sign: int) -> Sym:
-        if isinstance(other, Sym):
-            c = dict(self.c)
-            for k, v in other.c.items():
-                c[k] = c.get(k, 0) + sign * v
-            return Sym(c, self.v + sign * other.v)
-        if other == 0:
-            return self
-        c = dict(self.c)
-        c[(0, 0, 0)] = c.get((0, 0, 0), 0) + sign * other
-        return Sym(c, self.v + sign * other)
-
-    def __add__(self, other: Any) -> Sym:
-        return self._add(other, 1)
-
-    __radd__ = __add__
-
-    def __sub__(self, other: Any) -> Sym:
-        return self._add(other, -1)
-
-    def __rsub__(self, other: Any) -> Sym:
-        return (-self)._add(other, 1)
-
-    def __neg__(self) -> Sym:
-        return Sym({k: -v for k, v in self.c.items()}, -self.v)
-
-    def __mul__(self, other: Any) -> Sym:
-        if isinstance(other, Sym):
-            c: dict[Mono, float] = {}
-            for k1, v1 in self.c.items():
-                for k2, v2 in other.c.items():
-                    k = (k1[0] + k2[0], k1[1] + k2[1], k1[2] + k2[2])
-                    c[k] = c.get(k, 0) + v1 * v2
-            return Sym(c, self.v * other.v)
-        return Sym({k: v * other for k, v in self.c.items()}, self.v * other)
-
-    __rmul__ = __mul__
-
-    def __floordiv__(self, other: int) -> Sym:
-        if isinstance(other, Sym) or any(v % other for v in self.c.values()):
-            raise TapeUnsupported(f"inexact division of a size by {other!r}")
-        return Sym({k: v // other for k, v in self.c.items()}, self.v // other)
-
-    def __round__(self, ndigits: int | None = None) -> Sym:
-        return self  # sizes are rounded when a tape is evaluated
-
-    def _guard(self, other: Any, op: str) -> bool:
-        res = _OPS[op](self.v, other.v if isinstance(other, Sym) else other)
-        if _Recording.guards is not None:
-            diff = self._add(other, -1) if isinstance(other, Sym) or other else self
-            _Recording.guards.append((dict(diff.c), op, bool(res)))
-        return bool(res)
-
-    def __lt__(self, other: Any) -> bool:
-        return self._guard(other, "<")
-
-    def __le__(self, other: Any) -> bool:
-        return self._guard(other, "<=")
-
-    def __gt__(self, other: Any) -> bool:
-        return self._guard(other, ">")
-
-    def __ge__(self, other: Any) -> bool:
-        return self._guard(other, ">=")
-
-    def __eq__(self, other: object) -> bool:  # type: ignore[override]
-        return self._guard(other, "==")
-
-    def __ne__(self, other: object) -> bool:  # type: ignore[override]
-        return self._guard(other, "!=")
-
-    def __bool__(self) -> bool:
-        return self._guard(0, "!=")
-
-
-class TapeTracker(Tracker):
-    """A tracker that logs every allocation and free instead of following the peak."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.events: list[tuple[int, Sym | int, str, str]] = []  # (sign, size, tag, where)
-
-    def retag(self, st: Storage, kind: str, tag: str) -> None:
-        if _poly(st.nbytes):
-            self.events.append((-1, st.nbytes, st.tag, self.where))
-            self.events.append((1, st.nbytes, tag, self.where))
-        st.kind, st.tag = kind, tag
-
-
-class TapeStorage(Storage):
-    """A storage whose allocation, growth and free are logged on a :class:`TapeTracker`."""
-
-    __slots__ = ()
-
-    def __init__(self, tr: Tracker, nbytes: Any, kind: str, tag: str) -> None:
-        self.tr = tr
-        self.nbytes = nbytes
-        self.kind = kind
-        self.tag = tag
-        if _poly(nbytes):
-            tr.events.append((1, nbytes, tag, tr.where))  # type: ignore[attr-defined]
-
-    def grow(self, delta: Any) -> None:
-        self.nbytes = self.nbytes + delta
-        if _poly(delta):
-            self.tr.events.append((1, delta, self.tag, self.tr.where))  # type: ignore[attr-defined]
-
-    def __del__(self) -> None:
-        if _poly(self.nbytes):
-            self.tr.events.append((-1, self.nbytes, self.tag, self.tr.where))  # type: ignore[attr-defined]
-
-
-class TapeSim(Sim):
-    """The symbolic runtime with a tape instead of a peak tracker (gradients off: inference only)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.tr = TapeTracker()
-        self.grad_enabled = False
-
-    def storage(self, nbytes: Any, tag: str, kind: str | None = None) -> Storage:
-        return TapeStorage(self.tr, nbytes, kind or self.phase_kind, tag)
-
-    def new(self, n: Any, dt: str, tag: str | None = None) -> Any:
-        from gpumem_gui.core.replay.memory import DT_BYTES, T
-
-        return T(TapeStorage(self.tr, n * DT_BYTES[dt], self.phase_kind, tag or self.region), n, dt)
+__all__ = ["Sym", "Tape", "TapeCache", "TapeResult", "TapeSim", "TapeUnsupported", "record"]
 
 
 @dataclass(frozen=True)
@@ -208,80 +44,186 @@ class TapeResult:
 
 
 class Tape:
-    """Signed size polynomials of every event, their tags and places, the guards, and named polynomials."""
+    """Signed size polynomials of every event, their tags and places, the guards, and named polynomials;
+    ``phases``: also each phase's peak as the tracker keeps it (:class:`~.tape_phases.PhaseTable`)."""
 
     def __init__(
         self,
-        events: list[tuple[int, Sym | int, str, str]],
+        tr: TapeTracker,
         guards: list[tuple[dict[Mono, float], str, bool]],
+        congruences: list[tuple[dict[Mono, float], int, int]],
         named: dict[str, Sym | int],
-        point: tuple[int, int, int],
+        phases: bool = False,
     ) -> None:
-        monos = sorted(
-            {m for _, size, _, _ in events for m in _poly(size)}
-            | {m for g in guards for m in g[0]}
-            | {m for v in named.values() for m in _poly(v)}
-        )
-        index = {m: i for i, m in enumerate(monos)}
-        self.mono_exps = monos or [(0, 0, 0)]
-
-        def row(poly: dict[Mono, float], sign: int = 1) -> list[float]:
-            r = [0.0] * len(self.mono_exps)
-            for m, v in poly.items():
-                r[index[m]] = sign * v
-            return r
-
-        self.sizes = np.array([row(_poly(size), sign) for sign, size, _, _ in events] or [row({})])
-        self.tags = sorted({tag for _, _, tag, _ in events})
-        tag_index = {t: i for i, t in enumerate(self.tags)}
-        self.onehot = np.zeros((len(self.tags), len(events)))
-        for j, (_, _, tag, _) in enumerate(events):
-            self.onehot[tag_index[tag], j] = 1.0
-        self.where = [w for _, _, _, w in events]
+        monos = {m for e in tr.events for m in poly(e[1])} | {m for g in guards for m in g[0]}
+        monos |= {m for c in congruences for m in c[0]}
+        self.mono_exps = sorted(monos | {m for v in named.values() for m in poly(v)}) or [(0, 0, 0)]
+        self._index = {m: i for i, m in enumerate(self.mono_exps)}
         # a guard holds where its polynomial has the sign it had when recorded (every comparison is a function
-        # of that sign); repeated comparisons are kept once
-        unique = {tuple(row(g[0])): g for g in guards}
+        # of that sign; whole coefficients, the same sign); repeated comparisons are kept once
+        distinct = {(tuple(g[0].items()), g[1]): g for g in guards}.values()
+        unique = {tuple(self.row(whole(g[0])[0])): g for g in distinct}
         self.guard_rows = np.array(list(unique)) if unique else None
-        self.guard_signs = np.array([_sign(g, point) for g in unique.values()])
-        self.named = {k: np.array(row(_poly(v))) for k, v in named.items()}
+        self.guard_signs = np.array([guard_sign(g, RECORDING.point) for g in unique.values()])
+        # a congruence holds where its polynomial leaves the remainder it left (``x // d`` and ``x % d``)
+        self.congruences = list(
+            {(tuple(sorted(c.items())), d, r): (c, d, r) for c, d, r in congruences}.values()
+        )
+        self.named = {k: np.array(self.row(poly(v))) for k, v in named.items()}
+        wholes = [whole(poly(v)) for v in named.values()]  # each times its own denominator
+        self._whole = np.array([self.row(w) for w, _ in wholes]).reshape(len(wholes), len(self.mono_exps))
+        self._whole_abs = np.abs(self._whole)
+        self._dens = [den for _, den in wholes]
+        self.table = PhaseTable(tr, self.mono_exps) if phases else None
+        self.extra: Any = None  # what the recorded run knows beside its polynomials (the same at every point)
+        # a step's tape is read by phase (:meth:`phase_peaks`), a forward's over all of it (phase entries and
+        # empty storages carry no bytes)
+        events = [] if phases else [e for e in tr.events if e[2] != ENTRY and poly(e[1])]
+        self.sizes = np.array([self.row(poly(e[1]), e[0]) for e in events] or [self.row({})])
+        self.tags = sorted({e[3] for e in events})
+        self.event_tags = [e[3] for e in events]
+        self.where = [e[4] for e in events]
+
+    def row(self, c: dict[Mono, Any], sign: int = 1) -> list[float]:
+        """A polynomial as coefficients of the tape's monomials."""
+        r = [0.0] * len(self.mono_exps)
+        for m, v in c.items():
+            r[self._index[m]] = float(sign * v)
+        return r
 
     def monomials(self, point: tuple[int, int, int]) -> np.ndarray:
         """The tape's monomials of (b, q, p) at ``point``."""
         b, q, p = point
         return np.array([b**e0 * q**e1 * p**e2 for e0, e1, e2 in self.mono_exps], dtype=np.float64)
 
-    def admits(self, m: np.ndarray) -> bool:
-        """Whether every guard answers at the point of monomials ``m`` as when the tape was recorded."""
-        if self.guard_rows is None:
-            return True
-        return bool((np.sign(self.guard_rows @ m) == self.guard_signs).all())
+    def admits(self, m: np.ndarray, point: tuple[int, int, int]) -> bool:
+        """Whether every guard answers at ``point`` (monomials ``m``) as when the tape was recorded."""
+        if self.guard_rows is not None and not (np.sign(self.guard_rows @ m) == self.guard_signs).all():
+            return False
+        b, q, p = point
+        for c, d, r in self.congruences:  # in whole numbers: exact for any point
+            x = sum(Fraction(v) * b**e0 * q**e1 * p**e2 for (e0, e1, e2), v in c.items())
+            if x.denominator != 1 or x.numerator % d != r:
+                return False
+        return True
 
     def evaluate(self, m: np.ndarray) -> TapeResult:
-        """The tape at the point of monomials ``m``."""
+        """The tape at the point of monomials ``m``: the highest live bytes over all of it (a forward)."""
         signed = np.rint(self.sizes @ m)
         level = np.cumsum(signed)
         at = int(np.argmax(level))
-        by_tag = self.onehot[:, : at + 1] @ signed[: at + 1]
+        tag_index = {t: i for i, t in enumerate(self.tags)}
+        by_tag = np.bincount(
+            [tag_index[t] for t in self.event_tags[: at + 1]], signed[: at + 1], len(self.tags)
+        )
         return TapeResult(
             peak=int(level[at]),
             where=self.where[at],
             by_tag={t: int(v) for t, v in zip(self.tags, by_tag, strict=True)},
-            values={k: int(np.rint(v @ m)) for k, v in self.named.items()},
+            values=self.values(m),
         )
+
+    def phase_peaks(self, m: np.ndarray, only: tuple[str, ...]) -> dict[str, PhaseAt]:
+        """The peaks of the phases ``only`` at the point of monomials ``m`` (a tape recorded with phases)."""
+        assert self.table is not None, "a tape recorded without phases"
+        return self.table.peaks(m, only)
+
+    def values(self, m: np.ndarray) -> dict[str, int]:
+        """The named polynomials at the point of monomials ``m`` (rounded)."""
+        return {k: int(np.rint(v @ m)) for k, v in self.named.items()}
+
+    def exact_values(self, m: np.ndarray) -> dict[str, int]:
+        """The named polynomials at the point of monomials ``m``, to the byte (:class:`TapeUnsupported` where
+        one is not a whole number, or past float64's exact range)."""
+        if (self._whole_abs @ m >= EXACT).any():
+            raise TapeUnsupported("a byte count past float64's exact range")
+        out = {}
+        for k, x, den in zip(self.named, (self._whole @ m).tolist(), self._dens, strict=True):
+            if int(x) % den:
+                raise TapeUnsupported(f"{k}: not a whole number of bytes at this point")
+            out[k] = int(x) // den
+        return out
 
 
 def record(
-    run: Callable[[TapeSim, Sym, Sym, Sym], dict[str, Sym | int]], point: tuple[int, int, int]
+    run: Callable[[TapeSim, Sym, Sym, Sym], dict[str, Sym | int]],
+    point: tuple[int, int, int],
+    sim: Callable[[], TapeSim] = TapeSim,
+    phases: bool = False,
 ) -> Tape:
     """Run ``run(sim, b, q, p)`` with symbolic sizes valued at ``point``; what it returns is kept as named
-    polynomials (e.g. the cache bytes at the end)."""
+    polynomials (e.g. the cache bytes at the end). ``sim`` makes the runtime (a training step's: with its
+    framework's hooks and gradients on); ``phases``: keep each phase's peak (:meth:`Tape.phase_peaks`), to
+    the byte (a rounded size must be whole)."""
     b, q, p = (Sym.var(i, v) for i, v in enumerate(point))
-    _Recording.guards = guards = []
+    RECORDING.guards = guards = []
+    RECORDING.congruences = congruences = []
+    RECORDING.point = point
+    RECORDING.whole = phases
     try:
-        sim = TapeSim()
-        named = run(sim, b, q, p)
-        events = sim.tr.events  # type: ignore[attr-defined]
-        del sim
+        s = sim()
+        named = run(s, b, q, p)
+        tr = s.tr
+        del s
+        return Tape(tr, guards, congruences, named, phases)  # type: ignore[arg-type]
     finally:
-        _Recording.guards = None
-    return Tape(events, guards, named, point)
+        RECORDING.guards = None
+        RECORDING.congruences = None
+        RECORDING.whole = False
+
+
+class TapeCache:
+    """Tapes by key (a model and everything of its run but the point), several per key (one per structure
+    the guards tell apart, the ``per_key`` most recent), the ``keys`` most recently used keys; and counts of
+    what happened to the points of each of the last ``16 * keys`` keys (for its caller's policy). Safe to
+    share between threads (the window's estimate and its background fit); recording is outside the lock."""
+
+    def __init__(self, keys: int, per_key: int) -> None:
+        self.keys = keys
+        self.per_key = per_key
+        self._tapes: OrderedDict[Any, list[Tape]] = OrderedDict()
+        self._counts: OrderedDict[Any, Counter[str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def find(self, key: Any, point: tuple[int, int, int]) -> tuple[Tape, np.ndarray] | None:
+        """A tape of ``key`` whose guards admit ``point`` and the point's monomials, else None."""
+        with self._lock:
+            tapes = self._tapes.get(key)
+            if tapes is None:
+                return None
+            self._tapes.move_to_end(key)
+            tapes = list(tapes)
+        for tape in tapes:
+            m = tape.monomials(point)
+            if tape.admits(m, point):
+                return tape, m
+        return None
+
+    def find_any(self, key: Any) -> bool:
+        """Whether ``key`` has a tape (for some structure)."""
+        return key in self._tapes
+
+    def count(self, key: Any, what: str, add: int = 0) -> int:
+        """How many points of ``key`` went ``what`` way (after adding ``add``)."""
+        with self._lock:
+            counts = self._counts.pop(key, None) or Counter()
+            counts[what] += add
+            self._counts[key] = counts
+            if len(self._counts) > 16 * self.keys:
+                self._counts.popitem(last=False)
+            return counts[what]
+
+    def add(self, key: Any, tape: Tape) -> None:
+        """Keep ``tape`` under ``key``."""
+        with self._lock:
+            tapes = self._tapes.setdefault(key, [])
+            self._tapes.move_to_end(key)
+            tapes.insert(0, tape)
+            del tapes[self.per_key :]
+            if len(self._tapes) > self.keys:
+                self._tapes.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._tapes.clear()
+            self._counts.clear()

@@ -74,7 +74,14 @@ def _attn_tp(run: InferenceRun) -> int:
 def _warnings(spec: ModelSpec, run: InferenceRun, pool: Pool, dyn: int, context_len: int) -> list[str]:
     out: list[str] = state_warnings(run, pool.mamba)
     no_state = pool.mamba is not None and pool.mamba.slots <= 0  # refused by the state pool (its warning)
-    if pool.capacity and pool.tokens <= 0 and not no_state:
+    if pool.capacity and pool.tokens <= 0 and not no_state and pool.fraction <= 0:
+        out.append(
+            f'mem_fraction_static: SGLang would refuse to start ("Not enough memory"): its default for this '
+            f"GPU comes out at {pool.fraction:g}, the reserve it keeps for activations and CUDA graphs "
+            "being larger than the GPU (lower chunked_prefill_size or cuda_graph_max_bs, or set "
+            "mem_fraction_static)"
+        )
+    elif pool.capacity and pool.tokens <= 0 and not no_state:
         out.append(
             f'mem_fraction_static: SGLang would refuse to start ("Not enough memory"): the weights take more '
             f"than {pool.fraction:g} of the free memory, leaving no KV pool; raise mem_fraction_static"

@@ -306,7 +306,7 @@ class Fsdp2Hooks(TrainingHooks):
             out = None  # copied to the CPU, or added into the existing sharded gradient
         else:
             if self._zero is None:
-                self._zero = Storage(sim.tr, 0, "grad", "gradients")
+                self._zero = sim.storage(0, "gradients", "grad")
             for p in unit.trainable:
                 p.grad = self._zero
             first.grad = out

@@ -11,6 +11,7 @@ from math import ceil
 from gpumem_gui.core.formats import weight_bytes
 from gpumem_gui.core.replay.config import ReplayConfig
 from gpumem_gui.core.replay.step import StepOptions, StepResult, simulate_step
+from gpumem_gui.core.replay.step_tape import simulate_step_taped
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, rank_spec, stage_layers, weighted_chunk_layers
 from gpumem_gui.core.training.buckets import BucketHooks, WholeParams, ZeroHooks
@@ -149,10 +150,26 @@ def simulate_rank(
     return res, cfg, rspec
 
 
+def _taped_rank(
+    spec: ModelSpec, run: TrainingRun, stage: int, dp_rank: int | None
+) -> tuple[StepResult, ReplayConfig, ModelSpec]:
+    """:func:`simulate_rank` from the step's tape (:mod:`gpumem_gui.core.replay.step_tape`): one per model
+    and run shape, the run's ``batch`` and ``seq`` being the point (``seq`` as the tokens a rank trains);
+    more than two micro-batches only repeat the second (the step replays ``min(grad_accum, 2)``, FSDP's
+    pipelined units the same: frameworks/fsdp.py), so they share its tape."""
+    cfg, rspec = step_config(spec, run, stage)
+    shape = {"batch": 1, "seq": 1, "grad_accum": min(run.grad_accum, 2)}
+    key = (spec, run.model_copy(update=shape), stage, dp_rank)
+    opts = step_options(run, dp_rank)
+    res = simulate_step_taped(key, rspec, cfg, run.optimizer, opts, lambda: sharding_hooks(run))
+    return res, cfg, rspec
+
+
 def simulate(
     spec: ModelSpec, run: TrainingRun, stage: int, dp_rank: int | None = None
 ) -> tuple[StepResult, ReplayConfig, ModelSpec]:
-    """:func:`simulate_rank`, cached per (spec, run, stage, dp_rank) when the spec is hashable."""
+    """:func:`simulate_rank`, cached per (spec, run, stage, dp_rank) when the spec is hashable, and a new
+    point of a known model and run shape read off the step's tape."""
     try:
         hash(spec)
     except TypeError:  # a spec with an unhashable field: simulate without the cache
@@ -164,4 +181,4 @@ def simulate(
 def _simulate_cached(
     spec: ModelSpec, run: TrainingRun, stage: int, dp_rank: int | None
 ) -> tuple[StepResult, ReplayConfig, ModelSpec]:
-    return simulate_rank(spec, run, stage, dp_rank=dp_rank)
+    return _taped_rank(spec, run, stage, dp_rank)

@@ -1,0 +1,171 @@
+"""Each phase's peak from a tape, exactly as the tracker keeps it (:class:`~.memory.Tracker`).
+
+The tracker compares the live bytes with the current phase's peak at two kinds of moment only: a storage
+is allocated or grows (``Storage.__init__``, ``Storage.grow``), and a phase is entered (``start_phase``:
+the level on entry, for a phase met again the higher of the two); a new peak must be strictly higher, so
+the peak is the *first* of the highest levels at those moments, and what was live by kind and tag is the
+running sum up to it. A :class:`PhaseTable` keeps, per phase, the level polynomials of those moments (the
+running sum of the signed event sizes) and evaluates them at a point: a matrix product and an ``argmax``
+per phase, then the bytes by kind and tag summed up to the chosen event (from a checkpoint of the running
+sums every ``_EVERY`` events). A moment directly followed, in the same phase, by an allocation that is
+positive at every point (non-negative coefficients, one of them on a monomial without ``p``, which is at
+least 1) can never be the first highest and is left out.
+
+To the byte: sizes are kept times the least common denominator of their coefficients (a size ``(x - r) /
+d`` of a division the congruence guards pin, or a float factor); a point must make every size with a
+fraction a whole number of bytes (else the replay would have rounded it: :class:`~.sym.TapeUnsupported`,
+and the caller replays) and keep every sum below 2**53 (float64 adds whole numbers exactly up to there;
+checked per point against the sum of all coefficients' magnitudes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from math import lcm
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpumem_gui.core.replay.memory import KINDS
+from gpumem_gui.core.replay.sym import Mono, TapeUnsupported, poly
+
+if TYPE_CHECKING:
+    from gpumem_gui.core.replay.tape import TapeTracker
+
+_EVERY = 256  # events between two checkpoints of the running bytes by kind and tag (definition: a trade-off)
+_MAX_DEN = 1 << 16  # a larger common denominator comes from a float factor, not a division (definition)
+EXACT = float(1 << 53)  # float64 holds every whole number below this (IEEE 754 binary64: 53-bit significand)
+
+
+@dataclass(frozen=True)
+class PhaseAt:
+    """One phase's peak at a point: total bytes, bytes by kind and by tag, where it happened (the tracker's
+    ``peaks[phase]``)."""
+
+    total: int
+    by_kind: dict[str, int]
+    by_tag: dict[str, int]
+    where: str
+
+
+class PhaseTable:
+    """Per phase, the levels where the tracker looks for a peak, and the running bytes by kind and tag."""
+
+    def __init__(self, tr: TapeTracker, monos: list[Mono]) -> None:
+        events = tr.events
+        self.sizes, self.den, frac = _sizes(events, monos)
+        fractional = {tuple(self.sizes[i]): None for i in frac}  # each such row once
+        self.fractional = np.array(list(fractional)) if fractional else None
+        self.bound = np.abs(self.sizes).sum(axis=0)
+        level = np.cumsum(self.sizes, axis=0)
+        self.where = [e[4] for e in events]
+        self.phases: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        no_p = np.array([1.0 if mono[2] == 0 else 0.0 for mono in monos])
+        for name, idx in _moments(events, self.sizes, no_p).items():
+            self.phases[name] = (idx, level[idx])
+        self._classes(events)
+        self.seen = list(tr.seen.items())
+
+    def _classes(self, events: list[Any]) -> None:
+        """(kind, tag) of every event, and the running bytes of each at every ``_EVERY``-th event."""
+        classes: dict[tuple[str, str], int] = {}
+        cls = np.array([classes.setdefault((e[2], e[3]), len(classes)) for e in events], dtype=np.int64)
+        self.cls = cls
+        self.n_cls = len(classes)
+        keys = list(classes)
+        self.kind_of = np.array([KINDS.index(k) if k in KINDS else len(KINDS) for k, _ in keys], np.int64)
+        tags = list(dict.fromkeys(t for _, t in keys))
+        self.tag_names = tags
+        self.tag_of = np.array([tags.index(t) for _, t in keys], dtype=np.int64)
+        n = len(events)
+        width = self.sizes.shape[1]
+        ck = np.zeros((n // _EVERY + 1, self.n_cls, width))
+        run = np.zeros((self.n_cls, width))
+        for k in range(n // _EVERY + 1):
+            ck[k] = run
+            lo, hi = k * _EVERY, min((k + 1) * _EVERY, n)
+            if lo < hi:
+                np.add.at(run, cls[lo:hi], self.sizes[lo:hi])
+        self.checkpoints = ck
+
+    def peaks(self, m: np.ndarray, only: tuple[str, ...]) -> dict[str, PhaseAt]:
+        """The peaks of the phases ``only`` that were entered at the point of monomials ``m``, in the order
+        they were first entered."""
+        if float(self.bound @ m) >= EXACT:
+            raise TapeUnsupported("a point whose byte sums pass 2**53 (float64 is no longer exact)")
+        if self.fractional is not None and np.fmod(self.fractional @ m, self.den).any():
+            raise TapeUnsupported("a size that is not a whole number of bytes at this point")
+        out: dict[str, PhaseAt] = {}
+        for name, (idx, levels) in self.phases.items():
+            if name not in only:
+                continue
+            lv = levels @ m
+            j = int(np.argmax(lv))
+            out[name] = self._at(int(idx[j]), int(lv[j]) // self.den, m)
+        return out
+
+    def _at(self, at: int, total: int, m: np.ndarray) -> PhaseAt:
+        k = (at + 1) // _EVERY
+        lo = k * _EVERY
+        by_cls = self.checkpoints[k] @ m
+        if lo <= at:
+            by_cls = by_cls + np.bincount(self.cls[lo : at + 1], self.sizes[lo : at + 1] @ m, self.n_cls)
+        kinds = np.bincount(self.kind_of, by_cls, len(KINDS) + 1)
+        tags = np.bincount(self.tag_of, by_cls, len(self.tag_names))
+        den = self.den
+        tag_bytes = {t: int(v) // den for t, v in zip(self.tag_names, tags, strict=True)}
+        return PhaseAt(
+            total=total,
+            by_kind={k: int(v) // den for k, v in zip(KINDS, kinds, strict=False)},
+            by_tag={t: tag_bytes.get(t, 0) for t, pos in self.seen if pos <= at},
+            where=self.where[at],
+        )
+
+
+def _moments(events: list[Any], sizes: np.ndarray, no_p: np.ndarray) -> dict[str, np.ndarray]:
+    """Per phase (in order of first entry), the events at which the tracker compares with the peak, less
+    those an always-positive allocation right after in the same phase outdoes (``no_p``: 1 on the monomials
+    without the cached tokens ``p``, at least 1 at every point)."""
+    positive = (sizes >= 0).all(axis=1) & ((sizes * no_p) > 0).any(axis=1)
+    out: dict[str, list[int]] = {}
+    n = len(events)
+    for i, e in enumerate(events):
+        if not e[6]:
+            continue
+        nxt = events[i + 1] if i + 1 < n else None
+        if nxt is not None and nxt[6] and nxt[5] == e[5] and positive[i + 1]:
+            continue
+        out.setdefault(e[5], []).append(i)
+    return {k: np.array(v, dtype=np.int64) for k, v in out.items()}
+
+
+def _sizes(events: list[Any], monos: list[Mono]) -> tuple[np.ndarray, int, list[int]]:
+    """The signed sizes of ``events`` as rows over ``monos``, times the least common denominator of their
+    coefficients (returned), and the events whose size has a fraction."""
+    index = {m: i for i, m in enumerate(monos)}
+    const = index.get((0, 0, 0), -1)
+    rows, cols, vals, frac = [], [], [], []
+    den = 1
+    for i, e in enumerate(events):
+        size = e[1]
+        if type(size) is int:
+            if size:
+                rows.append(i)
+                cols.append(const)
+                vals.append(e[0] * size)
+            continue
+        for mono, c in poly(size).items():
+            rows.append(i)
+            cols.append(index[mono])
+            vals.append(e[0] * c)
+            if type(c) is not int:
+                den = lcm(den, Fraction(c).denominator)
+                frac.append(i)
+    if den > _MAX_DEN:
+        raise TapeUnsupported(f"sizes with fractions of 1/{den} (a float factor)")
+    sizes = np.zeros((len(events), len(monos)))
+    if den > 1:
+        vals = [int(Fraction(v) * den) for v in vals]
+    sizes[rows, cols] = vals
+    return sizes, den, frac
