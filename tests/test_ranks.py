@@ -9,6 +9,7 @@ import pytest
 from gpumem_gui.cli import main
 from gpumem_gui.core.readers.hf_config import load_config_file
 from gpumem_gui.core.results.estimate import Phase
+from gpumem_gui.core.results.nontorch import NonTorch
 from gpumem_gui.core.results.overheads import stage_share
 from gpumem_gui.core.training import estimate_training, make_training_run
 from gpumem_gui.core.training.rank import simulate_rank
@@ -44,7 +45,7 @@ def test_each_class_has_its_own_peak_phase_and_components() -> None:
     keys1 = {c.key for c in last.components}
     assert "pipeline_inflight" in keys0 and "pipeline_inflight" not in keys1
     assert first.peak_bytes != last.peak_bytes
-    overheads = {"cuda_context", "workspace", "allocator_reserve"}
+    overheads = {"cuda_context", "workspace", "nccl_buffers", "allocator_reserve"}
     for r in est.ranks:
         assert r.peak_bytes == sum(c.bytes for c in r.components if c.key not in overheads)
         assert r.total_bytes == sum(c.bytes for c in r.components)
@@ -84,7 +85,7 @@ def test_offload_per_stage_adds_up_to_the_run_fact() -> None:
 def test_a_data_parallel_class_names_its_rank() -> None:
     """A framework whose DP ranks differ (torch ZeRO-1) hands one replay per DP class."""
     phase = Phase(name="backward", peak_bytes=100 << 20, components=())
-    share = stage_share(0, 1, phase, 0, 500)
+    share = stage_share(0, 1, phase, 0, NonTorch(context_mib=500))
     run = make_training_run(dp=8, zero=1)
     (big,) = rank_classes(run, [RankReplay(0, share, {"backward": phase}, dp_ranks=(3,))])
     assert big.key == "pp0-dp3" and big.dp_ranks == (3,) and big.gpus == 1 and big.decides

@@ -141,6 +141,9 @@ def test_gpu_compare_maps_each_real_gpu_figure_to_ours(gpu_compare) -> None:  # 
         assert r["slack_ours"] == r["reserved_ours"] - r["peak"] > 0
     text = "\n".join(gpu_compare.render(doc))
     assert "NVIDIA H200" in text and "failed: OOM" in text
+    # sized for the measured GPU: gpu_check.py records its compute capability (an A100: Ampere's context)
+    ampere = gpu_compare.rows({**doc, "compute_capability": "8.0"})
+    assert ampere[0]["context_ours"] == 256 << 20 and rows[0]["context_ours"] == 389 << 20
     assert "CUDA context: measured 540 MiB" in text
     assert "median |error|" in text
 

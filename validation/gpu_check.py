@@ -151,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.zeros(1, device="cuda")
         torch.cuda.synchronize()
         result["gpu"] = torch.cuda.get_device_name(0)
+        # the generation gpumem sizes the CUDA context and cuBLAS workspaces by (gpu_compare.py: gpu_arch)
+        result["compute_capability"] = "{}.{}".format(*torch.cuda.get_device_capability(0))
         result["total_bytes"] = torch.cuda.get_device_properties(0).total_memory
         result["nvml_used_before_cuda"] = before
         result["context_bytes"] = (nvml_used(0) or 0) - (before or 0)

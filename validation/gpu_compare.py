@@ -7,8 +7,9 @@ table; keep the JSON in ``validation/gpu_results/`` and ``make validate`` adds t
 Which of our numbers stands for each measurement (as for the published training points):
 
 * ``torch.cuda.max_memory_allocated`` ↔ ``peak_bytes`` (live tensors at the peak);
-* ``torch.cuda.max_memory_reserved`` ↔ ``total_bytes − cuda_context`` (peak + cuBLAS workspace + allocator
-  reserve: the caching allocator holds the workspaces too, never the context);
+* ``torch.cuda.max_memory_reserved`` ↔ ``total_bytes − cuda_context − nccl_buffers`` (peak + cuBLAS
+  workspace + allocator reserve: the caching allocator holds the workspaces too, never the context or NCCL's
+  buffers);
 * NVML used memory of the device ↔ ``total_bytes`` (everything the process holds, context included);
 * the CUDA context (NVML used after ``torch.zeros(1, device="cuda")`` minus before) ↔ our ``cuda_context``
   term; reserved − allocated ↔ our ``workspace + allocator_reserve``. These two rows are the calibration.
@@ -28,6 +29,7 @@ sys.path.insert(0, str(REPO))
 from gpumem_gui.core.readers.hf_config import load_config_file  # noqa: E402
 from gpumem_gui.core.reference_points import training_run_for_point  # noqa: E402
 from gpumem_gui.core.results.estimate import Estimate  # noqa: E402
+from gpumem_gui.core.results.nontorch import arch_of, outside_allocator_bytes  # noqa: E402
 from gpumem_gui.core.runtimes.inference import estimate_inference, make_run  # noqa: E402
 from gpumem_gui.core.training import estimate_training  # noqa: E402
 from gpumem_gui.core.units import GiB, MiB  # noqa: E402
@@ -36,20 +38,29 @@ CONFIGS = REPO / "tests" / "reference" / "configs"
 RESULTS = Path(__file__).resolve().parent / "gpu_results"
 
 
-def estimate_point(p: dict, configs: Path = CONFIGS) -> Estimate:
-    """Our estimate for one ``gpu_check.py`` point (its setups mirror the reference grid's modes)."""
+def estimate_point(p: dict, configs: Path = CONFIGS, gpu_arch: str = "auto") -> Estimate:
+    """Our estimate for one ``gpu_check.py`` point (its setups mirror the reference grid's modes), sized for
+    the measured GPU's generation ``gpu_arch``."""
     spec = load_config_file(configs / f"{p['config']}.json")
     if p["mode"].startswith(("train", "lora")):
         run = training_run_for_point({**p, "attn_implementation": "sdpa"})
-        return estimate_training(spec, run)
+        return estimate_training(spec, run.model_copy(update={"gpu_arch": gpu_arch}))
     run = make_run(
         batch=p["batch"],
         seq=p["seq"],
         new_tokens=p.get("new_tokens", 0),
         logits=p.get("logits", "last"),
         attn="sdpa",
+        gpu_arch=gpu_arch,
     )
     return estimate_inference(spec, run)
+
+
+def doc_arch(doc: dict) -> str:
+    """The measured GPU's generation from the compute capability gpu_check.py records (auto: not recorded,
+    as in results made before it recorded one)."""
+    cc = doc.get("compute_capability")
+    return (arch_of(cc) or "auto") if cc else "auto"
 
 
 def _err(ours: int, real: int | None) -> float | None:
@@ -66,10 +77,10 @@ def rows(doc: dict, configs: Path = CONFIGS) -> list[dict]:
         if "error" in p:
             out.append({"setup": setup, "error": p["error"]})
             continue
-        est = estimate_point(p, configs)
+        est = estimate_point(p, configs, doc_arch(doc))
         ctx = est.component("cuda_context")
         ctx_bytes = ctx.bytes if ctx else 0
-        reserved_ours = est.total_bytes - ctx_bytes
+        reserved_ours = est.total_bytes - outside_allocator_bytes(est.components)  # context, NCCL buffers
         out.append(
             {
                 "setup": setup,
@@ -105,8 +116,8 @@ def render(doc: dict, configs: Path = CONFIGS, title_level: str = "###") -> list
         f"{title_level} {doc.get('gpu', 'unknown GPU')} (torch {doc['versions']['torch']}, "
         f"transformers {doc['versions']['transformers']})",
         "",
-        "| setup | allocated | ours peak | err | reserved | ours (total − context) | err | NVML used | "
-        "ours total | err |",
+        "| setup | allocated | ours peak | err | reserved | ours (total − context − NCCL) | err | "
+        "NVML used | ours total | err |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rs:

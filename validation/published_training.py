@@ -32,6 +32,7 @@ if str(REPO) not in sys.path:
 from gpumem_gui.core.errors import GpumemError  # noqa: E402
 from gpumem_gui.core.readers.loader import load_model  # noqa: E402
 from gpumem_gui.core.results.estimate import Estimate  # noqa: E402
+from gpumem_gui.core.results.nontorch import outside_allocator_bytes  # noqa: E402
 from gpumem_gui.core.spec.model import ModelSpec  # noqa: E402
 from gpumem_gui.core.training import TrainingRun, estimate_training, make_training_run  # noqa: E402
 
@@ -54,8 +55,8 @@ OURS_TEXT = {
     "allocated": "peak_bytes (live tensors at the peak)",
     "active": "peak_bytes (live tensors at the peak)",
     "unclear": "peak_bytes (the source does not name its statistic)",
-    "reserved": "total_bytes − cuda_context (peak + workspace + allocator reserve)",
-    "nvidia-smi": "total_bytes (peak + CUDA context + workspace + allocator reserve)",
+    "reserved": "total_bytes − cuda_context − nccl_buffers (peak + workspace + allocator reserve)",
+    "nvidia-smi": "total_bytes (peak + CUDA context + workspace + NCCL buffers + allocator reserve)",
 }
 REQUIRED = (
     "id", "group", "source", "quote", "model", "setup", "measured", "run", "unmodelled", "setup_known",
@@ -138,9 +139,8 @@ class Outcome:
 
 def ours_for(kind: str, est: Estimate) -> int:
     """Our number for a published figure of ``kind`` (see the module docstring)."""
-    ctx = est.component("cuda_context")
-    if kind == "reserved":
-        return est.total_bytes - (ctx.bytes if ctx is not None else 0)
+    if kind == "reserved":  # the context and NCCL's buffers lie outside the caching allocator
+        return est.total_bytes - outside_allocator_bytes(est.components)
     if kind == "nvidia-smi":
         return est.total_bytes
     return est.peak_bytes
@@ -187,7 +187,10 @@ def reason(p: dict[str, Any], o: Outcome, ignored: list[str]) -> str:
     if o.kind == "unclear" and o.reserved_bytes is not None:
         parts.append(f"if the figure is reserved, ours is {_gib(o.reserved_bytes)} GiB")
     if o.kind in ("nvidia-smi",):
-        parts.append("nvidia-smi also holds NCCL buffers and non-torch memory gpumem does not count")
+        parts.append(
+            "nvidia-smi also holds kernels loaded after the idle CUDA context and NCCL's tree / NVLS "
+            "buffers, which gpumem does not count"
+        )
     if ignored:
         parts.append("ours does not change with " + ", ".join(ignored))
     unm = [u["what"] for u in p["unmodelled"]]

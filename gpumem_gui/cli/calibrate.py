@@ -27,6 +27,7 @@ from gpumem_gui.core import (
     calibration_note,
     estimate_any,
     short,
+    with_target_arch,
 )
 
 SCHEMA = "gpumem.calibrations/1"
@@ -86,7 +87,7 @@ def _run_estimate(args: argparse.Namespace) -> tuple[Any, str, str]:
         engine = str(run_fields_given(args).get("engine", "transformers"))
         return None, engine if args.mode == "inference" else "transformers", args.mode
     m = loaded_spec(args.model, args)
-    run = run_from_args(args, m)
+    run = with_target_arch(run_from_args(args, m), args.gpu)  # sized for the GPU measured on
     est = estimate_any(m.spec, run, None, m.weights)
     if not calibration_applies(est):
         raise GpumemInputError(

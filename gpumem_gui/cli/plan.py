@@ -17,6 +17,7 @@ from gpumem_gui.core import (
     maxima_phrases,
     run_fields,
     runtime,
+    with_target_arch,
 )
 
 
@@ -106,7 +107,9 @@ def _print_ranks(est: Any) -> None:
 def cmd_estimate(args: argparse.Namespace) -> int:
     m, run, imported = model_and_run(args)
     target, note = calibrated_target(target_from_args(args), run, args)
-    est = _estimate(m, run, target.capacity_bytes if target else None)
+    # sized for the catalog GPU's generation (gpu_arch auto); the document keeps the run as given, as the
+    # window's export does
+    est = _estimate(m, with_target_arch(run, target), target.capacity_bytes if target else None)
     est = target.calibrated(est) if target else est
     if args.json:
         doc = estimate_json(m, run, est)
@@ -142,6 +145,7 @@ def _estimate(m: LoadedModel, run: Any, capacity: int | None) -> Any:
 def _fit(m: LoadedModel, run: Any, target: Any, args: argparse.Namespace) -> Any:
     from gpumem_gui.core import InferenceRun, fit_report, fit_training
 
+    run = with_target_arch(run, target)
     if not isinstance(run, InferenceRun):
         return fit_training(m.spec, run, target, margin=args.margin_mib << 20)
 
@@ -252,6 +256,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     target, note = calibrated_target(target_from_args(args), base, args)
     if note and not (args.json or args.csv):
         _print_note(note)
+    base = with_target_arch(base, target)
     xs = evenly_spaced(args.start, args.stop, args.steps)
     with sweep_progress(base, len(xs), quiet=args.json or args.csv) as progress:
         margin = args.margin_mib << 20

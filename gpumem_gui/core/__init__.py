@@ -75,7 +75,13 @@ from gpumem_gui.core.fit.sweep import (
     evenly_spaced,
     sweep,
 )
-from gpumem_gui.core.fit.targets import MAX_GPUS, catalog_target, gpu_target_from_text, parse_capacity
+from gpumem_gui.core.fit.targets import (
+    MAX_GPUS,
+    catalog_target,
+    gpu_target_from_text,
+    parse_capacity,
+    with_target_arch,
+)
 from gpumem_gui.core.fit.tracked import CATEGORIES, traced_categories, tracked_breakdown
 from gpumem_gui.core.fit.training import fit_training
 from gpumem_gui.core.formats import (
@@ -325,4 +331,5 @@ __all__ = [
     "verdicts",
     "weight_bytes",
     "with_head",
+    "with_target_arch",
 ]

@@ -200,13 +200,53 @@ ATTN_CHOICES: tuple[tuple[str, Any], ...] = (
 )
 
 CudaContextMiB = Annotated[
-    int,
+    int | None,
     Field(ge=0, le=1 << 16),
     UI(
         "CUDA context",
         "Overheads",
-        "memory the CUDA context takes per process (~300-600 MiB on recent drivers)",
+        "memory the CUDA context takes per process; by GPU: the published idle-process figure of the run's "
+        "GPU generation (gpu_arch; core/results/nontorch.py CONTEXT_MIB)",
         unit=" MiB",
         step=50,
+        special="by GPU",
+        none=-1,
+    ),
+]
+
+# NVIDIA GPU generations the non-torch memory model knows (core/results/nontorch.py sizes them; arch_of maps a
+# compute capability onto them)
+GpuArch = Literal["volta", "turing", "ampere", "ada", "hopper", "blackwell"]
+GPU_ARCHS: tuple[GpuArch, ...] = get_args(GpuArch)
+
+GpuArchField = Annotated[
+    Literal[("auto", *GPU_ARCHS)],  # type: ignore[valid-type]  # auto + the generations, written once
+    UI(
+        "GPU generation",
+        "Overheads",
+        "the GPU generation the non-torch memory is sized for (CUDA context, cuBLAS workspace size); auto: "
+        "the target GPU's (--gpu with a catalog GPU), else Hopper",
+        choices=(("auto", "auto"), *((a.capitalize(), a) for a in GPU_ARCHS)),
+        engines=("transformers", "llama.cpp", "ollama"),  # vLLM and SGLang size their own non-torch memory
+    ),
+]
+
+# NCCL's channel count on 8 x H100 (AWS p5.48xlarge, NVLink): "24 coll channels, 24 collnet channels, 16 nvls
+# channels, 32 p2p channels, 32 p2p channels per peer" (NCCL INFO init lines in public GitHub logs, gpumem
+# search index find_string ids 60242986175, 60634730066, 60737580088); over PCIe NCCL uses far fewer ("2 coll
+# channels, 2 p2p channels, 1 p2p channels per peer", id 31276347573): the run field nccl_channels
+DEFAULT_NCCL_CHANNELS = 24
+NcclChannels = Annotated[
+    int,
+    Field(
+        DEFAULT_NCCL_CHANNELS, ge=1, le=64
+    ),  # NCCL src/include/device.h MAXCHANNELS: 64 in current releases (32 before)
+    UI(
+        "NCCL channels",
+        "Overheads",
+        "NCCL's collective channels (NCCL_DEBUG=INFO prints 'N coll channels'): each connects its ring with "
+        "~12 MiB of buffers per communicator; 24 on 8 x H100 NVLink, 2 over PCIe",
+        engines=("transformers",),  # tensor parallelism under torchrun (runtimes/transformers.py)
+        step=1,
     ),
 ]

@@ -33,6 +33,7 @@ from gpumem_gui.core import (
     fmt_bytes,
     sweep,
     verdicts,
+    with_target_arch,
 )
 from gpumem_gui.hardware.snapshot import GpuDevice, GpuSnapshot
 from gpumem_gui.ui.target_form import GpuChoice, ResolvedTarget, resolve_target
@@ -188,10 +189,12 @@ def resolve_for(
     unit: SizeUnit,
     cluster: GpuSnapshot | None = None,
     calibrations: tuple[Calibration, ...] = (),
-) -> tuple[ResolvedTarget | None, str | None]:
+) -> tuple[ResolvedTarget | None, str | None, AnyRun]:
     """The core's target for ``choice`` (``snap``: this machine's reading, ``cluster``: the cluster's;
     training on local or cluster GPUs: against the least-free one), or why there is none (a message for the
-    target form's ``gpu`` field)."""
+    target form's ``gpu`` field); and ``run`` as it is estimated: ``gpu_arch`` auto taken as a catalog
+    target's generation (the CLI's ``--gpu`` does the same: core/fit/targets.py ``with_target_arch``; the
+    window keeps the form's run for its command lines)."""
     try:
         resolved = resolve_target(choice, snap, unit, cluster)
         if isinstance(run, TrainingRun) and run.world > resolved.target.count:
@@ -201,13 +204,13 @@ def resolve_for(
                 field="gpu",
             )
     except GpumemInputError as e:
-        return None, e.message
+        return None, e.message, run
     if isinstance(run, TrainingRun) and resolved.target.free_bytes:
         resolved = training_target(resolved, unit)
     cal = calibration_for(calibrations, resolved.target.name, run)
     if cal is not None:  # the saved calibration for this GPU: every estimate on it applies it
         resolved = replace(resolved, target=resolved.target.model_copy(update={"calibration": cal}))
-    return resolved, None
+    return resolved, None, with_target_arch(run, resolved.target)
 
 
 def checked_plan(
@@ -320,6 +323,7 @@ def background_job(
     that thread: see :func:`progress_gate`)."""
     spec, weights = model.spec, model.weights
     assert spec is not None
+    run = with_target_arch(run, target)  # sized for the target's GPU generation, as resolve_for's estimate
 
     def job() -> BackgroundResult:
         t0 = time.perf_counter()

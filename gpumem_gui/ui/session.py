@@ -236,13 +236,13 @@ class Session(QObject):
             self.problem.emit(Problem(FIX_FIELD_TEXT))
             return
         self._choice = inputs.choice
-        resolved, target_error = resolve_for(
+        resolved, target_error, sized = resolve_for(  # sized: gpu_arch auto as the target's generation
             run, inputs.choice, self._snapshot, self.unit, self._cluster_snapshot, inputs.calibrations
         )
         self.target_checked.emit(target_error)
         t0 = time.perf_counter()
         try:
-            est = estimate_any(m.spec, run, resolved.target.capacity_bytes if resolved else None, m.weights)
+            est = estimate_any(m.spec, sized, resolved.target.capacity_bytes if resolved else None, m.weights)
         except GpumemInputError as e:
             banner = f"{error_line(e)} (the numbers below are for the last valid input)"
             self.problem.emit(Problem(banner, e.field, one_line(e.message)))

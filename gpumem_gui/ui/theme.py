@@ -32,6 +32,7 @@ SERIES_COLORS: dict[str, str] = {
     "compute_buffer": "#86bcb6",
     "cuda_context": "#bab0ac",
     "workspace": "#d7b5a6",
+    "nccl_buffers": "#ffbe7d",
     "allocator_reserve": "#79706e",
     # training (gpumem_gui.core.training component keys)
     "parameters": "#4e79a7",

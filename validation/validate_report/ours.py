@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from gpumem_gui.core.formats import gguf_plan
 from gpumem_gui.core.results.estimate import Estimate
+from gpumem_gui.core.results.nontorch import outside_allocator_bytes
 from gpumem_gui.core.runtimes.inference import InferenceRun
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.training import TrainingRun, estimate_training
@@ -85,9 +86,8 @@ def ours_train(est: Estimate, key: str) -> float:
         return est.peak_bytes
     if key == "fwd_bwd":
         return max(est.phases["forward"].peak_bytes, est.phases["backward"].peak_bytes)
-    if key == "reserved":
-        ctx = est.component("cuda_context")
-        return est.total_bytes - (ctx.bytes if ctx is not None else 0)
+    if key == "reserved":  # the context and NCCL's buffers lie outside the caching allocator
+        return est.total_bytes - outside_allocator_bytes(est.components)
     if key == "total":
         return est.total_bytes
     raise KeyError(key)

@@ -60,12 +60,12 @@ TRAIN_INTRO = """\
   that phase; ours is `Estimate.phases[...].peak_bytes`. One LoRA point was measured with CPU dropout
   (a noise tensor instead of CUDA's bool mask) and is replayed that way.
 * **Published.** Which of our numbers stands for each published figure: allocated or active ↔
-  `peak_bytes`; reserved ↔ `total_bytes − cuda_context` (= peak + cuBLAS workspace + allocator reserve:
-  `max_memory_reserved` counts every block the caching allocator holds, the workspaces included, but not
-  the CUDA context, so `peak + allocator reserve` alone would miss the workspace and `total` would add a
-  context the allocator never sees); nvidia-smi ↔ `total_bytes` (no mapped training point is an nvidia-smi
-  reading: the BERT ones are encoders). Multi-GPU rows (FSDP) are per GPU; our sharding is modelled from
-  the FSDP / DeepSpeed source, not calibrated on a cluster.
+  `peak_bytes`; reserved ↔ `total_bytes − cuda_context − nccl_buffers` (= peak + cuBLAS workspace +
+  allocator reserve: `max_memory_reserved` counts every block the caching allocator holds, the workspaces
+  included, but not the CUDA context or NCCL's buffers, so `peak + allocator reserve` alone would miss the
+  workspace and `total` would add memory the allocator never sees); nvidia-smi ↔ `total_bytes` (no mapped
+  training point is an nvidia-smi reading: the BERT ones are encoders). Multi-GPU rows (FSDP) are per GPU;
+  our sharding is modelled from the FSDP / DeepSpeed source, not calibrated on a cluster.
 """
 
 TRAIN_PEERS_INTRO = """\
@@ -87,8 +87,8 @@ REAL_GPU_INTRO = (
     "Measured by `validation/gpu_check.py` on a machine with an NVIDIA GPU (models built from their "
     "config.json with random weights, the same inference and training steps as the reference grid); "
     "`validation/gpu_compare.py` maps each figure to ours: allocated ↔ `peak_bytes`, reserved ↔ "
-    "`total_bytes − cuda_context`, NVML used ↔ `total_bytes`. This is what calibrates the CUDA context, "
-    "cuBLAS workspace and allocator reserve terms."
+    "`total_bytes − cuda_context − nccl_buffers`, NVML used ↔ `total_bytes`. This is what calibrates the "
+    "CUDA context, cuBLAS workspace and allocator reserve terms."
 )
 
 REAL_GPU_MISSING = (

@@ -16,12 +16,15 @@ from pydantic import Field
 
 from gpumem_gui.core.fit import FitReport, GpuTarget, fit_report
 from gpumem_gui.core.fit.sweep import estimate_any
+from gpumem_gui.core.fit.targets import with_target_arch
 from gpumem_gui.core.fit.training import fit_training
 from gpumem_gui.core.observed.advice import Causes, DiagnosisChange, allocator_changes, causes
+from gpumem_gui.core.observed.calibration import gpu_identity
 from gpumem_gui.core.observed.model import ObservedMemory
 from gpumem_gui.core.observed.parts import DRIVER_TOTAL_FORMATS, ObservedPart, observed_parts, size
 from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.results.estimate import Estimate, Explanation
+from gpumem_gui.core.results.nontorch import OUTSIDE_ALLOCATOR
 from gpumem_gui.core.runtimes.inference import InferenceRun
 from gpumem_gui.core.spec.base import Frozen
 from gpumem_gui.core.spec.model import ModelSpec
@@ -173,11 +176,12 @@ ENGINE_PARTS = {
 
 
 # the observed parts the estimate also carries as components: memory outside PyTorch's allocator (the CUDA
-# context, results/overheads.py cuda_context; vLLM's and SGLang's non_torch) and the allocator's cache
-# (results/overheads.py allocator_reserve). The cuBLAS workspace is not mapped: PyTorch takes it from its
-# caching allocator (aten/src/ATen/cuda/CublasHandlePool.cpp), so a report counts it among the tensors.
+# context and NCCL's buffers, results/nontorch.py OUTSIDE_ALLOCATOR; vLLM's and SGLang's non_torch) and the
+# allocator's cache (results/overheads.py allocator_reserve). The cuBLAS workspace is not mapped: PyTorch
+# takes it from its caching allocator (aten/src/ATen/cuda/CublasHandlePool.cpp), so a report counts it among
+# the tensors.
 PART_COMPONENTS = {
-    "outside_pytorch": ("cuda_context", "non_torch"),
+    "outside_pytorch": (*OUTSIDE_ALLOCATOR, "non_torch"),
     "allocator_cache": ("allocator_reserve",),
 }
 
@@ -305,6 +309,8 @@ def diagnose(
     if spec is None or run is None:
         return base.model_copy(update={"changes": tuple(advice), "no_prediction": "no run given"})
     gpu, source = observed_capacity(observed, target)
+    # sized for the GPU the report names (NVML spellings too: gpu_identity), else --gpu's
+    run = with_target_arch(with_target_arch(run, gpu_identity(gpu.name) if gpu else None), target)
     if gpu is None:
         est = estimate_any(spec, run, None, file_weights)
         rep, pred, run_changes = None, None, []

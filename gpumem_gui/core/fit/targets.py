@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
+from typing import TypeVar
 
 from gpumem_gui.core.errors import GpumemInputError, short
 from gpumem_gui.core.fit import GpuTarget
 from gpumem_gui.core.readers.catalog import GpuInfo, find_gpu
+from gpumem_gui.core.results.nontorch import arch_of
 from gpumem_gui.core.units import GB, KB, MB, GiB, KiB, MiB
 
 # GpuTarget.count's bound: the run models' parallel degrees (tp, pp, dp, ...) go to 4,096 too
@@ -112,3 +114,23 @@ def _catalog_name(name: str) -> bool:
     except GpumemInputError:
         return False
     return True
+
+
+R = TypeVar("R")
+
+
+def target_arch(target: GpuTarget | str) -> str | None:
+    """The GPU generation of a catalog target or GPU name (its compute capability); None for a capacity, an
+    AMD GPU or a name the catalog does not know (a local GPU's NVML name may not be one)."""
+    try:
+        cc = find_gpu(target if isinstance(target, str) else target.name).compute_capability
+    except GpumemInputError:
+        return None
+    return arch_of(cc) if cc is not None else None
+
+
+def with_target_arch(run: R, target: GpuTarget | str | None) -> R:
+    """``run`` with ``gpu_arch`` ``auto`` taken as the target GPU's generation (core/results/nontorch.py sizes
+    the CUDA context and cuBLAS workspaces by it); any other run unchanged."""
+    arch = target_arch(target) if target is not None and getattr(run, "gpu_arch", None) == "auto" else None
+    return run if arch is None else run.model_copy(update={"gpu_arch": arch})  # type: ignore[attr-defined]

@@ -24,6 +24,7 @@ Quantity = Literal["non_torch", "allocator"]
 # (a split of today's defaults): the first one found is replaced, the others are dropped.
 REPLACED_BY: dict[str, Quantity] = {
     "cuda_context": "non_torch",
+    "nccl_buffers": "non_torch",  # results/nontorch.py splits the default: NCCL's buffers lie outside it too
     "allocator_reserve": "allocator",
 }
 

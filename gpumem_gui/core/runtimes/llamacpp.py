@@ -17,6 +17,7 @@ from gpumem_gui.core.formats import WeightBytes, check_kv_dtype, kv_bytes_per_el
 from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase
+from gpumem_gui.core.results.nontorch import context_bytes
 from gpumem_gui.core.runtimes.base import Lever, Runtime, component
 from gpumem_gui.core.runtimes.llamacpp_compute import OP_OFFLOAD_MIN_BATCH, compute_buffer
 from gpumem_gui.core.runtimes.ollama_models import gguf_weights_id
@@ -26,7 +27,6 @@ from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.params import count_params
 from gpumem_gui.core.spec.state import has_state
-from gpumem_gui.core.units import MiB
 
 # llama-server's -ctk/-ctv spell the float types f16/f32 (common/arg.cpp kv_cache_types)
 _KV_FLAGS = {"fp16": "f16", "fp32": "f32", "bf16": "bf16"}
@@ -272,9 +272,9 @@ class LlamaCpp(Runtime):
         ctx = component(
             "cuda_context",
             "CUDA context",
-            run.cuda_context_mib * MiB,
+            context_bytes(run.gpu_arch, run.cuda_context_mib),
             "fixed per process",
-            "see gpumem_gui/core/results/overheads.py",
+            "by GPU generation (gpu_arch) or --cuda-context-mib: see gpumem_gui/core/results/nontorch.py",
         )
         caches = (kv_c,) if state_c is None else (kv_c, state_c)
         comps = (weights_c, *caches, compute_c, ctx)
@@ -328,6 +328,7 @@ class LlamaCpp(Runtime):
         ("mla_cache", "the GGUF conversion's MLA layout"),
         ("compute_dtype", "llama.cpp has no compute dtype option (its kernels choose)"),
         ("cuda_context_mib", "the driver's CUDA context"),
+        ("gpu_arch", "the GPU the driver runs on"),
     )
 
     def expresses(

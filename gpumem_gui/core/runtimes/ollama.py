@@ -320,6 +320,7 @@ class Ollama(Runtime):
         ("new_tokens", "the requests' new tokens"),
         ("compute_dtype", "Ollama has no compute dtype option (its kernels choose)"),
         ("cuda_context_mib", "the driver's CUDA context"),
+        ("gpu_arch", "the GPU the driver runs on"),
     )
 
     def command(self, model: str, run: InferenceRun, est: Estimate) -> str:

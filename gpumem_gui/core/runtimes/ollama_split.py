@@ -19,6 +19,7 @@ import struct
 
 from gpumem_gui.core.formats import WeightBytes
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase
+from gpumem_gui.core.results.nontorch import context_bytes
 from gpumem_gui.core.runtimes.base import component
 from gpumem_gui.core.runtimes.llamacpp import _compute_buffer, _offload, kv_buffers
 from gpumem_gui.core.runtimes.ollama_predict import Placement, Prediction, place_gpus
@@ -26,7 +27,6 @@ from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.state_pools import llamacpp_state_buffers
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.state import has_state
-from gpumem_gui.core.units import MiB
 
 
 def choose_gpus(
@@ -108,9 +108,9 @@ def _share(
     ctx = component(
         "cuda_context",
         "CUDA context",
-        run.cuda_context_mib * MiB,
+        context_bytes(run.gpu_arch, run.cuda_context_mib),
         "fixed per process and GPU",
-        "see gpumem_gui/core/results/overheads.py",
+        "by GPU generation (gpu_arch) or --cuda-context-mib: see gpumem_gui/core/results/nontorch.py",
     )
     caches: tuple[Component, ...] = (kv_c,)
     if has_state(spec):  # the recurrent layers' r / s rows of this GPU's blocks

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from gpumem_gui.core.errors import describe_validation_error
-from gpumem_gui.core.fields import ATTN_CHOICES, UI, CudaContextMiB
+from gpumem_gui.core.fields import ATTN_CHOICES, UI, CudaContextMiB, GpuArchField, NcclChannels
 from gpumem_gui.core.runtimes.llamacpp_options import (
     LlamaCacheTypeK,
     LlamaCacheTypeV,
@@ -355,7 +355,9 @@ class InferenceRun(Frozen):
     num_batch: OllamaNumBatch = 512
     gpu_overhead_mib: OllamaGpuOverheadMiB = 0
     sched_spread: OllamaSchedSpread = False
-    cuda_context_mib: CudaContextMiB = 500
+    cuda_context_mib: CudaContextMiB = None
+    gpu_arch: GpuArchField = "auto"
+    nccl_channels: NcclChannels
 
     @model_validator(mode="before")
     @classmethod

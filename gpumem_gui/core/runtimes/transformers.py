@@ -4,8 +4,9 @@ Phases: ``load`` (the weights in the run's format and the model's buffers); ``pr
 the prompt, :func:`~gpumem_gui.core.replay.forward.replay_forward`); ``decode`` (the last generation step:
 one token after ``seq + new_tokens - 1`` cached, while ``generate()`` holds the previous step's fp32 scores).
 ``peak_bytes`` is the largest live-tensor total over the phases on the most-loaded GPU (what
-``torch.cuda.max_memory_allocated()`` reports); ``total_bytes`` adds the CUDA context, the cuBLAS workspace
-and the caching allocator's reserve (:mod:`gpumem_gui.core.results.overheads`).
+``torch.cuda.max_memory_allocated()`` reports); ``total_bytes`` adds the CUDA context, the cuBLAS workspace,
+NCCL's buffers under tensor parallelism and the caching allocator's reserve
+(:mod:`gpumem_gui.core.results.overheads`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from gpumem_gui.core.replay.forward import KINDS, ForwardResult, replay_forward
 from gpumem_gui.core.replay.vision import has_tower as _has_tower
 from gpumem_gui.core.replay.vision import image_tokens
 from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase, tp_ranks
+from gpumem_gui.core.results.nontorch import CommGroup, NonTorch
 from gpumem_gui.core.results.overheads import stage_share
 from gpumem_gui.core.runtimes.base import Runtime, load_phase
 from gpumem_gui.core.runtimes.cross_attention import cross_cache_component
@@ -213,9 +215,7 @@ class Transformers(Runtime):
             phases, weight_bytes, logical = self._stage(spec, run, degrees, stage, wb)
             kv_logical = max(kv_logical, logical)
             peak_phase = max(phases.values(), key=lambda p: p.peak_bytes)
-            shares.append(
-                (stage_share(stage, run.tp, peak_phase, weight_bytes, run.cuda_context_mib), phases)
-            )
+            shares.append((stage_share(stage, run.tp, peak_phase, weight_bytes, _nontorch(run)), phases))
         worst_share, worst_phases = max(shares, key=lambda s: s[0].total_bytes)
         peak_phase = max(worst_phases.values(), key=lambda p: p.peak_bytes)
         return Estimate(
@@ -246,6 +246,20 @@ class Transformers(Runtime):
             f"{auto}.from_pretrained({model!r}, dtype={_TORCH_DTYPES[run.compute_dtype]}, "
             f"attn_implementation={run.attn!r}, device_map='auto')"
         )
+
+
+def _nontorch(run: InferenceRun) -> NonTorch:
+    """One inference process per GPU: one cuBLAS workspace (generate() runs on the main thread and the
+    default stream); tensor parallelism (transformers' ``tp_plan``, one process per GPU under torchrun)
+    all-reduces over a ``tp`` communicator, while pipeline stages are ``device_map`` layers of one process
+    (no NCCL)."""
+    groups = (CommGroup(name="tp", ranks=run.tp),) if run.tp > 1 else ()
+    return NonTorch(
+        gpu_arch=run.gpu_arch,
+        context_mib=run.cuda_context_mib,
+        groups=groups,
+        nccl_channels=run.nccl_channels,
+    )
 
 
 TRANSFORMERS = Transformers()

@@ -11,7 +11,7 @@ gradients appear, and the optimizer step with its implementation's temporaries. 
 * ``optimizer``: parameters + gradients + states + the step's temporaries.
 
 ``peak_bytes`` is the largest live-tensor total on the most-loaded GPU (``torch.cuda.max_memory_allocated``);
-``total_bytes`` adds the CUDA context, cuBLAS workspace and allocator reserve (:mod:`overheads`).
+``total_bytes`` adds the CUDA context, cuBLAS workspaces, NCCL buffers (:mod:`comms`) and allocator reserve.
 
 Several GPUs: ZeRO-1/2/3 and FSDP shard optimizer states / gradients / parameters over the data-parallel ranks
 (gradients reduce-scattered as they appear; ZeRO-3/FULL_SHARD gather one decoder layer at a time, the root

@@ -15,6 +15,7 @@ from gpumem_gui.core.results.overheads import stage_share
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.params import count_params
 from gpumem_gui.core.training.checks import check_training
+from gpumem_gui.core.training.comms import rank_nontorch
 from gpumem_gui.core.training.explain import components, extra_component
 from gpumem_gui.core.training.model_parallel import (
     Extra,
@@ -89,7 +90,7 @@ def _stage_rank(spec: ModelSpec, run: TrainingRun, stage: int, dp_rank: int | No
         c.bytes for c in peak_phase.components if c.key in ("parameters", "gathered_parameters", "buffers")
     )
     replicas = f" (same on each of {run.dp * run.cp} DP x CP replicas)" if run.dp * run.cp > 1 else ""
-    share = stage_share(stage, run.tp, peak_phase, weights, run.cuda_context_mib, replicas)
+    share = stage_share(stage, run.tp, peak_phase, weights, rank_nontorch(run, stage), replicas)
     return share, phases, res
 
 

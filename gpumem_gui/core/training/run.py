@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from gpumem_gui.core.errors import describe_validation_error
-from gpumem_gui.core.fields import ATTN_CHOICES, UI, CudaContextMiB
+from gpumem_gui.core.fields import ATTN_CHOICES, UI, CudaContextMiB, GpuArchField, NcclChannels
 from gpumem_gui.core.spec.model import Frozen
 from gpumem_gui.core.training.precision import MEGATRON_OPTIMIZERS
 from gpumem_gui.core.training.profile_table import PROFILES
@@ -295,7 +295,9 @@ class TrainingRun(Frozen):
             "they do)",
         ),
     ] = False
-    cuda_context_mib: CudaContextMiB = 500
+    cuda_context_mib: CudaContextMiB = None
+    gpu_arch: GpuArchField = "auto"
+    nccl_channels: NcclChannels
     # the framework and its tricks (training/run_options.py declares them; training/profiles.py applies them)
     framework: FrameworkField = "pytorch"
     loss: LossField = "auto"
