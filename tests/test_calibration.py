@@ -160,10 +160,12 @@ def test_apply_to_training_updates_each_rank_class_and_who_decides() -> None:
     out = apply_calibration(est, cal)
     for before, after in zip(est.ranks, out.ranks, strict=True):
         old, new = _by_key(before.components), _by_key(after.components)
-        # the measured non-PyTorch memory replaces the context and NCCL's buffers (pipeline send / recv)
-        outside = old["cuda_context"] + old.get("nccl_buffers", 0)
-        moved = (cal.non_torch_bytes - outside) + (new["allocator_reserve"] - old["allocator_reserve"])
-        assert "nccl_buffers" in old and "nccl_buffers" not in new
+        # the measured non-PyTorch memory replaces the context; NCCL's buffers (pipeline send / recv) stay
+        # modelled, they scale with the layout
+        moved = (cal.non_torch_bytes - old["cuda_context"]) + (
+            new["allocator_reserve"] - old["allocator_reserve"]
+        )
+        assert old["nccl_buffers"] == new["nccl_buffers"] > 0
         assert after.total_bytes == before.total_bytes + moved
     worst = max(range(len(out.ranks)), key=lambda i: out.ranks[i].total_bytes)
     assert [r.decides for r in out.ranks] == [i == worst for i in range(len(out.ranks))]
@@ -246,3 +248,16 @@ def test_nvidia_smis_one_listed_process_is_the_process_figure() -> None:
     cal2 = calibration_from((two, summary), None, name="two", measured_on=DAY)
     assert cal2.non_torch_bytes is None  # two processes listed: the text does not say which one ran
     assert cal2.allocator_ratio == pytest.approx(9.5 / 9)
+
+
+def test_a_measurement_of_a_multi_gpu_run_keeps_its_nccl_buffers_out_of_the_calibration() -> None:
+    """The NCCL buffers gpumem models for the measured run are taken off the measured non-PyTorch memory, so
+    a later run with another layout counts its own (and a one-GPU run none) instead of the measured run's."""
+    m = load_model("Llama-3.1-8B")
+    one = estimate_training(m.spec, make_training_run(batch=1, seq=512, grad_ckpt=True))
+    two = estimate_training(m.spec, make_training_run(batch=1, seq=512, pp=2, grad_ckpt=True))
+    nccl = max(c.bytes for c in two.components if c.key == "nccl_buffers")
+    kw = {"name": "x", "gpu_name": "H100", "measured_on": DAY}
+    alone, measured_pp = calibration_from((OOM,), one, **kw), calibration_from((OOM,), two, **kw)
+    assert alone.non_torch_bytes - measured_pp.non_torch_bytes == nccl
+    assert "NCCL buffers modelled for the measured run" in measured_pp.non_torch_formula

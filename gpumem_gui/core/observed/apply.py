@@ -23,8 +23,7 @@ Quantity = Literal["non_torch", "allocator"]
 # it inside allocated and reserved, never in the non-PyTorch memory. Several keys may map to one quantity
 # (a split of today's defaults): the first one found is replaced, the others are dropped.
 REPLACED_BY: dict[str, Quantity] = {
-    "cuda_context": "non_torch",
-    "nccl_buffers": "non_torch",  # results/nontorch.py splits the default: NCCL's buffers lie outside it too
+    "cuda_context": "non_torch",  # NCCL's buffers stay modelled: they scale with the layout (calibration.py)
     "allocator_reserve": "allocator",
 }
 

@@ -180,6 +180,17 @@ def _non_torch(records: tuple[ObservedMemory, ...], used: dict[str, int]) -> tup
     return process - reserved, formula, ""
 
 
+def _less_nccl(non_torch: int | None, formula: str, est: Estimate | None) -> tuple[int | None, str]:
+    """The measured non-PyTorch memory less the NCCL buffers gpumem models for the measured run: those scale
+    with the parallel layout (results/nontorch.py) and stay modelled in later estimates, the calibration
+    keeping the context and libraries. Without a run named, a multi-GPU measurement keeps them in."""
+    nccl = 0 if est is None else max((c.bytes for c in est.components if c.key == "nccl_buffers"), default=0)
+    if non_torch is None or not nccl:
+        return non_torch, formula
+    left = max(0, non_torch - nccl)
+    return left, f"{formula} - NCCL buffers modelled for the measured run {_fmt(nccl)} = {_fmt(left)}"
+
+
 def _ratio(
     records: tuple[ObservedMemory, ...], est: Estimate | None, used: dict[str, int]
 ) -> tuple[float | None, str, str]:
@@ -277,6 +288,7 @@ def calibration_from(
         raise GpumemInputError("the text does not name its GPU: give it with --gpu NAME", field="gpu")
     used: dict[str, int] = {}
     non_torch, nt_formula, nt_missing = _non_torch(recs, used)
+    non_torch, nt_formula = _less_nccl(non_torch, nt_formula, est)
     ratio, r_formula, r_missing = _ratio(recs, est, used)
     if non_torch is None and ratio is None:
         raise GpumemInputError(
