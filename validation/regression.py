@@ -252,14 +252,28 @@ def _run_defaults() -> dict[str, dict[str, Any]]:
     return out
 
 
+# Run fields whose default changed, with the defaults they had: a call a dump made at a past default keys the
+# same call as one at today's (its numbers then move, deliberately, and CHANGELOG.md says why).
+PAST_DEFAULTS: dict[str, dict[str, tuple[Any, ...]]] = {
+    # issue 31: the CUDA context by GPU generation (core/results/nontorch.py) instead of a flat 500 MiB
+    "InferenceRun": {"cuda_context_mib": (500,)},
+    "TrainingRun": {"cuda_context_mib": (500,)},
+}
+
+
 def _plain_key(call: dict[str, Any], defaults: dict[str, dict[str, Any]]) -> str:
-    """A call's key with every run field at today's default left out: a run field added since a dump was made
-    (its default taken) keys the same call as before."""
+    """A call's key with every run field at today's default (or a past one, :data:`PAST_DEFAULTS`) left out: a
+    run field added since a dump was made (its default taken) keys the same call as before."""
 
     def plain(x: Any) -> Any:
         if isinstance(x, dict) and x.get("__model__") in defaults and isinstance(x.get("data"), dict):
-            d = defaults[x["__model__"]]
-            return {**x, "data": {k: v for k, v in x["data"].items() if d.get(k, ...) != v}}
+            d, past = defaults[x["__model__"]], PAST_DEFAULTS.get(x["__model__"], {})
+            return {
+                **x,
+                "data": {
+                    k: v for k, v in x["data"].items() if d.get(k, ...) != v and v not in past.get(k, ())
+                },
+            }
         return x
 
     return _call_key({**call, "args": [plain(x) for x in call.get("args", [])]})
