@@ -60,9 +60,6 @@ class CachingAllocator:
         self.pending: list[Block] = []  # freed blocks waiting for another stream's work
         self.next_address = _ADDRESS_GAP
         self.device_allocs = self.device_frees = self.retries = 0
-        # the most memory the run pinned: reserved less the whole cached segments a failed cudaMalloc would
-        # release (release_cached_blocks); a GPU with this much room serves every request
-        self.needed = 0
 
     # ---- the public API --------------------------------------------------------------------------------
     def malloc(self, orig: int, stream: int = 0) -> Block:
@@ -84,11 +81,7 @@ class CachingAllocator:
             )
         if not block:
             raise OutOfMemory(allocation_size(size), self.reserved, self.allocated)
-        found = self._found(block, pool, size, orig, should_split(block.size, size, pool.small, self.config))
-        pinned = self.reserved - self.small.whole - self.large.whole
-        if pinned > self.needed:
-            self.needed = pinned
-        return found
+        return self._found(block, pool, size, orig, should_split(block.size, size, pool.small, self.config))
 
     def free(self, block: Block, streams: tuple[int, ...] = ()) -> None:
         """``free``: ``block`` returns to its pool (merged with free neighbours), or waits for the other

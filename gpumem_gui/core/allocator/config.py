@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import AfterValidator, Field, ValidationError, model_validator
 
 from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.fields import UI
 from gpumem_gui.core.spec.base import Frozen
 
 MiB = 1 << 20
@@ -159,3 +160,28 @@ def parse_alloc_conf(text: str) -> AllocatorConfig:
         err = exc.errors()[0]
         where = ".".join(str(x) for x in err["loc"][:1]) or "alloc_conf"
         raise _fail(f"{where}: {err['msg'].removeprefix('Value error, ')}") from None
+
+
+def _valid(text: str) -> str:
+    try:
+        parse_alloc_conf(text)
+    except GpumemInputError as err:  # the run names the field itself
+        raise ValueError(err.message) from None
+    return text.strip()
+
+
+# the run field (training/run.py TrainingRun.alloc_conf), declared once here with its check
+AllocConf = Annotated[
+    str,
+    Field(max_length=400),
+    AfterValidator(_valid),
+    UI(
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "Overheads",
+        "the caching allocator's settings, as in the environment variable: expandable_segments:True (one "
+        "growing segment per stream, little fragmentation), max_split_size_mb:N (blocks this large are not "
+        "split), roundup_power2_divisions:N, garbage_collection_threshold:F; empty: PyTorch's defaults",
+        choices=(("default", ""), ("expandable_segments:True", "expandable_segments:True")),
+        values="key:value pairs, comma separated (empty: the defaults)",
+    ),
+]
