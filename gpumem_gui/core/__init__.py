@@ -35,8 +35,8 @@ Python API::
 Bad input raises :class:`GpumemInputError` with one line naming the file/field and the problem.
 """
 
-from gpumem_gui.core.diagnose.diagnosis import Compared, Diagnosis, Prediction, diagnose
-from gpumem_gui.core.diagnose.document import DIAGNOSIS_SCHEMA, OBSERVED_KEYS, diagnosis_document
+from gpumem_gui.core.diagnosis.document import DIAGNOSIS_SCHEMA, OBSERVED_KEYS, diagnosis_document
+from gpumem_gui.core.diagnosis.explain import Compared, Diagnosis, Prediction, diagnose
 from gpumem_gui.core.errors import GpumemError, GpumemInputError, describe_validation_error, short
 from gpumem_gui.core.fields import UI, RunField, command_args, run_fields
 from gpumem_gui.core.fit import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpumem_gui.core.diagnose.diagnosis import Diagnosis
+from gpumem_gui.core.diagnosis.explain import Diagnosis
 from gpumem_gui.core.observed.model import FIGURES
 
 DIAGNOSIS_SCHEMA = "gpumem.diagnosis/1"
