@@ -68,6 +68,13 @@ def _print_estimate(m: LoadedModel, run: Any, est: Any) -> None:
             f"fixed state:          {gib(est.facts['state_bytes'])} GiB ({per_seq:,} B per sequence; "
             f"KV {per_tok:,} B per token on the attention layers)"
         )
+    if "reserved_peak_bytes" in est.facts:  # training with --allocator-model
+        f = est.facts
+        print(
+            f"allocator (model):    reserved {gib(f['reserved_peak_bytes'])} GiB on a GPU with room "
+            f"(torch.cuda.max_memory_reserved), {gib(f['allocator_needed_bytes'])} GiB needed at least, "
+            f"fragmentation {f['fragmentation']:.1%}"
+        )
     phases = "   ".join(f"{n} {gib(ph.peak_bytes)}" for n, ph in est.phases.items())
     print(f"phases (GiB):         {phases}")
     for k, v in est.facts.items():

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpumem_gui.core.allocator.events import ALLOC, FREE, GROW, PHASE, Event
+
 # what made a tensor, and the parameter a tensor is (replay/autograd.py ``Node`` and ``Param``): the tensors
 # carry them without naming the graph that records them, which imports this module (no import circle)
 Node = Any
@@ -44,7 +46,13 @@ def promote(a: str, b: str) -> str:
 
 
 class Tracker:
-    """Live bytes by kind and tag; the peak of each phase with what was live at it and where it happened."""
+    """Live bytes by kind and tag; the peak of each phase with what was live at it and where it happened.
+
+    ``alloc_log``: when a list, every allocation, growth and free of a storage (with its identity) and every
+    phase start is appended to it in program order (:mod:`gpumem_gui.core.allocator.events`), what the
+    allocator model replays; None (the default) records nothing."""
+
+    alloc_log: list[Event] | None = None
 
     def __init__(self) -> None:
         self.cur = 0
@@ -66,6 +74,8 @@ class Tracker:
     def start_phase(self, phase: str) -> None:
         """Enter ``phase``; a phase met again (the next micro-batch) keeps the higher of its peaks."""
         self.phase = phase
+        if self.alloc_log is not None:
+            self.alloc_log.append((PHASE, phase, 0))
         pk = self.peaks.get(phase)
         if pk is None or self.cur > pk[0]:
             self.peaks[phase] = (self.cur, dict(self.by_kind), dict(self.by_tag), self.where)
@@ -91,6 +101,8 @@ class Storage:
         if cur > tr.top:
             tr.top = cur
             tr.peaks[tr.phase] = (cur, dict(tr.by_kind), dict(by_tag), tr.where)
+        if tr.alloc_log is not None:
+            tr.alloc_log.append((ALLOC, id(self), nbytes))
 
     def grow(self, delta: int) -> None:
         """Resize in place by ``delta`` bytes (an aggregate standing for the caches of many layers)."""
@@ -103,6 +115,8 @@ class Storage:
         if cur > tr.top:
             tr.top = cur
             tr.peaks[tr.phase] = (cur, dict(tr.by_kind), dict(tr.by_tag), tr.where)
+        if tr.alloc_log is not None:
+            tr.alloc_log.append((GROW, id(self), delta))
 
     def __del__(self) -> None:
         tr = self.tr
@@ -110,6 +124,8 @@ class Storage:
         tr.cur -= n
         tr.by_kind[self.kind] -= n
         tr.by_tag[self.tag] -= n
+        if tr.alloc_log is not None:
+            tr.alloc_log.append((FREE, id(self), n))
 
 
 class T:

@@ -12,6 +12,7 @@ import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpumem_gui.core.allocator import AllocatorReport, Event
 from gpumem_gui.core.replay.autograd import Param, ReplayHooks, Sim
 from gpumem_gui.core.replay.buffers import buffers_bytes
 from gpumem_gui.core.replay.config import ReplayConfig
@@ -56,6 +57,9 @@ class StepResult:
     # optimizer states outside the torch allocator (bitsandbytes paged: CUDA unified memory), not in any peak
     outside_allocator_bytes: int = 0
     host_bytes: int = 0  # CPU RAM of offloaded activations at their most (replay/tricks.py Offloader)
+    # every allocation, free and phase start in order (simulate_step(record=True)), for the allocator model
+    events: tuple[Event, ...] | None = None
+    allocator: AllocatorReport | None = None  # what the caching allocator model made of them
 
 
 @dataclass(frozen=True)
@@ -103,8 +107,10 @@ def simulate_step(
     optimizer: str,
     opts: StepOptions = StepOptions(),
     hooks: TrainingHooks | None = None,
+    record: bool = False,
 ) -> StepResult:
-    """Replay one optimizer step of ``spec`` under ``cfg`` and ``optimizer``.
+    """Replay one optimizer step of ``spec`` under ``cfg`` and ``optimizer``; ``record``: keep every
+    allocation and free in the result's ``events`` (:mod:`gpumem_gui.core.allocator.events`).
 
     The cyclic garbage collector is paused during the replay: every storage is freed by reference counting
     (the replay's liveness rules), never by the collector, and its passes over the ~10^5 objects the replay
@@ -112,7 +118,10 @@ def simulate_step(
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return run_step(Sim(hooks or TrainingHooks()), spec, cfg, optimizer, opts)
+        sim = Sim(hooks or TrainingHooks())
+        if record:
+            sim.tr.alloc_log = []
+        return run_step(sim, spec, cfg, optimizer, opts)
     finally:
         if was_enabled:
             gc.enable()
@@ -180,7 +189,9 @@ def run_step(sim: Sim, spec: ModelSpec, cfg: ReplayConfig, optimizer: str, opts:
         state_owner=owner,
         outside_allocator_bytes=_outside_allocator(optimizer, stepped, shapes, opts),
         host_bytes=sim.offload.host_peak if sim.offload is not None else 0,
+        events=None if tr.alloc_log is None else tuple(tr.alloc_log),
     )
+    tr.alloc_log = None  # what the replay frees from here on is no part of the step
     del states, buffers, ids, model, main
     return result
 

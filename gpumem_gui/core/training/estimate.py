@@ -12,6 +12,7 @@ from gpumem_gui.core.replay.optim import resolve
 from gpumem_gui.core.replay.step import PHASES, StepResult
 from gpumem_gui.core.results.estimate import Estimate, GpuShare, Phase, tp_ranks
 from gpumem_gui.core.results.overheads import stage_share
+from gpumem_gui.core.results.reserve import allocator_facts
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.params import count_params
 from gpumem_gui.core.training.checks import check_training
@@ -90,7 +91,8 @@ def _stage_rank(spec: ModelSpec, run: TrainingRun, stage: int, dp_rank: int | No
         c.bytes for c in peak_phase.components if c.key in ("parameters", "gathered_parameters", "buffers")
     )
     replicas = f" (same on each of {run.dp * run.cp} DP x CP replicas)" if run.dp * run.cp > 1 else ""
-    share = stage_share(stage, run.tp, peak_phase, weights, rank_nontorch(run, stage), replicas)
+    nontorch = rank_nontorch(run, stage)
+    share = stage_share(stage, run.tp, peak_phase, weights, nontorch, replicas, res.allocator)
     return share, phases, res
 
 
@@ -133,6 +135,7 @@ def estimate_training(spec: ModelSpec, run: TrainingRun) -> Estimate:
         "optimizer_state_bytes": worst_res.state_bytes,
         "activation_bytes_per_microbatch": worst_res.microbatch_activations,
         **rank_facts(run, worst_res, [s[2] for s in shares]),
+        **allocator_facts(worst_res.allocator),  # the caching allocator model (core/allocator), when on
         # the framework, the defaults its profile applied (with sources), offloaded activations' CPU RAM
         **profile_facts(run, sum(s[2].host_bytes for s in shares)),
     }

@@ -8,6 +8,7 @@ from dataclasses import replace
 from functools import lru_cache
 from math import ceil
 
+from gpumem_gui.core.allocator import parse_alloc_conf, run_events
 from gpumem_gui.core.formats import weight_bytes
 from gpumem_gui.core.replay.config import ReplayConfig
 from gpumem_gui.core.replay.step import StepOptions, StepResult, simulate_step
@@ -146,8 +147,15 @@ def simulate_rank(
     cfg, rspec = step_config(spec, run, stage)
     if cpu_dropout:
         cfg = replace(cfg, cpu_dropout=True)
-    res = simulate_step(rspec, cfg, run.optimizer, step_options(run, dp_rank), sharding_hooks(run))
-    return res, cfg, rspec
+    record = run.allocator_model
+    res = simulate_step(rspec, cfg, run.optimizer, step_options(run, dp_rank), sharding_hooks(run), record)
+    if not record:
+        return res, cfg, rspec
+    # the step's allocations and frees through the caching allocator model (core/allocator): steady state
+    # after a second step, unless the run is the first step itself
+    assert res.events is not None
+    report = run_events(res.events, parse_alloc_conf(run.alloc_conf), steps=1 if run.first_step else 2)
+    return replace(res, events=None, allocator=report), cfg, rspec
 
 
 def _taped_rank(
@@ -181,4 +189,6 @@ def simulate(
 def _simulate_cached(
     spec: ModelSpec, run: TrainingRun, stage: int, dp_rank: int | None
 ) -> tuple[StepResult, ReplayConfig, ModelSpec]:
+    if run.allocator_model:  # the allocator model needs each storage's identity: the replay, not the tape
+        return simulate_rank(spec, run, stage, dp_rank=dp_rank)
     return _taped_rank(spec, run, stage, dp_rank)

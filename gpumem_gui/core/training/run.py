@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from gpumem_gui.core.allocator.config import AllocatorModel, AllocConf
 from gpumem_gui.core.errors import describe_validation_error
 from gpumem_gui.core.fields import ATTN_CHOICES, UI, CudaContextMiB, GpuArchField, NcclChannels
 from gpumem_gui.core.spec.model import Frozen
@@ -298,6 +299,8 @@ class TrainingRun(Frozen):
     cuda_context_mib: CudaContextMiB = None
     gpu_arch: GpuArchField = "auto"
     nccl_channels: NcclChannels
+    allocator_model: AllocatorModel = False  # the caching allocator model (core/allocator) and its settings
+    alloc_conf: AllocConf = ""
     # the framework and its tricks (training/run_options.py declares them; training/profiles.py applies them)
     framework: FrameworkField = "pytorch"
     loss: LossField = "auto"
@@ -311,9 +314,7 @@ class TrainingRun(Frozen):
     # sharding details, each default the runtime's own
     fsdp_version: FsdpVersion = 2
     reshard_size: ReshardSize = None
-    bucket_cap_mb: BucketCapMb = (
-        25.0  # torch/nn/parallel/distributed.py, DistributedDataParallel(bucket_cap_mb)
-    )
+    bucket_cap_mb: BucketCapMb = 25.0  # torch/nn/parallel/distributed.py, DDP(bucket_cap_mb)
     bucket_view: BucketView = False  # DistributedDataParallel(gradient_as_bucket_view=False)
     zero_impl: ZeroImpl = "deepspeed"
     # deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig field defaults)

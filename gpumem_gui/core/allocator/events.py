@@ -1,0 +1,33 @@
+"""The event stream the replay feeds the allocator: allocations and frees of storages in program order.
+
+An event is ``(op, key, nbytes)``: :data:`ALLOC` a storage ``key`` of ``nbytes``, :data:`FREE` it,
+:data:`GROW` it by ``nbytes`` (negative: shrink; the replay resizes a storage that stands for a gathered or
+resharded parameter), :data:`PHASE` a phase starts (``key`` its name). Keys identify a storage while it
+lives (the replay uses ``id()``, which Python reuses after a free); :func:`normalize` makes every
+allocation's key unique.
+"""
+
+from __future__ import annotations
+
+ALLOC, FREE, GROW, PHASE = 1, -1, 2, 0
+Event = tuple[int, object, int]
+
+
+def normalize(events: list[Event] | tuple[Event, ...]) -> list[Event]:
+    """The events with each allocation's key replaced by its ordinal (frees and growths follow it); events
+    on storages allocated before the log started are dropped."""
+    live: dict[object, int] = {}
+    out: list[Event] = []
+    count = 0
+    for op, key, nbytes in events:
+        if op == ALLOC:
+            live[key] = count
+            out.append((ALLOC, count, nbytes))
+            count += 1
+        elif op == PHASE:
+            out.append((PHASE, key, 0))
+        else:
+            handle = live.pop(key, None) if op == FREE else live.get(key)
+            if handle is not None:
+                out.append((op, handle, nbytes))
+    return out

@@ -1,0 +1,114 @@
+"""The allocator's data: blocks (a range of a segment, in use or cached), expandable segments, and pools of
+cached blocks kept in ``BlockComparatorSize`` order (stream, size, address), as ``std::set`` keeps them in
+c10/cuda/CUDACachingAllocator.cpp ``BlockPool``."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterator
+
+
+class Segment:
+    """An expandable segment (``ExpandableSegment``): ``span`` bytes of address space from ``base``, mapped
+    in pages of ``page`` bytes."""
+
+    __slots__ = ("base", "page", "span")
+
+    def __init__(self, base: int, page: int, span: int) -> None:
+        self.base, self.page, self.span = base, page, span
+
+    def pages_covering(self, address: int, size: int) -> int:
+        """``map``: bytes of the whole pages from ``address`` (page-aligned) covering ``size`` bytes."""
+        return -(-(address + size - self.base) // self.page) * self.page - (address - self.base)
+
+    def pages_inside(self, address: int, size: int) -> tuple[int, int]:
+        """``unmap``: (start, bytes) of the whole pages inside ``[address, address + size)``."""
+        first = -(-(address - self.base) // self.page)
+        last = (address + size - self.base) // self.page
+        if first >= last:
+            return address, 0
+        return self.base + first * self.page, (last - first) * self.page
+
+
+class Block:
+    """``Block``: ``size`` bytes at ``address`` of one segment; ``prev``/``next`` are its neighbours in the
+    segment (split blocks), ``waiting`` a freed block whose other streams' work is not known done."""
+
+    __slots__ = (
+        "address",
+        "allocated",
+        "gc_base",
+        "mapped",
+        "next",
+        "prev",
+        "requested",
+        "segment",
+        "size",
+        "small",
+        "stream",
+        "waiting",
+    )
+
+    def __init__(
+        self,
+        address: int,
+        size: int,
+        *,
+        stream: int,
+        small: bool,
+        segment: Segment | None = None,
+        mapped: bool = True,
+    ) -> None:
+        self.address, self.size, self.stream, self.small = address, size, stream, small
+        self.segment, self.mapped = segment, mapped
+        self.allocated = self.waiting = False
+        self.requested = 0
+        self.gc_base = 0
+        self.prev: Block | None = None
+        self.next: Block | None = None
+
+    @property
+    def split(self) -> bool:
+        return self.prev is not None or self.next is not None
+
+    def expandable_size(self) -> int:
+        """``get_free_block``'s ``expandable_size``: its size plus the unmapped range after it."""
+        nxt = self.next
+        return self.size + (nxt.size if nxt is not None and not nxt.mapped else 0)
+
+    def key(self) -> tuple[int, int, int]:
+        return (self.stream, self.size, self.address)
+
+
+class Pool:
+    """``BlockPool``: cached free blocks in (stream, size, address) order, and an expandable segment's
+    unmapped ranges."""
+
+    def __init__(self, small: bool) -> None:
+        self.small = small
+        self.keys: list[tuple[int, int, int]] = []
+        self.blocks: list[Block] = []
+        self.unmapped: set[Block] = set()
+        self.gc_calls = 0  # get_free_blocks_call_count
+        self.whole = 0  # bytes of cached blocks that are a whole ordinary segment (release_blocks frees them)
+
+    def insert(self, block: Block) -> None:
+        """``insert_into_blocks``."""
+        key = (block.stream, block.size, block.address)
+        i = bisect_left(self.keys, key)
+        self.keys.insert(i, key)
+        self.blocks.insert(i, block)
+        block.gc_base = self.gc_calls
+        if block.prev is None and block.next is None and block.segment is None:
+            self.whole += block.size
+
+    def remove(self, block: Block) -> None:
+        i = bisect_left(self.keys, (block.stream, block.size, block.address))
+        del self.keys[i]
+        del self.blocks[i]
+        if block.prev is None and block.next is None and block.segment is None:
+            self.whole -= block.size
+
+    def unmapped_of(self, stream: int) -> Iterator[Block]:
+        """The stream's unmapped ranges, lowest address first (``BlockComparatorAddress``)."""
+        return iter(sorted((b for b in self.unmapped if b.stream == stream), key=lambda b: b.address))
