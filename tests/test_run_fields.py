@@ -226,3 +226,15 @@ def test_readme_flag_table_is_generated_from_the_declarations() -> None:
 def test_readme_markers_exist_once() -> None:
     text = Path(REPO / "README.md").read_text(encoding="utf-8")
     assert text.count("<!-- flags:begin -->") == 1 and text.count("<!-- flags:end -->") == 1
+
+
+def test_a_precision_at_its_default_is_written_where_the_framework_would_choose_another(llama) -> None:
+    """Megatron's profile trains in megatron-bf16 when the run names no precision: an amp-bf16 Megatron run
+    (the declared default) must say so on its command line, or it comes back as megatron-bf16 (found by
+    test_any_valid_run_survives_its_command_line)."""
+    run = TrainingRun(precision="amp-bf16", framework="megatron")
+    command = cli_command(llama.source, run)
+    assert "--precision amp-bf16" in command
+    assert _through_the_cli(command, llama) == run
+    plain = TrainingRun(framework="megatron")  # megatron-bf16, the profile's own
+    assert _through_the_cli(cli_command(llama.source, plain), llama) == plain

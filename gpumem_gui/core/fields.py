@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 Kind = Literal["bool", "int", "float", "str", "choice", "list"]
 
@@ -162,11 +162,20 @@ def _bounds(metadata: list[Any]) -> tuple[float | None, float | None, bool, bool
 
 def command_args(run: BaseModel) -> list[str]:
     """The flags that rebuild ``run`` from its model's defaults: one per field whose value differs, in
-    declaration order (booleans as ``--flag`` / ``--no-flag``)."""
+    declaration order (booleans as ``--flag`` / ``--no-flag``); a field at its declared default is written
+    too where the model would otherwise fill it from another (a framework's own precision: TrainingRun
+    ``_framework_precision``)."""
+    fields = run_fields(type(run))
+    given = {f.name for f in fields if getattr(run, f.name) != f.default}
+    try:
+        rebuilt = type(run)(**{n: getattr(run, n) for n in given})
+        given |= {f.name for f in fields if getattr(rebuilt, f.name) != getattr(run, f.name)}
+    except ValidationError:  # the model rejects the subset: the fields that differ are all there is to say
+        pass
     out: list[str] = []
-    for f in run_fields(type(run)):
+    for f in fields:
         value = getattr(run, f.name)
-        if value == f.default:
+        if f.name not in given:
             continue
         if f.kind == "bool":
             out.append(f.flag if value else f.negated_flag)
