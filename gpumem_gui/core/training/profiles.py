@@ -28,6 +28,7 @@ __all__ = [
     "check",
     "profile",
     "resolve",
+    "unsynced_accumulation",
 ]
 
 
@@ -69,6 +70,11 @@ def resolve(run: TrainingRun) -> ResolvedTricks:
         applied.append(
             f"framework default ({p.name}): checkpointed layer inputs in CPU RAM ({p.ckpt_offload_source})"
         )
+    if run.grad_sync == "auto" and unsynced_accumulation(run):
+        applied.append(
+            f"framework default ({p.name}): gradients reduced on the last micro-batch only, FSDP keeping "
+            f"every unit's unsharded gradients until then ({p.grad_sync_source})"
+        )
     return ResolvedTricks(
         framework=p.name,
         loss=impl,
@@ -82,6 +88,16 @@ def resolve(run: TrainingRun) -> ResolvedTricks:
         compile=run.compile,
         applied=tuple(applied),
     )
+
+
+def unsynced_accumulation(run: TrainingRun) -> bool:
+    """FSDP accumulates gradients without syncing them until the last micro-batch (FSDP1 ``no_sync()``, FSDP2
+    ``set_requires_gradient_sync(False)``): ``grad_sync`` (or the framework's default) is 'last' and there is
+    something to accumulate over more than one data-parallel rank (accelerate/accelerator.py no_sync: FSDP1's
+    only when use_distributed, num_processes > 1). Pipelining defers the sync on its own (frameworks/fsdp.py);
+    DDP keeps whole gradients either way and ZeRO does not take it (:func:`_check_tricks`)."""
+    chosen = profile(run).grad_sync if run.grad_sync == "auto" else run.grad_sync
+    return chosen == "last" and run.fsdp != "none" and run.grad_accum > 1 and run.dp > 1 and run.pp == 1
 
 
 def _off(run: TrainingRun, field: str) -> bool:
@@ -148,6 +164,13 @@ def _check_tricks(run: TrainingRun) -> None:
                 "optimizer_in_backward is not available with Megatron's optimizer",
                 field="optimizer_in_backward",
             )
+    if run.grad_sync == "last" and run.zero:
+        # transformers trainer.py _inner_training_loop never enters no_sync under DeepSpeed
+        raise GpumemInputError(
+            "grad_sync 'last' is FSDP's / DDP's no_sync(): DeepSpeed ZeRO accumulates gradients its own way "
+            "(use grad_sync auto or each)",
+            field="grad_sync",
+        )
     if not run.grad_ckpt and (run.ckpt_every != 1 or run.ckpt_policy != "full"):
         field = "ckpt_every" if run.ckpt_every != 1 else "ckpt_policy"
         raise GpumemInputError(f"{field} needs gradient checkpointing (grad_ckpt)", field=field)
