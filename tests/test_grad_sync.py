@@ -160,9 +160,16 @@ def test_framework_defaults_and_their_scope() -> None:
 
 def test_the_estimate_shows_the_unsharded_gradients() -> None:
     est = estimate_training(SPEC, _run(framework="hf-trainer", **FSDP1, grad_accum=4))
-    keys = {c.label for c in est.components}
-    assert any("unsharded gradients" in k for k in keys), keys
     assert "last micro-batch only" in str(est.facts.get("framework_defaults"))
+    held = est.component("unsharded_gradients")
+    assert held is not None and 0 < held.bytes <= 4 * simulate_rank(SPEC, _run(**FSDP1))[0].trainable_params
+    assert held.explain.formula.startswith("accumulated without gradient sync")
+    assert "no_sync" in held.explain.source and held.explain.inputs["grad_accum"] == 4
+    # plain PyTorch syncs every micro-batch: a unit's unsharded gradients live only until its post-backward
+    synced = estimate_training(SPEC, _run(**FSDP2_MP, grad_accum=4, grad_ckpt=True)).component(
+        "unsharded_gradients"
+    )
+    assert synced is None or not synced.explain.formula.startswith("accumulated")
 
 
 def test_zero_refuses_no_sync_in_one_line() -> None:

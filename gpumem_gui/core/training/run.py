@@ -318,9 +318,7 @@ class TrainingRun(Frozen):
     bucket_cap_mb: BucketCapMb = 25.0  # torch/nn/parallel/distributed.py, DDP(bucket_cap_mb)
     bucket_view: BucketView = False  # DistributedDataParallel(gradient_as_bucket_view=False)
     zero_impl: ZeroImpl = "deepspeed"
-    reduce_bucket: ReduceBucket = (
-        500_000_000  # these five: deepspeed/runtime/zero/config.py DeepSpeedZeroConfig
-    )
+    reduce_bucket: ReduceBucket = 500_000_000  # and the 4 below: deepspeed/runtime/zero/config.py defaults
     allgather_bucket: AllgatherBucket = 500_000_000
     prefetch_bucket: PrefetchBucket = 50_000_000
     max_live_params: MaxLiveParams = 1_000_000_000
