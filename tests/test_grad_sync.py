@@ -20,7 +20,7 @@ from gpumem_gui.core.readers.hf_config import spec_from_config
 from gpumem_gui.core.replay.step import StepResult, simulate_step
 from gpumem_gui.core.training import estimate_training, make_training_run
 from gpumem_gui.core.training.fsdp2 import Fsdp2Hooks
-from gpumem_gui.core.training.profiles import resolve, unsynced_accumulation
+from gpumem_gui.core.training.profiles import holds_unsynced_gradients, resolve, unsynced_accumulation
 from gpumem_gui.core.training.rank import sharding_hooks, simulate_rank, step_config, step_options
 from gpumem_gui.core.training.run import TrainingRun
 from tests.conftest import REPO
@@ -139,6 +139,20 @@ def test_ddp_gradients_are_whole_either_way() -> None:
     assert each == last
 
 
+def test_ddp_bucket_views_keep_a_second_copy_under_no_sync() -> None:
+    """gradient_as_bucket_view=True with zero_grad(set_to_none=True): a step's fresh .grad is pointed at its
+    bucket only by the sync (reducer.cpp mark_variable_ready_dense: 'users may set grad to be None
+    after every iteration ... need to copy grads to bucket_view'); under no_sync it stays a tensor of its own
+    beside the buckets until the last micro-batch: 4 x numel bytes more (fp32 gradients) in between."""
+    fields = {"dp": 2, "grad_accum": 2, "bucket_view": True, "batch": 2, "seq": 64}
+    each, _ = _step(_run(**fields, grad_sync="each"))
+    last, _ = _step(_run(**fields, grad_sync="last"))
+    n = each.trainable_params
+    assert last.after_forward - each.after_forward == 4 * n
+    assert _tag(last, "forward", "gradients") - _tag(each, "forward", "gradients") == 4 * n
+    _same_optimizer_step(last, each)
+
+
 def test_framework_defaults_and_their_scope() -> None:
     """The HF Trainer family runs no_sync by default (accelerate sync_each_batch=False); torchtitan and
     torchtune sync every micro-batch; it needs FSDP, accumulation and more than one data-parallel rank."""
@@ -150,7 +164,10 @@ def test_framework_defaults_and_their_scope() -> None:
     assert not unsynced_accumulation(_run(**trainer, grad_accum=1))
     assert not unsynced_accumulation(_run(**{**trainer, "dp": 1}, grad_accum=4))
     assert not unsynced_accumulation(_run(**trainer, grad_accum=4, grad_sync="each"))
-    assert not unsynced_accumulation(_run(framework="hf-trainer", dp=4, grad_accum=4))  # DDP
+    ddp = _run(framework="hf-trainer", dp=4, grad_accum=4)
+    assert unsynced_accumulation(ddp) and not holds_unsynced_gradients(ddp)  # DDP: whole .grad either way
+    assert holds_unsynced_gradients(ddp.model_copy(update={"bucket_view": True}))
+    assert not unsynced_accumulation(_run(framework="hf-trainer", zero=2, dp=4, grad_accum=4))
     applied = resolve(_run(**trainer, grad_accum=4)).applied
     assert any("last micro-batch only" in a and "sync_each_batch=False" in a for a in applied)
     assert not any(

@@ -173,6 +173,10 @@ CASES = {
         LLAMA,
         {"fsdp": "full_shard", "dp": 4, "precision": "mp-bf16", "grad_accum": 2, "grad_sync": "last"},
     ),
+    "llama-ddp-bucket-view-no-sync": (
+        LLAMA,
+        {"dp": 2, "bucket_view": True, "grad_accum": 2, "grad_sync": "last"},
+    ),
     "llama-torchtitan-3d": (
         "synthetic__smollm3-tiny",
         {

@@ -10,7 +10,7 @@ schedule), then a slower step (offloading, resharding, recomputation), then more
 
 from __future__ import annotations
 
-from gpumem_gui.core.training import TrainingRun, unsynced_accumulation
+from gpumem_gui.core.training import TrainingRun, holds_unsynced_gradients
 
 # (rank, kind, description, update)
 Lever = tuple[float, str, str, dict[str, object]]
@@ -60,7 +60,7 @@ def sharding_levers(run: TrainingRun) -> list[Lever]:
                 {"pp_schedule": "1f1b", "pp_virtual": 1},
             )
         )
-    if unsynced_accumulation(run):
+    if holds_unsynced_gradients(run):
         out.append(
             (
                 2.5,

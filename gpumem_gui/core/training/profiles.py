@@ -26,6 +26,7 @@ __all__ = [
     "Profile",
     "ResolvedTricks",
     "check",
+    "holds_unsynced_gradients",
     "profile",
     "resolve",
     "unsynced_accumulation",
@@ -72,8 +73,8 @@ def resolve(run: TrainingRun) -> ResolvedTricks:
         )
     if run.grad_sync == "auto" and unsynced_accumulation(run):
         applied.append(
-            f"framework default ({p.name}): gradients reduced on the last micro-batch only, FSDP keeping "
-            f"every unit's unsharded gradients until then ({p.grad_sync_source})"
+            f"framework default ({p.name}): gradients reduced on the last micro-batch only "
+            f"({p.grad_sync_source})"
         )
     return ResolvedTricks(
         framework=p.name,
@@ -91,13 +92,21 @@ def resolve(run: TrainingRun) -> ResolvedTricks:
 
 
 def unsynced_accumulation(run: TrainingRun) -> bool:
-    """FSDP accumulates gradients without syncing them until the last micro-batch (FSDP1 ``no_sync()``, FSDP2
-    ``set_requires_gradient_sync(False)``): ``grad_sync`` (or the framework's default) is 'last' and there is
-    something to accumulate over more than one data-parallel rank (accelerate/accelerator.py no_sync: FSDP1's
-    only when use_distributed, num_processes > 1). Pipelining defers the sync on its own (frameworks/fsdp.py);
-    DDP keeps whole gradients either way and ZeRO does not take it (:func:`_check_tricks`)."""
+    """Gradients accumulate without a data-parallel sync until the last micro-batch (FSDP1 and DDP
+    ``no_sync()``, FSDP2 ``set_requires_gradient_sync(False)``): ``grad_sync`` (or the framework's default)
+    is 'last' and there is something to accumulate over more than one data-parallel rank (accelerate/
+    accelerator.py no_sync: FSDP1's and DDP's only when use_distributed, num_processes > 1). Pipelining
+    defers the sync on its own (frameworks/fsdp.py); ZeRO does not take it (:func:`_check_tricks`)."""
     chosen = profile(run).grad_sync if run.grad_sync == "auto" else run.grad_sync
-    return chosen == "last" and run.fsdp != "none" and run.grad_accum > 1 and run.dp > 1 and run.pp == 1
+    return chosen == "last" and run.grad_accum > 1 and run.dp > 1 and run.pp == 1 and not run.zero
+
+
+def holds_unsynced_gradients(run: TrainingRun) -> bool:
+    """:func:`unsynced_accumulation` where it costs memory: FSDP keeps every unit's unsharded gradients
+    instead of their shards; DDP with ``gradient_as_bucket_view`` keeps each ``.grad`` beside its bucket
+    (zero_grad set it to None; only the sync points it back at its bucket view: reducer.cpp
+    mark_variable_ready_dense). DDP's own buckets are a second copy either way (training/buckets.py)."""
+    return unsynced_accumulation(run) and (run.fsdp != "none" or run.bucket_view)
 
 
 def _off(run: TrainingRun, field: str) -> bool:

@@ -20,7 +20,7 @@ from gpumem_gui.core.training.checks import lora_targets
 from gpumem_gui.core.training.frameworks.fsdp import fsdp2_hooks
 from gpumem_gui.core.training.model_parallel import rank_sharding, tp_fields
 from gpumem_gui.core.training.precision import dtypes, precision
-from gpumem_gui.core.training.profiles import profile, trick_fields, unsynced_accumulation
+from gpumem_gui.core.training.profiles import holds_unsynced_gradients, profile, trick_fields
 from gpumem_gui.core.training.run import TrainingRun
 from gpumem_gui.core.training.sharding import ShardingHooks
 
@@ -119,15 +119,15 @@ def sharding_hooks(run: TrainingRun) -> ShardingHooks:
         # deepspeed/runtime/zero/partition_parameters.py Init._convert_to_deepspeed_param)
         "qlora_sharded": run.method == "qlora" and (run.fsdp != "none" or _zero3_deepspeed(run)),
     }
-    # FSDP without gradient sync until the last micro-batch (training/profiles.py unsynced_accumulation)
-    unsynced = replayed_microbatches(run.grad_accum) - 1 if unsynced_accumulation(run) else 0
+    # micro-batches without gradient sync before the one that syncs (training/profiles.py)
+    unsynced = replayed_microbatches(run.grad_accum) - 1 if holds_unsynced_gradients(run) else 0
     fsdp2 = fsdp2_hooks(run, sh.param_shard, unsynced)  # FSDP2: unit by unit (training/fsdp2.py)
     if fsdp2 is not None:
         return fsdp2  # type: ignore[return-value]
+    if sh.ddp_buckets:
+        return BucketHooks(run.bucket_cap_mb, run.bucket_view, **kw, unsynced=unsynced)
     if unsynced:
         return ShardingHooks(**kw, unsynced=unsynced)  # type: ignore[arg-type]
-    if sh.ddp_buckets:
-        return BucketHooks(run.bucket_cap_mb, run.bucket_view, **kw)
     if sh.reduce_bucket or sh.grad_partition_buffer:
         dt_bytes = 4 if sh.model_dtype == "f32" else 2
         return ZeroHooks(

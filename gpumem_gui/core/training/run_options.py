@@ -157,8 +157,9 @@ GradSync = Annotated[
         "loop calling backward; torchtitan, torchtune; accelerate sync_each_batch=True), or only the last "
         "one (FSDP1 no_sync(), FSDP2 set_requires_gradient_sync(False), DDP no_sync(): the HF Trainer and "
         "accelerate's default). With FSDP, 'last' keeps every unit's unsharded gradients on each rank "
-        "across the micro-batches; DDP's gradients are whole either way; DeepSpeed ZeRO accumulates its "
-        "own way; auto: the framework's default",
+        "across the micro-batches; DDP's gradients are whole either way (with gradient_as_bucket_view a "
+        "second copy beside the buckets until the sync); DeepSpeed ZeRO accumulates its own way; auto: the "
+        "framework's default",
         choices=(
             ("framework default", "auto"),
             ("every micro-batch", "each"),

@@ -16,7 +16,9 @@
   (``FlatParamHandle.prepare_gradient_for_backward`` keeps an unsharded ``.grad``), and with CPU offload it
   stays on the GPU ("only offloaded right after the eventual sync", ``FullyShardedDataParallel.no_sync``). The
   micro-batch that syncs reduce-scatters each accumulated gradient and frees it (``_reduce_grad``:
-  ``flat_param.grad = None``); like every gradient here, per parameter rather than per unit.
+  ``flat_param.grad = None``); like every gradient here, per parameter rather than per unit. DDP with
+  ``gradient_as_bucket_view`` the same way: each ``.grad`` (None after ``zero_grad``) is its own tensor until
+  the sync copies it into its bucket and points it there (``reducer.cpp`` ``mark_variable_ready_dense``).
 
 Sources: ``torch/distributed/fsdp`` (FULL_SHARD / SHARD_GRAD_OP, BACKWARD_PRE prefetch), DeepSpeed ZeRO-3
 parameter partitioning (``deepspeed/runtime/zero/stage3.py``), Megatron-LM ``optimizer/optimizer.py``.
@@ -132,7 +134,8 @@ class ShardingHooks(TrainingHooks):
     def gradient_ready(self, sim: Sim, p: Param, g: Storage) -> None:
         if 0 < self.microbatch <= self.unsynced:  # no_sync(): kept unsharded (on the GPU even with offload)
             if id(p) not in self.unsynced_grads:  # later micro-batches add into it in place
-                sim.tr.retag(g, "grad", "unsharded gradients")
+                whole = self.grad_shard == 1 and self.store_scale == 1  # DDP: .grad beside its bucket
+                sim.tr.retag(g, "grad", "gradients" if whole else "unsharded gradients")
                 self.unsynced_grads[id(p)] = g
             return
         self._sync(sim, p, g)
