@@ -18,7 +18,7 @@ import pytest
 from gpumem_gui.core import GpumemInputError
 from gpumem_gui.core.readers.hf_config import spec_from_config
 from gpumem_gui.core.replay.step import StepResult, simulate_step
-from gpumem_gui.core.training import estimate_training, make_training_run
+from gpumem_gui.core.training import estimate_training, make_training_run, training_command
 from gpumem_gui.core.training.fsdp2 import Fsdp2Hooks
 from gpumem_gui.core.training.profiles import holds_unsynced_gradients, resolve, unsynced_accumulation
 from gpumem_gui.core.training.rank import sharding_hooks, simulate_rank, step_config, step_options
@@ -207,3 +207,10 @@ def test_fsdp1_no_sync_keeps_the_gradients_on_the_gpu_under_cpu_offload() -> Non
     assert _tag(last, "forward", "unsharded gradients") == 4 * last.trainable_params
     assert _tag(each, "forward", "unsharded gradients") == _tag(each, "forward", "gradients") == 0
     assert last.grad_bytes == each.grad_bytes == 0  # after the sync: on the CPU
+
+
+def test_the_trainer_arguments_name_sync_each_batch() -> None:
+    """The run's TrainingArguments ask for a sync on every micro-batch where the run says so."""
+    each = training_command("m", _run(**FSDP1, grad_accum=4, grad_sync="each"))
+    assert "'sync_each_batch': True" in each
+    assert "sync_each_batch" not in training_command("m", _run(**FSDP1, grad_accum=4))
