@@ -54,6 +54,11 @@ def test_each_lever_applies_where_its_setting_can_change() -> None:
     partial = updates(done.model_copy(update={"ckpt_every": 4, "ckpt_policy": "selective-op"}))
     assert {"ckpt_every=1", "ckpt_policy=full"} <= set(partial)
     assert "cp=4" not in updates(make_training_run(seq=6, cp=2))  # 6 tokens do not split over 4 ranks
+    # accumulation without sync (the HF Trainer's default under FSDP): a sync on every micro-batch instead
+    trainer = make_training_run(framework="hf-trainer", fsdp="full_shard", dp=4, grad_accum=8)
+    assert updates(trainer)["grad_sync=each"] == {"grad_sync": "each"}
+    assert "grad_sync=each" not in updates(trainer.model_copy(update={"grad_accum": 1}))
+    assert "grad_sync=each" not in updates(make_training_run(fsdp="full_shard", dp=4, grad_accum=8))
 
 
 def _expected(run: TrainingRun, current: int, t: GpuTarget) -> dict[str, int]:

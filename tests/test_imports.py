@@ -217,6 +217,25 @@ def test_unknown_key_becomes_a_warning(tmp_path: Path) -> None:
     assert any("zero_optimization.shiny_new_knob: 7" in w for w in imp.warnings)
 
 
+def test_trainer_sync_each_batch_is_read_as_grad_sync(tmp_path: Path) -> None:
+    """accelerator_config.gradient_accumulation_kwargs.sync_each_batch (transformers AcceleratorConfig):
+    a gradient sync on every micro-batch instead of the Trainer's no_sync; a file path is named, not read."""
+    p = tmp_path / "args.json"
+    base = '"per_device_train_batch_size": 1, "gradient_accumulation_steps": 8, "fsdp": "full_shard"'
+    p.write_text(
+        "{" + base + ', "accelerator_config": {"gradient_accumulation_kwargs": {"sync_each_batch": true}, '
+        '"split_batches": true}}'
+    )
+    imp = import_file(str(p))
+    assert imp.run.grad_sync == "each" and imp.run.framework == "hf-trainer" and imp.run.grad_accum == 8
+    assert not any("split_batches" in w for w in imp.warnings)
+    p.write_text("{" + base + ', "accelerator_config": "accel.json"}')
+    imp = import_file(str(p))
+    assert imp.run.grad_sync == "auto" and any(
+        w.startswith("accelerator_config: 'accel.json'") for w in imp.warnings
+    )
+
+
 @pytest.mark.parametrize(
     ("name", "text", "start"),
     [

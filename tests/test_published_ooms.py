@@ -118,3 +118,17 @@ def test_a_command_that_stops_parsing_fails_naming_the_report() -> None:
     with pytest.raises(data.DataFileError) as err:
         published_ooms.estimate_doc(broken)
     assert e.id in str(err.value) and "no-such-flag" in str(err.value)
+
+
+def test_alpaca_223_is_predicted_with_the_trainers_no_sync() -> None:
+    """Issue 31 item 4: Stanford Alpaca's 7B FSDP1 run on 5 x V100 (stanford_alpaca issue 223) ran 7 of its 8
+    micro-batches under the Trainer's model.no_sync(), each rank keeping the whole model's unsharded fp16
+    gradients (6.74e9 x 2 bytes). With that setting gpumem predicts the failure, above what the run held
+    plus its request; with a sync on every micro-batch it would say the run fits."""
+    (row,) = published_ooms.published_oom_rows({"alpaca-223"})
+    assert "--grad-sync last" in row.entry.command and not row.entry.reason
+    assert row.predicted and row.gap is not None and row.gap >= 0
+    each = row.entry.model_copy(update={"command": row.entry.command.replace("last", "each")})
+    doc = published_ooms.estimate_doc(each)
+    assert doc["fit"]["fits"] and doc["per_gpu"][0]["total_bytes"] < row.needed  # type: ignore[operator]
+    assert row.ours - doc["per_gpu"][0]["total_bytes"] > 6 * GiB  # unsharded fp16 minus fp32 shards: 7.5 GiB

@@ -164,6 +164,19 @@ CASES = {
     "llama-zero3-dp8": (LLAMA, {"zero": 3, "dp": 8}),
     "llama-zero2-offload": (LLAMA, {"zero": 2, "dp": 4, "offload": "optimizer"}),
     "llama-fsdp1": (LLAMA, {"fsdp": "full_shard", "dp": 4, "fsdp_version": 1}),
+    # gradient accumulation without sync (FSDP1 no_sync as the HF Trainer runs it; FSDP2 with an upcast)
+    "llama-fsdp1-no-sync": (
+        LLAMA,
+        {"framework": "hf-trainer", "fsdp": "full_shard", "dp": 4, "fsdp_version": 1, "grad_accum": 4},
+    ),
+    "llama-fsdp2-no-sync-mp": (
+        LLAMA,
+        {"fsdp": "full_shard", "dp": 4, "precision": "mp-bf16", "grad_accum": 2, "grad_sync": "last"},
+    ),
+    "llama-ddp-bucket-view-no-sync": (
+        LLAMA,
+        {"dp": 2, "bucket_view": True, "grad_accum": 2, "grad_sync": "last"},
+    ),
     "llama-torchtitan-3d": (
         "synthetic__smollm3-tiny",
         {

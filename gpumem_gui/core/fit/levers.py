@@ -10,7 +10,7 @@ schedule), then a slower step (offloading, resharding, recomputation), then more
 
 from __future__ import annotations
 
-from gpumem_gui.core.training import TrainingRun
+from gpumem_gui.core.training import TrainingRun, holds_unsynced_gradients
 
 # (rank, kind, description, update)
 Lever = tuple[float, str, str, dict[str, object]]
@@ -58,6 +58,16 @@ def sharding_levers(run: TrainingRun) -> list[Lever]:
                 "pp_schedule",
                 f"1F1B pipeline schedule instead of {run.pp_schedule} (fewer micro-batches in flight)",
                 {"pp_schedule": "1f1b", "pp_virtual": 1},
+            )
+        )
+    if holds_unsynced_gradients(run):
+        out.append(
+            (
+                2.5,
+                "grad_sync",
+                "reduce the gradients on every micro-batch (accelerate sync_each_batch=True): only their "
+                "shards kept between micro-batches",
+                {"grad_sync": "each"},
             )
         )
     cp = 2 * run.cp

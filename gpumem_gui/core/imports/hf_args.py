@@ -158,6 +158,28 @@ def trainer_keys(top: Keys, r: Reading, path: str) -> None:
     top.warn("auto_find_batch_size", "the batch the Trainer settles on is not modelled (the micro-batch is)")
     deepspeed_reference(top, "deepspeed", path)
     _fsdp(top)
+    _accelerator_config(top)
+
+
+def _accelerator_config(top: Keys) -> None:
+    """``accelerator_config`` (transformers trainer_pt_utils.py AcceleratorConfig): only
+    ``gradient_accumulation_kwargs.sync_each_batch`` changes memory, a gradient sync on every micro-batch
+    instead of the Trainer's no_sync (accelerate GradientAccumulationPlugin)."""
+    if isinstance(top.raw("accelerator_config"), str):
+        top.warn("accelerator_config", "a JSON file gpumem does not read (sync_each_batch: give --grad-sync)")
+        return
+    cfg = top.sub("accelerator_config")
+    if cfg is None:
+        return
+    kwargs = cfg.sub("gradient_accumulation_kwargs")
+    if kwargs is not None:
+        sync = kwargs.bool("sync_each_batch")
+        kwargs.set("grad_sync", "sync_each_batch", None if sync is None else "each" if sync else "last")
+        kwargs.rest()
+    cfg.no_memory(
+        ("split_batches", "dispatch_batches", "even_batches", "use_seedable_sampler", "non_blocking")
+    )
+    cfg.rest()
 
 
 def _fsdp(top: Keys) -> None:

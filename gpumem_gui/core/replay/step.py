@@ -101,6 +101,12 @@ class TrainingHooks(ReplayHooks):
         """``loss.backward()`` starts (FSDP2: the root unit's pre-backward hook)."""
 
 
+def replayed_microbatches(grad_accum: int) -> int:
+    """Micro-batches the step replays: the first, and a second one with every ``.grad`` (or accumulated
+    gradient) already live; later ones repeat the second."""
+    return min(grad_accum, 2)
+
+
 def simulate_step(
     spec: ModelSpec,
     cfg: ReplayConfig,
@@ -243,7 +249,7 @@ def _microbatches(
     tr = sim.tr
     after_forward = 0
     microbatch_activations = 0
-    for _ in range(min(opts.grad_accum, 2)):
+    for _ in range(replayed_microbatches(opts.grad_accum)):
         sim.phase_kind = "act"
         tr.start_phase("forward")
         before, params_before = tr.cur, tr.by_kind["param"]

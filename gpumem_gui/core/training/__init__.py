@@ -28,6 +28,7 @@ from gpumem_gui.core.training.command import training_command
 from gpumem_gui.core.training.estimate import estimate_training
 from gpumem_gui.core.training.frameworks import FRAMEWORKS, Framework, framework
 from gpumem_gui.core.training.precision import PRECISION_DOC
+from gpumem_gui.core.training.profiles import holds_unsynced_gradients
 from gpumem_gui.core.training.rank import sharding_hooks, simulate_rank, step_config, step_options
 from gpumem_gui.core.training.run import TrainingRun, make_training_run
 
@@ -39,6 +40,7 @@ __all__ = [
     "check_training",
     "estimate_training",
     "framework",
+    "holds_unsynced_gradients",
     "make_training_run",
     "sharding_hooks",
     "simulate_rank",

@@ -59,6 +59,9 @@ def training_command(model: str, run: TrainingRun) -> str:
     if run.optimizer == "sgd-momentum":
         args.append("optim_args='momentum=0.9'")
     args += framework(run).trainer_args(run)
+    if run.grad_sync == "each" and run.grad_accum > 1 and run.dp > 1:
+        # transformers AcceleratorConfig -> accelerate GradientAccumulationPlugin(sync_each_batch=True)
+        args.append("accelerator_config={'gradient_accumulation_kwargs': {'sync_each_batch': True}}")
     lines = [*_adapter_configs(run), "TrainingArguments(" + ", ".join(args) + ")"]
     lines.append(
         f"model = AutoModelForCausalLM.from_pretrained({model!r}, attn_implementation={run.attn!r})"

@@ -43,6 +43,13 @@ reduce dtype on the first micro-batch (PARAM ``to_accumulated_grad_if_needed``:
 After the last micro-batch ``perform_reduce_grad`` runs every unit's ``post_backward`` with gradient sync:
 reduce-scatter from the accumulated gradients, then reshard.
 
+Gradient accumulation without sync (``set_requires_gradient_sync(False)`` on every micro-batch but the last,
+as accelerate's ``no_sync`` does for FSDP2; ``unsynced``: the micro-batches replayed so): PG
+``post_backward`` with ``reduce_grads`` off reshards (``reshard_after_backward`` stays True) and then keeps
+the gradients unsharded as above, upcast to the reduce dtype after the reshard; the last micro-batch's
+``post_backward`` adds its gradients into the accumulated ones (``accumulate_unsharded_grad_if_needed``) and
+reduce-scatters them unit by unit during its backward.
+
 Approximations: a shard is ``ceil(numel / world)`` elements (exact when ``dim0`` divides by world, as for
 the models here); the reduce dtype never differs from the stored dtype in the precisions offered (no
 upcast copy of the reduce output).
@@ -87,6 +94,7 @@ class Fsdp2Policy:
     qlora: bool = False
     nf4_sharded: bool = False  # QLoRA with torchao's NF4Tensor: its scalers are sharded with its data
     pipeline: int = 0  # pipelining: how many micro-batches the replay runs (0: no pipeline)
+    unsynced: int = 0  # micro-batches replayed under set_requires_gradient_sync(False) (no pipeline)
 
 
 class Fsdp2Hooks(TrainingHooks):
@@ -256,10 +264,14 @@ class Fsdp2Hooks(TrainingHooks):
         grads[id(p)] = g
 
     def _accumulate(self, sim: Sim, u: int) -> None:
-        """PG ``post_backward`` without gradient sync or reshard (pipelining): the unit's gradients kept
-        unsharded, upcast to the reduce dtype into a new buffer on the first micro-batch, added in later."""
+        """PG ``post_backward`` without gradient sync (and, pipelining, without reshard): the unit's gradients
+        kept unsharded, upcast to the reduce dtype into a new buffer on the first micro-batch, added in
+        later."""
         self.done.add(u)
         grads = self.ugrads.pop(u, {})
+        if not self.pol.pipeline:  # reshard_after_backward: the unsharded parameters freed before the upcast
+            self.unsharded.pop(u, None)
+            self.post_shard.pop(u, None)
         unit = self.units.get(u)
         if not grads or unit is None or not unit.trainable or u in self.acc:
             return  # later micro-batches: accumulate_unsharded_grad_if_needed adds in place, frees the grad
@@ -281,9 +293,11 @@ class Fsdp2Hooks(TrainingHooks):
     def _post_backward(self, sim: Sim, u: int, sync: bool = False) -> None:
         """PG ``post_backward``: reshard, free the previous reduce-scatter input, reduce this unit's
         gradients (COLL ``foreach_reduce``) into its sharded gradients."""
-        if self.pol.pipeline and not sync:
+        if (self.pol.pipeline or self.microbatch <= self.pol.unsynced) and not sync:
             self._accumulate(sim, u)
             return
+        if u in self.acc:  # the last micro-batch's gradients added into the accumulated ones, then reduced
+            self.ugrads[u] = dict(enumerate(self.acc.pop(u)))
         self.done.add(u)
         grads = self.ugrads.pop(u, {})
         self.unsharded.pop(u, None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpumem_gui.core.results.estimate import Explanation
+from gpumem_gui.core.training.profiles import unsynced_accumulation
 
 if TYPE_CHECKING:
     from gpumem_gui.core.training.run import TrainingRun
@@ -101,9 +102,33 @@ _TEXTS: dict[str, tuple[str, str]] = {
 }
 
 
+# gradient accumulation without sync (training/profiles.py unsynced_accumulation): the same tag, kept longer
+_UNSYNCED = (
+    # formula
+    "accumulated without gradient sync: every trainable parameter's whole (unsharded) gradient stays on each "
+    "rank from the first micro-batch to the last one's post-backward, which reduce-scatters it (grad_sync "
+    "last: FSDP1 flat_param.grad in the dtype autograd made it, param_dtype under MixedPrecision; FSDP2 "
+    "upcast to reduce_dtype after the unit reshards); later micro-batches add into it in place",
+    # source
+    "torch/distributed/fsdp/_runtime_utils.py _post_backward_hook (returns before the reduce-scatter when "
+    "not _sync_gradients), fully_sharded_data_parallel.py FullyShardedDataParallel.no_sync; "
+    "_fully_shard/_fsdp_param_group.py post_backward (reduce_grads False), _fsdp_param.py "
+    "to_accumulated_grad_if_needed, accumulate_unsharded_grad_if_needed",
+)
+
+
 def _explained(tag: str) -> Any:
-    formula, source = _TEXTS[tag]
-    return lambda run, base: Explanation(formula=formula, inputs=_inputs(run, base), source=source)
+    def explain(run: TrainingRun, base: dict[str, Any]) -> Explanation:
+        formula, source = _TEXTS[tag]
+        if tag == "unsharded gradients" and unsynced_accumulation(run):
+            formula, source = _UNSYNCED
+        inputs = _inputs(run, base)
+        if tag == "unsharded gradients":
+            inputs["grad_accum"] = run.grad_accum
+            inputs["grad_sync"] = run.grad_sync
+        return Explanation(formula=formula, inputs=inputs, source=source)
+
+    return explain
 
 
 FSDP_EXPLAIN = {tag: _explained(tag) for tag in _TEXTS}

@@ -47,6 +47,9 @@ class Profile:
     ckpt_offload: bool = False
     ckpt_offload_source: str = ""
     notes: tuple[str, ...] = ()
+    # grad_sync = auto: 'each' (gradients reduced every micro-batch) or 'last' (no_sync until the last one)
+    grad_sync: str = "each"
+    grad_sync_source: str = "a training loop calling backward() on every micro-batch without no_sync()"
     # chunks split unevenly, embedding / head as a layer each (torchtitan generate_llm_fqn_per_model_part)
     uneven_pp_split: bool = False
 
@@ -54,6 +57,16 @@ class Profile:
 _HF_CE = (
     "transformers loss/loss_utils.py ForCausalLMLoss: logits.float() then cross_entropy over the full "
     "logits (HF Trainer compute_loss calls the model's loss)"
+)
+# transformers trainer.py _inner_training_loop: every micro-batch but the last runs under
+# accelerator.no_sync(model) unless sync_each_batch or DeepSpeed (accelerate/accelerator.py no_sync: FSDP1 and
+# DDP model.no_sync(), FSDP2 set_requires_gradient_sync(False); GradientAccumulationPlugin.sync_each_batch
+# defaults to False); transformers 5.24 / accelerate 1.16, and model.no_sync() in the Trainer before
+# accelerate (transformers 4.28 trainer.py: TrainingArguments._no_sync_in_gradient_accumulation)
+_TRAINER_SYNC = (
+    "transformers trainer.py _inner_training_loop: accelerator.no_sync for every micro-batch "
+    "but the last (FSDP1 no_sync(), FSDP2 set_requires_gradient_sync(False)); accelerate "
+    "GradientAccumulationPlugin(sync_each_batch=False) by default"
 )
 _TRAINER_TRICKS = frozenset({"compile", "float8"})  # torch_compile=True; accelerate's torchao float8 recipe
 
@@ -71,6 +84,8 @@ PROFILES: dict[str, Profile] = {
             "Hugging Face Trainer",
             "standard",
             _HF_CE,
+            grad_sync="last",
+            grad_sync_source=_TRAINER_SYNC,
             losses=("standard", "fused-linear"),
             tricks=_TRAINER_TRICKS,
             notes=("loss fused-linear: " + LIGER_SOURCE,),
@@ -80,6 +95,8 @@ PROFILES: dict[str, Profile] = {
             "TRL SFTTrainer",
             "standard",
             _HF_CE + "; trl/trainer/sft_trainer.py compute_loss",
+            grad_sync="last",
+            grad_sync_source=_TRAINER_SYNC,
             losses=("standard", "fused-linear"),
             tricks=_TRAINER_TRICKS | {"activation_offload"},
             notes=(
@@ -94,6 +111,8 @@ PROFILES: dict[str, Profile] = {
             "Axolotl",
             "standard",
             _HF_CE + " (axolotl trains through the HF Trainer)",
+            grad_sync="last",
+            grad_sync_source=_TRAINER_SYNC,
             loss_impl=(("chunked", "chunked-trainer"),),
             tricks=_TRAINER_TRICKS | {"activation_offload"},
             notes=(
@@ -105,6 +124,8 @@ PROFILES: dict[str, Profile] = {
             "LLaMA-Factory",
             "standard",
             _HF_CE + " (LLaMA-Factory trains through the HF Trainer)",
+            grad_sync="last",
+            grad_sync_source=_TRAINER_SYNC,
             losses=("standard", "fused-linear"),
             tricks=_TRAINER_TRICKS,
             notes=(
@@ -123,6 +144,8 @@ PROFILES: dict[str, Profile] = {
             tricks=frozenset(TRICKS) - {"ckpt_every", "ckpt_policy", "float8"},
             zero=(0,),
             fsdp_versions=(2,),
+            grad_sync_source="torchtune recipes/full_finetune_distributed.py train: current_loss.backward() "
+            "on every micro-batch, no set_requires_gradient_sync (torchtune 015b39c)",
             notes=(
                 "optimizer_in_backward: recipe optimizer_in_bwd (torchtune/training/memory.py "
                 "register_optim_in_bwd_hooks), off in the distributed configs, on in most single-device ones",
@@ -146,6 +169,8 @@ PROFILES: dict[str, Profile] = {
             zero=(0,),
             fsdp_versions=(2,),
             uneven_pp_split=True,
+            grad_sync_source="torchtitan/train.py train_step: forward_backward_step (loss.backward()) on "
+            "every micro-batch, no set_requires_gradient_sync (torchtitan 000204a)",
             notes=(
                 "FSDP2 fully_shard with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) "
                 "(torchtitan/distributed/utils.py, parallelize.py apply_fsdp): precision mp-bf16",
@@ -190,6 +215,8 @@ PROFILES: dict[str, Profile] = {
             "fused-linear",
             "unsloth's fused cross-entropy (unsloth_zoo fused_ce / fast_cross_entropy_loss), modelled as "
             "Liger's fused linear cross-entropy (liger_kernel/ops/fused_linear_cross_entropy.py)",
+            grad_sync="last",
+            grad_sync_source=_TRAINER_SYNC,
             losses=("standard", "fused-linear"),
             tricks=frozenset({"compile"}),
             zero=(0,),

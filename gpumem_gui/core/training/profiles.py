@@ -26,8 +26,10 @@ __all__ = [
     "Profile",
     "ResolvedTricks",
     "check",
+    "holds_unsynced_gradients",
     "profile",
     "resolve",
+    "unsynced_accumulation",
 ]
 
 
@@ -69,6 +71,11 @@ def resolve(run: TrainingRun) -> ResolvedTricks:
         applied.append(
             f"framework default ({p.name}): checkpointed layer inputs in CPU RAM ({p.ckpt_offload_source})"
         )
+    if run.grad_sync == "auto" and unsynced_accumulation(run):
+        applied.append(
+            f"framework default ({p.name}): gradients reduced on the last micro-batch only "
+            f"({p.grad_sync_source})"
+        )
     return ResolvedTricks(
         framework=p.name,
         loss=impl,
@@ -82,6 +89,24 @@ def resolve(run: TrainingRun) -> ResolvedTricks:
         compile=run.compile,
         applied=tuple(applied),
     )
+
+
+def unsynced_accumulation(run: TrainingRun) -> bool:
+    """Gradients accumulate without a data-parallel sync until the last micro-batch (FSDP1 and DDP
+    ``no_sync()``, FSDP2 ``set_requires_gradient_sync(False)``): ``grad_sync`` (or the framework's default)
+    is 'last' and there is something to accumulate over more than one data-parallel rank (accelerate/
+    accelerator.py no_sync: FSDP1's and DDP's only when use_distributed, num_processes > 1). Pipelining
+    defers the sync on its own (frameworks/fsdp.py); ZeRO does not take it (:func:`_check_tricks`)."""
+    chosen = profile(run).grad_sync if run.grad_sync == "auto" else run.grad_sync
+    return chosen == "last" and run.grad_accum > 1 and run.dp > 1 and run.pp == 1 and not run.zero
+
+
+def holds_unsynced_gradients(run: TrainingRun) -> bool:
+    """:func:`unsynced_accumulation` where it costs memory: FSDP keeps every unit's unsharded gradients
+    instead of their shards; DDP with ``gradient_as_bucket_view`` keeps each ``.grad`` beside its bucket
+    (zero_grad set it to None; only the sync points it back at its bucket view: reducer.cpp
+    mark_variable_ready_dense). DDP's own buckets are a second copy either way (training/buckets.py)."""
+    return unsynced_accumulation(run) and (run.fsdp != "none" or run.bucket_view)
 
 
 def _off(run: TrainingRun, field: str) -> bool:
@@ -148,6 +173,13 @@ def _check_tricks(run: TrainingRun) -> None:
                 "optimizer_in_backward is not available with Megatron's optimizer",
                 field="optimizer_in_backward",
             )
+    if run.grad_sync == "last" and run.zero:
+        # transformers trainer.py _inner_training_loop never enters no_sync under DeepSpeed
+        raise GpumemInputError(
+            "grad_sync 'last' is FSDP's / DDP's no_sync(): DeepSpeed ZeRO accumulates gradients its own way "
+            "(use grad_sync auto or each)",
+            field="grad_sync",
+        )
     if not run.grad_ckpt and (run.ckpt_every != 1 or run.ckpt_policy != "full"):
         field = "ckpt_every" if run.ckpt_every != 1 else "ckpt_policy"
         raise GpumemInputError(f"{field} needs gradient checkpointing (grad_ckpt)", field=field)

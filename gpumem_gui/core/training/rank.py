@@ -11,7 +11,7 @@ from math import ceil
 from gpumem_gui.core.allocator import parse_alloc_conf, run_events
 from gpumem_gui.core.formats import weight_bytes
 from gpumem_gui.core.replay.config import ReplayConfig
-from gpumem_gui.core.replay.step import StepOptions, StepResult, simulate_step
+from gpumem_gui.core.replay.step import StepOptions, StepResult, replayed_microbatches, simulate_step
 from gpumem_gui.core.replay.step_tape import simulate_step_taped
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, rank_spec, stage_layers, weighted_chunk_layers
@@ -20,7 +20,7 @@ from gpumem_gui.core.training.checks import lora_targets
 from gpumem_gui.core.training.frameworks.fsdp import fsdp2_hooks
 from gpumem_gui.core.training.model_parallel import rank_sharding, tp_fields
 from gpumem_gui.core.training.precision import dtypes, precision
-from gpumem_gui.core.training.profiles import profile, trick_fields
+from gpumem_gui.core.training.profiles import holds_unsynced_gradients, profile, trick_fields
 from gpumem_gui.core.training.run import TrainingRun
 from gpumem_gui.core.training.sharding import ShardingHooks
 
@@ -119,11 +119,15 @@ def sharding_hooks(run: TrainingRun) -> ShardingHooks:
         # deepspeed/runtime/zero/partition_parameters.py Init._convert_to_deepspeed_param)
         "qlora_sharded": run.method == "qlora" and (run.fsdp != "none" or _zero3_deepspeed(run)),
     }
-    fsdp2 = fsdp2_hooks(run, sh.param_shard)  # FSDP2: unit by unit (training/fsdp2.py)
+    # micro-batches without gradient sync before the one that syncs (training/profiles.py)
+    unsynced = replayed_microbatches(run.grad_accum) - 1 if holds_unsynced_gradients(run) else 0
+    fsdp2 = fsdp2_hooks(run, sh.param_shard, unsynced)  # FSDP2: unit by unit (training/fsdp2.py)
     if fsdp2 is not None:
         return fsdp2  # type: ignore[return-value]
     if sh.ddp_buckets:
-        return BucketHooks(run.bucket_cap_mb, run.bucket_view, **kw)
+        return BucketHooks(run.bucket_cap_mb, run.bucket_view, **kw, unsynced=unsynced)
+    if unsynced:
+        return ShardingHooks(**kw, unsynced=unsynced)  # type: ignore[arg-type]
     if sh.reduce_bucket or sh.grad_partition_buffer:
         dt_bytes = 4 if sh.model_dtype == "f32" else 2
         return ZeroHooks(
@@ -166,7 +170,7 @@ def _taped_rank(
     more than two micro-batches only repeat the second (the step replays ``min(grad_accum, 2)``, FSDP's
     pipelined units the same: frameworks/fsdp.py), so they share its tape."""
     cfg, rspec = step_config(spec, run, stage)
-    shape = {"batch": 1, "seq": 1, "grad_accum": min(run.grad_accum, 2)}
+    shape = {"batch": 1, "seq": 1, "grad_accum": replayed_microbatches(run.grad_accum)}
     key = (spec, run.model_copy(update=shape), stage, dp_rank)
     opts = step_options(run, dp_rank)
     res = simulate_step_taped(key, rspec, cfg, run.optimizer, opts, lambda: sharding_hooks(run))

@@ -36,6 +36,7 @@ from gpumem_gui.core.training.run_options import (
     Float8,
     FrameworkField,
     FsdpVersion,
+    GradSync,
     LossChunks,
     LossField,
     MaxLiveParams,
@@ -311,14 +312,13 @@ class TrainingRun(Frozen):
     ckpt_policy: CkptPolicy = "full"
     float8: Float8 = False
     compile: Compile = False
-    # sharding details, each default the runtime's own
+    grad_sync: GradSync = "auto"  # sharding details from here on, each default the runtime's own
     fsdp_version: FsdpVersion = 2
     reshard_size: ReshardSize = None
     bucket_cap_mb: BucketCapMb = 25.0  # torch/nn/parallel/distributed.py, DDP(bucket_cap_mb)
     bucket_view: BucketView = False  # DistributedDataParallel(gradient_as_bucket_view=False)
     zero_impl: ZeroImpl = "deepspeed"
-    # deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig field defaults)
-    reduce_bucket: ReduceBucket = 500_000_000
+    reduce_bucket: ReduceBucket = 500_000_000  # and the 4 below: deepspeed/runtime/zero/config.py defaults
     allgather_bucket: AllgatherBucket = 500_000_000
     prefetch_bucket: PrefetchBucket = 50_000_000
     max_live_params: MaxLiveParams = 1_000_000_000

@@ -148,6 +148,26 @@ Compile = Annotated[
     ),
 ]
 
+GradSync = Annotated[
+    Literal["auto", "each", "last"],
+    UI(
+        "Gradient sync",
+        _D,
+        "when data-parallel gradients are reduced during gradient accumulation: each micro-batch (a plain "
+        "loop calling backward; torchtitan, torchtune; accelerate sync_each_batch=True), or only the last "
+        "one (FSDP1 no_sync(), FSDP2 set_requires_gradient_sync(False), DDP no_sync(): the HF Trainer and "
+        "accelerate's default). With FSDP, 'last' keeps every unit's unsharded gradients on each rank "
+        "across the micro-batches; DDP's gradients are whole either way (with gradient_as_bucket_view a "
+        "second copy beside the buckets until the sync); DeepSpeed ZeRO accumulates its own way; auto: the "
+        "framework's default",
+        choices=(
+            ("framework default", "auto"),
+            ("every micro-batch", "each"),
+            ("last micro-batch only (no_sync)", "last"),
+        ),
+        shown=lambda v: (v.get("grad_accum") or 1) > 1 and (v.get("dp") or 1) > 1 and not v.get("zero"),
+    ),
+]
 FsdpVersion = Annotated[
     Literal[1, 2],
     UI(

@@ -9,6 +9,16 @@
 * Gradients: reduce-scattered as they appear, each rank keeping ``1/grad_shard`` (ZeRO-2/3, FSDP); dropped
   from the GPU when the optimizer runs on the CPU (offload) or when a preallocated fp32 ``main_grad`` buffer
   takes them (Megatron-LM's ``Float16OptimizerWithFloat16Params`` / ``DistributedOptimizer``).
+* FSDP1 ``no_sync()`` (``unsynced``: the micro-batches replayed under it before the one that syncs): the
+  post-backward hook skips the reduce-scatter (``_runtime_utils.py`` ``_post_backward_hook``: ``if not
+  state._sync_gradients: return``), so ``flat_param.grad`` stays the unsharded gradient in the dtype autograd
+  made it (the compute dtype under ``MixedPrecision``), later micro-batches add into it in place
+  (``FlatParamHandle.prepare_gradient_for_backward`` keeps an unsharded ``.grad``), and with CPU offload it
+  stays on the GPU ("only offloaded right after the eventual sync", ``FullyShardedDataParallel.no_sync``). The
+  micro-batch that syncs reduce-scatters each accumulated gradient and frees it (``_reduce_grad``:
+  ``flat_param.grad = None``); like every gradient here, per parameter rather than per unit. DDP with
+  ``gradient_as_bucket_view`` the same way: each ``.grad`` (None after ``zero_grad``) is its own tensor until
+  the sync copies it into its bucket and points it there (``reducer.cpp`` ``mark_variable_ready_dense``).
 
 Sources: ``torch/distributed/fsdp`` (FULL_SHARD / SHARD_GRAD_OP, BACKWARD_PRE prefetch), DeepSpeed ZeRO-3
 parameter partitioning (``deepspeed/runtime/zero/stage3.py``), Megatron-LM ``optimizer/optimizer.py``.
@@ -34,6 +44,7 @@ class ShardingHooks(TrainingHooks):
         main_grad: bool = False,
         store_scale: int = 1,
         qlora_sharded: bool = False,
+        unsynced: int = 0,
     ) -> None:
         self.param_shard = param_shard
         self.grad_shard = grad_shard
@@ -51,6 +62,9 @@ class ShardingHooks(TrainingHooks):
         # parameter (Answer.AI fsdp_qlora; HF PEFT docs "FSDP + QLoRA")
         self.qlora_sharded = qlora_sharded
         self.packed = 0
+        self.unsynced = unsynced  # FSDP1 no_sync(): micro-batches replayed without gradient sync
+        self.microbatch = 0
+        self.unsynced_grads: dict[int, Storage] = {}  # id(param) -> its gradient accumulated under no_sync
 
     @property
     def _active(self) -> bool:
@@ -98,6 +112,7 @@ class ShardingHooks(TrainingHooks):
             self.gathered[u] = sim.storage(n, "gathered parameters", "param")
 
     def begin_microbatch(self, sim: Sim) -> None:
+        self.microbatch += 1
         if not self._active:
             return
         if self.gather == "all":
@@ -117,6 +132,16 @@ class ShardingHooks(TrainingHooks):
         sim.unit = None
 
     def gradient_ready(self, sim: Sim, p: Param, g: Storage) -> None:
+        if 0 < self.microbatch <= self.unsynced:  # no_sync(): kept unsharded (on the GPU even with offload)
+            if id(p) not in self.unsynced_grads:  # later micro-batches add into it in place
+                whole = self.grad_shard == 1 and self.store_scale == 1  # DDP: .grad beside its bucket
+                sim.tr.retag(g, "grad", "gradients" if whole else "unsharded gradients")
+                self.unsynced_grads[id(p)] = g
+            return
+        self._sync(sim, p, g)
+        self.unsynced_grads.pop(id(p), None)  # the accumulated gradient, reduce-scattered, is freed
+
+    def _sync(self, sim: Sim, p: Param, g: Storage) -> None:
         if self.grads_dropped:
             return  # added into the main_grad buffer, or copied to the CPU: dropped on the GPU
         if p.grad is not None:

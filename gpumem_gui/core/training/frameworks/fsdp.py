@@ -19,6 +19,7 @@ fully_sharded_data_parallel.py`` and ``_runtime_utils.py`` (FSDP1).
 from __future__ import annotations
 
 from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.replay.step import replayed_microbatches
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.training.frameworks.base import Framework, Sharding, no_param_offload, nothing_to_shard
 from gpumem_gui.core.training.fsdp2 import Fsdp2Hooks, Fsdp2Policy
@@ -31,8 +32,9 @@ def shard_world(run: TrainingRun) -> int:
     return max(1, min(run.dp, run.gpus_per_node)) if run.fsdp == "hybrid_shard" else run.dp
 
 
-def fsdp2_hooks(run: TrainingRun, w: int) -> Fsdp2Hooks | None:
-    """The FSDP2 hooks of ``run``, sharding over ``w`` ranks (None: not FSDP2)."""
+def fsdp2_hooks(run: TrainingRun, w: int, unsynced: int = 0) -> Fsdp2Hooks | None:
+    """The FSDP2 hooks of ``run``, sharding over ``w`` ranks (None: not FSDP2); ``unsynced``: micro-batches
+    replayed under ``set_requires_gradient_sync(False)`` before the one that syncs."""
     if run.fsdp == "none" or run.fsdp_version != 2:
         return None
     if run.fsdp == "shard_grad_op" or (run.pp > 1 and run.framework == "torchtitan"):
@@ -59,7 +61,8 @@ def fsdp2_hooks(run: TrainingRun, w: int) -> Fsdp2Hooks | None:
             nf4_sharded=run.method == "qlora" and run.framework == "torchtune",
             # torch.distributed.pipelining drives the units: no gradient sync until the last micro-batch
             # (torch/distributed/pipelining/stage.py backward_maybe_with_nosync, perform_reduce_grad)
-            pipeline=min(run.grad_accum, 2) if run.pp > 1 else 0,
+            pipeline=replayed_microbatches(run.grad_accum) if run.pp > 1 else 0,
+            unsynced=unsynced,
         )
     )
 
