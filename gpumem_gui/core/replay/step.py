@@ -20,7 +20,7 @@ from gpumem_gui.core.replay.encoder import EncoderModel
 from gpumem_gui.core.replay.engine import backward
 from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
 from gpumem_gui.core.replay.model import CausalLM
-from gpumem_gui.core.replay.optim import create_states, outside_allocator, states_total, step
+from gpumem_gui.core.replay.optim import create_states, outside_allocator, states_total, step, step_flat
 from gpumem_gui.core.replay.seq2seq_bart import seq2seq_lm
 from gpumem_gui.core.replay.tricks import optimizer_in_backward
 from gpumem_gui.core.spec.kinds_of import model_kinds
@@ -79,6 +79,9 @@ class StepOptions:
     states_for_unused: bool = False
     # (rank, the trainable parameters whose states it keeps, whole): torch ZeroRedundancyOptimizer; None: all
     owned: Callable[[list[Param]], tuple[int, list[Param]]] | None = None
+    # DeepSpeed ZeRO: the element counts of the flat partitions the optimizer steps one after another, each
+    # with its own flat gradient (training/frameworks/deepspeed.py FlatPartitions); None: the parameters
+    flat_partitions: Callable[[list[Param]], list[int]] | None = None
     # torchtune optimizer_in_bwd: each parameter stepped and its gradient freed as soon as it is accumulated
     optimizer_in_backward: bool = False
 
@@ -211,10 +214,18 @@ def _owned(
 
 def _optimizer_step(sim: Sim, optimizer: str, stepped: list[Param], opts: StepOptions) -> None:
     """``optimizer.step()``; DeepSpeed first flattens this rank's gradient partition and casts it to fp32 for
-    the master step (``flat_grad_bytes``)."""
+    the master step (``flat_grad_bytes``), one flat partition at a time (``flat_partitions``)."""
+    master = opts.master_bytes_per_param > 0
+    if opts.flat_partitions is not None and stepped:
+        dt = "f32" if master else stepped[0].dt
+        for numel in opts.flat_partitions(stepped):
+            nb = numel * opts.flat_grad_bytes
+            flat_grad = sim.storage(nb, "fp32 gradient partition", "grad") if nb else None
+            step_flat(sim, optimizer, numel, dt, fused=opts.fused_step)
+            del flat_grad
+        return
     flat = sum(p.numel for p in stepped) * opts.flat_grad_bytes
     flat_grad = sim.storage(-(-flat // opts.state_shard), "fp32 gradient partition", "grad") if flat else None
-    master = opts.master_bytes_per_param > 0
     step(sim, optimizer, stepped, opts.state_shard, fused=opts.fused_step, master=master)
     del flat_grad
 

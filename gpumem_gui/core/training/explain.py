@@ -11,7 +11,13 @@ from gpumem_gui.core.replay.step import StepResult
 from gpumem_gui.core.results.estimate import Component, Explanation
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.training.buckets import BUCKETS_SOURCE, ZERO_TORCH_SOURCE, bucket_explanation, owner_text
-from gpumem_gui.core.training.frameworks.deepspeed import GRADS_SOURCE, MASTER_SOURCE, zero_explanation
+from gpumem_gui.core.training.frameworks.deepspeed import (
+    FLAT_STEP_SOURCE,
+    FLAT_STEP_WHAT,
+    GRADS_SOURCE,
+    MASTER_SOURCE,
+    zero_explanation,
+)
 from gpumem_gui.core.training.fsdp_explain import FSDP_EXPLAIN, FSDP_TAGS, gathered
 from gpumem_gui.core.training.model_parallel import rank_sharding
 from gpumem_gui.core.training.precision import PRECISION_DOC, dtypes
@@ -174,8 +180,11 @@ def _states(c: _Ctx) -> Explanation:
 
 def _temporaries(c: _Ctx) -> Explanation:
     opt = INFO[resolve(c.run.optimizer)]
+    flat = c.sharding.flat_step is not None
     return Explanation(
-        formula=opt.temporaries, inputs={**c.base, "optimizer": c.run.optimizer}, source=opt.source
+        formula=opt.temporaries + (f"; {FLAT_STEP_WHAT}" if flat else ""),
+        inputs={**c.base, "optimizer": c.run.optimizer},
+        source=opt.source + (f"; {FLAT_STEP_SOURCE}" if flat else ""),
     )
 
 

@@ -1,0 +1,145 @@
+"""Issue 31 item 4: DeepSpeed ZeRO hands the wrapped torch optimizer one flat fp32 tensor per parameter group
+(stages 1/2: ``stage_1_and_2.py`` ``param_group['params'] = [single_partition_of_fp32_groups[i]]``) or per
+sub-group (stage 3: ``stage3.py`` ``_optimizer_step``), so a torch AdamW step makes its temporaries over the
+whole partition, one partition at a time with its own fp32 gradient; fused kernels make none, and torch's
+ZeroRedundancyOptimizer keeps the parameters' own tensors.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpumem_gui.core.readers.hf_config import spec_from_config
+from gpumem_gui.core.replay.config import ReplayConfig
+from gpumem_gui.core.replay.step import StepOptions, simulate_step
+from gpumem_gui.core.training import make_training_run
+from gpumem_gui.core.training.frameworks.deepspeed import SUB_GROUP, FlatPartitions
+from gpumem_gui.core.training.rank import simulate_rank
+from tests.conftest import REPO
+
+CONFIGS = REPO / "tests" / "reference" / "extra" / "configs"
+TEMP = "optimizer temporaries"
+FP32_GRAD = "fp32 gradient partition"
+
+
+@pytest.fixture(scope="module")
+def tiny():  # type: ignore[no-untyped-def]
+    name = "synthetic__smollm3-tiny"
+    return spec_from_config(json.loads((CONFIGS / f"{name}.json").read_text()), name=name)
+
+
+def _opt_peak(spec, **fields):  # type: ignore[no-untyped-def]
+    run = make_training_run(batch=1, seq=64, **fields)
+    res = simulate_rank(spec, run)[0]
+    return res, res.phases["optimizer"].by_tag
+
+
+def _partition(n: int, dp: int) -> int:
+    """Stages 1/2: the group padded to a multiple of 2 x dp (nccl_start_alignment_factor), then / dp."""
+    return -(-n // (2 * dp)) * 2
+
+
+def test_stage_1_2_partition_is_the_padded_flat_group_over_dp() -> None:
+    class P:
+        def __init__(self, numel: int) -> None:
+            self.numel = numel
+
+    params = [P(10), P(7)]  # 17 elements: padded to 24 over 4 ranks (alignment 2 x 4) -> 6 each
+    assert FlatPartitions(4)(params) == [6]  # type: ignore[arg-type]
+    assert FlatPartitions(1)(params) == [18]  # type: ignore[arg-type]
+    assert FlatPartitions(4)([]) == []
+
+
+def test_stage_3_sub_groups_cut_once_they_reach_sub_group_size() -> None:
+    class P:
+        def __init__(self, numel: int) -> None:
+            self.numel = numel
+
+    # partitions over 4 ranks: ceil(numel / 4) = 3, 5, 2, 4; cut when the running sum reaches 6
+    params = [P(10), P(17), P(8), P(13)]
+    assert FlatPartitions(4, 6)(params) == [8, 6]  # type: ignore[arg-type]
+    assert FlatPartitions(4, 100)(params) == [14]  # type: ignore[arg-type]  # one sub-group, the last param
+
+
+@pytest.mark.parametrize("zero", [1, 2])
+@pytest.mark.parametrize(("optimizer", "copies"), [("adamw-for-loop", 2), ("adamw-foreach", 1), ("lion", 2)])
+def test_stage_1_2_temporaries_are_over_the_flat_fp32_partition(tiny, zero, optimizer, copies) -> None:  # type: ignore[no-untyped-def]
+    dp = 4
+    res, tags = _opt_peak(tiny, framework="deepspeed", zero=zero, dp=dp, optimizer=optimizer)
+    part = _partition(res.trainable_params, dp)
+    assert tags[TEMP] == copies * 4 * part  # fp32: the master partition's dtype
+    assert tags[FP32_GRAD] == 4 * part
+
+
+def test_stage_3_steps_one_sub_group_at_a_time(tiny) -> None:  # type: ignore[no-untyped-def]
+    """The replay with sub-groups small enough to cut the tiny model: the optimizer peak holds the largest
+    sub-group's fp32 gradient and temporaries, never two sub-groups at once."""
+    run = make_training_run(batch=1, seq=64, framework="deepspeed", zero=3, dp=4, optimizer="adamw-for-loop")
+    res = simulate_rank(tiny, run)[0]
+    one = res.phases["optimizer"].by_tag
+    part = sum(-(-n // 4) for n in _numels(tiny, run))
+    assert part < SUB_GROUP  # the default: one sub-group holding the whole partition
+    assert one[TEMP] == 2 * 4 * part and one[FP32_GRAD] == 4 * part
+    cfg = ReplayConfig(batch=1, q=64, param_dt="bf16", autocast=None)
+    cut = part // 3
+    groups = FlatPartitions(4, cut)
+    opts = StepOptions(state_shard=4, master_bytes_per_param=4, flat_grad_bytes=4, states_for_unused=True)
+    whole = simulate_step(tiny, cfg, "adamw-for-loop", _with(opts, FlatPartitions(4, SUB_GROUP)))
+    split = simulate_step(tiny, cfg, "adamw-for-loop", _with(opts, groups))
+    sizes = groups(_params(tiny, cfg))
+    assert len(sizes) > 1 and sum(sizes) == part
+    tags = split.phases["optimizer"].by_tag
+    assert tags[TEMP] == 2 * 4 * max(sizes) and tags[FP32_GRAD] == 4 * max(sizes)
+    assert whole.phases["optimizer"].by_tag[TEMP] == 2 * 4 * part
+    assert split.phases["optimizer"].total < whole.phases["optimizer"].total
+
+
+def _with(opts: StepOptions, flat: FlatPartitions) -> StepOptions:
+    from dataclasses import replace
+
+    return replace(opts, flat_partitions=flat)
+
+
+def _params(spec, cfg):  # type: ignore[no-untyped-def]
+    """The trainable parameters the replay steps, in order (recorded by a FlatPartitions that keeps them)."""
+    seen: list = []
+
+    class Keep(FlatPartitions):
+        def __call__(self, params):  # type: ignore[no-untyped-def]
+            seen.extend(params)
+            return super().__call__(params)
+
+    simulate_step(
+        spec,
+        cfg,
+        "adamw-for-loop",
+        StepOptions(
+            state_shard=4, master_bytes_per_param=4, states_for_unused=True, flat_partitions=Keep(4, 0)
+        ),
+    )
+    return seen
+
+
+def _numels(spec, run):  # type: ignore[no-untyped-def]
+    cfg = ReplayConfig(batch=1, q=64, param_dt="bf16", autocast=None)
+    return [p.numel for p in _params(spec, cfg)]
+
+
+def test_fused_optimizers_make_no_temporaries_over_the_partition(tiny) -> None:  # type: ignore[no-untyped-def]
+    for zero in (1, 2, 3):
+        _, tags = _opt_peak(tiny, framework="deepspeed", zero=zero, dp=4, optimizer="adamw-fused")
+        assert TEMP not in tags or tags[TEMP] == 0, zero
+
+
+def test_torch_zero_keeps_the_parameters_tensors(tiny) -> None:  # type: ignore[no-untyped-def]
+    """ZeroRedundancyOptimizer wraps the parameters this rank owns, whole: the for-loop step's temporaries
+    are the largest owned parameter's, twice (torch/distributed/optim/zero_redundancy_optimizer.py
+    _partition_parameters; torch/optim/adam.py _single_tensor_adam)."""
+    run = make_training_run(batch=1, seq=64, zero=1, dp=4, zero_impl="torch", optimizer="adamw-for-loop")
+    res = simulate_rank(tiny, run)[0]
+    tags = res.phases["optimizer"].by_tag
+    assert FP32_GRAD not in tags
+    # the tiny model's largest parameter (its embedding) in the run's fp32 master-less dtype, twice
+    assert tags[TEMP] == 2 * 4 * tiny.vocab_size * tiny.hidden_size
