@@ -63,10 +63,10 @@ def test_stage_3_sub_groups_cut_once_they_reach_sub_group_size() -> None:
     assert FlatPartitions(4, 100)(params) == [14]  # type: ignore[arg-type]  # one sub-group, the last param
 
 
+@pytest.mark.parametrize("dp", [3, 4])  # 3: the tiny model's 27,660,800 elements need padding to 2 x 3
 @pytest.mark.parametrize("zero", [1, 2])
 @pytest.mark.parametrize(("optimizer", "copies"), [("adamw-for-loop", 2), ("adamw-foreach", 1), ("lion", 2)])
-def test_stage_1_2_temporaries_are_over_the_flat_fp32_partition(tiny, zero, optimizer, copies) -> None:  # type: ignore[no-untyped-def]
-    dp = 4
+def test_stage_1_2_temporaries_are_over_the_flat_fp32_partition(tiny, zero, optimizer, copies, dp) -> None:  # type: ignore[no-untyped-def]
     res, tags = _opt_peak(tiny, framework="deepspeed", zero=zero, dp=dp, optimizer=optimizer)
     part = _partition(res.trainable_params, dp)
     assert tags[TEMP] == copies * 4 * part  # fp32: the master partition's dtype
@@ -124,7 +124,7 @@ def _params(spec, cfg):  # type: ignore[no-untyped-def]
 
 def _numels(spec, run):  # type: ignore[no-untyped-def]
     cfg = ReplayConfig(batch=1, q=64, param_dt="bf16", autocast=None)
-    return [p.numel for p in _params(spec, cfg)]
+    return [p.numel for p in _params(spec, cfg)]  # the stepped parameters do not depend on dp
 
 
 def test_fused_optimizers_make_no_temporaries_over_the_partition(tiny) -> None:  # type: ignore[no-untyped-def]
@@ -143,3 +143,24 @@ def test_torch_zero_keeps_the_parameters_tensors(tiny) -> None:  # type: ignore[
     assert FP32_GRAD not in tags
     # the tiny model's largest parameter (its embedding) in the run's fp32 master-less dtype, twice
     assert tags[TEMP] == 2 * 4 * tiny.vocab_size * tiny.hidden_size
+
+
+@pytest.mark.parametrize("dp", [3, 4])
+@pytest.mark.parametrize("zero", [1, 2, 3])
+def test_states_are_made_on_the_flat_partition(tiny, zero, dp) -> None:  # type: ignore[no-untyped-def]
+    """AdamW: exp_avg + exp_avg_sq + the fp32 master, 12 B per partition element; Adafactor on a 1-D tensor
+    keeps a full fp32 second moment (transformers/optimization.py Adafactor._get_options: factored only for
+    >= 2 dimensions), 4 + 4 B per element with the master."""
+    for optimizer, per_element in (("adamw", 12), ("adafactor", 8)):
+        res, _ = _opt_peak(tiny, framework="deepspeed", zero=zero, dp=dp, optimizer=optimizer)
+        n = res.trainable_params
+        part = _partition(n, dp) if zero < 3 else None
+        if part is None:
+            part = sum(-(-k // dp) for k in _numels(tiny, None))
+        assert res.state_bytes == per_element * part, optimizer
+
+
+def test_adafactor_keeps_its_factored_states_without_deepspeed(tiny) -> None:  # type: ignore[no-untyped-def]
+    flat, _ = _opt_peak(tiny, framework="deepspeed", zero=2, dp=4, optimizer="adafactor")
+    torch, _ = _opt_peak(tiny, zero=1, dp=4, zero_impl="torch", optimizer="adafactor")
+    assert torch.state_bytes < flat.state_bytes  # row + column factors, not a full second moment

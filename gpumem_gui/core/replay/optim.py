@@ -160,8 +160,16 @@ def states_total(
     shapes: dict[str, tuple[int, ...]],
     shard: int = 1,
     master_bytes_per_param: int = 0,
+    flat: list[int] | None = None,
 ) -> int:
-    """Bytes of the optimizer state of ``params`` on one rank (see :func:`create_states`)."""
+    """Bytes of the optimizer state of ``params`` on one rank (see :func:`create_states`); ``flat``: the
+    optimizer holds instead one 1-D tensor per entry, of that many elements (DeepSpeed ZeRO's flat
+    partitions, already this rank's: a 1-D tensor makes Adafactor's second moment unfactored,
+    transformers/optimization.py ``Adafactor._get_options``: ``factored = len(param_shape) >= 2``)."""
+    if flat is not None:
+        dt = "f32" if master_bytes_per_param or not params else params[0].dt
+        total = sum(state_bytes_of(optimizer, n, (n,), dt) + master_bytes_per_param * n for n in flat)
+        return total + step_counter_bytes(optimizer, len(flat))
     total = 0
     for p in params:
         dt = "f32" if master_bytes_per_param else p.dt
@@ -185,14 +193,16 @@ def create_states(
     shapes: dict[str, tuple[int, ...]],
     shard: int = 1,
     master_bytes_per_param: int = 0,
+    flat: list[int] | None = None,
 ) -> list[Storage]:
     """Allocate the optimizer state of every trainable parameter (what exists between steps); ``shard``:
     ZeRO-1+/FSDP ranks keep 1/shard of it; ``master_bytes_per_param``: an fp32 master copy (Megatron,
-    DeepSpeed), whose states are then fp32 too. Paged states (:func:`outside_allocator`) are not allocated
-    here: they are not in the torch peak (:func:`states_total` gives their bytes)."""
+    DeepSpeed), whose states are then fp32 too; ``flat``: see :func:`states_total`. Paged states
+    (:func:`outside_allocator`) are not allocated here: they are not in the torch peak (:func:`states_total`
+    gives their bytes)."""
     if outside_allocator(optimizer):
         return []
-    total = states_total(optimizer, params, shapes, shard, master_bytes_per_param)
+    total = states_total(optimizer, params, shapes, shard, master_bytes_per_param, flat)
     return [sim.storage(total, "optimizer states", "optstate")] if total else []
 
 

@@ -143,11 +143,13 @@ def run_step(sim: Sim, spec: ModelSpec, cfg: ReplayConfig, optimizer: str, opts:
     stepped = trainable if opts.states_for_unused else [p for p in trainable if p.name not in model.unused]
     stepped, owner = _owned(opts, trainable, stepped)
     shapes = model.shape
+    flat = opts.flat_partitions(stepped) if opts.flat_partitions is not None else None
 
     def make_states() -> list[Storage]:
         if opts.offload_states:
             return []
-        return create_states(sim, optimizer, stepped, shapes, opts.state_shard, opts.master_bytes_per_param)
+        master = opts.master_bytes_per_param
+        return create_states(sim, optimizer, stepped, shapes, opts.state_shard, master, flat)
 
     states = [] if opts.first_step else make_states()
     state_bytes = sum(st.nbytes for st in states)
@@ -166,7 +168,7 @@ def run_step(sim: Sim, spec: ModelSpec, cfg: ReplayConfig, optimizer: str, opts:
         states = make_states()
     state_bytes = sum(st.nbytes for st in states)
     if not opts.offload_states and not in_backward:
-        _optimizer_step(sim, optimizer, stepped, opts)
+        _optimizer_step(sim, optimizer, stepped, opts, flat)
     grad_bytes = (
         main.nbytes if main is not None else sum(p.grad.nbytes for p in trainable if p.grad is not None)
     )
@@ -190,7 +192,7 @@ def run_step(sim: Sim, spec: ModelSpec, cfg: ReplayConfig, optimizer: str, opts:
         buffer_bytes=buffers.nbytes,
         input_bytes=ids.nbytes,
         state_owner=owner,
-        outside_allocator_bytes=_outside_allocator(optimizer, stepped, shapes, opts),
+        outside_allocator_bytes=_outside_allocator(optimizer, stepped, shapes, opts, flat),
         host_bytes=sim.offload.host_peak if sim.offload is not None else 0,
         events=None if tr.alloc_log is None else tuple(tr.alloc_log),
     )
@@ -212,31 +214,37 @@ def _owned(
     return [p for p in stepped if id(p) in kept], owner
 
 
-def _optimizer_step(sim: Sim, optimizer: str, stepped: list[Param], opts: StepOptions) -> None:
+def _optimizer_step(
+    sim: Sim, optimizer: str, stepped: list[Param], opts: StepOptions, flat: list[int] | None
+) -> None:
     """``optimizer.step()``; DeepSpeed first flattens this rank's gradient partition and casts it to fp32 for
-    the master step (``flat_grad_bytes``), one flat partition at a time (``flat_partitions``)."""
+    the master step (``flat_grad_bytes``), one flat partition (``flat``) at a time."""
     master = opts.master_bytes_per_param > 0
-    if opts.flat_partitions is not None and stepped:
-        dt = "f32" if master else stepped[0].dt
-        for numel in opts.flat_partitions(stepped):
+    if flat is not None:
+        dt = "f32" if master or not stepped else stepped[0].dt
+        for numel in flat:
             nb = numel * opts.flat_grad_bytes
             flat_grad = sim.storage(nb, "fp32 gradient partition", "grad") if nb else None
             step_flat(sim, optimizer, numel, dt, fused=opts.fused_step)
             del flat_grad
         return
-    flat = sum(p.numel for p in stepped) * opts.flat_grad_bytes
-    flat_grad = sim.storage(-(-flat // opts.state_shard), "fp32 gradient partition", "grad") if flat else None
+    nb = sum(p.numel for p in stepped) * opts.flat_grad_bytes
+    flat_grad = sim.storage(-(-nb // opts.state_shard), "fp32 gradient partition", "grad") if nb else None
     step(sim, optimizer, stepped, opts.state_shard, fused=opts.fused_step, master=master)
     del flat_grad
 
 
 def _outside_allocator(
-    optimizer: str, stepped: list[Param], shapes: dict[str, tuple[int, ...]], opts: StepOptions
+    optimizer: str,
+    stepped: list[Param],
+    shapes: dict[str, tuple[int, ...]],
+    opts: StepOptions,
+    flat: list[int] | None,
 ) -> int:
     """Bytes of optimizer states outside the torch allocator (bitsandbytes' paged states) on this rank."""
     if not outside_allocator(optimizer) or opts.offload_states:
         return 0
-    return states_total(optimizer, stepped, shapes, opts.state_shard, opts.master_bytes_per_param)
+    return states_total(optimizer, stepped, shapes, opts.state_shard, opts.master_bytes_per_param, flat)
 
 
 def _microbatches(

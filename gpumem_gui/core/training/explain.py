@@ -164,6 +164,7 @@ def _states(c: _Ctx) -> Explanation:
             else ""
         )
         + ("; / data-parallel shard" if c.sharding.states_sharded and c.sharding.state_shard > 1 else "")
+        + (f"; {FLAT_STEP_WHAT}" if c.sharding.flat_step is not None else "")
         + owner_text(c.res.state_owner, c.run.dp),
         inputs={
             **c.base,
@@ -174,7 +175,8 @@ def _states(c: _Ctx) -> Explanation:
         },
         source=opt.source
         + (f"; {ZERO_TORCH_SOURCE}" if c.res.state_owner else "")
-        + (f"; {MASTER_SOURCE}" if c.sharding.master_bytes else ""),
+        + (f"; {MASTER_SOURCE}" if c.sharding.master_bytes else "")
+        + (f"; {FLAT_STEP_SOURCE}" if c.sharding.flat_step is not None else ""),
     )
 
 

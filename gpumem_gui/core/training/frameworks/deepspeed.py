@@ -178,7 +178,7 @@ MASTER_SOURCE = (
 )
 FLAT_STEP_WHAT = (
     "DeepSpeed hands the optimizer one flat fp32 tensor per parameter group (ZeRO-3: per sub-group of "
-    "sub_group_size elements), this rank's partition: 'a parameter' above is that whole partition"
+    "sub_group_size elements), this rank's partition: 'a parameter' above is that whole 1-D partition"
 )
 FLAT_STEP_SOURCE = (
     "deepspeed/runtime/zero/stage_1_and_2.py DeepSpeedZeroOptimizer.__init__ (param_group['params'] = "
