@@ -164,3 +164,26 @@ def test_adafactor_keeps_its_factored_states_without_deepspeed(tiny) -> None:  #
     flat, _ = _opt_peak(tiny, framework="deepspeed", zero=2, dp=4, optimizer="adafactor")
     torch, _ = _opt_peak(tiny, zero=1, dp=4, zero_impl="torch", optimizer="adafactor")
     assert torch.state_bytes < flat.state_bytes  # row + column factors, not a full second moment
+
+
+def _ds_config(tmp_path, optimizer: dict) -> object:  # type: ignore[no-untyped-def]
+    from gpumem_gui.core import import_file
+
+    p = tmp_path / "ds_config.json"
+    p.write_text(json.dumps({"zero_optimization": {"stage": 2}, "optimizer": optimizer}))
+    return import_file(str(p))
+
+
+def test_a_deepspeed_config_optimizer_section_is_deepspeeds_fusedadam(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """DeepSpeed builds the config's Adam/AdamW as FusedAdam (no step temporaries), torch's AdamW with
+    params.torch_adam (deepspeed/runtime/engine.py _configure_basic_optimizer); other types are named."""
+    imp = _ds_config(tmp_path, {"type": "AdamW", "params": {"lr": "auto", "weight_decay": 0.0}})
+    assert imp.run.optimizer == "adamw-fused"  # type: ignore[attr-defined]
+    assert any("FusedAdam" in meaning for _, meaning in imp.read_as)  # type: ignore[attr-defined]
+    imp = _ds_config(tmp_path, {"type": "Adam", "params": {"torch_adam": True}})
+    assert imp.run.optimizer == "adamw"  # type: ignore[attr-defined]
+    imp = _ds_config(tmp_path, {"type": "Lamb", "params": {"lr": 1e-3}})
+    assert imp.run.optimizer == "adamw"  # type: ignore[attr-defined]
+    assert any("optimizer.type" in w for w in imp.warnings)  # type: ignore[attr-defined]
+    imp = _ds_config(tmp_path, {"type": "AdamW", "params": {"amsgrad": True}})
+    assert any("amsgrad" in w for w in imp.warnings)  # type: ignore[attr-defined]  # a state gpumem does not add
