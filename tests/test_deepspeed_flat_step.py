@@ -187,3 +187,18 @@ def test_a_deepspeed_config_optimizer_section_is_deepspeeds_fusedadam(tmp_path) 
     assert any("optimizer.type" in w for w in imp.warnings)  # type: ignore[attr-defined]
     imp = _ds_config(tmp_path, {"type": "AdamW", "params": {"amsgrad": True}})
     assert any("amsgrad" in w for w in imp.warnings)  # type: ignore[attr-defined]  # a state gpumem does not add
+
+
+def test_the_temporaries_explanation_names_the_flat_partition(tiny) -> None:  # type: ignore[no-untyped-def]
+    from gpumem_gui.core.training.explain import components
+
+    def explained(**fields):  # type: ignore[no-untyped-def]
+        run = make_training_run(batch=1, seq=64, optimizer="adamw-for-loop", **fields)
+        res, cfg, rspec = simulate_rank(tiny, run)
+        comps = components(res.phases["optimizer"].by_tag, run, res, cfg, rspec, "optimizer step")
+        return next(c.explain for c in comps if c.key == "optimizer_temporaries")
+
+    ds = explained(framework="deepspeed", zero=2, dp=4)
+    assert "single_partition_of_fp32_groups" in ds.source and "flat fp32 tensor" in ds.formula
+    torch = explained(zero=1, dp=4, zero_impl="torch")
+    assert "single_partition_of_fp32_groups" not in torch.source

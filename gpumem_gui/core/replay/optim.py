@@ -211,8 +211,8 @@ def step(
 ) -> None:
     """The temporaries of one ``optimizer.step()`` over ``params`` (gradients and states already live);
     a ZeRO/FSDP rank steps only its 1/shard of every group; ``fused``: a multi-tensor fused kernel (Megatron's
-    FusedAdam) with no temporaries; ``master``: the optimizer steps fp32 master copies (DeepSpeed's flat fp32
-    partitions), so its temporaries are fp32."""
+    FusedAdam) with no temporaries; ``master``: the optimizer steps fp32 master copies, so its temporaries are
+    fp32 (DeepSpeed's flat partitions: :func:`step_flat`)."""
     opt = resolve(optimizer)
     if not params or fused:
         return
