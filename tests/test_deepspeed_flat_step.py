@@ -128,9 +128,23 @@ def _numels(spec, run):  # type: ignore[no-untyped-def]
 
 
 def test_fused_optimizers_make_no_temporaries_over_the_partition(tiny) -> None:  # type: ignore[no-untyped-def]
+    """FusedAdam-style kernels update in place; the step's peak is then the cast of the flattened 16-bit
+    gradient partition (torch.cat of its views) to fp32, both live for the cast (stage_1_and_2.py step:
+    flatten(averaged_gradients[i]).to(fp32); stage3.py _prepare_fp32_grad_for_sub_group)."""
     for zero in (1, 2, 3):
-        _, tags = _opt_peak(tiny, framework="deepspeed", zero=zero, dp=4, optimizer="adamw-fused")
+        res, tags = _opt_peak(tiny, framework="deepspeed", zero=zero, dp=4, optimizer="adamw-fused")
         assert TEMP not in tags or tags[TEMP] == 0, zero
+        part = (
+            _partition(res.trainable_params, 4) if zero < 3 else sum(-(-k // 4) for k in _numels(tiny, None))
+        )
+        assert tags[FP32_GRAD] == (2 + 4) * part, zero  # the bf16 copy and its fp32 cast
+
+
+def test_an_fp32_model_casts_without_a_copy(tiny) -> None:  # type: ignore[no-untyped-def]
+    res, tags = _opt_peak(
+        tiny, framework="deepspeed", zero=2, dp=4, optimizer="adamw-fused", precision="fp32"
+    )
+    assert tags[FP32_GRAD] == 4 * _partition(res.trainable_params, 4)  # flatten's copy is the fp32 tensor
 
 
 def test_torch_zero_keeps_the_parameters_tensors(tiny) -> None:  # type: ignore[no-untyped-def]

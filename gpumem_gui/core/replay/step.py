@@ -218,13 +218,19 @@ def _optimizer_step(
     sim: Sim, optimizer: str, stepped: list[Param], opts: StepOptions, flat: list[int] | None
 ) -> None:
     """``optimizer.step()``; DeepSpeed first flattens this rank's gradient partition and casts it to fp32 for
-    the master step (``flat_grad_bytes``), one flat partition (``flat``) at a time."""
+    the master step (``flat_grad_bytes``), one flat partition (``flat``) at a time: ``flatten(grads)`` (a
+    ``torch.cat`` of the partition's gradient views, in their 16-bit dtype) then ``.to(float32)``, the 16-bit
+    copy freed once cast (``stage_1_and_2.py`` ``step``, ``stage3.py`` ``_prepare_fp32_grad_for_sub_group``;
+    an fp32 model's ``.to`` is the copy itself)."""
     master = opts.master_bytes_per_param > 0
     if flat is not None:
         dt = "f32" if master or not stepped else stepped[0].dt
+        grad_bytes = DT_BYTES[stepped[0].dt] if stepped else 4
         for numel in flat:
             nb = numel * opts.flat_grad_bytes
-            flat_grad = sim.storage(nb, "fp32 gradient partition", "grad") if nb else None
+            cat = sim.storage(numel * grad_bytes, "fp32 gradient partition", "grad") if nb else None
+            flat_grad = sim.storage(nb, "fp32 gradient partition", "grad") if nb and grad_bytes != 4 else cat
+            del cat
             step_flat(sim, optimizer, numel, dt, fused=opts.fused_step)
             del flat_grad
         return

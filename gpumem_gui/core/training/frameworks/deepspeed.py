@@ -196,11 +196,12 @@ _ZERO_WHAT = {
     ),
     "fp32 gradient partition": (
         "4 B x this rank's trainable parameters / data-parallel ranks: the gradient partition flattened and "
-        "cast to fp32 for the fp32 master step, during optimizer.step(); ZeRO-3: one sub-group "
-        "(sub_group_size elements) at a time",
+        "cast to fp32 for the fp32 master step, during optimizer.step() (while it is cast, + the flattened "
+        "16-bit copy it is cast from); one parameter group (ZeRO-3: sub-group of sub_group_size elements) at "
+        "a time",
         "deepspeed/runtime/zero/stage_1_and_2.py DeepSpeedZeroOptimizer.step (single_partition_of_fp32_groups"
-        "[i].grad = flat_grad_partition.to(...)); deepspeed/runtime/zero/stage3.py "
-        "_prepare_fp32_grad_for_sub_group",
+        "[i].grad = self.flatten(self.averaged_gradients[i]).to(...)); deepspeed/runtime/zero/stage3.py "
+        "_prepare_fp32_grad_for_sub_group; torch/_utils.py _flatten_dense_tensors (torch.cat)",
     ),
 }
 
