@@ -86,6 +86,22 @@ def test_every_miss_carries_a_reason_and_no_reason_is_stale(rows) -> None:  # ty
         )
 
 
+def test_deepspeed_zero2_for_loop_adamw_failure_is_predicted(rows) -> None:  # type: ignore[no-untyped-def]
+    """llamafactory-1221 (LLaMA 7B, DeepSpeed ZeRO-2, 8 x V100 32 GB): the failed 3.14 GiB is the for-loop
+    AdamW's ``exp_avg_sq.sqrt()`` over this rank's flat fp32 partition (6.74e9 / 8 elements); sized over the
+    partition (issue 31 item 4), not the largest parameter, the step does not fit and ours is above what the
+    run held plus its request."""
+    r = next(r for r in rows if r.entry.id == "llamafactory-1221")
+    assert r.predicted and not r.entry.reason
+    assert r.needed is not None and r.ours >= r.needed
+    assert r.rec is not None and r.rec.requested_bytes is not None
+    doc = published_ooms.estimate_doc(r.entry)
+    temps = next(c for c in doc["components"] if c["key"] == "optimizer_temporaries")
+    partition = 4 * 6_738_415_616 // 8  # fp32 bytes of one rank's partition (the model's trainable params)
+    assert temps["bytes"] == 2 * partition  # exp_avg_sq.sqrt() and its quotient, live together
+    assert abs(partition - r.rec.requested_bytes) < 0.005 * GiB  # the message's '3.14 GiB', rounded
+
+
 def test_section_renders_a_row_per_report_and_its_summary(rows) -> None:  # type: ignore[no-untyped-def]
     lines: list[str] = []
     published_ooms.render_ooms(rows, lines.append)

@@ -163,6 +163,9 @@ CASES = {
     "llama-qlora": (LLAMA, {"method": "qlora", "grad_ckpt": True}),
     "llama-zero3-dp8": (LLAMA, {"zero": 3, "dp": 8}),
     "llama-zero2-offload": (LLAMA, {"zero": 2, "dp": 4, "offload": "optimizer"}),
+    # DeepSpeed's flat partitions: the for-loop step over one partition (stage 2) or sub-group (stage 3)
+    "llama-zero2-for-loop": (LLAMA, {"zero": 2, "dp": 4, "optimizer": "adamw-for-loop"}),
+    "llama-zero3-lion": (LLAMA, {"zero": 3, "dp": 4, "optimizer": "lion"}),
     "llama-fsdp1": (LLAMA, {"fsdp": "full_shard", "dp": 4, "fsdp_version": 1}),
     # gradient accumulation without sync (FSDP1 no_sync as the HF Trainer runs it; FSDP2 with an upcast)
     "llama-fsdp1-no-sync": (

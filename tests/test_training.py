@@ -306,7 +306,11 @@ def test_sharding_never_raises_per_gpu_memory(dp: int, optimizer: str, seq: int,
         return estimate_training(_tiny(), run).total_bytes
 
     stages = [est(zero=z, dp=dp) for z in (0, 1, 2, 3)]
-    assert stages == sorted(stages, reverse=True), stages
+    # Adafactor factors only >= 2-D tensors (transformers/optimization.py Adafactor._get_options): DeepSpeed
+    # hands it one flat 1-D partition (stage_1_and_2.py: param_group['params'] = [single_partition_of_fp32_
+    # groups[i]]), whose full fp32 second moment can outweigh unsharded factored states over few ranks
+    compared = stages[1:] if optimizer == "adafactor" else stages
+    assert compared == sorted(compared, reverse=True), stages
     for z in (1, 2, 3):
         assert est(zero=z, dp=2 * dp) <= est(zero=z, dp=dp)
     fsdp = [est(fsdp="shard_grad_op", dp=dp), est(fsdp="full_shard", dp=dp)]

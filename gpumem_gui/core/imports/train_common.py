@@ -167,6 +167,7 @@ def deepspeed_dict(ds: Keys, r: Reading) -> None:
                 z.set(field, key, z.int(key, lo=0, hi=(1 << 31) - 1))
         z.no_memory(_DS_NO_MEMORY)
         z.rest()
+    _ds_optimizer(ds)
     for flag, precision in (("bf16", "bf16"), ("fp16", "amp-fp16")):
         sub = ds.data.get(flag)
         if isinstance(sub, Mapping):
@@ -201,7 +202,6 @@ def deepspeed_dict(ds: Keys, r: Reading) -> None:
             "steps_per_print",
             "wall_clock_breakdown",
             "zero_allow_untested_optimizer",
-            "optimizer",
             "scheduler",
             "flops_profiler",
             "tensorboard",
@@ -283,3 +283,26 @@ def _deepspeed_by_name(keys: Keys, key: str, value: str) -> None:
     keys.reading.warn(
         keys.written(key), "the DeepSpeed file was not found: buckets and precision are defaults"
     )
+
+
+def _ds_optimizer(ds: Keys) -> None:
+    """The config's own ``optimizer`` section: DeepSpeed builds it (and the HF integration then makes none:
+    transformers integrations/deepspeed.py ``deepspeed_optim_sched``). Adam / AdamW: DeepSpeed's FusedAdam,
+    one multi-tensor kernel with no step temporaries, unless ``params.torch_adam`` asks for torch's AdamW
+    (deepspeed/runtime/engine.py ``DeepSpeedEngine._configure_basic_optimizer``; with the optimizer offloaded
+    DeepSpeedCPUAdam steps on the CPU)."""
+    opt = ds.sub("optimizer")
+    if opt is None:
+        return
+    kind = (opt.str("type") or "").lower()
+    params = opt.sub("params")
+    torch_adam = params.bool("torch_adam") if params is not None else None
+    if kind in ("adam", "adamw"):
+        name, how = ("adamw", "torch.optim.AdamW") if torch_adam else ("adamw-fused", "DeepSpeed FusedAdam")
+        opt.set("optimizer", "type", name, f"optimizer = {name} ({how})")
+    else:
+        opt.warn("type", "an optimizer gpumem does not model: AdamW is estimated")
+    if params is not None:
+        params.no_memory(("lr", "betas", "eps", "weight_decay", "adam_w_mode", "bias_correction"))
+        params.rest()
+    opt.rest()

@@ -160,8 +160,16 @@ def states_total(
     shapes: dict[str, tuple[int, ...]],
     shard: int = 1,
     master_bytes_per_param: int = 0,
+    flat: list[int] | None = None,
 ) -> int:
-    """Bytes of the optimizer state of ``params`` on one rank (see :func:`create_states`)."""
+    """Bytes of the optimizer state of ``params`` on one rank (see :func:`create_states`); ``flat``: the
+    optimizer holds instead one 1-D tensor per entry, of that many elements (DeepSpeed ZeRO's flat
+    partitions, already this rank's: a 1-D tensor makes Adafactor's second moment unfactored,
+    transformers/optimization.py ``Adafactor._get_options``: ``factored = len(param_shape) >= 2``)."""
+    if flat is not None:
+        dt = "f32" if master_bytes_per_param or not params else params[0].dt
+        total = sum(state_bytes_of(optimizer, n, (n,), dt) + master_bytes_per_param * n for n in flat)
+        return total + step_counter_bytes(optimizer, len(flat))
     total = 0
     for p in params:
         dt = "f32" if master_bytes_per_param else p.dt
@@ -185,14 +193,16 @@ def create_states(
     shapes: dict[str, tuple[int, ...]],
     shard: int = 1,
     master_bytes_per_param: int = 0,
+    flat: list[int] | None = None,
 ) -> list[Storage]:
     """Allocate the optimizer state of every trainable parameter (what exists between steps); ``shard``:
     ZeRO-1+/FSDP ranks keep 1/shard of it; ``master_bytes_per_param``: an fp32 master copy (Megatron,
-    DeepSpeed), whose states are then fp32 too. Paged states (:func:`outside_allocator`) are not allocated
-    here: they are not in the torch peak (:func:`states_total` gives their bytes)."""
+    DeepSpeed), whose states are then fp32 too; ``flat``: see :func:`states_total`. Paged states
+    (:func:`outside_allocator`) are not allocated here: they are not in the torch peak (:func:`states_total`
+    gives their bytes)."""
     if outside_allocator(optimizer):
         return []
-    total = states_total(optimizer, params, shapes, shard, master_bytes_per_param)
+    total = states_total(optimizer, params, shapes, shard, master_bytes_per_param, flat)
     return [sim.storage(total, "optimizer states", "optstate")] if total else []
 
 
@@ -201,8 +211,8 @@ def step(
 ) -> None:
     """The temporaries of one ``optimizer.step()`` over ``params`` (gradients and states already live);
     a ZeRO/FSDP rank steps only its 1/shard of every group; ``fused``: a multi-tensor fused kernel (Megatron's
-    FusedAdam) with no temporaries; ``master``: the optimizer steps fp32 master copies (DeepSpeed's flat fp32
-    partitions), so its temporaries are fp32."""
+    FusedAdam) with no temporaries; ``master``: the optimizer steps fp32 master copies, so its temporaries are
+    fp32 (DeepSpeed's flat partitions: :func:`step_flat`)."""
     opt = resolve(optimizer)
     if not params or fused:
         return
@@ -216,17 +226,44 @@ def step(
             del tmp
         return
     largest = max(params, key=lambda p: p.numel * DT_BYTES[p.dt])
-    nb = round(largest.numel * DT_BYTES["f32" if master else largest.dt])
-    if opt in ("adamw-for-loop", "lion"):
-        a = sim.storage(nb, "optimizer temporaries", "optstate")
-        b = sim.storage(nb, "optimizer temporaries", "optstate")
-        del a, b
-        return
-    if opt == "adafactor":
+    if opt == "adafactor":  # its copies follow the parameter's own dtype
         worst = max(params, key=lambda p: p.numel)
-        n32 = 4 * worst.numel
-        half = worst.dt != "f32"
-        held = [sim.storage(n32, "optimizer temporaries", "optstate") for _ in range(4 if half else 2)]
-        del held
+        _hold(sim, _per_tensor_temporaries(opt, worst.numel, worst.dt))
+    else:
+        _hold(sim, _per_tensor_temporaries(opt, largest.numel, "f32" if master else largest.dt))
+
+
+def step_flat(sim: Sim, optimizer: str, numel: int, dt: str, fused: bool = False) -> None:
+    """The temporaries of one ``optimizer.step()`` whose parameter group holds ONE flat tensor of ``numel``
+    elements of ``dt``: DeepSpeed ZeRO hands the wrapped torch optimizer this rank's flat partition
+    (``deepspeed/runtime/zero/stage_1_and_2.py`` ``DeepSpeedZeroOptimizer.__init__``: ``param_group['params']
+    = [self.single_partition_of_fp32_groups[i]]``; ``stage3.py`` ``_optimizer_step``: ``[fp32_param]`` per
+    sub-group), so the temporaries :func:`step` sizes per parameter are made over the whole partition:
+    foreach's ``torch._foreach_sqrt`` over the one-tensor list, the for-loop's ``exp_avg_sq.sqrt()`` and its
+    quotient (torch/optim/adam.py ``_single_tensor_adam``). Fused kernels (``fused``, torch's fused AdamW,
+    DeepSpeed's FusedAdam) make none."""
+    opt = resolve(optimizer)
+    if fused or numel <= 0:
         return
-    # fused AdamW, 8-bit AdamW, SGD (+momentum): in-place kernels
+    if opt == "adamw-foreach":
+        _hold(sim, (round(numel * DT_BYTES[dt]),))
+        return
+    _hold(sim, _per_tensor_temporaries(opt, numel, dt))
+
+
+def _per_tensor_temporaries(opt: str, numel: int, dt: str) -> tuple[int, ...]:
+    """Bytes of the temporaries one tensor's update holds at once, for the optimizers that update one tensor
+    at a time: for-loop AdamW and Lion two like the tensor (see :data:`INFO`), Adafactor grad**2+eps and the
+    update (and its negation, and fp32 copies of a 16-bit grad and param) in fp32; the in-place ones none."""
+    if opt in ("adamw-for-loop", "lion"):
+        nb = round(numel * DT_BYTES[dt])
+        return (nb, nb)
+    if opt == "adafactor":
+        return (4 * numel,) * (4 if dt != "f32" else 2)
+    return ()  # fused AdamW, 8-bit AdamW, SGD (+momentum): in-place kernels
+
+
+def _hold(sim: Sim, sizes: tuple[int, ...]) -> None:
+    """Allocate temporaries of ``sizes`` bytes, live together, then free them."""
+    held = [sim.storage(n, "optimizer temporaries", "optstate") for n in sizes]
+    del held

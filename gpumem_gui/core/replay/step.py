@@ -20,7 +20,7 @@ from gpumem_gui.core.replay.encoder import EncoderModel
 from gpumem_gui.core.replay.engine import backward
 from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
 from gpumem_gui.core.replay.model import CausalLM
-from gpumem_gui.core.replay.optim import create_states, outside_allocator, states_total, step
+from gpumem_gui.core.replay.optim import create_states, outside_allocator, states_total, step, step_flat
 from gpumem_gui.core.replay.seq2seq_bart import seq2seq_lm
 from gpumem_gui.core.replay.tricks import optimizer_in_backward
 from gpumem_gui.core.spec.kinds_of import model_kinds
@@ -79,6 +79,9 @@ class StepOptions:
     states_for_unused: bool = False
     # (rank, the trainable parameters whose states it keeps, whole): torch ZeroRedundancyOptimizer; None: all
     owned: Callable[[list[Param]], tuple[int, list[Param]]] | None = None
+    # DeepSpeed ZeRO: the element counts of the flat partitions the optimizer steps one after another, each
+    # with its own flat gradient (training/frameworks/deepspeed.py FlatPartitions); None: the parameters
+    flat_partitions: Callable[[list[Param]], list[int]] | None = None
     # torchtune optimizer_in_bwd: each parameter stepped and its gradient freed as soon as it is accumulated
     optimizer_in_backward: bool = False
 
@@ -146,11 +149,13 @@ def run_step(sim: Sim, spec: ModelSpec, cfg: ReplayConfig, optimizer: str, opts:
     stepped = trainable if opts.states_for_unused else [p for p in trainable if p.name not in model.unused]
     stepped, owner = _owned(opts, trainable, stepped)
     shapes = model.shape
+    flat = opts.flat_partitions(stepped) if opts.flat_partitions is not None else None
 
     def make_states() -> list[Storage]:
         if opts.offload_states:
             return []
-        return create_states(sim, optimizer, stepped, shapes, opts.state_shard, opts.master_bytes_per_param)
+        master = opts.master_bytes_per_param
+        return create_states(sim, optimizer, stepped, shapes, opts.state_shard, master, flat)
 
     states = [] if opts.first_step else make_states()
     state_bytes = sum(st.nbytes for st in states)
@@ -169,7 +174,7 @@ def run_step(sim: Sim, spec: ModelSpec, cfg: ReplayConfig, optimizer: str, opts:
         states = make_states()
     state_bytes = sum(st.nbytes for st in states)
     if not opts.offload_states and not in_backward:
-        _optimizer_step(sim, optimizer, stepped, opts)
+        _optimizer_step(sim, optimizer, stepped, opts, flat)
     grad_bytes = (
         main.nbytes if main is not None else sum(p.grad.nbytes for p in trainable if p.grad is not None)
     )
@@ -193,7 +198,7 @@ def run_step(sim: Sim, spec: ModelSpec, cfg: ReplayConfig, optimizer: str, opts:
         buffer_bytes=buffers.nbytes,
         input_bytes=ids.nbytes,
         state_owner=owner,
-        outside_allocator_bytes=_outside_allocator(optimizer, stepped, shapes, opts),
+        outside_allocator_bytes=_outside_allocator(optimizer, stepped, shapes, opts, flat),
         host_bytes=sim.offload.host_peak if sim.offload is not None else 0,
         events=None if tr.alloc_log is None else tuple(tr.alloc_log),
     )
@@ -215,23 +220,43 @@ def _owned(
     return [p for p in stepped if id(p) in kept], owner
 
 
-def _optimizer_step(sim: Sim, optimizer: str, stepped: list[Param], opts: StepOptions) -> None:
+def _optimizer_step(
+    sim: Sim, optimizer: str, stepped: list[Param], opts: StepOptions, flat: list[int] | None
+) -> None:
     """``optimizer.step()``; DeepSpeed first flattens this rank's gradient partition and casts it to fp32 for
-    the master step (``flat_grad_bytes``)."""
-    flat = sum(p.numel for p in stepped) * opts.flat_grad_bytes
-    flat_grad = sim.storage(-(-flat // opts.state_shard), "fp32 gradient partition", "grad") if flat else None
+    the master step (``flat_grad_bytes``), one flat partition (``flat``) at a time: ``flatten(grads)`` (a
+    ``torch.cat`` of the partition's gradient views, in their 16-bit dtype) then ``.to(float32)``, the 16-bit
+    copy freed once cast (``stage_1_and_2.py`` ``step``, ``stage3.py`` ``_prepare_fp32_grad_for_sub_group``;
+    an fp32 model's ``.to`` is the copy itself)."""
     master = opts.master_bytes_per_param > 0
+    if flat is not None:
+        dt = "f32" if master or not stepped else stepped[0].dt
+        grad_bytes = DT_BYTES[stepped[0].dt] if stepped else 4
+        for numel in flat:
+            nb = numel * opts.flat_grad_bytes
+            cat = sim.storage(numel * grad_bytes, "fp32 gradient partition", "grad") if nb else None
+            flat_grad = sim.storage(nb, "fp32 gradient partition", "grad") if nb and grad_bytes != 4 else cat
+            del cat
+            step_flat(sim, optimizer, numel, dt, fused=opts.fused_step)
+            del flat_grad
+        return
+    nb = sum(p.numel for p in stepped) * opts.flat_grad_bytes
+    flat_grad = sim.storage(-(-nb // opts.state_shard), "fp32 gradient partition", "grad") if nb else None
     step(sim, optimizer, stepped, opts.state_shard, fused=opts.fused_step, master=master)
     del flat_grad
 
 
 def _outside_allocator(
-    optimizer: str, stepped: list[Param], shapes: dict[str, tuple[int, ...]], opts: StepOptions
+    optimizer: str,
+    stepped: list[Param],
+    shapes: dict[str, tuple[int, ...]],
+    opts: StepOptions,
+    flat: list[int] | None,
 ) -> int:
     """Bytes of optimizer states outside the torch allocator (bitsandbytes' paged states) on this rank."""
     if not outside_allocator(optimizer) or opts.offload_states:
         return 0
-    return states_total(optimizer, stepped, shapes, opts.state_shard, opts.master_bytes_per_param)
+    return states_total(optimizer, stepped, shapes, opts.state_shard, opts.master_bytes_per_param, flat)
 
 
 def _microbatches(

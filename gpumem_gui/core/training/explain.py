@@ -11,7 +11,13 @@ from gpumem_gui.core.replay.step import StepResult
 from gpumem_gui.core.results.estimate import Component, Explanation
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.training.buckets import BUCKETS_SOURCE, ZERO_TORCH_SOURCE, bucket_explanation, owner_text
-from gpumem_gui.core.training.frameworks.deepspeed import GRADS_SOURCE, MASTER_SOURCE, zero_explanation
+from gpumem_gui.core.training.frameworks.deepspeed import (
+    FLAT_STEP_SOURCE,
+    FLAT_STEP_WHAT,
+    GRADS_SOURCE,
+    MASTER_SOURCE,
+    zero_explanation,
+)
 from gpumem_gui.core.training.fsdp_explain import FSDP_EXPLAIN, FSDP_TAGS, gathered
 from gpumem_gui.core.training.model_parallel import rank_sharding
 from gpumem_gui.core.training.precision import PRECISION_DOC, dtypes
@@ -158,6 +164,7 @@ def _states(c: _Ctx) -> Explanation:
             else ""
         )
         + ("; / data-parallel shard" if c.sharding.states_sharded and c.sharding.state_shard > 1 else "")
+        + (f"; {FLAT_STEP_WHAT}" if c.sharding.flat_step is not None else "")
         + owner_text(c.res.state_owner, c.run.dp),
         inputs={
             **c.base,
@@ -168,14 +175,18 @@ def _states(c: _Ctx) -> Explanation:
         },
         source=opt.source
         + (f"; {ZERO_TORCH_SOURCE}" if c.res.state_owner else "")
-        + (f"; {MASTER_SOURCE}" if c.sharding.master_bytes else ""),
+        + (f"; {MASTER_SOURCE}" if c.sharding.master_bytes else "")
+        + (f"; {FLAT_STEP_SOURCE}" if c.sharding.flat_step is not None else ""),
     )
 
 
 def _temporaries(c: _Ctx) -> Explanation:
     opt = INFO[resolve(c.run.optimizer)]
+    flat = c.sharding.flat_step is not None
     return Explanation(
-        formula=opt.temporaries, inputs={**c.base, "optimizer": c.run.optimizer}, source=opt.source
+        formula=opt.temporaries + (f"; {FLAT_STEP_WHAT}" if flat else ""),
+        inputs={**c.base, "optimizer": c.run.optimizer},
+        source=opt.source + (f"; {FLAT_STEP_SOURCE}" if flat else ""),
     )
 
 

@@ -21,12 +21,11 @@ from math import ceil
 
 from gpumem_gui.core.replay.optim import state_bytes_of
 from gpumem_gui.core.replay.step import StepResult
-from gpumem_gui.core.training.frameworks.deepspeed import model_dtype
+from gpumem_gui.core.training.frameworks.deepspeed import SUB_GROUP, model_dtype
 from gpumem_gui.core.training.model_parallel import rank_sharding
 from gpumem_gui.core.training.precision import dtypes
 from gpumem_gui.core.training.run import TrainingRun
 
-SUB_GROUP = 1_000_000_000  # deepspeed/runtime/zero/config.py DeepSpeedZeroConfig.sub_group_size
 OPTIMIZER_SWAP_BUFFERS = 4  # offload_config.py DeepSpeedZeroOffloadOptimizerConfig.buffer_count
 PARAM_SWAP_BUFFERS = 5  # offload_config.py DeepSpeedZeroOffloadParamConfig.buffer_count
 PARAM_SWAP_BUFFER = 100_000_000  # offload_config.py DeepSpeedZeroOffloadParamConfig.buffer_size (elements)

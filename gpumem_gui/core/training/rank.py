@@ -17,6 +17,7 @@ from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, rank_spec, stage_layers, weighted_chunk_layers
 from gpumem_gui.core.training.buckets import BucketHooks, WholeParams, ZeroHooks
 from gpumem_gui.core.training.checks import lora_targets
+from gpumem_gui.core.training.frameworks.deepspeed import FlatPartitions
 from gpumem_gui.core.training.frameworks.fsdp import fsdp2_hooks
 from gpumem_gui.core.training.model_parallel import rank_sharding, tp_fields
 from gpumem_gui.core.training.precision import dtypes, precision
@@ -95,6 +96,7 @@ def step_options(run: TrainingRun, dp_rank: int | None = None) -> StepOptions:
         flat_grad_bytes=sh.flat_grad_bytes,
         states_for_unused=sh.flat_states or prec.main_grad,
         owned=WholeParams(run.dp, dp_rank) if sh.whole_param_states else None,
+        flat_partitions=None if sh.flat_step is None else FlatPartitions(sh.state_shard, sh.flat_step),
     )
 
 

@@ -53,6 +53,10 @@ class Sharding:
     reduce_bucket_persistent: bool = False
     grad_partition_buffer: bool = False
     grads_kept_after_backward: int = 1  # ZeRO-1: the backward epilogue keeps 1/n of the gradients
+    # DeepSpeed: the optimizer steps flat partitions, not the parameters (frameworks/deepspeed.py
+    # FlatPartitions): None: per-parameter tensors; 0: one per parameter group (stages 1/2); else stage 3's
+    # sub_group_size (elements)
+    flat_step: int | None = None
     # ZeRO-3 parameter coordinator: (prefetch_bucket, max_live_params, persistence_threshold), elements
     stage3_gather: tuple[int, int, int] | None = None
 

@@ -34,6 +34,12 @@ What the engine and its optimizers allocate, from DeepSpeed's source (``deepspee
   than ``stage3_max_live_parameters`` are gathered at once (``zero/partitioned_param_coordinator.py``
   ``fetch_sub_module``). Here a decoder layer is one submodule step, and the embeddings, final norm and head
   are gathered when they run;
+* the step's optimizer: DeepSpeed hands the wrapped optimizer ONE flat tensor per parameter group, this
+  rank's fp32 partition (``stage_1_and_2.py`` ``DeepSpeedZeroOptimizer.__init__``: ``param_group['params'] =
+  [self.single_partition_of_fp32_groups[i]]``, stepped one group at a time by ``_optimizer_step``), or with
+  stage 3 one per sub-group, stepped one after another with its own fp32 gradient (``stage3.py`` ``step``:
+  ``_prepare_sub_group`` / ``_optimizer_step`` / ``_release_sub_group``); a torch optimizer's temporaries
+  are then made over the whole partition (:class:`FlatPartitions`);
 * after the step, stages 1/2 all-gather the updated 16-bit partitions in place into the flat buffer
   (``runtime/utils.py`` ``all_gather_dp_groups`` -> ``all_gather_into_tensor``, or narrowed views of it in
   ``allgather_bucket_size`` chunks): no extra memory.
@@ -41,10 +47,19 @@ What the engine and its optimizers allocate, from DeepSpeed's source (``deepspee
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from gpumem_gui.core.replay.autograd import Param
 from gpumem_gui.core.results.estimate import Explanation
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.training.frameworks.base import Framework, Sharding, no_param_offload, nothing_to_shard
 from gpumem_gui.core.training.run import TrainingRun
+
+# deepspeed/runtime/zero/config.py DeepSpeedZeroConfig.sub_group_size (elements; stage 3)
+SUB_GROUP = 1_000_000_000
+# deepspeed/runtime/zero/stage_1_and_2.py DeepSpeedZeroOptimizer.__init__: nccl_start_alignment_factor = 2
+# (4-byte alignment / sizeof(fp16)); each group's flat buffer is padded to a multiple of it x dp
+_NCCL_ALIGN = 2
 
 # the precision a run names -> the dtype DeepSpeed's engine casts the model to (bf16 / fp16 enabled)
 _MODEL_DTYPE = {"amp-bf16": "bf16", "mp-bf16": "bf16", "bf16": "bf16", "amp-fp16": "f16", "fp32": "f32"}
@@ -56,6 +71,39 @@ def model_dtype(run: TrainingRun) -> str | None:
     if run.method == "qlora":
         return None
     return _MODEL_DTYPE.get(run.precision)
+
+
+@dataclass(frozen=True)
+class FlatPartitions:
+    """The flat tensors DeepSpeed's ZeRO optimizer steps on one rank, one after another: their element counts.
+
+    * stages 1/2 (``sub_group`` 0): one per parameter group, its ``len(bit16_groups_flat[i]) / dp``
+      elements, the group flattened and padded to a multiple of ``nccl_start_alignment_factor x dp``
+      (``stage_1_and_2.py`` ``DeepSpeedZeroOptimizer.__init__``: ``flatten_dense_tensors_aligned``,
+      ``partition_size``);
+    * stage 3: the group's parameters in order, each contributing its partition of ``ceil(numel / dp)``
+      elements (``partition_parameters.py`` ``_aligned_size`` / ``_padding_size``), cut into sub-groups
+      once one holds at least ``sub_group_size`` elements (``stage3.py`` ``_create_fp16_sub_groups``).
+
+    The replayed parameters are one parameter group (the HF Trainer's weight-decay split moves only norms
+    and biases to a second, small group)."""
+
+    shard: int
+    sub_group: int = 0
+
+    def __call__(self, params: list[Param]) -> list[int]:
+        if not self.sub_group:
+            align = _NCCL_ALIGN * self.shard
+            padded = -(-sum(p.numel for p in params) // align) * align
+            return [padded // self.shard] if padded else []
+        groups: list[int] = []
+        acc = 0
+        for i, p in enumerate(params):
+            acc += -(-p.numel // self.shard)
+            if acc >= self.sub_group or i == len(params) - 1:
+                groups.append(acc)
+                acc = 0
+        return groups
 
 
 class DeepSpeed(Framework):
@@ -83,6 +131,7 @@ class DeepSpeed(Framework):
             states_sharded=True,
             grads_sharded=z >= 2,
             flat_states=True,
+            flat_step=SUB_GROUP if z >= 3 else 0,
             model_dtype=mdt,
             master_bytes=master,
             flat_grad_bytes=0 if mdt is None or offloaded else 4,
@@ -127,6 +176,15 @@ MASTER_SOURCE = (
     "(single_partition_of_fp32_groups: this rank's flat partition cloned to fp32); "
     "deepspeed/runtime/zero/stage3.py _create_fp32_partitions"
 )
+FLAT_STEP_WHAT = (
+    "DeepSpeed hands the optimizer one flat fp32 tensor per parameter group (ZeRO-3: per sub-group of "
+    "sub_group_size elements), this rank's partition: 'a parameter' above is that whole 1-D partition"
+)
+FLAT_STEP_SOURCE = (
+    "deepspeed/runtime/zero/stage_1_and_2.py DeepSpeedZeroOptimizer.__init__ (param_group['params'] = "
+    "[single_partition_of_fp32_groups[i]]); deepspeed/runtime/zero/stage3.py _optimizer_step ([fp32_param] "
+    "per sub-group), _create_fp16_sub_groups"
+)
 _ZERO_WHAT = {
     "reduce bucket": (
         "reduce_bucket elements x bytes of the model dtype: the IPG bucket gradients are copied into for "
@@ -138,10 +196,12 @@ _ZERO_WHAT = {
     ),
     "fp32 gradient partition": (
         "4 B x this rank's trainable parameters / data-parallel ranks: the gradient partition flattened and "
-        "cast to fp32 for the fp32 master step, during optimizer.step()",
+        "cast to fp32 for the fp32 master step, during optimizer.step() (while it is cast, + the flattened "
+        "16-bit copy it is cast from); one parameter group (ZeRO-3: sub-group of sub_group_size elements) at "
+        "a time",
         "deepspeed/runtime/zero/stage_1_and_2.py DeepSpeedZeroOptimizer.step (single_partition_of_fp32_groups"
-        "[i].grad = flat_grad_partition.to(...)); deepspeed/runtime/zero/stage3.py "
-        "_prepare_fp32_grad_for_sub_group",
+        "[i].grad = self.flatten(self.averaged_gradients[i]).to(...)); deepspeed/runtime/zero/stage3.py "
+        "_prepare_fp32_grad_for_sub_group; torch/_utils.py _flatten_dense_tensors (torch.cat)",
     ),
 }
 
