@@ -47,6 +47,7 @@ SERIES_COLORS: dict[str, str] = {
     "inputs": "#499894",
     "pipeline_inflight": "#8cd17d",
     "context_parallel": "#d37295",
+    "unsharded_gradients": "#86bcb6",  # apart from the FSDP all-gather buffers (no_sync accumulation)
     # what a GPU said (gpumem_gui.core observed parts, drawn beside an estimate: ui/diagnose_view.py); the
     # tensors take the weights' hue darkened, the cache the allocator reserve's, the rest apart from both
     "observed_tensors": "#2f4b7c",
