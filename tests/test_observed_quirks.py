@@ -23,3 +23,14 @@ def test_zero_bytes_for_this_process_is_left_unread() -> None:
     assert "other_processes" not in keys and "outside_pytorch_or_others" in keys
     assert not any("other processes hold" in line for line in d.causes.lines)
     assert not any("other processes" in c.description for c in d.changes)
+
+
+def test_the_record_explained_first_is_the_last_failure_else_the_last_report() -> None:
+    """One rule for the CLI's diagnose and the window's picker (core ``latest_record``)."""
+    from gpumem_gui.core import ObservedMemory, latest_record
+
+    plain = ObservedMemory(source_format="nvidia_smi_table", used_bytes=1)
+    failed = ObservedMemory(source_format="torch_oom", requested_bytes=2)
+    assert latest_record((plain, failed, plain)) == 1
+    assert latest_record((failed, plain, failed, plain)) == 2
+    assert latest_record((plain, plain)) == 1

@@ -21,6 +21,7 @@ from gpumem_gui.core import (
     diagnose,
     diagnosis_document,
     gpu_target_from_text,
+    latest_record,
     read_observed_bytes,
     short,
 )
@@ -118,11 +119,13 @@ def pick(report: ObservedReport, index: int | None) -> tuple[ObservedMemory, str
         raise GpumemInputError(
             f"the text reports {len(gpus)} GPUs ({named}): pick one with --gpu-index N", field="gpu-index"
         )
-    failed = [r for r in records if r.requested_bytes is not None]
-    chosen = (failed or records)[-1]
+    chosen = records[latest_record(tuple(records))]
     note = ""
     if len(report.records) > 1:
-        note = f"{len(report.records)} reports in the text; this is the last {'failure' if failed else 'one'}"
+        failure = chosen.requested_bytes is not None
+        note = (
+            f"{len(report.records)} reports in the text; this is the last {'failure' if failure else 'one'}"
+        )
     return chosen, note
 
 

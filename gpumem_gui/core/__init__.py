@@ -111,6 +111,7 @@ from gpumem_gui.core.observed import (
     ObservedMemory,
     ObservedProcess,
     ObservedReport,
+    latest_record,
 )
 from gpumem_gui.core.observed.advice import Causes, DiagnosisChange
 from gpumem_gui.core.observed.apply import (
@@ -297,6 +298,7 @@ __all__ = [
     "kv_bytes_per_token_per_layer",
     "kv_cache_bytes_transformers",
     "largest",
+    "latest_record",
     "list_weight_formats",
     "load_config_file",
     "load_gpu_catalog",

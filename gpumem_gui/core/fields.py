@@ -10,6 +10,7 @@ run fields.
 
 from __future__ import annotations
 
+import contextlib
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -167,11 +168,10 @@ def command_args(run: BaseModel) -> list[str]:
     ``_framework_precision``)."""
     fields = run_fields(type(run))
     given = {f.name for f in fields if getattr(run, f.name) != f.default}
-    try:
+    # a subset the model rejects leaves the fields that differ as all there is to say
+    with contextlib.suppress(ValidationError):
         rebuilt = type(run)(**{n: getattr(run, n) for n in given})
         given |= {f.name for f in fields if getattr(rebuilt, f.name) != getattr(run, f.name)}
-    except ValidationError:  # the model rejects the subset: the fields that differ are all there is to say
-        pass
     out: list[str] = []
     for f in fields:
         value = getattr(run, f.name)

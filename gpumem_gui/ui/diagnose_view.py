@@ -41,6 +41,7 @@ from gpumem_gui.core import (
     TrainingRun,
     diagnose,
     fmt_bytes,
+    latest_record,
     read_observed,
     read_observed_bytes,
 )
@@ -213,7 +214,7 @@ class DiagnoseDialog(QDialog):
         self.records.blockSignals(True)
         self.records.clear()
         self.records.addItems([record_title(i, o) for i, o in enumerate(report.records)])
-        self.records.setCurrentIndex(_failed_first(report))
+        self.records.setCurrentIndex(latest_record(report.records))
         self.records.blockSignals(False)
         self.explain()
 
@@ -277,11 +278,6 @@ class DiagnoseDialog(QDialog):
             set_line(self.capacity, capacity / factor, f"capacity {fmt_bytes(capacity, unit)}")
         else:
             self.capacity.hide()
-
-
-def _failed_first(report: ObservedReport) -> int:
-    """The record an explanation starts with: the first failed allocation, else the first record."""
-    return next((i for i, o in enumerate(report.records) if o.requested_bytes is not None), 0)
 
 
 def _headline(d: Diagnosis) -> str:

@@ -32,6 +32,7 @@ from gpumem_gui.core.observed.model import (
     ObservedMemory,
     ObservedProcess,
     ObservedReport,
+    latest_record,
 )
 
 __all__ = [
@@ -51,4 +52,5 @@ __all__ = [
     "calibration_from",
     "calibration_note",
     "gpu_identity",
+    "latest_record",
 ]

@@ -119,3 +119,10 @@ class ObservedReport(Frozen):
 
     records: tuple[ObservedMemory, ...] = Field(min_length=1, max_length=1024)
     unread: tuple[str, ...] = ()
+
+
+def latest_record(records: tuple[ObservedMemory, ...]) -> int:
+    """Which of one GPU's records to explain: the last failed allocation, else the last record (the latest
+    state a log shows). The CLI's ``diagnose`` and the window's picker both start from it."""
+    failed = [i for i, r in enumerate(records) if r.requested_bytes is not None]
+    return (failed or list(range(len(records))))[-1]
