@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from gpumem_gui.cli.flags import add_run_flags, bounded_int, run_fields_given
@@ -23,6 +22,7 @@ from gpumem_gui.core import (
     gpu_target_from_text,
     latest_record,
     read_observed_bytes,
+    read_observed_file,
     short,
 )
 
@@ -76,31 +76,15 @@ def add_diagnose_parser(sub: Any) -> None:
 
 def read_text(path: str) -> ObservedReport:
     """The report in ``path`` (``-``: standard input), read at most to the readers' bound."""
-    if path == "-":
-        stream = getattr(sys.stdin, "buffer", None)
-        if stream is None:  # started with standard input closed
-            raise GpumemInputError("no standard input to read (give a file)", field="observed")
-        data = stream.read(OBSERVED_MAX_BYTES + 1)
-    else:
-        p = Path(path)
-        try:
-            folder = p.is_dir()
-            data = b"" if folder else _read_at_most(p)
-        except (OSError, ValueError) as e:  # ValueError: a NUL in the path
-            why = e.strerror if isinstance(e, OSError) and e.strerror else "not a path"
-            raise GpumemInputError(f"cannot read it: {why}", source=path) from None
-        if folder:
-            raise GpumemInputError("is a folder; give the file the report is in", source=path)
+    if path != "-":
+        return read_observed_file(path)
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:  # started with standard input closed
+        raise GpumemInputError("no standard input to read (give a file)", field="observed")
     try:
-        return read_observed_bytes(data)
+        return read_observed_bytes(stream.read(OBSERVED_MAX_BYTES + 1))
     except GpumemInputError as e:
-        raise GpumemInputError(e.message, source="standard input" if path == "-" else path) from None
-
-
-def _read_at_most(p: Path) -> bytes:
-    """The file's bytes up to one past the readers' bound (their error names it; /dev/zero does not hang)."""
-    with p.open("rb") as f:
-        return f.read(OBSERVED_MAX_BYTES + 1)
+        raise GpumemInputError(e.message, source="standard input") from None
 
 
 def pick(report: ObservedReport, index: int | None) -> tuple[ObservedMemory, str]:

@@ -129,7 +129,12 @@ from gpumem_gui.core.observed.calibration import (
 )
 from gpumem_gui.core.observed.parts import ObservedPart
 from gpumem_gui.core.observed.read import MAX_FILE_BYTES as OBSERVED_MAX_BYTES
-from gpumem_gui.core.observed.read import read_observed, read_observed_bytes
+from gpumem_gui.core.observed.read import (
+    observed_file_bytes,
+    read_observed,
+    read_observed_bytes,
+    read_observed_file,
+)
 from gpumem_gui.core.readers.catalog import (
     CatalogModel,
     GpuInfo,
@@ -311,10 +316,12 @@ __all__ = [
     "maxima_phrases",
     "memory_by_layer_type",
     "model_kinds",
+    "observed_file_bytes",
     "parse_capacity",
     "read_config",
     "read_observed",
     "read_observed_bytes",
+    "read_observed_file",
     "resolve_tricks",
     "resources_dir",
     "run_fields",

@@ -34,7 +34,6 @@ from gpumem_gui.core import (
     Component,
     Diagnosis,
     GpumemError,
-    GpumemInputError,
     ObservedMemory,
     ObservedReport,
     SizeUnit,
@@ -42,6 +41,7 @@ from gpumem_gui.core import (
     diagnose,
     fmt_bytes,
     latest_record,
+    observed_file_bytes,
     read_observed,
     read_observed_bytes,
 )
@@ -55,28 +55,12 @@ if TYPE_CHECKING:
 
 # what a dropped or opened report file may be: text a runtime printed, or a memory snapshot pickle
 REPORT_SUFFIXES = (".txt", ".log", ".out", ".err", ".csv", ".pickle", ".pkl")
-MAX_FILE_BYTES = 64 << 20  # read_observed_bytes' own bound; a larger file is refused before it is read
 PASTE_HINT = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
     "79.15 GiB of which 1.19 GiB is free. ...\n"
     "or an nvidia-smi table, nvidia-smi --query-gpu=... --format=csv, torch.cuda.memory_summary(), "
     "vLLM / SGLang / llama.cpp memory lines; or drop a file (a torch.cuda.memory._snapshot() pickle too)"
 )
-
-
-def read_report_file(path: Path | str) -> ObservedReport:
-    """A report file: a snapshot pickle or text, bounded before it is read; one line on a bad file."""
-    p = Path(path)
-    try:
-        size = p.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise GpumemInputError(
-                f"{p.name}: {size:,} bytes; a report file is at most {MAX_FILE_BYTES:,} bytes"
-            )
-        data = p.read_bytes()
-    except OSError as e:
-        raise GpumemInputError(f"{p.name}: cannot read: {e.strerror or e}") from None
-    return read_observed_bytes(data)
 
 
 def record_title(i: int, o: ObservedMemory) -> str:
@@ -185,12 +169,13 @@ class DiagnoseDialog(QDialog):
     def load_file(self, path: Path | str) -> bool:
         """Read a report file; text is shown in the box (a snapshot pickle is not: it is binary)."""
         try:
-            report = read_report_file(path)
+            data = observed_file_bytes(path)
+            report = read_observed_bytes(data)
         except GpumemError as e:
             self._fail(error_line(e))
             return False
         if Path(path).suffix.lower() not in (".pickle", ".pkl"):
-            self.edit.setPlainText(Path(path).read_text(encoding="utf-8", errors="replace"))
+            self.edit.setPlainText(data.decode("utf-8", errors="replace"))
         self.set_report(report)
         return True
 

@@ -9,6 +9,7 @@ Text that holds no report is refused with one line saying what was expected. The
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.observed import (
@@ -103,3 +104,32 @@ def read_observed_bytes(data: bytes) -> ObservedReport:
             f"the file is neither UTF-8 text nor a memory snapshot pickle (byte {e.start:,}): {EXPECTED}"
         ) from None
     return read_observed(text)
+
+
+def observed_file_bytes(path: str | Path) -> bytes:
+    """A report file's bytes, read to one past :data:`MAX_FILE_BYTES` (the readers' bound names it; a device
+    such as /dev/zero does not hang); a folder, a missing or unreadable file is one line naming it."""
+    p = Path(path)
+    try:
+        folder = p.is_dir()
+        data = b"" if folder else _read_at_most(p)
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+        why = e.strerror if isinstance(e, OSError) and e.strerror else "not a path"
+        raise GpumemInputError(f"cannot read it: {why}", source=str(path)) from None
+    if folder:
+        raise GpumemInputError("is a folder; give the file the report is in", source=str(path))
+    return data
+
+
+def _read_at_most(p: Path) -> bytes:
+    with p.open("rb") as f:
+        return f.read(MAX_FILE_BYTES + 1)
+
+
+def read_observed_file(path: str | Path) -> ObservedReport:
+    """:func:`read_observed_bytes` of a report file, errors naming the file."""
+    data = observed_file_bytes(path)
+    try:
+        return read_observed_bytes(data)
+    except GpumemInputError as e:
+        raise GpumemInputError(e.message, source=str(path)) from None
