@@ -79,6 +79,21 @@ class CalibrationStore:
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = Path(path) if path is not None else store_path()
+        self._last: tuple[tuple[int, int], Loaded] | None = None  # (mtime_ns, size) of the file, its load
+
+    def fresh(self) -> Loaded:
+        """:meth:`load`, read again only when the file changed since this store last read it (the window asks
+        on every form change); a missing or unreadable file is read every time."""
+        try:
+            st = os.stat(self.path)
+            stamp = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            return self.load()
+        if self._last is None or self._last[0] != stamp:
+            loaded = self.load()
+            self._last = (stamp, loaded) if not loaded.problem else None
+            return loaded
+        return self._last[1]
 
     def load(self) -> Loaded:
         """The calibrations kept (none when there is no file). A file that is not a valid store is kept
@@ -133,6 +148,7 @@ class CalibrationStore:
         atomic_write(self.path, json.dumps(doc, indent=2) + "\n")
 
     def _change(self, cals: tuple[Calibration, ...]) -> None:
+        self._last = None  # fresh() reads the new file even where its stamp looks unchanged
         try:
             self._write(cals)
         except OSError as e:

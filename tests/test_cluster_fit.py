@@ -285,3 +285,28 @@ def test_every_placement_is_sound(name: str, hosts: list, across: bool, limit: i
         if not across:
             for first in range(0, cf.ranks, cf.tp):
                 assert len({r.host for r in p.gpus[first : first + cf.tp]}) == 1
+
+
+def test_a_saved_calibration_applies_to_the_gpus_of_its_model_only() -> None:
+    """The plan's need on each GPU is the estimate a single --gpu of that model gives, calibration included
+    (core/observed/apply.py); GPUs of another model keep the plain estimate; the fit names what it applied."""
+    from datetime import date
+
+    from gpumem_gui.core import apply_calibration, calibration_from
+    from gpumem_gui.core.observed import ObservedMemory
+
+    # a measurement whose non-PyTorch memory (3 GiB) is far above the modelled context + workspaces
+    oom = ObservedMemory(source_format="torch_oom", total_bytes=80 * GiB, process_bytes=60 * GiB,
+                         allocated_bytes=55 * GiB, reserved_unallocated_bytes=2 * GiB)  # fmt: skip
+    cal = calibration_from((oom,), None, name="h100-team", gpu_name="test GPU", measured_on=date(2026, 12, 7))
+    other = gpu("b", 0, 70).model_copy(update={"name": "other GPU"})
+    run = make_run(seq=8192)
+    cf = cluster_fit(SPEC, run, [gpu("a", 0, 70), other], calibrations=(cal,))
+    plain = estimate_any(SPEC, run, 80 * GiB)
+    by_key = {r.key: r.needed_bytes for p in cf.placements for r in p.gpus}
+    assert by_key["a/0"] == apply_calibration(plain, cal).per_gpu[0].total_bytes
+    assert by_key["b/0"] == plain.per_gpu[0].total_bytes < by_key["a/0"]
+    assert cf.calibrations == ("h100-team",) and cluster_document(cf)["calibrations"] == ["h100-team"]
+    bare = cluster_fit(SPEC, run, [gpu("a", 0, 70), other])
+    assert bare.calibrations == () and "calibrations" not in cluster_document(bare)
+    assert {r.needed_bytes for p in bare.placements for r in p.gpus} == {plain.per_gpu[0].total_bytes}

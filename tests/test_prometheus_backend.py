@@ -218,6 +218,30 @@ def test_fit_json_adds_the_ranked_placements(fresh_cluster: PrometheusCluster, c
     assert rc == 0 and cluster["summary"] in out
 
 
+def test_fit_on_the_cluster_applies_the_saved_calibration(fresh_cluster: PrometheusCluster, capsys) -> None:
+    """A calibration saved for the cluster's GPU model applies to the report and to every placement's need,
+    as on a single --gpu; --no-calibration leaves it out."""
+    import json
+    from pathlib import Path
+
+    rc, out, _ = _cli(capsys, "gpus", "--prometheus", fresh_cluster.url, "--json")
+    name = json.loads(out)["devices"][0]["name"]
+    oom = Path(__file__).parent / "reference" / "observed" / "torch_oom_current_pytorch16417.txt"
+    rc, _, err = _cli(capsys, "calibrate", "--observed", str(oom), "--name", "team", "--gpu", name)
+    assert rc == 0, err
+    argv = ("fit", "meta-llama/Llama-3.1-8B", "--prometheus", fresh_cluster.url, "--json")
+    docs = [json.loads(_cli(capsys, *argv, *extra)[1]) for extra in ((), ("--no-calibration",))]
+    cal, plain = docs
+    assert cal["cluster"]["calibrations"] == ["team"] and "calibrations" not in plain["cluster"]
+    assert cal["verdicts"] != plain["verdicts"]  # the report on the cluster's GPU model is calibrated too
+    need = [
+        {(g["key"], g["needed_bytes"]) for p in d["cluster"]["placements"] for g in p["gpus"]} for d in docs
+    ]
+    assert need[0] and need[0] != need[1]
+    rc, out, _ = _cli(capsys, *argv[:-1])
+    assert rc == 0 and "calibrated on the GPUs of its model: team" in out and "note: calibration" in out
+
+
 def test_fit_on_an_unreachable_cluster_is_one_line_exit_2(capsys) -> None:
     rc, out, err = _cli(
         capsys, "fit", "meta-llama/Llama-3.1-8B", "--prometheus", f"http://127.0.0.1:{free_port()}"

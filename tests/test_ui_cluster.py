@@ -236,6 +236,29 @@ def test_the_banner_places_the_plan_on_screen_and_highlights_its_gpus(main_windo
         w.run_form.widget("batch").setValue(2)
 
 
+def test_the_cluster_fit_applies_a_saved_calibration_of_its_gpu_model(main_window: MainWindow, qtbot) -> None:
+    """The saved calibration for the cluster's GPU model applies to the placements (as in gpumem fit
+    --prometheus); the banner's tooltip names it; removing it from the store redoes the fit without it."""
+    from datetime import date
+
+    from gpumem_gui.calibration_store import CalibrationStore
+    from gpumem_gui.core import calibration_from
+    from gpumem_gui.core.observed import ObservedMemory
+
+    oom = ObservedMemory(source_format="torch_oom", total_bytes=80 * GiB, process_bytes=60 * GiB,
+                         allocated_bytes=55 * GiB, reserved_unallocated_bytes=2 * GiB)  # fmt: skip
+    store = CalibrationStore()
+    store.save(calibration_from((oom,), None, name="team", gpu_name=H100, measured_on=date(2026, 12, 7)))
+    w, view = main_window, main_window.gpu_panel.cluster
+    w.gpu_glue.cluster.use_cluster(StaticBackend(tight()), {"url": "http://test"})
+    qtbot.waitUntil(lambda: view.fit is not None, timeout=10000)
+    assert view.fit.calibrations == ("team",) and "team" in view.banner.toolTip()
+    store.remove("team")
+    w.run_form.widget("batch").setValue(2)
+    qtbot.waitUntil(lambda: view.fit is not None and view.fit.calibrations == (), timeout=10000)
+    assert view.banner.toolTip() == ""
+
+
 def test_choosing_the_cluster_asks_for_the_server_and_the_choice_is_kept(
     main_window: MainWindow, qtbot
 ) -> None:

@@ -183,18 +183,25 @@ def cmd_calibrations(args: argparse.Namespace) -> int:
     return 0
 
 
+def saved_calibrations(args: argparse.Namespace) -> tuple[Any, ...]:
+    """The saved calibrations (none with ``--no-calibration``). A store that cannot be read is one warning
+    line; the estimate goes on without it."""
+    if getattr(args, "no_calibration", False):
+        return ()
+    loaded = CalibrationStore().load()
+    if loaded.problem:
+        print(f"gpumem: warning: {loaded.problem}", file=sys.stderr)
+    return loaded.calibrations
+
+
 def calibrated_target(
     target: GpuTarget | None, run: Any, args: argparse.Namespace
 ) -> tuple[GpuTarget | None, str | None]:
     """``target`` with the saved calibration for its GPU and the run's engine and mode, and the note to print
-    (None: no target, ``--no-calibration``, or none saved for it). A store that cannot be read is one warning
-    line; the estimate goes on without it."""
-    if target is None or getattr(args, "no_calibration", False):
+    (None: no target, ``--no-calibration``, or none saved for it)."""
+    if target is None:
         return target, None
-    loaded = CalibrationStore().load()
-    if loaded.problem:
-        print(f"gpumem: warning: {loaded.problem}", file=sys.stderr)
-    cal = calibration_for(loaded.calibrations, target.name, run)
+    cal = calibration_for(saved_calibrations(args), target.name, run)
     if cal is None:
         return target, None
     return target.model_copy(update={"calibration": cal}), calibration_note(cal)

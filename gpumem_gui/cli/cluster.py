@@ -91,6 +91,7 @@ def cluster_target(gpus: tuple[Any, ...], ranks: int) -> GpuTarget:
 
 
 def cluster_fit_for(m: Any, run: Any, args: argparse.Namespace, snap: Any) -> ClusterFit:
+    from gpumem_gui.cli.calibrate import saved_calibrations
     from gpumem_gui.core import cluster_fit
     from gpumem_gui.hardware.cluster import cluster_gpus
 
@@ -101,6 +102,7 @@ def cluster_fit_for(m: Any, run: Any, args: argparse.Namespace, snap: Any) -> Cl
         args.margin_mib << 20,
         m.weights,
         tp_across_hosts=args.tp_across_hosts,
+        calibrations=saved_calibrations(args),
     )
 
 
@@ -122,3 +124,6 @@ def print_cluster(cf: ClusterFit, snap: Any) -> None:
     )
     for n in snap.notes:
         print(f"  note: {n}")
+    if cf.calibrations:
+        names = ", ".join(cf.calibrations)
+        print(f"  note: calibrated on the GPUs of its model: {names} (--no-calibration leaves it out)")

@@ -205,7 +205,7 @@ def add_target_flags(sp: argparse.ArgumentParser) -> None:
     sp.add_argument(
         "--no-calibration",
         action="store_true",
-        help="leave out the saved calibration for the --gpu / --local GPU (gpumem calibrations lists them)",
+        help="leave out the saved calibrations of the --gpu / --local / --prometheus GPUs",
     )
     sp.add_argument("--json", action="store_true", help="machine-readable output")
 

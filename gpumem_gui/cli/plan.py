@@ -226,11 +226,13 @@ def _fit_cluster(m: LoadedModel, run: Any, args: argparse.Namespace) -> int:
         reason = snap.unavailable_reason
         raise GpumemInputError(f"no cluster GPUs to check against: {reason}", field="prometheus")
     target = target_from_args(args) or cluster_target(cluster_gpus(snap), run.tp * run.pp)
+    target, note = calibrated_target(target, run, args)
     rep = _fit(m, run, target, args)
     cf = cluster_fit_for(m, run, args, snap)
     if args.json:
         dump({**_fit_json(rep, _approximate(m)), "cluster": cluster_document(cf)})
     else:
+        _print_note(note)
         _print_estimate(m, run, rep.estimate)
         print()
         _print_fit(rep)

@@ -7,8 +7,6 @@ estimate. Which calibration applies is the core's answer (the plan's estimate na
 
 from __future__ import annotations
 
-import os
-
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QMessageBox, QPushButton, QWidget
 
@@ -30,7 +28,6 @@ class CalibrationRow(QWidget):
         super().__init__(parent)
         self.store = store or CalibrationStore()
         self._calibrations: tuple[Calibration, ...] = ()
-        self._stamp: tuple[int, int] | None = None  # (mtime_ns, size) of the file last read
         self._shown: str | None = None
         self._problem: str | None = (
             None  # the last load's problem (a file kept aside), shown until a plan uses one
@@ -51,16 +48,9 @@ class CalibrationRow(QWidget):
     @property
     def calibrations(self) -> tuple[Calibration, ...]:
         """The saved calibrations, read again when the file changed since the last read."""
-        try:
-            st = os.stat(self.store.path)
-            stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
-        except OSError:
-            stamp = None
-        if stamp != self._stamp or stamp is None:
-            loaded = self.store.load()
-            self._calibrations = loaded.calibrations
-            self._stamp = stamp
-            self._problem = loaded.problem or self._problem
+        loaded = self.store.fresh()
+        self._calibrations = loaded.calibrations
+        self._problem = loaded.problem or self._problem
         return self._calibrations
 
     def show_plan(self, plan: Plan) -> None:
@@ -98,8 +88,7 @@ class CalibrationRow(QWidget):
         except GpumemInputError as e:
             self._say(f"Cannot remove '{name}': {e}", removable=False)
             return
-        self._stamp = None  # read the file again
-        _ = self.calibrations
+        _ = self.calibrations  # the store wrote the file: read again
         self._shown = None
         self.setVisible(False)
         self.removed.emit(name)

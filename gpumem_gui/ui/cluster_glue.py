@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, QSettings, Qt, Signal, Slot
 
+from gpumem_gui.calibration_store import CalibrationStore
 from gpumem_gui.core import ClusterFit, GpumemInputError, cluster_fit
 from gpumem_gui.hardware import GpuBackend, PrometheusBackend
 from gpumem_gui.hardware.cluster import cluster_gpus
@@ -104,6 +105,7 @@ class ClusterGlue(QObject):
         self._retiring: list[_Cluster] = []
         self._snap: GpuSnapshot | None = None
         self._fit_inputs: tuple | None = None
+        self.calibrations = CalibrationStore()  # the saved ones: each applies to its GPU model's GPUs
         self._runner = BackgroundRunner("cluster-fit", 1, self)
         self._runner.finished.connect(self._on_fit)
         self._runner.failed.connect(self._on_fit_failed)
@@ -233,13 +235,16 @@ class ClusterGlue(QObject):
             self.view.show_fit(None)
             return
         margin = self.target_form.value().margin_bytes
-        inputs = (plan, margin, _placement_inputs(snap))
+        cals = self.calibrations.fresh().calibrations
+        inputs = (plan, margin, _placement_inputs(snap), cals)
         if self._fit_inputs is not None and _same_inputs(self._fit_inputs, inputs):
             return
         self._fit_inputs = inputs
         spec, run, weights = model.spec, plan.run, model.weights
         # cluster_gpus too runs in the worker: 1,000 GPUs take ~30 ms of pydantic models
-        self._runner.submit(lambda: cluster_fit(spec, run, cluster_gpus(snap), margin, weights))
+        self._runner.submit(
+            lambda: cluster_fit(spec, run, cluster_gpus(snap), margin, weights, calibrations=cals)
+        )
 
     @Slot(int, object)
     def _on_fit(self, job_id: int, result: object) -> None:
@@ -302,5 +307,5 @@ def _placement_inputs(snap: GpuSnapshot) -> tuple:
 
 
 def _same_inputs(a: tuple, b: tuple) -> bool:
-    """Same plan object, same margin, same GPUs."""
-    return a[0] is b[0] and a[1] == b[1] and a[2] == b[2]
+    """Same plan object, same margin, same GPUs, same saved calibrations."""
+    return a[0] is b[0] and a[1:] == b[1:]

@@ -133,6 +133,10 @@ class ClusterView(QWidget):
         else:
             summary = cluster_summary(fit)
             self.banner.setText(summary[:1].upper() + summary[1:])
+            cals = ", ".join(fit.calibrations)
+            self.banner.setToolTip(
+                f"With the saved calibration(s) of their GPU models: {cals}" if cals else ""
+            )
             ok = fit.fits
         color = status_color(self.palette(), ok) if fit is not None or message else None
         pal.setColor(

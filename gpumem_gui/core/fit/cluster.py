@@ -17,6 +17,8 @@ from gpumem_gui.core.fit import DEFAULT_MARGIN_BYTES
 from gpumem_gui.core.fit.cluster_models import ClusterFit, ClusterGpu, HostRoom, PlacedRank, Placement
 from gpumem_gui.core.fit.sweep import Run, estimate_any
 from gpumem_gui.core.gpu_memory import GpuMemory
+from gpumem_gui.core.observed.apply import apply_calibration
+from gpumem_gui.core.observed.calibration import Calibration, calibration_for
 from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.runtimes.inference import InferenceRun, runtime
 from gpumem_gui.core.spec.model import ModelSpec
@@ -33,10 +35,16 @@ __all__ = [
 ]
 
 
+# what a GPU's needs depend on: its totals (vLLM sizes its pool from them) and the name of the saved
+# calibration of its model (gpumem calibrate; names are unique in the store; None: none saved for it)
+_Kind = tuple[GpuMemory, str | None]
+
+
 @dataclass(frozen=True)
 class _Plan:
-    """``replicas`` x ``per`` ranks (TP innermost) in units of ``unit`` ranks on one host; ``need[total][p]``:
-    what position ``p`` of a replica needs on a GPU of ``total`` bytes (None: the engine refuses the run).
+    """``replicas`` x ``per`` ranks (TP innermost) in units of ``unit`` ranks on one host; ``need[kind][p]``:
+    what position ``p`` of a replica needs on a GPU of that kind (its totals and calibration; None: the engine
+    refuses the run).
     A replica's units with the same needs share a class (``cls[k]``); ``order[c]``: class c's positions,
     biggest need first (classes too)."""
 
@@ -46,7 +54,8 @@ class _Plan:
     unit: int
     margin: int
     engine: str
-    need: dict[GpuMemory, tuple[int, ...] | None]
+    need: dict[_Kind, tuple[int, ...] | None]
+    kinds_of: dict[str, _Kind]  # GPU key -> its kind
     cls: tuple[int, ...]
     order: tuple[tuple[int, ...], ...]
     full: tuple[int, ...]  # units per class in the whole plan
@@ -66,39 +75,47 @@ class _Plan:
         # P2P (either PCIe or NVLink) is supported"). So a MIG instance takes one-rank plans only.
         if g.mig_instance and self.ranks > 1:
             return None
-        needs = self.need.get(g.memory)
+        needs = self.needs(g)
         if needs is None:
             return None
         head = g.free_bytes - self.margin - needs[pos]
         return head if head >= 0 else None
 
+    def needs(self, g: ClusterGpu) -> tuple[int, ...] | None:
+        """What each position of a replica needs on ``g`` (None: the engine refuses the run there)."""
+        return self.need[self.kinds_of[g.key]]
+
     def biggest(self, g: ClusterGpu) -> int | None:
         """Headroom of the plan's biggest rank on ``g`` (None: no room)."""
-        needs = self.need.get(g.memory)
+        needs = self.needs(g)
         return None if needs is None else self.headroom(g, needs.index(max(needs)))
 
 
 def _plan(
     spec: ModelSpec,
     run: Run,
-    totals: Sequence[GpuMemory],
+    gpus: Sequence[ClusterGpu],
     margin: int,
     fw: WeightsInventory | None,
     across: bool,
+    calibrations: tuple[Calibration, ...],
 ) -> _Plan:
-    """Estimate ``run`` once per distinct GPU total (only vLLM sizes its pool from it) and read the plan."""
+    """Estimate ``run`` once per distinct kind of GPU (only vLLM sizes its pool from the total; a saved
+    calibration applies to the GPUs of its model, as on a single ``--gpu``) and read the plan."""
     inference = isinstance(run, InferenceRun)
-    est = estimate_any(spec, run, totals[0] if totals else None, fw)
+    cal_of = {g.key: calibration_for(calibrations, g.name, run) for g in gpus}
+    by_name = {c.name: c for c in cal_of.values() if c is not None}
+    kinds_of = {g.key: (g.memory, c.name if (c := cal_of[g.key]) else None) for g in gpus}
+    kinds = list(dict.fromkeys(kinds_of.values()))
+    est = estimate_any(spec, run, kinds[0][0] if kinds else None, fw)
     per_total = inference and runtime(run.engine).sizes_from_capacity
-    ests = {
-        t: estimate_any(spec, run, t, fw) if per_total and t != totals[0] else est
-        for t in dict.fromkeys(totals)
-    }
+    raw = {t: estimate_any(spec, run, t, fw) if per_total and t != kinds[0][0] else est for t, _c in kinds}
+    ests = {(t, c): raw[t] if c is None else apply_calibration(raw[t], by_name[c]) for t, c in kinds}
     rt = runtime(est.engine) if est.mode == "inference" else None
-    need: dict[GpuMemory, tuple[int, ...] | None] = {}
-    for t, e in ests.items():
+    need: dict[_Kind, tuple[int, ...] | None] = {}
+    for k, e in ests.items():
         ok = rt is None or rt.admits(e)
-        need[t] = tuple(rt.needed_bytes(e, s) if rt else s.total_bytes for s in e.per_gpu) if ok else None
+        need[k] = tuple(rt.needed_bytes(e, s) if rt else s.total_bytes for s in e.per_gpu) if ok else None
     per = len(est.per_gpu)
     # one replica's ranks are tp x pp, TP innermost (an engine that splits otherwise, llama.cpp, has no TP
     # groups); a training estimate's per_gpu is one DP x CP replica, the same on each
@@ -108,14 +125,14 @@ def _plan(
     ok = [n for n in need.values() if n]
     ref = max(ok, key=max, default=tuple(s.total_bytes for s in est.per_gpu))
     sigs = [tuple(tuple(n[k * unit + i] for n in ok) for i in range(unit)) for k in range(per // unit)]
-    first: dict[tuple[tuple[int, ...], ...], int] = {}  # a unit's needs at every total -> first such unit
+    first: dict[tuple[tuple[int, ...], ...], int] = {}  # a unit's needs at every kind -> first such unit
     for k, sig in enumerate(sigs):
         first.setdefault(sig, k)
     reps = sorted(first.values(), key=lambda k: -max(ref[k * unit : (k + 1) * unit]))
     cls = tuple(reps.index(first[sig]) for sig in sigs)
     order = tuple(tuple(sorted(range(k * unit, (k + 1) * unit), key=lambda p: -ref[p])) for k in reps)
     full = tuple(replicas * cls.count(c) for c in range(len(reps)))
-    return _Plan(per, replicas, tp, unit, margin, est.engine, need, cls, order, full)
+    return _Plan(per, replicas, tp, unit, margin, est.engine, need, kinds_of, cls, order, full)
 
 
 @dataclass(frozen=True)
@@ -210,7 +227,7 @@ def _placement(hs: _Hosts, chosen: list[tuple[str, _Take]]) -> Placement:
             u = next(units[c])
             for i, rep in pairs:
                 g, pos = hs.gpus[host][i], u % plan.kinds * plan.unit + rep % plan.unit
-                need = plan.need[g.memory][pos]  # type: ignore[index]
+                need = plan.needs(g)[pos]  # type: ignore[index]
                 kw = {"host": host, "index": g.index, "key": g.key, "free_bytes": g.free_bytes}
                 rank, head = u // plan.kinds * plan.per + pos, g.free_bytes - plan.margin - need
                 out.append(PlacedRank(rank=rank, needed_bytes=need, headroom_bytes=head, **kw))
@@ -251,13 +268,15 @@ def cluster_fit(
     *,
     tp_across_hosts: bool = False,
     limit: int = 20,
+    calibrations: tuple[Calibration, ...] = (),
 ) -> ClusterFit:
     """Where ``run``'s whole plan fits on ``gpus`` now: ranked placements, room per host, or why none.
 
     A GPU takes a rank when ``free - margin >= need`` (vLLM: its ``gpu_memory_utilization x total`` budget)
     and the engine admits the run at that GPU's total; a TP group stays on one host unless
-    ``tp_across_hosts``; PP stages and DP replicas may span hosts. A run the model rejects raises
-    :class:`GpumemInputError`.
+    ``tp_across_hosts``; PP stages and DP replicas may span hosts. Of ``calibrations`` (the saved ones), each
+    GPU's estimate applies the one for its model, engine and mode, as a single ``--gpu`` does. A run the model
+    rejects raises :class:`GpumemInputError`.
     """
     for name, value, least in (("margin", margin, 0), ("limit", limit, 1)):
         if value < least:
@@ -265,7 +284,7 @@ def cluster_fit(
     twice = next((k for k, n in Counter(g.key for g in gpus).items() if n > 1), None)
     if twice is not None:
         raise GpumemInputError(f"GPU key {twice!r} appears twice", field="gpus")
-    plan = _plan(spec, run, [g.memory for g in gpus], margin, file_weights, tp_across_hosts)
+    plan = _plan(spec, run, gpus, margin, file_weights, tp_across_hosts, calibrations)
     by_host: dict[str, list[ClusterGpu]] = {}
     for g in gpus:
         by_host.setdefault(g.host, []).append(g)
@@ -289,6 +308,7 @@ def cluster_fit(
         placement_count=len(found),
         hosts=rooms,
         reason=None if found else _reason(hs, list(gpus)),
+        calibrations=tuple(sorted({c for _t, c in plan.need if c is not None})),
     )
 
 
@@ -306,13 +326,13 @@ def _reason(hs: _Hosts, gpus: list[ClusterGpu]) -> str:
     whole = [g for g in gpus if not (g.mig_instance and plan.ranks > 1)]
     if not whole:
         return f"the plan needs {plan.ranks} GPUs, and a MIG instance takes only one-rank plans"
-    admitted = [g for g in whole if plan.need.get(g.memory) is not None]
+    admitted = [g for g in whole if plan.needs(g) is not None]
     if not admitted:
         return f"{runtime(plan.engine).label} would not start the run on these GPUs (KV pool too small)"
     room = [g for g in admitted if any(plan.headroom(g, p) is not None for p in range(plan.per))]
     if not room:
         g = max(admitted, key=lambda g: g.free_bytes)
-        want = plan.margin + min(plan.need[g.memory] or (0,))
+        want = plan.margin + min(plan.needs(g) or (0,))
         return (
             f"no GPU has {fmt_bytes(want)} free for one rank "
             f"(the freest: {g.host} GPU {_index(g.index, g.key)} with {fmt_bytes(g.free_bytes)})"

@@ -79,3 +79,6 @@ class ClusterFit(Frozen):
     placement_count: NonNeg = Field(description="distinct placements found (at least len(placements))")
     hosts: tuple[HostRoom, ...]
     reason: str | None = Field(None, description="when nothing fits: why, in words")
+    calibrations: tuple[str, ...] = Field(
+        (), description="the saved calibrations applied (gpumem calibrate) by name, each on its GPU model"
+    )

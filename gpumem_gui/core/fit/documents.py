@@ -133,4 +133,6 @@ def cluster_document(cf: ClusterFit) -> dict[str, Any]:
             {"host": h.host, "gpus": h.gpus, "gpus_for_one_rank": h.gpus_for_one_rank} for h in cf.hosts
         ],
         "reason": cf.reason,
+        # only where one applied: a cluster fit without calibrations reads as it did before they existed
+        **({"calibrations": list(cf.calibrations)} if cf.calibrations else {}),
     }
