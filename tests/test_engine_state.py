@@ -179,15 +179,46 @@ def test_vllm_estimate_of_a_hybrid() -> None:
     assert f["kv_bytes_per_token"] == 12 * 2 * 2 * 256 * 2
 
 
+# llama.cpp's own widths of the two linear-attention kinds it gained in 2026 (src/llama-hparams.cpp
+# llama_hparams::n_embd_r / n_embd_s): KDA (Kimi-Linear, PR #18755: n_embd_head_kda = 128, n_head 32,
+# ssm_d_conv 4) keeps a conv of q, k and v, r = 3 x (4 - 1) x 32 x 128, and s = 128 x 128 x 32 (the comment
+# there: 524288); lightning (MiniMax-Text-01, PR #27018: n_embd_head_la = 128, n_head 64, no ssm_d_conv)
+# keeps no conv, s = 128 x 128 x 64 (its comment: 1048576). Both f32, one cell per sequence.
 @pytest.mark.parametrize(
-    ("key", "engine", "words"),
+    ("key", "layers", "conv", "ssm"),
     [
-        ("MiniMaxAI__MiniMax-Text-01-hf", "llama.cpp", "lightning"),
-        ("moonshotai__Kimi-Linear-48B-A3B-Instruct", "llama.cpp", "kda"),
+        ("moonshotai__Kimi-Linear-48B-A3B-Instruct", 20, 3 * 3 * 32 * 128, 524288),
+        ("MiniMaxAI__MiniMax-Text-01-hf", 70, 0, 1048576),
     ],
 )
-def test_unmodelled_state_layouts_refuse(key: str, engine: str, words: str) -> None:
-    with pytest.raises(GpumemInputError, match=words) as e:
+def test_llamacpp_kda_and_lightning_widths(key: str, layers: int, conv: int, ssm: int) -> None:
+    spec = _spec(key)
+    (kind,) = model_kinds(spec).state
+    assert sp.llamacpp_state_widths(spec, kind) == (conv, ssm)
+    assert len(sp.state_layer_indices(spec)) == layers
+    est = estimate_inference(spec, make_run(engine="llama.cpp", batch=2, seq=4096))
+    assert est.facts["rs_cells"] == 2
+    assert est.facts["rs_r_bytes"] == layers * 2 * conv * 4
+    assert est.facts["rs_s_bytes"] == layers * 2 * ssm * 4
+
+
+@pytest.mark.parametrize(
+    ("key", "engine", "reason"),
+    [
+        # not in Ollama v0.12.10's vendored llama.cpp (llama/llama.cpp/src/llama-arch.cpp) nor its Go models
+        ("MiniMaxAI__MiniMax-Text-01-hf", "ollama", r"v0\.12\.10 does not run MiniMax-Text-01.*#27018"),
+        (
+            "moonshotai__Kimi-Linear-48B-A3B-Instruct",
+            "ollama",
+            r"v0\.12\.10 does not run Kimi-Linear.*#18755",
+        ),
+        # SGLang: no MiniMaxText01ForCausalLM (tracking issue #18458), no Mamba-1 state shape
+        ("MiniMaxAI__MiniMax-Text-01-hf", "sglang", r"does not run MiniMax-Text-01 .*#18458"),
+        ("ai21labs__Jamba-v0.1", "sglang", r"no Mamba-1 \(Jamba\) layout.*mambaish_config"),
+    ],
+)
+def test_engines_that_do_not_run_a_state_kind_say_so(key: str, engine: str, reason: str) -> None:
+    with pytest.raises(GpumemInputError, match=reason) as e:
         estimate_inference(_spec(key), make_run(engine=engine))
     assert e.value.field == "engine" and "\n" not in str(e.value)
 
@@ -195,7 +226,7 @@ def test_unmodelled_state_layouts_refuse(key: str, engine: str, words: str) -> N
 def test_vllm_pipeline_parallel_is_refused_tensor_parallel_split() -> None:
     """vLLM shards every state shape by TP (MambaStateShapeCalculator): a TP-2 rank keeps half the page."""
     spec = _spec("LiquidAI__LFM2-1.2B")
-    with pytest.raises(GpumemInputError) as e:
+    with pytest.raises(GpumemInputError, match=r"SupportsPP.*not modelled yet") as e:
         estimate_inference(spec, make_run(engine="vllm", pp=2))
     assert e.value.field == "pp"
     one, two = (estimate_inference(spec, make_run(engine="vllm", tp=tp)) for tp in (1, 2))

@@ -24,14 +24,16 @@ if TYPE_CHECKING:
 
 def check_cross_attention(spec: ModelSpec, run: InferenceRun, rt: Runtime) -> list[str]:
     """One-line errors and the warnings of ``run`` on ``spec``: the cross-attention cache is modelled for
-    transformers only; images on a model without cross-attention layers are not counted."""
+    transformers only (each serving engine's refusal says whether it runs such a model at all:
+    ``Runtime.cross_attention_refusal``); images on a model without cross-attention layers are not counted."""
     if not cross_attention_layers(spec):
         if run.images and not has_tower(spec):  # a replayed vision tower counts them (replay/vision.py)
             return ["images: the model has no cross-attention layers; the images are not counted"]
         return []
     if not all(rt.supports(k) for k in model_kinds(spec).of(CrossAttention)):
         raise GpumemInputError(
-            f"{run.engine}: the cross-attention cache of a model with cross-attention layers (Llama 3.2 "
+            rt.cross_attention_refusal
+            or f"{run.engine}: the cross-attention cache of a model with cross-attention layers (Llama 3.2 "
             "Vision) is not modelled for this engine yet; use the transformers engine",
             field="engine",
         )

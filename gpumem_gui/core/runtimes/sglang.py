@@ -30,6 +30,7 @@ from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.formats import WeightBytes, kv_bytes_per_element
 from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase, tp_ranks
+from gpumem_gui.core.runtimes import refusals
 from gpumem_gui.core.runtimes.base import Lever, Runtime, load_phase, server_weights_refusal
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.sglang_command import SGLANG_ONLINE_QUANT, sglang_command
@@ -150,13 +151,13 @@ class Sglang(Runtime):
     state_mixers = SGLANG_STATE_MIXERS  # the mamba pool (runtimes/sglang_state.py)
     state_tp = True  # the state is sharded by attention TP (Mamba2StateShape.create)
 
+    state_refusals = refusals.SGLANG_STATE  # Mamba-1 (Jamba), lightning (MiniMax-Text-01)
+    cross_attention_refusal = refusals.SGLANG_CROSS_ATTENTION
+
     def check_state(self, spec: ModelSpec, pp: int) -> None:
         """SGLang's mamba pool is modelled on one pipeline stage (one-line error otherwise)."""
         if pp > 1:
-            raise GpumemInputError(
-                "sglang: the mamba pool of a hybrid over pipeline stages is not modelled; use pp 1",
-                field="pp",
-            )
+            raise GpumemInputError(refusals.SGLANG_HYBRID_PP, field="pp")
 
     def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
         if run.enable_dp_attention and (run.dp_size < 2 or run.tp % run.dp_size):

@@ -20,6 +20,7 @@ from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.formats import WeightBytes, kv_bytes_per_element
 from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase
+from gpumem_gui.core.runtimes import refusals
 from gpumem_gui.core.runtimes import state_pools as sp
 from gpumem_gui.core.runtimes import vllm_kv as vk
 from gpumem_gui.core.runtimes import vllm_profile as vp
@@ -229,6 +230,7 @@ class Vllm(Runtime):
     # the state pages split by TP as the mixers' weights are (vllm/model_executor/layers/mamba/mamba_utils.py
     # MambaStateShapeCalculator: every state shape divides its heads / channels by tp_world_size)
     state_tp = True
+    cross_attention_refusal = refusals.VLLM_CROSS_ATTENTION  # mllama: removed after v0.10.2
 
     def check_state(self, spec: ModelSpec, pp: int) -> None:
         """The hybrids vLLM's allocator is modelled for: attention (MLA too: Kimi-Linear) beside the state
@@ -238,11 +240,12 @@ class Vllm(Runtime):
                 "vllm: a model of state layers only (no attention page to align to) is not modelled",
                 field="engine",
             )
-        if pp > 1 or any(model_kinds(spec).bounds().values()):
+        if pp > 1:
+            raise GpumemInputError(refusals.VLLM_HYBRID_PP, field="pp")
+        if any(model_kinds(spec).bounds().values()):
             raise GpumemInputError(
-                "vllm: the hybrid allocator of a state model is modelled on one pipeline stage without "
-                "sliding-window layers; use pp 1",
-                field="pp" if pp > 1 else "engine",
+                "vllm: the hybrid allocator of a state model beside sliding-window layers is not modelled",
+                field="engine",
             )
 
     sizes_from_capacity = True
