@@ -1,5 +1,6 @@
 """Runs of a model with cross-attention layers (Llama 3.2 Vision, layer type ``cross_attention``): which
-engines are modelled, and the cross-attention cache ``run.images`` images add (spec/cross_attention.py)."""
+engines are modelled, and the cross-attention cache ``run.images`` images add (spec/cross_attention.py):
+transformers' own cache (:func:`cross_cache_component`), SGLang's pool slots (:func:`with_encoder_tokens`)."""
 
 from __future__ import annotations
 
@@ -73,3 +74,21 @@ def cross_cache_component(rank: ModelSpec, run: InferenceRun, kv_bytes: float) -
             "tests/reference/extra/cross_cache_mllama.json",
         ),
     )
+
+
+def encoder_tokens(spec: ModelSpec, run: InferenceRun) -> int:
+    """Vision tokens one request of ``run`` carries into a serving engine's token pool: ``images x
+    max_num_tiles x num_patches`` on a model with cross-attention layers, else 0."""
+    return run.images * cross_tokens_per_image(spec) if cross_attention_layers(spec) else 0
+
+
+def with_encoder_tokens(spec: ModelSpec, run: InferenceRun) -> InferenceRun:
+    """``run`` with each request's vision tokens in front of its prompt, as SGLang serves Llama 3.2 Vision
+    (python/sglang/srt/models/mllama.py ``MllamaForConditionalGeneration.pad_input_ids``: ``image_len =
+    num_concurrent_media x num_tiles x num_patches`` pad ids prepended to ``input_ids``, num_tiles the
+    processor's padded ``max_num_tiles``; ``managers/schedule_batch.py`` ``prepare_encoder_info_extend``
+    splits the request's ``out_cache_loc`` into the encoder's ``encoder_out_cache_loc``, where the
+    cross-attention layers write the vision keys and values, and the decoder's): one token-to-KV pool slot,
+    of every layer, per vision token and request, for the request's whole life."""
+    n = encoder_tokens(spec, run)
+    return run.model_copy(update={"seq": run.seq + n}) if n else run

@@ -17,11 +17,6 @@ VLLM_CROSS_ATTENTION = (
     "models (vllm/model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS: "
     "MllamaForConditionalGeneration, last in v0.10.2); use the transformers engine"
 )
-SGLANG_CROSS_ATTENTION = (
-    "sglang: SGLang runs Llama 3.2 Vision (python/sglang/srt/models/mllama.py, PR #1551) with the vision "
-    "tokens of each request in its token-to-KV pool; that encoder share of the pool is not modelled yet; use "
-    "the transformers engine"
-)
 LLAMACPP_CROSS_ATTENTION = (
     "llama.cpp: llama.cpp has no mllama architecture (src/llama-arch.cpp; LLM_ARCH_MLLAMA lived only in "
     "Ollama's llama/patches/0007-add-mllama-support.patch, up to Ollama v0.6); use the transformers engine"

@@ -32,6 +32,7 @@ from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase, tp_ranks
 from gpumem_gui.core.runtimes import refusals
 from gpumem_gui.core.runtimes.base import Lever, Runtime, load_phase, server_weights_refusal
+from gpumem_gui.core.runtimes.cross_attention import with_encoder_tokens
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.sglang_command import SGLANG_ONLINE_QUANT, sglang_command
 from gpumem_gui.core.runtimes.sglang_defaults import ServerDefaults, server_defaults
@@ -152,7 +153,9 @@ class Sglang(Runtime):
     state_tp = True  # the state is sharded by attention TP (Mamba2StateShape.create)
 
     state_refusals = refusals.SGLANG_STATE  # Mamba-1 (Jamba), lightning (MiniMax-Text-01)
-    cross_attention_refusal = refusals.SGLANG_CROSS_ATTENTION
+    # Llama 3.2 Vision: its vision tokens take pool slots (cross_attention.with_encoder_tokens); the pool
+    # counts every decoder layer, the cross-attention ones too (stage_cells: num_hidden_layers)
+    cross_attention_cache = True
 
     def check_state(self, spec: ModelSpec, pp: int) -> None:
         """SGLang's mamba pool is modelled on one pipeline stage (one-line error otherwise)."""
@@ -188,6 +191,7 @@ class Sglang(Runtime):
         # get_device_memory_capacity runs nvidia-smi --query-gpu=memory.total) and sizes its pool from the
         # free memory torch reports before loading (model_runner.py get_available_gpu_memory:
         # torch.cuda.mem_get_info()[0]), i.e. from CUDA's total less the CUDA context
+        run = with_encoder_tokens(spec, run)  # Llama 3.2 Vision: each request's vision tokens in the pool
         sd = server_defaults(run, gpu.driver_bytes if gpu else None)
         capacity = gpu.cuda_bytes if gpu else None
         context_len = run.max_model_len or spec.max_position_embeddings
