@@ -65,12 +65,8 @@ OLLAMA_STATE = MappingProxyType(
     }
 )
 
-# --- hybrids over pipeline stages (the engines run them; the per-stage pools are not modelled) ---
+# --- hybrids over pipeline stages (SGLang runs them; its per-stage pools are not modelled) ---
 
-VLLM_HYBRID_PP = (
-    "vllm: vLLM runs hybrids over pipeline stages (their models implement SupportsPP, e.g. "
-    "qwen3_next.py Qwen3NextForCausalLM), but the hybrid allocator per stage is not modelled yet; use pp 1"
-)
 SGLANG_HYBRID_PP = (
     "sglang: the mamba pool of a hybrid over pipeline stages is not modelled yet (SGLang splits the layers "
     "with PPMissingLayer); use pp 1"

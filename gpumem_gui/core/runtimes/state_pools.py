@@ -59,9 +59,15 @@ def state_layer_indices(spec: ModelSpec) -> tuple[int, ...]:
     return tuple(sorted(i for kind in model_kinds(spec).state for i in kind.layers))
 
 
+def attention_layer_indices(spec: ModelSpec) -> tuple[int, ...]:
+    """The layers with a per-token KV cache (the attention kinds'; not a state layer, nor Nemotron-H's
+    MLP; a Falcon-H1 layer is attention and Mamba)."""
+    return tuple(sorted(i for kind in model_kinds(spec).attention for i in kind.layers))
+
+
 def attention_layer_count(spec: ModelSpec) -> int:
-    """Layers with a per-token KV cache (the attention kinds'; not a state layer, nor Nemotron-H's MLP)."""
-    return sum(len(kind.layers) for kind in model_kinds(spec).attention)
+    """How many layers have a per-token KV cache (:func:`attention_layer_indices`)."""
+    return len(attention_layer_indices(spec))
 
 
 def check_engine_state(spec: ModelSpec, rt: Runtime, pp: int, engines: Iterable[Runtime]) -> None:
