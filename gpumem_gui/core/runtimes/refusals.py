@@ -34,8 +34,8 @@ SGLANG_STATE = MappingProxyType(
         "mamba1": (
             "sglang: SGLang's state pool has no Mamba-1 (Jamba) layout: configs/hybrid_arch.py "
             "mambaish_config takes the Mamba-2, gated DeltaNet, KDA, Bailing lightning and RWKV-7 configs "
-            "and configs/mamba_utils.py has no Mamba-1 state shape (main 02e208d); use vllm, llama.cpp or "
-            "the transformers engine"
+            "and configs/mamba_utils.py has no Mamba-1 state shape (main 02e208d; a Jamba port with one, "
+            "091dfb1, is not in it); use vllm, llama.cpp or the transformers engine"
         ),
         "lightning": (
             "sglang: SGLang does not run MiniMax-Text-01 / M1 (lightning attention): no "
