@@ -234,6 +234,12 @@ class LlamaCpp(Runtime):
             )
         if run.mla_cache == "full" and model_kinds(spec).latent is None:
             warnings.append("mla_cache: the model has no MLA layers; 'full' changes nothing")
+        if any(k.mixer in ("kda", "lightning") for k in model_kinds(spec).state):
+            # llama-context.cpp reserves these graphs at one sequence: [TAG_RESERVE_DIAG_DECAY]
+            warnings.append(
+                "llama.cpp: the KDA / lightning graph's own inputs in the compute buffer (decay tensors "
+                "growing with n_ubatch^2) are not modelled; the RS and KV buffers are"
+            )
         return warnings
 
     def estimate(
