@@ -89,11 +89,44 @@ def test_images_add_the_cross_cache_to_the_transformers_estimate() -> None:
     assert any(w.startswith("images:") for w in two.warnings)
 
 
-def test_other_engines_are_refused_in_one_line() -> None:
+@pytest.mark.parametrize(
+    ("engine", "reason"),
+    [
+        # vllm/model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS
+        ("vllm", r"MllamaForConditionalGeneration, last in v0\.10\.2"),
+        # no LLM_ARCH_MLLAMA in llama.cpp's src/llama-arch.cpp (only in Ollama's old patch)
+        ("llama.cpp", r"llama\.cpp has no mllama architecture"),
+        # Ollama v0.12.10 fs/ggml/ggml.go OllamaEngineRequired: mllama runs on its Go engine
+        ("ollama", r"own Go engine.*OllamaEngineRequired lists mllama"),
+    ],
+)
+def test_other_engines_are_refused_in_one_line_with_their_reason(engine: str, reason: str) -> None:
+    """Each serving engine says whether it runs Llama 3.2 Vision at all, with its source."""
     spec = spec_from_config(V11, name="v")
-    with pytest.raises(GpumemInputError, match="cross-attention") as e:
-        estimate_inference(spec, make_run(engine="vllm", seq=512))
+    with pytest.raises(GpumemInputError, match=reason) as e:
+        estimate_inference(spec, make_run(engine=engine, seq=512))
     assert e.value.field == "engine" and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("images", [0, 1, 2])
+def test_sglang_pools_the_vision_tokens_in_every_layer(images: int) -> None:
+    """SGLang (python/sglang/srt/models/mllama.py): its token-to-KV pool has a slot in each of the 40 decoder
+    layers, the 8 cross-attention ones too (ModelConfig.num_hidden_layers of the text config; pool cell =
+    layers x 2 x KV heads x head_dim x 2 bytes); each image request prepends images x 4 tiles x 1601 patches
+    ((560 / 14)^2 + 1) vision tokens to its prompt (pad_input_ids), one pool slot each
+    (prepare_encoder_info_extend: encoder_out_cache_loc out of the request's allocation)."""
+    spec = spec_from_config(V11, name="v")
+    est = estimate_inference(spec, make_run(engine="sglang", batch=4, seq=1000, new_tokens=24, images=images))
+    f = est.facts
+    assert f["kv_bytes_per_token"] == 40 * 2 * 8 * 128 * 2
+    request = 1024 + images * 4 * 1601
+    assert f["kv_tokens_needed"] == 4 * request
+    assert est.kv_cache_bytes == 4 * request * 40 * 2 * 8 * 128 * 2
+    on_gpu = estimate_inference(
+        spec, make_run(engine="sglang", batch=4, seq=1000, new_tokens=24, images=images), capacity=80 * 2**30
+    )
+    g = on_gpu.facts
+    assert g["max_concurrency"] == min(g["max_running_requests"], g["max_total_num_tokens"] // request)
 
 
 def test_text_only_training_leaves_the_cross_layers_without_state() -> None:

@@ -77,7 +77,7 @@ def test_vllm_qwen3_next_tp2_log() -> None:
     assert (page, attn_1) == (3 * 4096 * 2 + 16 * 128 * 128 * 2, 2 * 256 * 2)
     assert bs == want["attention_block_size"]
     assert round(100 * (bs * attn_1 - page) / page, 2) == want["padding_pct"]
-    lay = vk.state_layout(sp.attention_layer_count(spec), len(sp.state_layer_indices(spec)), bs * attn_1)
+    lay = vk.state_layout(spec, 1, bs * attn_1)
     assert (lay.windows, lay.state_groups, lay.group_size) == ((None,), 3, 12)
     blocks = lay.blocks(int(run["pool_gib"] * GiB))
     assert lay.reported_tokens(blocks, bs) == want["kv_tokens"]
@@ -179,27 +179,74 @@ def test_vllm_estimate_of_a_hybrid() -> None:
     assert f["kv_bytes_per_token"] == 12 * 2 * 2 * 256 * 2
 
 
+# llama.cpp's own widths of the two linear-attention kinds it gained in 2026 (src/llama-hparams.cpp
+# llama_hparams::n_embd_r / n_embd_s): KDA (Kimi-Linear, PR #18755: n_embd_head_kda = 128, n_head 32,
+# ssm_d_conv 4) keeps a conv of q, k and v, r = 3 x (4 - 1) x 32 x 128, and s = 128 x 128 x 32 (the comment
+# there: 524288); lightning (MiniMax-Text-01, PR #27018: n_embd_head_la = 128, n_head 64, no ssm_d_conv)
+# keeps no conv, s = 128 x 128 x 64 (its comment: 1048576). Both f32, one cell per sequence.
 @pytest.mark.parametrize(
-    ("key", "engine", "words"),
+    ("key", "layers", "conv", "ssm"),
     [
-        ("MiniMaxAI__MiniMax-Text-01-hf", "llama.cpp", "lightning"),
-        ("moonshotai__Kimi-Linear-48B-A3B-Instruct", "llama.cpp", "kda"),
+        ("moonshotai__Kimi-Linear-48B-A3B-Instruct", 20, 3 * 3 * 32 * 128, 524288),
+        ("MiniMaxAI__MiniMax-Text-01-hf", 70, 0, 1048576),
     ],
 )
-def test_unmodelled_state_layouts_refuse(key: str, engine: str, words: str) -> None:
-    with pytest.raises(GpumemInputError, match=words) as e:
+def test_llamacpp_kda_and_lightning_widths(key: str, layers: int, conv: int, ssm: int) -> None:
+    spec = _spec(key)
+    (kind,) = model_kinds(spec).state
+    assert sp.llamacpp_state_widths(spec, kind) == (conv, ssm)
+    assert len(sp.state_layer_indices(spec)) == layers
+    est = estimate_inference(spec, make_run(engine="llama.cpp", batch=2, seq=4096))
+    assert est.facts["rs_cells"] == 2
+    assert est.facts["rs_r_bytes"] == layers * 2 * conv * 4
+    assert est.facts["rs_s_bytes"] == layers * 2 * ssm * 4
+    assert any("decay tensors" in w for w in est.warnings)  # their graphs' compute inputs: not modelled
+
+
+@pytest.mark.parametrize(
+    ("key", "engine", "reason"),
+    [
+        # not in Ollama v0.12.10's vendored llama.cpp (llama/llama.cpp/src/llama-arch.cpp) nor its Go models
+        ("MiniMaxAI__MiniMax-Text-01-hf", "ollama", r"v0\.12\.10 does not run MiniMax-Text-01.*#27018"),
+        (
+            "moonshotai__Kimi-Linear-48B-A3B-Instruct",
+            "ollama",
+            r"v0\.12\.10 does not run Kimi-Linear.*#18755",
+        ),
+        # SGLang: no MiniMaxText01ForCausalLM (tracking issue #18458), no Mamba-1 state shape
+        ("MiniMaxAI__MiniMax-Text-01-hf", "sglang", r"does not run MiniMax-Text-01 .*#18458"),
+        ("ai21labs__Jamba-v0.1", "sglang", r"no Mamba-1 \(Jamba\) layout.*mambaish_config"),
+    ],
+)
+def test_engines_that_do_not_run_a_state_kind_say_so(key: str, engine: str, reason: str) -> None:
+    with pytest.raises(GpumemInputError, match=reason) as e:
         estimate_inference(_spec(key), make_run(engine=engine))
     assert e.value.field == "engine" and "\n" not in str(e.value)
 
 
-def test_vllm_pipeline_parallel_is_refused_tensor_parallel_split() -> None:
+def test_vllm_tensor_parallel_splits_the_state_page() -> None:
     """vLLM shards every state shape by TP (MambaStateShapeCalculator): a TP-2 rank keeps half the page."""
     spec = _spec("LiquidAI__LFM2-1.2B")
-    with pytest.raises(GpumemInputError) as e:
-        estimate_inference(spec, make_run(engine="vllm", pp=2))
-    assert e.value.field == "pp"
     one, two = (estimate_inference(spec, make_run(engine="vllm", tp=tp)) for tp in (1, 2))
     assert two.facts["state_page_bytes"] * 2 == one.facts["state_page_bytes"]
+
+
+@pytest.mark.parametrize(("pp", "tensors"), [(1, 6), (2, 4), (4, 2)])
+def test_vllm_hybrid_groups_projected_on_pipeline_stages(pp: int, tensors: int) -> None:
+    """LFM2-1.2B (16 layers; attention 2, 5, 8, 10, 12, 14; 10 short-conv layers): vLLM groups the whole
+    model (kv_cache_utils.py _get_kv_cache_groups_uniform_page_size: group size 6, the attention layers'
+    count, as 10 >= 1.5 x 6; the conv layers dealt layers[i::2] into 2 groups: 0 3 6 9 13 and 1 4 7 11 15),
+    projects the 3 groups on each stage (_project_kv_cache_groups_to_worker) and gives a stage one tensor
+    per layer of its fullest group (get_kv_cache_config_from_groups). pp 2 (get_pp_indices: 0-7, 8-15):
+    stage 1 holds 4 attention layers (8 10 12 14), stage 0 3 + 3 conv: 4 tensors; pp 4 (4 layers a stage):
+    2 (8 10; 12 14; 0 3; 4 7)."""
+    spec = _spec("LiquidAI__LFM2-1.2B")
+    est = estimate_inference(spec, make_run(engine="vllm", pp=pp, seq=4096), capacity=80 * GiB)
+    f = est.facts
+    page = 16 * 8 * 64 * 2 * 2  # a 16-token block x 8 KV heads x head_dim 64 x (K, V) x bf16
+    assert f["attention_block_size"] == 16 and (f["kv_groups"], f["kv_group_layers"]) == (3, tensors)
+    assert f["kv_block_bytes"] == tensors * page
+    assert f["kv_tokens"] == int(f["gpu_blocks"]) // 3 * f["attention_block_size"]  # type: ignore[call-overload]
 
 
 def test_llamacpp_partial_offload_splits_the_rs_buffer() -> None:

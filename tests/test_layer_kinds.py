@@ -207,9 +207,15 @@ def test_engines_answer_by_capability() -> None:
         "llama.cpp",
         "sglang",
     ]
-    assert able(RES / "moonshotai__Kimi-Linear-48B-A3B-Instruct.json") == ["transformers", "vllm", "sglang"]
+    assert able(RES / "moonshotai__Kimi-Linear-48B-A3B-Instruct.json") == [
+        "transformers",
+        "vllm",
+        "llama.cpp",
+        "sglang",
+    ]
+    assert able(RES / "MiniMaxAI__MiniMax-Text-01-hf.json") == ["transformers", "vllm", "llama.cpp"]
     assert able(RES / "google-bert__bert-base-uncased.json") == ["transformers"]
-    assert able(RES / "meta-llama__Llama-3.2-11B-Vision.json") == ["transformers"]
+    assert able(RES / "meta-llama__Llama-3.2-11B-Vision.json") == ["transformers", "sglang"]
     assert len(able(RES / "meta-llama__Llama-3.1-8B.json")) == len(RUNTIMES)
 
 

@@ -143,7 +143,7 @@ def test_hybrid_over_two_gpus_puts_each_layers_state_on_its_gpu() -> None:
     [
         ("Qwen__Qwen3-Next-80B-A3B-Instruct", "v0.15.5"),
         ("Qwen__Qwen3.5-9B", "v0.17.1"),
-        ("moonshotai__Kimi-Linear-48B-A3B-Instruct", "kda"),
+        ("moonshotai__Kimi-Linear-48B-A3B-Instruct", "Kimi-Linear \\(KDA\\)"),
         ("MiniMaxAI__MiniMax-Text-01-hf", "lightning"),
     ],
 )

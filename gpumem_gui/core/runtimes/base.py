@@ -8,8 +8,9 @@ it has, and writes its own launch command. Nothing outside these modules branche
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import lru_cache
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from gpumem_gui.core.formats import WeightBytes, WeightFormat, list_weight_formats, weight_bytes
@@ -50,6 +51,9 @@ class Runtime(ABC):
     state_tp: bool = False  # shards the state layers by (attention) tensor parallelism (SGLang's mamba pool)
     cross_attention_cache: bool = False
     mixed_head_shapes: bool = False
+    # the one-line refusals of what this engine does not run or gpumem does not model for it (refusals.py)
+    cross_attention_refusal: str = ""
+    state_refusals: Mapping[str, str] = MappingProxyType({})
 
     def serves(self, model_kind: str) -> bool:
         """Whether this engine runs a model of ``model_kind`` (ModelKinds.model)."""
@@ -68,10 +72,11 @@ class Runtime(ABC):
         """This engine's own limits on a hybrid whose mixers it supports (one-line errors)."""
 
     def state_refusal(self, kind: RecurrentState) -> str:
-        """The one-line error for a state kind this engine, which sizes some others, does not model."""
-        return (
-            f"{self.name}: the recurrent state of {kind.mixer} linear attention (its n_embd_r / n_embd_s) is "
-            "not modelled; use the transformers engine"
+        """The one-line error for a state kind this engine, which sizes some others, does not model: the
+        engine's own reason (:attr:`state_refusals`), else a generic line."""
+        return self.state_refusals.get(kind.mixer) or (
+            f"{self.name}: the recurrent state of {kind.mixer} layers is not modelled for this engine; use "
+            "the transformers engine"
         )
 
     def formats(self) -> list[WeightFormat]:

@@ -1,5 +1,6 @@
 """Runs of a model with cross-attention layers (Llama 3.2 Vision, layer type ``cross_attention``): which
-engines are modelled, and the cross-attention cache ``run.images`` images add (spec/cross_attention.py)."""
+engines are modelled, and the cross-attention cache ``run.images`` images add (spec/cross_attention.py):
+transformers' own cache (:func:`cross_cache_component`), SGLang's pool slots (:func:`with_encoder_tokens`)."""
 
 from __future__ import annotations
 
@@ -24,14 +25,16 @@ if TYPE_CHECKING:
 
 def check_cross_attention(spec: ModelSpec, run: InferenceRun, rt: Runtime) -> list[str]:
     """One-line errors and the warnings of ``run`` on ``spec``: the cross-attention cache is modelled for
-    transformers only; images on a model without cross-attention layers are not counted."""
+    transformers only (each serving engine's refusal says whether it runs such a model at all:
+    ``Runtime.cross_attention_refusal``); images on a model without cross-attention layers are not counted."""
     if not cross_attention_layers(spec):
         if run.images and not has_tower(spec):  # a replayed vision tower counts them (replay/vision.py)
             return ["images: the model has no cross-attention layers; the images are not counted"]
         return []
     if not all(rt.supports(k) for k in model_kinds(spec).of(CrossAttention)):
         raise GpumemInputError(
-            f"{run.engine}: the cross-attention cache of a model with cross-attention layers (Llama 3.2 "
+            rt.cross_attention_refusal
+            or f"{run.engine}: the cross-attention cache of a model with cross-attention layers (Llama 3.2 "
             "Vision) is not modelled for this engine yet; use the transformers engine",
             field="engine",
         )
@@ -71,3 +74,21 @@ def cross_cache_component(rank: ModelSpec, run: InferenceRun, kv_bytes: float) -
             "tests/reference/extra/cross_cache_mllama.json",
         ),
     )
+
+
+def encoder_tokens(spec: ModelSpec, run: InferenceRun) -> int:
+    """Vision tokens one request of ``run`` carries into a serving engine's token pool: ``images x
+    max_num_tiles x num_patches`` on a model with cross-attention layers, else 0."""
+    return run.images * cross_tokens_per_image(spec) if cross_attention_layers(spec) else 0
+
+
+def with_encoder_tokens(spec: ModelSpec, run: InferenceRun) -> InferenceRun:
+    """``run`` with each request's vision tokens in front of its prompt, as SGLang serves Llama 3.2 Vision
+    (python/sglang/srt/models/mllama.py ``MllamaForConditionalGeneration.pad_input_ids``: ``image_len =
+    num_concurrent_media x num_tiles x num_patches`` pad ids prepended to ``input_ids``, num_tiles the
+    processor's padded ``max_num_tiles``; ``managers/schedule_batch.py`` ``prepare_encoder_info_extend``
+    splits the request's ``out_cache_loc`` into the encoder's ``encoder_out_cache_loc``, where the
+    cross-attention layers write the vision keys and values, and the decoder's): one token-to-KV pool slot,
+    of every layer, per vision token and request, for the request's whole life."""
+    n = encoder_tokens(spec, run)
+    return run.model_copy(update={"seq": run.seq + n}) if n else run

@@ -18,6 +18,7 @@ from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase
 from gpumem_gui.core.results.nontorch import context_bytes
+from gpumem_gui.core.runtimes import refusals
 from gpumem_gui.core.runtimes.base import Lever, Runtime, component
 from gpumem_gui.core.runtimes.llamacpp_compute import OP_OFFLOAD_MIN_BATCH, compute_buffer
 from gpumem_gui.core.runtimes.ollama_models import gguf_weights_id
@@ -205,7 +206,8 @@ class LlamaCpp(Runtime):
     name = "llama.cpp"
     label = "llama.cpp"
     # llama_memory_recurrent's r / s widths (runtimes/state_pools.py llamacpp_state_widths)
-    state_mixers = frozenset({"gated_deltanet", "mamba1", "mamba2", "short_conv"})
+    state_mixers = frozenset({"gated_deltanet", "kda", "lightning", "mamba1", "mamba2", "short_conv"})
+    cross_attention_refusal = refusals.LLAMACPP_CROSS_ATTENTION  # no mllama in llama-arch.cpp
     gguf = True
     fallback_format = "gguf-Q4_K_M"
     # chunked-local layers keep one chunk (+ a micro-batch) of cells, as SWA layers (LLAMA_SWA_TYPE_CHUNKED)
@@ -232,6 +234,12 @@ class LlamaCpp(Runtime):
             )
         if run.mla_cache == "full" and model_kinds(spec).latent is None:
             warnings.append("mla_cache: the model has no MLA layers; 'full' changes nothing")
+        if any(k.mixer in ("kda", "lightning") for k in model_kinds(spec).state):
+            # llama-context.cpp reserves these graphs at one sequence: [TAG_RESERVE_DIAG_DECAY]
+            warnings.append(
+                "llama.cpp: the KDA / lightning graph's own inputs in the compute buffer (decay tensors "
+                "growing with n_ubatch^2) are not modelled; the RS and KV buffers are"
+            )
         return warnings
 
     def estimate(

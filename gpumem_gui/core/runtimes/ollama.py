@@ -19,6 +19,7 @@ from gpumem_gui.core.formats import WeightBytes
 from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.results.estimate import Estimate
+from gpumem_gui.core.runtimes import refusals
 from gpumem_gui.core.runtimes.base import Lever, Runtime
 from gpumem_gui.core.runtimes.llamacpp import LlamaCpp
 from gpumem_gui.core.runtimes.ollama_models import OLLAMA_FAMILIES
@@ -32,7 +33,6 @@ from gpumem_gui.core.runtimes.ollama_predict import (
 )
 from gpumem_gui.core.runtimes.ollama_split import choose_gpus, split_estimate
 from gpumem_gui.core.runtimes.run import InferenceRun
-from gpumem_gui.core.spec.kinds import RecurrentState
 from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.state import has_state
@@ -169,17 +169,8 @@ class Ollama(Runtime):
     # granitehybrid, falcon-h1 (Mamba-1/2) and lfm2 / lfm2moe (short conv); their r / s buffers are
     # llama.cpp's (runtimes/state_pools.py)
     state_mixers = frozenset({"mamba1", "mamba2", "short_conv"})
-
-    def state_refusal(self, kind: RecurrentState) -> str:
-        """The gated DeltaNet is not in v0.12.10's llama.cpp (no qwen3next in llama-arch.cpp); Ollama's own
-        engine runs Qwen3-Next from v0.15.5 (model/models/qwen3next) and Qwen3.5 from v0.17.1 (#14378)."""
-        if kind.mixer == "gated_deltanet":
-            return (
-                "ollama: v0.12.10 does not run the gated DeltaNet (Qwen3-Next / Qwen3.5); Ollama runs "
-                "Qwen3-Next from v0.15.5 and Qwen3.5 from v0.17.1 (its Go engine, not modelled): use "
-                "llama.cpp"
-            )
-        return f"ollama: v0.12.10's llama.cpp has no {kind.mixer} layers; use the transformers engine"
+    state_refusals = refusals.OLLAMA_STATE  # the gated DeltaNet, KDA, lightning: not in v0.12.10
+    cross_attention_refusal = refusals.OLLAMA_CROSS_ATTENTION  # mllama: its Go engine
 
     def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
         if run.tp * run.ep > 1:

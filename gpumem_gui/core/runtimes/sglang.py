@@ -30,7 +30,9 @@ from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.formats import WeightBytes, kv_bytes_per_element
 from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase, tp_ranks
+from gpumem_gui.core.runtimes import refusals
 from gpumem_gui.core.runtimes.base import Lever, Runtime, load_phase, server_weights_refusal
+from gpumem_gui.core.runtimes.cross_attention import with_encoder_tokens
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.sglang_command import SGLANG_ONLINE_QUANT, sglang_command
 from gpumem_gui.core.runtimes.sglang_defaults import ServerDefaults, server_defaults
@@ -150,13 +152,15 @@ class Sglang(Runtime):
     state_mixers = SGLANG_STATE_MIXERS  # the mamba pool (runtimes/sglang_state.py)
     state_tp = True  # the state is sharded by attention TP (Mamba2StateShape.create)
 
+    state_refusals = refusals.SGLANG_STATE  # Mamba-1 (Jamba), lightning (MiniMax-Text-01)
+    # Llama 3.2 Vision: its vision tokens take pool slots (cross_attention.with_encoder_tokens); the pool
+    # counts every decoder layer, the cross-attention ones too (stage_cells: num_hidden_layers)
+    cross_attention_cache = True
+
     def check_state(self, spec: ModelSpec, pp: int) -> None:
         """SGLang's mamba pool is modelled on one pipeline stage (one-line error otherwise)."""
         if pp > 1:
-            raise GpumemInputError(
-                "sglang: the mamba pool of a hybrid over pipeline stages is not modelled; use pp 1",
-                field="pp",
-            )
+            raise GpumemInputError(refusals.SGLANG_HYBRID_PP, field="pp")
 
     def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
         if run.enable_dp_attention and (run.dp_size < 2 or run.tp % run.dp_size):
@@ -187,6 +191,7 @@ class Sglang(Runtime):
         # get_device_memory_capacity runs nvidia-smi --query-gpu=memory.total) and sizes its pool from the
         # free memory torch reports before loading (model_runner.py get_available_gpu_memory:
         # torch.cuda.mem_get_info()[0]), i.e. from CUDA's total less the CUDA context
+        run = with_encoder_tokens(spec, run)  # Llama 3.2 Vision: each request's vision tokens in the pool
         sd = server_defaults(run, gpu.driver_bytes if gpu else None)
         capacity = gpu.cuda_bytes if gpu else None
         context_len = run.max_model_len or spec.max_position_embeddings

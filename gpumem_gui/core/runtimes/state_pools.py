@@ -59,9 +59,15 @@ def state_layer_indices(spec: ModelSpec) -> tuple[int, ...]:
     return tuple(sorted(i for kind in model_kinds(spec).state for i in kind.layers))
 
 
+def attention_layer_indices(spec: ModelSpec) -> tuple[int, ...]:
+    """The layers with a per-token KV cache (the attention kinds'; not a state layer, nor Nemotron-H's
+    MLP; a Falcon-H1 layer is attention and Mamba)."""
+    return tuple(sorted(i for kind in model_kinds(spec).attention for i in kind.layers))
+
+
 def attention_layer_count(spec: ModelSpec) -> int:
-    """Layers with a per-token KV cache (the attention kinds'; not a state layer, nor Nemotron-H's MLP)."""
-    return sum(len(kind.layers) for kind in model_kinds(spec).attention)
+    """How many layers have a per-token KV cache (:func:`attention_layer_indices`)."""
+    return len(attention_layer_indices(spec))
 
 
 def check_engine_state(spec: ModelSpec, rt: Runtime, pp: int, engines: Iterable[Runtime]) -> None:
@@ -87,7 +93,11 @@ def check_engine_state(spec: ModelSpec, rt: Runtime, pp: int, engines: Iterable[
 
 def llamacpp_state_widths(spec: ModelSpec, kind: RecurrentState) -> tuple[int, int]:
     """(``n_embd_r``, ``n_embd_s``) of one layer of a state kind (Falcon-H1's layers too: filter_recr takes
-    every layer)."""
+    every layer). KDA (Kimi-Linear, llama.cpp PR #18755, January 2026: ``LLM_ARCH_KIMI_LINEAR``) and
+    lightning attention (MiniMax-Text-01 / M1, PR #27018, August 2026: ``LLM_ARCH_MINIMAX_01``, whose
+    ``load_arch_hparams`` sets ``n_embd_head_la`` and reads no ``ssm_d_conv``) have their own branches in
+    ``llama_hparams::n_embd_r`` / ``n_embd_s``; their ``n_head()`` is the model's head count, which equals
+    the linear layers' heads in both configs (Kimi-Linear 32 x 128, MiniMax-Text-01 64 x 128)."""
     la, sc, mb = spec.linear_attention, spec.short_conv, spec.mamba
     if kind.mixer == "short_conv" and sc is not None:
         return spec.hidden_size * (sc.kernel - 1), 0
@@ -95,8 +105,12 @@ def llamacpp_state_widths(spec: ModelSpec, kind: RecurrentState) -> tuple[int, i
         return (mb.conv_kernel - 1) * mb.inner, mb.state_size * mb.inner
     if kind.mixer == "mamba2" and mb is not None:
         return (mb.conv_kernel - 1) * mb.conv_dim, mb.state_size * mb.inner
-    assert la is not None  # gated DeltaNet (KDA and lightning are refused: LlamaCpp.state_mixers)
-    return (la.conv_kernel - 1) * la.conv_dim, la.key_head_dim * la.value_dim
+    assert la is not None
+    if kind.mixer == "kda":  # n_embd_head_kda: r = 3 x (ssm_d_conv - 1) x n_head x head_dim (q, k, v convs)
+        return 3 * (la.conv_kernel - 1) * la.value_dim, la.value_head_dim * la.value_dim
+    if kind.mixer == "lightning":  # n_embd_head_la: no conv, r 0 (ssm_d_conv unset); s = head_dim^2 x n_head
+        return 0, la.value_head_dim * la.value_dim
+    return (la.conv_kernel - 1) * la.conv_dim, la.key_head_dim * la.value_dim  # gated DeltaNet
 
 
 def llamacpp_state_buffers(spec: ModelSpec, n_seq: int, first_gpu: int, offload: bool) -> dict[str, int]:

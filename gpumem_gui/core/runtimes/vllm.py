@@ -20,6 +20,7 @@ from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.formats import WeightBytes, kv_bytes_per_element
 from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase
+from gpumem_gui.core.runtimes import refusals
 from gpumem_gui.core.runtimes import state_pools as sp
 from gpumem_gui.core.runtimes import vllm_kv as vk
 from gpumem_gui.core.runtimes import vllm_profile as vp
@@ -114,7 +115,7 @@ def _layout(spec: ModelSpec, run: InferenceRun, kv_elem: float, per_tok: int) ->
     up to v0.12, 1 since v0.16) or with EAGLE drafts: model those with ``--no-hybrid-kv-cache``."""
     if has_state(spec):  # state layers: their own groups, pages padded to the raised attention page
         page = run.block_size * kv_per_token(spec, kv_elem, run.tp, 1)
-        return vk.state_layout(sp.attention_layer_count(spec), len(sp.state_layer_indices(spec)), page)
+        return vk.state_layout(spec, run.pp, page)
     bounds = set(model_kinds(spec).bounds().values())
     if any(bounds) and (run.hybrid_kv_cache or len(bounds) == 1):
         return vk.layout(spec, run.pp, run.block_size * kv_per_token(spec, kv_elem, run.tp, 1))
@@ -132,8 +133,9 @@ def _state_run(spec: ModelSpec, run: InferenceRun, kv_elem: float) -> tuple[Infe
     align = sp.VLLM_MLA_KERNEL_BLOCK_ALIGNMENT if mla else sp.VLLM_KERNEL_BLOCK_ALIGNMENT
     bs = sp.vllm_attention_block_size(page, attn_1, run.block_size, align)
     facts = {
-        "attention_layers": sp.attention_layer_count(spec),
-        "state_layers": len(sp.state_layer_indices(spec)),
+        # on the fullest pipeline stage (vllm/distributed/utils.py get_pp_indices: each stage its layers)
+        "attention_layers": vk.fullest_stage_count(spec, run.pp, sp.attention_layer_indices(spec)),
+        "state_layers": vk.fullest_stage_count(spec, run.pp, sp.state_layer_indices(spec)),
         "state_page_bytes": page,
         "state_page_padded_bytes": bs * attn_1,
         "attention_block_size": bs,
@@ -229,20 +231,20 @@ class Vllm(Runtime):
     # the state pages split by TP as the mixers' weights are (vllm/model_executor/layers/mamba/mamba_utils.py
     # MambaStateShapeCalculator: every state shape divides its heads / channels by tp_world_size)
     state_tp = True
+    cross_attention_refusal = refusals.VLLM_CROSS_ATTENTION  # mllama: removed after v0.10.2
 
     def check_state(self, spec: ModelSpec, pp: int) -> None:
         """The hybrids vLLM's allocator is modelled for: attention (MLA too: Kimi-Linear) beside the state
-        layers, one pipeline stage, no sliding-window layers (one-line errors otherwise)."""
+        layers, no sliding-window layers (one-line errors otherwise)."""
         if not sp.attention_layer_count(spec):
             raise GpumemInputError(
                 "vllm: a model of state layers only (no attention page to align to) is not modelled",
                 field="engine",
             )
-        if pp > 1 or any(model_kinds(spec).bounds().values()):
+        if any(model_kinds(spec).bounds().values()):
             raise GpumemInputError(
-                "vllm: the hybrid allocator of a state model is modelled on one pipeline stage without "
-                "sliding-window layers; use pp 1",
-                field="pp" if pp > 1 else "engine",
+                "vllm: the hybrid allocator of a state model beside sliding-window layers is not modelled",
+                field="engine",
             )
 
     sizes_from_capacity = True

@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
+from gpumem_gui.core.runtimes.state_pools import attention_layer_indices, state_layer_indices
 from gpumem_gui.core.spec.kinds import Bound
 from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
@@ -119,6 +120,11 @@ def _stages(spec: ModelSpec, pp: int) -> list[range]:
     return [stage_layers(spec, pp, s) for s in range(pp)]
 
 
+def fullest_stage_count(spec: ModelSpec, pp: int, layers: tuple[int, ...]) -> int:
+    """How many of ``layers`` the pipeline stage holding most of them has (all of them at pp 1)."""
+    return max(sum(1 for i in layers if i in r) for r in _stages(spec, pp))
+
+
 def _groups(spec: ModelSpec) -> list[tuple[Bound | None, tuple[int, ...]]]:
     """(window / chunk or None, layer indices) of every group of the whole model, in vLLM's order (kinds by
     first appearance, ``layers[i::n]`` within a kind)."""
@@ -142,15 +148,21 @@ def _group_size(counts: list[int]) -> int:
     return max(counts) if max(counts) < min(counts) * GROUP_SIZE_SLACK else min(counts)
 
 
-def state_layout(attention_layers: int, state_layers: int, layer_page_bytes: int) -> KvLayout:
-    """A hybrid state model on one stage: full-attention layers and state layers (one ``MambaSpec``, its page
-    padded to the attention page) form two kinds of groups of one group size."""
-    size = _group_size([attention_layers, state_layers])
+def state_layout(spec: ModelSpec, pp: int, layer_page_bytes: int) -> KvLayout:
+    """A hybrid state model: its full-attention layers and its state layers (one ``MambaSpec``, its page
+    padded to the attention page) form two kinds of groups of one group size over the whole model
+    (``_get_kv_cache_groups_uniform_page_size``, ``layers[i::n]``); with pipeline stages the groups are
+    projected on each stage (``_project_kv_cache_groups_to_worker``: every stage keeps every group, some of
+    them emptier) and a stage's tensors are its fullest group's layers (``get_kv_cache_config_from_groups``);
+    the rank returned is the fullest stage's (the fewest blocks: every stage takes the smallest
+    ``num_blocks``)."""
+    attention, state = attention_layer_indices(spec), state_layer_indices(spec)
+    size = _group_size([len(attention), len(state)])
+    n_attn, n_state = ceil(len(attention) / size), ceil(len(state) / size)
+    groups = [attention[i::n_attn] for i in range(n_attn)] + [state[i::n_state] for i in range(n_state)]
+    tensors = max(max(sum(1 for i in g if i in r) for g in groups) for r in _stages(spec, pp))
     return KvLayout(
-        windows=(None,) * ceil(attention_layers / size),
-        group_size=size,
-        layer_page_bytes=layer_page_bytes,
-        state_groups=ceil(state_layers / size),
+        windows=(None,) * n_attn, group_size=tensors, layer_page_bytes=layer_page_bytes, state_groups=n_state
     )
 
 

@@ -1,0 +1,74 @@
+"""Why an engine's profile refuses a layer kind or a hybrid setup: one line each, with the source saying so.
+
+Two kinds of refusal, kept apart in the wording: the engine itself does not run the model (its architecture
+is not in the engine's registry at the version gpumem models, or was removed, named with the last version that
+had it), or the engine runs it and gpumem does not model that arithmetic yet. The engines attach these lines
+as capabilities (``Runtime.cross_attention_refusal``, ``Runtime.state_refusals``); nothing here tests a name.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+# --- cross-attention (Llama 3.2 Vision, MllamaForConditionalGeneration) ---
+
+VLLM_CROSS_ATTENTION = (
+    "vllm: vLLM does not run Llama 3.2 Vision (mllama) any more: V1 dropped it with the encoder-decoder "
+    "models (vllm/model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS: "
+    "MllamaForConditionalGeneration, last in v0.10.2); use the transformers engine"
+)
+LLAMACPP_CROSS_ATTENTION = (
+    "llama.cpp: llama.cpp has no mllama architecture (src/llama-arch.cpp; LLM_ARCH_MLLAMA lived only in "
+    "Ollama's llama/patches/0007-add-mllama-support.patch, up to Ollama v0.6); use the transformers engine"
+)
+OLLAMA_CROSS_ATTENTION = (
+    "ollama: Ollama runs Llama 3.2 Vision on its own Go engine, not the llama runner gpumem models (v0.12.10 "
+    "fs/ggml/ggml.go OllamaEngineRequired lists mllama; model/models/mllama, since #10637); its cache there "
+    "is not modelled; use the transformers engine"
+)
+
+# --- recurrent-state mixers an engine does not size ---
+
+SGLANG_STATE = MappingProxyType(
+    {
+        "mamba1": (
+            "sglang: SGLang's state pool has no Mamba-1 (Jamba) layout: configs/hybrid_arch.py "
+            "mambaish_config takes the Mamba-2, gated DeltaNet, KDA, Bailing lightning and RWKV-7 configs "
+            "and configs/mamba_utils.py has no Mamba-1 state shape (main 02e208d; a Jamba port with one, "
+            "091dfb1, is not in it); use vllm, llama.cpp or the transformers engine"
+        ),
+        "lightning": (
+            "sglang: SGLang does not run MiniMax-Text-01 / M1 (lightning attention): no "
+            "MiniMaxText01ForCausalLM in its models (tracking issue #18458; PRs #8124 and #11466 closed "
+            "unmerged; its lightning pool serves Bailing's hybrid only); use llama.cpp or the transformers "
+            "engine"
+        ),
+    }
+)
+OLLAMA_STATE = MappingProxyType(
+    {
+        "gated_deltanet": (
+            "ollama: v0.12.10 does not run the gated DeltaNet (Qwen3-Next / Qwen3.5: no qwen3next in its "
+            "vendored llama/llama.cpp/src/llama-arch.cpp); Ollama runs Qwen3-Next from v0.15.5 and Qwen3.5 "
+            "from v0.17.1 on its Go engine (model/models/qwen3next, not modelled): use llama.cpp"
+        ),
+        "kda": (
+            "ollama: v0.12.10 does not run Kimi-Linear (KDA): no kimi-linear in its vendored "
+            "llama/llama.cpp/src/llama-arch.cpp nor a Go model in model/models (llama.cpp added it in PR "
+            "#18755, January 2026): use llama.cpp"
+        ),
+        "lightning": (
+            "ollama: v0.12.10 does not run MiniMax-Text-01 (lightning attention): no minimax-01 in its "
+            "vendored llama/llama.cpp/src/llama-arch.cpp nor a Go model in model/models (llama.cpp added it "
+            "in PR #27018, August 2026): use llama.cpp"
+        ),
+    }
+)
+
+# --- hybrids over pipeline stages (SGLang runs them; its per-stage pools are not modelled) ---
+
+SGLANG_HYBRID_PP = (
+    "sglang: the mamba pool of a hybrid over pipeline stages is not modelled yet (whether a stage's pool "
+    "holds its own state layers or the config's whole list, mamba2_cache_params.layers, is not checked); "
+    "use pp 1"
+)
