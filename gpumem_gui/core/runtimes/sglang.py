@@ -46,8 +46,8 @@ from gpumem_gui.core.runtimes.sglang_state import (
     check_state_tp,
     hybrid_cells,
     ssm_dtype,
+    staged_state,
     state_levers,
-    state_per_request,
     state_warnings,
 )
 from gpumem_gui.core.runtimes.sglang_swa import Cells, stage_cells, swa_layers, swa_window
@@ -150,14 +150,6 @@ class Sglang(Runtime):
     state_mixers = SGLANG_STATE_MIXERS  # the mamba pool (runtimes/sglang_state.py)
     state_tp = True  # the state is sharded by attention TP (Mamba2StateShape.create)
 
-    def check_state(self, spec: ModelSpec, pp: int) -> None:
-        """SGLang's mamba pool is modelled on one pipeline stage (one-line error otherwise)."""
-        if pp > 1:
-            raise GpumemInputError(
-                "sglang: the mamba pool of a hybrid over pipeline stages is not modelled; use pp 1",
-                field="pp",
-            )
-
     def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
         if run.enable_dp_attention and (run.dp_size < 2 or run.tp % run.dp_size):
             raise GpumemInputError(
@@ -191,12 +183,14 @@ class Sglang(Runtime):
         capacity = gpu.cuda_bytes if gpu else None
         context_len = run.max_model_len or spec.max_position_embeddings
         stages = [_stage(spec, run, wb, s, self.quantizes_experts(run)) for s in range(run.pp)]
-        state = state_per_request(spec, _attn_tp(run), ssm_dtype(run)) if has_state(spec) else None
+        ranges = [stage_layers(spec, run.pp, s) for s in range(run.pp)]  # a stage's state: its own layers
+        state = staged_state(spec, _attn_tp(run), ssm_dtype(run), ranges) if has_state(spec) else None
         pool = size_pool(run, capacity, sd, [(w.bytes, cells) for w, _, cells in stages], context_len, state)
         act = activation(spec, run, sd.chunked_prefill_size, pool.max_running_requests)
         shares, per_stage = [], []
         for s, (weights, layers, cells) in enumerate(stages):
-            mem = dynamic_components(run, pool, sd, cells, layers, context_len)
+            own = state.stages[s] if state is not None else None
+            mem = dynamic_components(run, pool, sd, cells, layers, context_len, own)
             per_stage.append(mem)
             shares.append(self._share(s, weights, mem, act))
         worst = max(range(run.pp), key=lambda s: shares[s].total_bytes)
@@ -206,7 +200,8 @@ class Sglang(Runtime):
         # a sliding layer keeps at most the window of each sequence once SGLang evicts the older tokens
         seqs = ceil(run.batch / run.dp_size)
         swa_need = seqs * min(run.tokens, swa_window(spec))
-        state_need = seqs * state.per_req if state is not None else 0  # a sequence: its KV and its state
+        # a sequence: its KV and its state (on the stage shown)
+        state_need = seqs * state.stages[worst].per_req if state is not None else 0
         return result.model_copy(
             update={
                 "facts": {**result.facts, **_swa_facts(spec, run, pool)},
