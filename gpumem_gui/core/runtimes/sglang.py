@@ -60,8 +60,9 @@ def _stage(
     spec: ModelSpec, run: InferenceRun, wb: WeightBytes, stage: int, quantize_experts: bool
 ) -> tuple[Component, int, Cells]:
     """(weights component, layers, KV cells) of one pipeline stage's TP rank."""
-    layers = stage_layers(spec, run.pp, stage)
-    weights, _ = load_phase(spec, run, quantize_experts, Degrees(tp=run.tp, pp=run.pp, ep=run.ep), stage, wb)
+    layers = stage_layers(spec, run.pp, stage, remainder_last=True)
+    degrees = Degrees(tp=run.tp, pp=run.pp, ep=run.ep, remainder_last=True)  # SGLang's get_pp_indices
+    weights, _ = load_phase(spec, run, quantize_experts, degrees, stage, wb)
     kv_elem = kv_bytes_per_element(run.kv_dtype_resolved)
     cell = hybrid_cells if has_state(spec) else stage_cells  # a hybrid's pool holds its attention layers
     return weights, len(layers), cell(spec, kv_elem, _attn_tp(run), layers)
@@ -183,7 +184,8 @@ class Sglang(Runtime):
         capacity = gpu.cuda_bytes if gpu else None
         context_len = run.max_model_len or spec.max_position_embeddings
         stages = [_stage(spec, run, wb, s, self.quantizes_experts(run)) for s in range(run.pp)]
-        ranges = [stage_layers(spec, run.pp, s) for s in range(run.pp)]  # a stage's state: its own layers
+        # a stage's state: the state layers of its own slice (get_pp_indices: the last stages the remainder)
+        ranges = [stage_layers(spec, run.pp, s, remainder_last=True) for s in range(run.pp)]
         state = staged_state(spec, _attn_tp(run), ssm_dtype(run), ranges) if has_state(spec) else None
         pool = size_pool(run, capacity, sd, [(w.bytes, cells) for w, _, cells in stages], context_len, state)
         act = activation(spec, run, sd.chunked_prefill_size, pool.max_running_requests)
