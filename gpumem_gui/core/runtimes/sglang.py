@@ -56,12 +56,18 @@ from gpumem_gui.core.spec.parallel import Degrees, stage_layers
 from gpumem_gui.core.spec.state import has_state
 
 
+def _stage_ranges(spec: ModelSpec, run: InferenceRun) -> list[range]:
+    """Each pipeline stage's layers as SGLang cuts them (distributed/utils.py get_pp_indices: the last
+    ``layers % pp`` stages take one layer more)."""
+    return [stage_layers(spec, run.pp, s, remainder_last=True) for s in range(run.pp)]
+
+
 def _stage(
     spec: ModelSpec, run: InferenceRun, wb: WeightBytes, stage: int, quantize_experts: bool
 ) -> tuple[Component, int, Cells]:
     """(weights component, layers, KV cells) of one pipeline stage's TP rank."""
-    layers = stage_layers(spec, run.pp, stage, remainder_last=True)
-    degrees = Degrees(tp=run.tp, pp=run.pp, ep=run.ep, remainder_last=True)  # SGLang's get_pp_indices
+    layers = _stage_ranges(spec, run)[stage]
+    degrees = Degrees(tp=run.tp, pp=run.pp, ep=run.ep, remainder_last=True)  # as _stage_ranges
     weights, _ = load_phase(spec, run, quantize_experts, degrees, stage, wb)
     kv_elem = kv_bytes_per_element(run.kv_dtype_resolved)
     cell = hybrid_cells if has_state(spec) else stage_cells  # a hybrid's pool holds its attention layers
@@ -184,8 +190,7 @@ class Sglang(Runtime):
         capacity = gpu.cuda_bytes if gpu else None
         context_len = run.max_model_len or spec.max_position_embeddings
         stages = [_stage(spec, run, wb, s, self.quantizes_experts(run)) for s in range(run.pp)]
-        # a stage's state: the state layers of its own slice (get_pp_indices: the last stages the remainder)
-        ranges = [stage_layers(spec, run.pp, s, remainder_last=True) for s in range(run.pp)]
+        ranges = _stage_ranges(spec, run)  # a stage's state: the state layers of its own slice
         state = staged_state(spec, _attn_tp(run), ssm_dtype(run), ranges) if has_state(spec) else None
         pool = size_pool(run, capacity, sd, [(w.bytes, cells) for w, _, cells in stages], context_len, state)
         act = activation(spec, run, sd.chunked_prefill_size, pool.max_running_requests)
