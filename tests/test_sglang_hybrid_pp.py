@@ -85,6 +85,19 @@ def _comp(share, key: str) -> int:
 @pytest.mark.parametrize("pp", [2, 3, 4])
 @pytest.mark.parametrize("key", sorted(PER_LAYER))
 def test_pool_over_stages_is_sglangs_arithmetic(key: str, pp: int) -> None:
+    _check(key, pp)
+
+
+def test_a_stage_without_attention_layers_does_not_bound_the_pool() -> None:
+    """Qwen3-Next at pp 16: 3 layers a stage, stage 0 (layers 0-2) has no attention layer; SGLang's
+    DefaultPoolConfigurator gives it int64 max tokens (has_kv_on_another_pp_stage) and the PP all-reduce
+    MIN takes the other stages' count."""
+    n, _, attn_ids = _layers("Qwen__Qwen3-Next-80B-A3B-Instruct")
+    assert not any(i in range(*_sglang_pp_indices(n, 0, 16)) for i in attn_ids)
+    _check("Qwen__Qwen3-Next-80B-A3B-Instruct", 16)
+
+
+def _check(key: str, pp: int) -> None:
     n, state_ids, attn_ids = _layers(key)
     ranges = [range(*_sglang_pp_indices(n, r, pp)) for r in range(pp)]
     state_layers = [sum(i in s for i in state_ids) for s in ranges]
@@ -99,7 +112,7 @@ def test_pool_over_stages_is_sglangs_arithmetic(key: str, pp: int) -> None:
     free, frac = int(f["pre_load_free_bytes"]), float(f["mem_fraction_static"])  # type: ignore[call-overload, arg-type]
     rest = min(free * frac - _comp(g, "weights") for g in est.per_gpu)  # the world's least rest
     k = int((rest * 0.9 / 1.9 - charged) // charged)  # --mamba-full-memory-ratio 0.9
-    tokens = min(int((rest - (k + 1) * charged) // (a * kv_layer)) for a in attn_layers)
+    tokens = min(int((rest - (k + 1) * charged) // (a * kv_layer)) for a in attn_layers if a)
     assert f["max_mamba_cache_size"] == k
     assert f["max_total_num_tokens"] == tokens
     assert f.get("state_bytes_charged_per_request", f["state_bytes_per_request"]) == charged

@@ -151,10 +151,9 @@ def size_pool(
         if state is not None:  # _handle_max_mamba_cache returns rest - (K + 1) x charged per slot
             mamba = mamba_slots(run, rest, state.fullest, state.charged)
             rest -= mamba.budget_bytes
-        rests = [rest] * len(stages)
-        per_stage = [
-            int(r // c.budget(ratio)) if c.total else 0 for r, (_, c) in zip(rests, stages, strict=True)
-        ]
+        # pool_configurator.py DefaultPoolConfigurator: a stage without KV layers while another stage has
+        # some does not bound the pool (has_kv_on_another_pp_stage: int64 max, then the PP all-reduce MIN)
+        per_stage = [int(rest // c.budget(ratio)) for _, c in stages if c.total] or [0]
         tokens = max(0, min(per_stage)) if mamba is None or mamba.slots > 0 else 0
         if run.max_total_tokens is not None and run.max_total_tokens < tokens:
             cap, tokens = tokens, run.max_total_tokens
