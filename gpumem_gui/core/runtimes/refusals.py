@@ -64,11 +64,3 @@ OLLAMA_STATE = MappingProxyType(
         ),
     }
 )
-
-# --- hybrids over pipeline stages (SGLang runs them; its per-stage pools are not modelled) ---
-
-SGLANG_HYBRID_PP = (
-    "sglang: the mamba pool of a hybrid over pipeline stages is not modelled yet (whether a stage's pool "
-    "holds its own state layers or the config's whole list, mamba2_cache_params.layers, is not checked); "
-    "use pp 1"
-)

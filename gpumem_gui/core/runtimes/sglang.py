@@ -48,8 +48,8 @@ from gpumem_gui.core.runtimes.sglang_state import (
     check_state_tp,
     hybrid_cells,
     ssm_dtype,
+    staged_state,
     state_levers,
-    state_per_request,
     state_warnings,
 )
 from gpumem_gui.core.runtimes.sglang_swa import Cells, stage_cells, swa_layers, swa_window
@@ -58,12 +58,19 @@ from gpumem_gui.core.spec.parallel import Degrees, stage_layers
 from gpumem_gui.core.spec.state import has_state
 
 
+def _stage_ranges(spec: ModelSpec, run: InferenceRun) -> list[range]:
+    """Each pipeline stage's layers as SGLang cuts them (distributed/utils.py get_pp_indices: the last
+    ``layers % pp`` stages take one layer more)."""
+    return [stage_layers(spec, run.pp, s, remainder_last=True) for s in range(run.pp)]
+
+
 def _stage(
     spec: ModelSpec, run: InferenceRun, wb: WeightBytes, stage: int, quantize_experts: bool
 ) -> tuple[Component, int, Cells]:
     """(weights component, layers, KV cells) of one pipeline stage's TP rank."""
-    layers = stage_layers(spec, run.pp, stage)
-    weights, _ = load_phase(spec, run, quantize_experts, Degrees(tp=run.tp, pp=run.pp, ep=run.ep), stage, wb)
+    layers = _stage_ranges(spec, run)[stage]
+    degrees = Degrees(tp=run.tp, pp=run.pp, ep=run.ep, remainder_last=True)  # as _stage_ranges
+    weights, _ = load_phase(spec, run, quantize_experts, degrees, stage, wb)
     kv_elem = kv_bytes_per_element(run.kv_dtype_resolved)
     cell = hybrid_cells if has_state(spec) else stage_cells  # a hybrid's pool holds its attention layers
     return weights, len(layers), cell(spec, kv_elem, _attn_tp(run), layers)
@@ -157,11 +164,6 @@ class Sglang(Runtime):
     # counts every decoder layer, the cross-attention ones too (stage_cells: num_hidden_layers)
     cross_attention_cache = True
 
-    def check_state(self, spec: ModelSpec, pp: int) -> None:
-        """SGLang's mamba pool is modelled on one pipeline stage (one-line error otherwise)."""
-        if pp > 1:
-            raise GpumemInputError(refusals.SGLANG_HYBRID_PP, field="pp")
-
     def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
         if run.enable_dp_attention and (run.dp_size < 2 or run.tp % run.dp_size):
             raise GpumemInputError(
@@ -196,12 +198,14 @@ class Sglang(Runtime):
         capacity = gpu.cuda_bytes if gpu else None
         context_len = run.max_model_len or spec.max_position_embeddings
         stages = [_stage(spec, run, wb, s, self.quantizes_experts(run)) for s in range(run.pp)]
-        state = state_per_request(spec, _attn_tp(run), ssm_dtype(run)) if has_state(spec) else None
+        ranges = _stage_ranges(spec, run)  # a stage's state: the state layers of its own slice
+        state = staged_state(spec, _attn_tp(run), ssm_dtype(run), ranges) if has_state(spec) else None
         pool = size_pool(run, capacity, sd, [(w.bytes, cells) for w, _, cells in stages], context_len, state)
         act = activation(spec, run, sd.chunked_prefill_size, pool.max_running_requests)
         shares, per_stage = [], []
         for s, (weights, layers, cells) in enumerate(stages):
-            mem = dynamic_components(run, pool, sd, cells, layers, context_len)
+            own = state.stages[s] if state is not None else None
+            mem = dynamic_components(run, pool, sd, cells, layers, context_len, own)
             per_stage.append(mem)
             shares.append(self._share(s, weights, mem, act))
         worst = max(range(run.pp), key=lambda s: shares[s].total_bytes)
@@ -211,7 +215,8 @@ class Sglang(Runtime):
         # a sliding layer keeps at most the window of each sequence once SGLang evicts the older tokens
         seqs = ceil(run.batch / run.dp_size)
         swa_need = seqs * min(run.tokens, swa_window(spec))
-        state_need = seqs * state.per_req if state is not None else 0  # a sequence: its KV and its state
+        # a sequence: its KV and its state (on the stage shown)
+        state_need = seqs * state.stages[worst].per_req if state is not None else 0
         return result.model_copy(
             update={
                 "facts": {**result.facts, **_swa_facts(spec, run, pool)},

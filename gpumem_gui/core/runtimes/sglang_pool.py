@@ -10,14 +10,20 @@ Formulas follow ``python/sglang/srt/model_executor/model_runner_kv_cache_mixin.p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import ceil
 
 from gpumem_gui.core.results.estimate import Component
 from gpumem_gui.core.runtimes.base import component
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.sglang_defaults import ServerDefaults
-from gpumem_gui.core.runtimes.sglang_state import MambaSlots, StateBytes, mamba_slots, state_component
+from gpumem_gui.core.runtimes.sglang_state import (
+    MambaSlots,
+    StagedState,
+    StateBytes,
+    mamba_slots,
+    state_component,
+)
 from gpumem_gui.core.runtimes.sglang_swa import Cells, per_layer_bytes, split_tokens
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.units import GiB, MiB
@@ -121,30 +127,33 @@ def size_pool(
     sd: ServerDefaults,
     stages: list[tuple[int, Cells]],
     context_len: int,
-    state: StateBytes | None = None,
+    state: StagedState | None = None,
 ) -> Pool:
     """max_total_num_tokens from (weights bytes, KV cells) of each stage: ``(P x fraction - weights) //
     cell`` (hybrid SWA: cell = full + ratio x swa), the minimum over stages, capped by max_total_tokens,
-    in whole pages; without a capacity, the cap or the batch's tokens. A hybrid state model (``state``, one
-    stage): the state pool's (K + 1) x per_req comes off the budget first, and max_running_requests is at
-    most tokens // 2 and K // slots per request (:mod:`.sglang_state`)."""
+    in whole pages; without a capacity, the cap or the batch's tokens. A hybrid state model (``state``): the
+    state pool's (K + 1) x charged bytes come off the budget first, from the least ``rest`` of any stage
+    (SGLang reads the free memory as the minimum over all ranks), and max_running_requests is at most
+    tokens // 2 and K // slots per request (:mod:`.sglang_state`)."""
     f, page, ratio, cap = sd.mem_fraction_static, run.page_size or PAGE_SIZE, run.swa_full_tokens_ratio, None
     hybrid = any(c.swa for _, c in stages)
     mamba = None
     if not capacity:
         free = reserve = 0
         tokens = ceil((run.max_total_tokens or ceil(run.batch / run.dp_size) * run.tokens) / page) * page
-        mamba = mamba_slots(run, None, state) if state is not None else None
+        mamba = mamba_slots(run, None, state.fullest, state.charged) if state is not None else None
     else:
         free = max(0, capacity - preload_bytes(run, capacity))
         reserve = int(free * (1 - f))
-        rests = [free * f - w for w, _ in stages]
-        if state is not None:  # _handle_max_mamba_cache returns rest - (K + 1) x per_req
-            mamba = mamba_slots(run, rests[0], state)
-            rests = [r - mamba.bytes for r in rests]
-        per_stage = [
-            int(r // c.budget(ratio)) if c.total else 0 for r, (_, c) in zip(rests, stages, strict=True)
-        ]
+        # _profile_available_bytes reads the free memory with get_available_gpu_memory(distributed=True),
+        # an all-reduce MIN over the world: every stage sizes its pool from the least rest of any stage
+        rest = min(free * f - w for w, _ in stages)
+        if state is not None:  # _handle_max_mamba_cache returns rest - (K + 1) x charged per slot
+            mamba = mamba_slots(run, rest, state.fullest, state.charged)
+            rest -= mamba.budget_bytes
+        # pool_configurator.py DefaultPoolConfigurator: a stage without KV layers while another stage has
+        # some does not bound the pool (has_kv_on_another_pp_stage: int64 max, then the PP all-reduce MIN)
+        per_stage = [int(rest // c.budget(ratio)) for _, c in stages if c.total] or [0]
         tokens = max(0, min(per_stage)) if mamba is None or mamba.slots > 0 else 0
         if run.max_total_tokens is not None and run.max_total_tokens < tokens:
             cap, tokens = tokens, run.max_total_tokens
@@ -191,8 +200,15 @@ class StageMemory:
 
 
 def dynamic_components(
-    run: InferenceRun, pool: Pool, sd: ServerDefaults, cells: Cells, layers: int, context_len: int
+    run: InferenceRun,
+    pool: Pool,
+    sd: ServerDefaults,
+    cells: Cells,
+    layers: int,
+    context_len: int,
+    state: StateBytes | None = None,
 ) -> StageMemory:
+    """One stage's memory besides its weights (``state``: what a slot of its own state layers holds)."""
     link = tp_link(run, pool.capacity)
     preload = component(
         "non_torch",
@@ -236,8 +252,8 @@ def dynamic_components(
         cuda_graph_max_bs=sd.cuda_graph_max_bs,
         layers=layers,
     )
-    state = state_component(pool.mamba) if pool.mamba is not None else None
-    return StageMemory(preload, kv, req_pool, workspace, graphs, state)
+    mamba = pool.mamba if pool.mamba is None or state is None else replace(pool.mamba, state=state)
+    return StageMemory(preload, kv, req_pool, workspace, graphs, state_component(mamba) if mamba else None)
 
 
 def _kv_component(pool: Pool, cells: Cells) -> Component:

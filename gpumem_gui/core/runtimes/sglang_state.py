@@ -18,6 +18,13 @@ The pool (``mem_cache/kv_cache_configurator.py`` ``_handle_max_mamba_cache``, ``
 ``--max-running-requests`` that many; else ``K = (rest x r / (1 + r) - per_req) // per_req`` with ``r =
 --mamba-full-memory-ratio``. ``MambaPool`` allocates K + 1 slots (slot 0 pads) and the KV pool gets the rest;
 ``max_running_requests`` is at most ``K // ratio`` (3 slots per request with the radix cache, 1 without).
+
+Over pipeline stages (sglang PR #21448, then #33666, in release v0.5.17 and main): a rank allocates the state
+of its own slice only (``_init_pools`` passes ``mamba_layer_ids`` = the ``mamba2_cache_params.layers`` in
+``[start_layer, end_layer)``), while the profile charges every rank the same bytes per slot, those of the
+fullest stage: ``int(mamba_cache_per_req x max_stage_layers / layers)`` (``_handle_max_mamba_cache``,
+``pp_layer_scale``), out of a ``rest`` taken over the whole world (``get_available_gpu_memory(distributed=
+True)``: the least free memory of any rank). K is the same on every stage.
 """
 
 from __future__ import annotations
@@ -93,15 +100,42 @@ def ssm_dtype(run: InferenceRun) -> str:
     return "float32" if run.mamba_ssm_dtype == "auto" else run.mamba_ssm_dtype
 
 
-def state_per_request(spec: ModelSpec, attn_tp: int, ssm: str = "float32") -> StateBytes:
-    """:class:`StateBytes` of one request on one attention-TP rank (``mamba_cache_per_req``)."""
+def state_per_request(
+    spec: ModelSpec, attn_tp: int, ssm: str = "float32", stage: range | None = None
+) -> StateBytes:
+    """:class:`StateBytes` of one request on one attention-TP rank (``mamba_cache_per_req``), over the state
+    layers in ``stage`` (a pipeline stage's layers; all when None)."""
     conv = temporal = layers = 0
     for kind in model_kinds(spec).state:
         c, t = layer_state_elems(spec, kind, attn_tp)
-        conv += c * len(kind.layers)
-        temporal += t * len(kind.layers)
-        layers += len(kind.layers)
+        n = len(kind.layers) if stage is None else sum(i in stage for i in kind.layers)
+        conv += c * n
+        temporal += t * n
+        layers += n
     return StateBytes(conv * CONV_STATE_BYTES, temporal * SSM_DTYPE_BYTES[ssm], layers, ssm)
+
+
+@dataclass(frozen=True)
+class StagedState:
+    """A hybrid's state over pipeline stages: what each stage allocates per slot (its own state layers), and
+    what the profile charges every rank per slot (``charged``: the fullest stage's share of the whole
+    model's bytes; the whole model's at pp 1)."""
+
+    stages: tuple[StateBytes, ...]
+    charged: int
+
+    @property
+    def fullest(self) -> StateBytes:
+        return max(self.stages, key=lambda s: s.per_req)
+
+
+def staged_state(spec: ModelSpec, attn_tp: int, ssm: str, stages: list[range]) -> StagedState:
+    """:class:`StagedState` of ``stages`` (each pipeline stage's layers): ``_handle_max_mamba_cache`` scales
+    ``mamba_cache_per_req`` by ``pp_layer_scale = max_stage_mamba_layers / len(layers)`` and truncates."""
+    whole = state_per_request(spec, attn_tp, ssm)
+    per_stage = tuple(state_per_request(spec, attn_tp, ssm, layers) for layers in stages)
+    scale = max(s.layers for s in per_stage) / max(whole.layers, 1)
+    return StagedState(per_stage, int(whole.per_req * scale))
 
 
 def check_state_tp(spec: ModelSpec, attn_tp: int) -> None:
@@ -128,16 +162,23 @@ class MambaSlots:
     """The state pool: ``slots`` = max_mamba_cache_size (allocated + 1), how it was chosen."""
 
     slots: int
-    state: StateBytes
+    state: StateBytes  # what one slot holds on this rank (its stage's state layers)
     ratio: int  # state slots per running request
     how: str
+    charged: int  # the bytes per slot the profile takes off the KV budget (StagedState.charged)
 
     @property
     def bytes(self) -> int:
+        """What this rank's MambaPool allocates: K + 1 slots of its own state layers."""
         return (self.slots + 1) * self.state.per_req if self.slots > 0 else 0
 
+    @property
+    def budget_bytes(self) -> int:
+        """What the profile takes off ``rest`` before sizing the KV pool: K + 1 charged slots."""
+        return (self.slots + 1) * self.charged if self.slots > 0 else 0
+
     def facts(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "max_mamba_cache_size": self.slots,
             "conv_state_bytes": (self.slots + 1) * self.state.conv,
             "ssm_state_bytes": (self.slots + 1) * self.state.ssm,
@@ -145,34 +186,44 @@ class MambaSlots:
             "mamba_ssm_dtype": self.state.ssm_dtype,
             "mamba_slots_per_request": self.ratio,
         }
+        if self.charged != self.state.per_req:  # over pipeline stages
+            out["state_bytes_charged_per_request"] = self.charged
+        return out
 
 
-def mamba_slots(run: InferenceRun, rest: float | None, state: StateBytes) -> MambaSlots:
-    """max_mamba_cache_size from the memory left after the weights (``_handle_max_mamba_cache``); without a
-    GPU (``rest`` None): the batch's sequences x the slots per request."""
+def mamba_slots(run: InferenceRun, rest: float | None, state: StateBytes, charged: int) -> MambaSlots:
+    """max_mamba_cache_size from the memory left after the weights (``_handle_max_mamba_cache``, ``charged``
+    bytes per slot); without a GPU (``rest`` None): the batch's sequences x the slots per request."""
     dp = run.dp_size if run.enable_dp_attention else 1
-    ratio, per = slots_per_request(run), state.per_req
+    ratio, per = slots_per_request(run), charged
     if run.max_mamba_cache_size is not None:
-        return MambaSlots(run.max_mamba_cache_size // dp, state, ratio, "--max-mamba-cache-size / dp")
+        return MambaSlots(run.max_mamba_cache_size // dp, state, ratio, "--max-mamba-cache-size / dp", per)
     if run.disable_radix_cache and run.max_running_requests is not None:
         how = "--max-running-requests / dp (radix cache off)"
-        return MambaSlots(run.max_running_requests // dp, state, ratio, how)
+        return MambaSlots(run.max_running_requests // dp, state, ratio, how, per)
     if rest is None:
-        return MambaSlots(ceil(run.batch / run.dp_size) * ratio, state, ratio, "batch x slots per request")
+        how = "batch x slots per request"
+        return MambaSlots(ceil(run.batch / run.dp_size) * ratio, state, ratio, how, per)
     r = run.mamba_full_memory_ratio
     slots = int((rest * r / (1 + r) - per) // per) if per else 0
-    return MambaSlots(slots, state, ratio, f"(rest x {r:g} / (1 + {r:g}) - per_req) // per_req")
+    return MambaSlots(slots, state, ratio, f"(rest x {r:g} / (1 + {r:g}) - per_req) // per_req", per)
 
 
 def state_component(m: MambaSlots) -> Component:
     s = m.state
+    staged = m.charged != s.per_req  # over pipeline stages: the profile charges the fullest stage's bytes
     return component(
         "mamba_state",
         "recurrent-state pool (mamba cache)",
         m.bytes,
         f"(max_mamba_cache_size + 1) x per_req; max_mamba_cache_size = {m.how}; per_req = state layers x "
         "(conv (kernel - 1) x conv_dim / tp x 2 B (bf16) + temporal heads / tp x head_dim x state x SSM "
-        "dtype)",
+        "dtype)"
+        + (
+            f"; this stage's state layers, K sized at {m.charged} B per slot (the fullest stage's share)"
+            if staged
+            else ""
+        ),
         f"{_SRC} _handle_max_mamba_cache; mem_cache/memory_pool.py MambaPool",
         max_mamba_cache_size=m.slots,
         state_layers=s.layers,
@@ -189,7 +240,7 @@ def state_warnings(run: InferenceRun, m: MambaSlots | None) -> list[str]:
     if m.slots <= 0:
         return [
             'mamba_full_memory_ratio: SGLang refuses to start ("Not enough GPU memory for hybrid state '
-            f'cache"): {m.state.per_req / GiB:.3f} GiB of state per request leaves no slot; raise '
+            f'cache"): {m.charged / GiB:.3f} GiB of state per request leaves no slot; raise '
             "mem_fraction_static or mamba_full_memory_ratio, or set max_mamba_cache_size"
         ]
     seqs = ceil(run.batch / run.dp_size)

@@ -21,6 +21,8 @@ class Degrees:
     tp: int = 1
     pp: int = 1
     ep: int = 1
+    # the last stages take the remainder layers (SGLang's get_pp_indices) instead of the first ones
+    remainder_last: bool = False
 
 
 def check_degrees(spec: ModelSpec, degrees: Degrees) -> None:
@@ -47,11 +49,17 @@ def check_degrees(spec: ModelSpec, degrees: Degrees) -> None:
             )
 
 
-def stage_layers(spec: ModelSpec, pp: int, stage: int) -> range:
+def stage_layers(spec: ModelSpec, pp: int, stage: int, remainder_last: bool = False) -> range:
     """Layers of pipeline stage ``stage``: contiguous, the first stages take the remainder (as vLLM's
-    ``get_pp_indices`` does without a custom partition)."""
+    ``get_pp_indices`` does without a custom partition, at pp 2); ``remainder_last``: the last ``layers %
+    pp`` stages take one layer more (sglang python/sglang/srt/distributed/utils.py ``get_pp_indices``
+    without ``SGLANG_PP_LAYER_PARTITION``)."""
     n = spec.num_layers
     base, extra = divmod(n, pp)
+    if remainder_last:
+        stage = pp - 1 - stage  # the mirror image: count the stages from the end
+        start = n - (stage + 1) * base - min(stage + 1, extra)
+        return range(start, start + base + (1 if stage < extra else 0))
     start = stage * base + min(stage, extra)
     return range(start, start + base + (1 if stage < extra else 0))
 
