@@ -156,8 +156,8 @@ def test_pp_1_is_unchanged_and_pp_no_longer_refused() -> None:
 
 
 def test_sglang_stages_take_the_remainder_last() -> None:
-    """gpumem's stage_layers(remainder_last=True) is SGLang's get_pp_indices for every split; the default
-    (the first stages take the remainder) stays for the other engines."""
+    """gpumem's stage_layers(remainder="last") is SGLang's get_pp_indices for every split; the default
+    (the first stages take the remainder) stays for the engines that split that way."""
     from types import SimpleNamespace
 
     from gpumem_gui.core.spec.parallel import stage_layers
@@ -165,6 +165,33 @@ def test_sglang_stages_take_the_remainder_last() -> None:
     for n in range(1, 100):
         for pp in range(1, min(n, 8) + 1):
             spec = SimpleNamespace(num_layers=n)
-            got = [stage_layers(spec, pp, r, remainder_last=True) for r in range(pp)]  # type: ignore[arg-type]
+            got = [stage_layers(spec, pp, r, "last") for r in range(pp)]  # type: ignore[arg-type]
             assert got == [range(*_sglang_pp_indices(n, r, pp)) for r in range(pp)]
     assert [len(stage_layers(SimpleNamespace(num_layers=10), 4, r)) for r in range(4)] == [3, 3, 2, 2]  # type: ignore[arg-type]
+
+
+def test_vllm_stages_take_the_remainder_before_the_last() -> None:
+    """stage_layers(remainder="before_last") is vLLM's get_pp_indices for every split (vllm/distributed/
+    utils.py: partitions[-i] += 1 for i in 2 .. remainder + 1), e.g. 61 layers at pp 4: 15, 15, 16, 15."""
+    from types import SimpleNamespace
+
+    from gpumem_gui.core.spec.parallel import stage_layers
+
+    def vllm_partitions(n: int, pp: int) -> list[int]:
+        parts = [n // pp] * pp
+        for i in range(2, n % pp + 2):
+            parts[-i] += 1
+        return parts
+
+    for n in range(1, 100):
+        for pp in range(1, min(n, 8) + 1):
+            spec = SimpleNamespace(num_layers=n)
+            got = [len(stage_layers(spec, pp, r, "before_last")) for r in range(pp)]  # type: ignore[arg-type]
+            assert got == vllm_partitions(n, pp)
+            assert stage_layers(spec, pp, pp - 1, "before_last").stop == n  # type: ignore[arg-type]
+    assert [len(stage_layers(SimpleNamespace(num_layers=61), 4, r, "before_last")) for r in range(4)] == [  # type: ignore[arg-type]
+        15,
+        15,
+        16,
+        15,
+    ]

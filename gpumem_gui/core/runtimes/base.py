@@ -308,7 +308,7 @@ def _build_load_phase(
 
 
 def _weights_component(spec: ModelSpec, weights: str, run: Degrees, stage: int, wb: WeightBytes) -> Component:
-    layers = stage_layers(spec, run.pp, stage, run.remainder_last)
+    layers = stage_layers(spec, run.pp, stage, run.remainder)
     layer_bytes = sum(wb.per_layer[i] for i in layers)
     outside = wb.total_bytes - sum(wb.per_layer)  # embeddings, final norm, lm_head, vision
     # embeddings (and vision) on the first stage, final norm + lm_head on the last; tied heads share the table

@@ -61,7 +61,7 @@ from gpumem_gui.core.spec.state import has_state
 def _stage_ranges(spec: ModelSpec, run: InferenceRun) -> list[range]:
     """Each pipeline stage's layers as SGLang cuts them (distributed/utils.py get_pp_indices: the last
     ``layers % pp`` stages take one layer more)."""
-    return [stage_layers(spec, run.pp, s, remainder_last=True) for s in range(run.pp)]
+    return [stage_layers(spec, run.pp, s, "last") for s in range(run.pp)]
 
 
 def _stage(
@@ -69,7 +69,7 @@ def _stage(
 ) -> tuple[Component, int, Cells]:
     """(weights component, layers, KV cells) of one pipeline stage's TP rank."""
     layers = _stage_ranges(spec, run)[stage]
-    degrees = Degrees(tp=run.tp, pp=run.pp, ep=run.ep, remainder_last=True)  # as _stage_ranges
+    degrees = Degrees(tp=run.tp, pp=run.pp, ep=run.ep, remainder="last")  # as _stage_ranges
     weights, _ = load_phase(spec, run, quantize_experts, degrees, stage, wb)
     kv_elem = kv_bytes_per_element(run.kv_dtype_resolved)
     cell = hybrid_cells if has_state(spec) else stage_cells  # a hybrid's pool holds its attention layers

@@ -204,7 +204,7 @@ def _weights(spec: ModelSpec, run: InferenceRun, wb: WeightBytes) -> Component:
             bytes=weights_per_rank(wb, run.tp),
             explain=wb.explain,
         )
-    degrees = Degrees(tp=run.tp, pp=run.pp, ep=run.ep)
+    degrees = Degrees(tp=run.tp, pp=run.pp, ep=run.ep, remainder=vk.VLLM_REMAINDER)
     stages = [load_phase(spec, run, True, degrees, s, wb)[0] for s in range(run.pp)]
     return max(stages, key=lambda c: c.bytes)
 

@@ -40,8 +40,11 @@ from gpumem_gui.core.runtimes.state_pools import attention_layer_indices, state_
 from gpumem_gui.core.spec.kinds import Bound
 from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
-from gpumem_gui.core.spec.parallel import stage_layers
+from gpumem_gui.core.spec.parallel import Remainder, stage_layers
 
+# vLLM's uneven pipeline split: the layers left over go to the stages before the last (vllm/distributed/
+# utils.py get_pp_indices: partitions[-i] += 1 for i in 2 .. remainder + 1)
+VLLM_REMAINDER: Remainder = "before_last"
 # kv_cache_utils.py _get_kv_cache_groups_uniform_page_size: the larger kind's layer count is the group size
 # when it is under this multiple of the smaller's (fewer padding layers)
 GROUP_SIZE_SLACK = 1.5
@@ -113,11 +116,11 @@ def kv_stage_layers(spec: ModelSpec, pp: int) -> int:
     cached = model_kinds(spec).bounds()
     if len(cached) == spec.num_layers:  # every layer caches: the fullest stage's layer count
         return ceil(spec.num_layers / pp)
-    return max(sum(1 for i in stage_layers(spec, pp, s) if i in cached) for s in range(pp))
+    return max(sum(1 for i in r if i in cached) for r in _stages(spec, pp))
 
 
 def _stages(spec: ModelSpec, pp: int) -> list[range]:
-    return [stage_layers(spec, pp, s) for s in range(pp)]
+    return [stage_layers(spec, pp, s, VLLM_REMAINDER) for s in range(pp)]
 
 
 def fullest_stage_count(spec: ModelSpec, pp: int, layers: tuple[int, ...]) -> int:

@@ -9,9 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from math import ceil
+from typing import Literal
 
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.spec.model import ModelSpec
+
+Remainder = Literal["first", "last", "before_last"]
 
 
 @dataclass(frozen=True)
@@ -21,8 +24,8 @@ class Degrees:
     tp: int = 1
     pp: int = 1
     ep: int = 1
-    # the last stages take the remainder layers (SGLang's get_pp_indices) instead of the first ones
-    remainder_last: bool = False
+    # which stages take the layers left over by an uneven split (stage_layers)
+    remainder: Remainder = "first"
 
 
 def check_degrees(spec: ModelSpec, degrees: Degrees) -> None:
@@ -49,19 +52,22 @@ def check_degrees(spec: ModelSpec, degrees: Degrees) -> None:
             )
 
 
-def stage_layers(spec: ModelSpec, pp: int, stage: int, remainder_last: bool = False) -> range:
-    """Layers of pipeline stage ``stage``: contiguous, the first stages take the remainder (as vLLM's
-    ``get_pp_indices`` does without a custom partition, at pp 2); ``remainder_last``: the last ``layers %
-    pp`` stages take one layer more (sglang python/sglang/srt/distributed/utils.py ``get_pp_indices``
-    without ``SGLANG_PP_LAYER_PARTITION``)."""
-    n = spec.num_layers
-    base, extra = divmod(n, pp)
-    if remainder_last:
-        stage = pp - 1 - stage  # the mirror image: count the stages from the end
-        start = n - (stage + 1) * base - min(stage + 1, extra)
-        return range(start, start + base + (1 if stage < extra else 0))
-    start = stage * base + min(stage, extra)
-    return range(start, start + base + (1 if stage < extra else 0))
+def stage_layers(spec: ModelSpec, pp: int, stage: int, remainder: Remainder = "first") -> range:
+    """Layers of pipeline stage ``stage``: contiguous, ``layers // pp`` each, and the ``layers % pp`` left
+    over one each on: the first stages (``"first"``); the last ones (``"last"``: sglang
+    python/sglang/srt/distributed/utils.py ``get_pp_indices`` without ``SGLANG_PP_LAYER_PARTITION``); the
+    stages before the last, counting back from the second to last (``"before_last"``: vllm
+    vllm/distributed/utils.py ``get_pp_indices`` without ``VLLM_PP_LAYER_PARTITION``, ``partitions[-i] += 1``
+    for i in 2 .. remainder + 1: the last stage, which also runs the norm and the head, never takes one)."""
+    base, extra = divmod(spec.num_layers, pp)
+    if remainder == "first":
+        fuller = range(extra)
+    elif remainder == "last":
+        fuller = range(pp - extra, pp)
+    else:
+        fuller = range(pp - 1 - extra, pp - 1)
+    start = stage * base + sum(1 for s in fuller if s < stage)
+    return range(start, start + base + (stage in fuller))
 
 
 def weighted_chunk_layers(num_layers: int, pp: int, virtual: int, stage: int) -> tuple[int, ...]:
