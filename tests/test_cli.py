@@ -264,3 +264,14 @@ def test_fit_of_an_engine_that_does_not_start_says_why_not_a_negative_miss(capsy
     )
     out = capsys.readouterr().out
     assert rc == 0 and "KV pool is too small" in out and "misses by -" not in out
+
+
+def test_estimate_on_a_target_too_small_for_the_plan_is_one_line_and_no_estimate(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--gpu naming fewer GPUs than tp x pp: the one-line error alone (it came after the whole estimate)."""
+    for extra in ((), ("--json",)):
+        code, out, err = run(
+            capsys, "estimate", "meta-llama/Llama-3.1-8B", "--pp", "2", "--gpu", "H100-SXM-80GB", *extra
+        )
+        assert code == 2 and out == "" and err.count("\n") == 1 and "NAME:COUNT" in err

@@ -118,20 +118,21 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     # window's export does
     est = _estimate(m, with_target_arch(run, target), target.capacity_bytes if target else None)
     est = target.calibrated(est) if target else est
+    rep = _fit(m, run, target, args) if target else None  # a target the run cannot use: one line, no estimate
     if args.json:
         doc = estimate_json(m, run, est)
         if imported is not None:
             doc["imported"] = imported
-        if target:
-            doc["fit"] = _fit_json(_fit(m, run, target, args), _approximate(m))
+        if rep is not None:
+            doc["fit"] = _fit_json(rep, _approximate(m))
         dump(doc)
     else:
         print_imported(imported)
         _print_note(note)
         _print_estimate(m, run, est)
-        if target:
+        if rep is not None:
             print()
-            _print_fit(_fit(m, run, target, args))
+            _print_fit(rep)
     return 0
 
 
