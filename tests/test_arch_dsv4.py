@@ -14,7 +14,7 @@ from gpumem_gui.core import estimate_inference, estimate_training, load_model
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.readers.hf_config import spec_from_config
 from gpumem_gui.core.runtimes.inference import RUNTIMES, make_run
-from gpumem_gui.core.spec.compressed import deepseek_v4_params, shape_of
+from gpumem_gui.core.spec.compressed import deepseek_v4_held_bytes, deepseek_v4_params, is_fp32, shape_of
 from gpumem_gui.core.spec.kinds import Attention, CompressedAttention
 from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.kv import kv_cache_bytes_transformers
@@ -27,6 +27,7 @@ REF = json.loads((EXTRA / "compressed_cache.json").read_text())
 LISTED = json.loads((EXTRA / "deepseek_v4_params.json").read_text())
 TINY = json.loads((EXTRA / "configs" / "synthetic__deepseek_v4-tiny.json").read_text())
 FLASH = REF["configs"]["deepseek-ai__DeepSeek-V4-Flash-Base"]
+TRACED = json.loads((EXTRA / "deepseek_v4_trace.json").read_text())["points"]
 
 
 def _spec(cfg: dict, name: str = "v4"):
@@ -165,3 +166,27 @@ def test_trace_compares_with_no_estimate() -> None:
 
     model = load_model(str(EXTRA / "configs" / "synthetic__deepseek_v4-tiny.json"))
     assert _analytic(model, inference_run(seq=64)) == (None, {})
+
+
+def test_fp32_parameters_and_buffers_as_transformers_holds_them() -> None:
+    """The parameters transformers keeps in fp32 (each listed tensor's dtype; the fp32 totals of the three
+    counted configs), and parameters + buffers equal to the load phase of every traced point."""
+    assert all(is_fp32(name) == (dtype == "float32") for name, _, dtype in LISTED["params"])
+    for key, want in REF["parameters"].items():
+        if key != "about":
+            tensors = text_tensors(_spec(REF["configs"][key]))
+            assert sum(t.numel for t in tensors if is_fp32(t.name)) == want["fp32"], key
+    spec = _spec(TINY)
+    inference = [p for p in TRACED if p["mode"] == "inference"]
+    assert len(inference) >= 2
+    for p in inference:
+        assert p["phases"]["load"] == deepseek_v4_held_bytes(spec), p["run"]
+
+
+def test_traced_cache_is_the_rule_of_the_length() -> None:
+    """`gpumem trace` of the real model: the cache after the generation equals the kinds' cache."""
+    spec = _spec(TINY)
+    for p in (p for p in TRACED if p["mode"] == "inference"):
+        r = p["run"]
+        tokens = r["seq"] + r["new_tokens"]
+        assert p["kv_cache_bytes"] == sum(kv_cache_bytes_transformers(spec, tokens, r["batch"])), r

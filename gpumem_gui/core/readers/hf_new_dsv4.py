@@ -96,6 +96,27 @@ def _layer_types(r: ConfigReader, n: int) -> tuple[str, ...]:
     return tuple(explicit[:n])
 
 
+def _rotary_dim(r: ConfigReader, head_dim: int) -> int:
+    """int(head_dim x partial_rotary_factor): the config's factor, else the legacy qk_rope_head_dim /
+    head_dim, else 64 / 512 (DeepseekV4Config.default_partial_rotary_factor)."""
+    factor = r.get("partial_rotary_factor", default=None)
+    if factor is None:
+        rope = r.get("qk_rope_head_dim", default=None)
+        factor = rope / head_dim if isinstance(rope, int) and not isinstance(rope, bool) else 64 / 512
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor <= 1:
+        raise GpumemInputError(
+            f"must be a number in (0, 1], got {short(factor)}", source=r.source, field="partial_rotary_factor"
+        )
+    dim = int(head_dim * factor)
+    if dim < 2 or dim % 2:
+        raise GpumemInputError(
+            f"gives {dim} rotary channels of head_dim {head_dim}; an even count of at least 2 is needed",
+            source=r.source,
+            field="partial_rotary_factor",
+        )
+    return dim
+
+
 def _hash_layers(r: ConfigReader, n: int) -> tuple[int, ...]:
     """mlp_layer_types ("hash_moe" / "moe"), else the first num_hash_layers (default 3) hash_moe."""
     types = r.get("mlp_layer_types", default=None)
@@ -145,6 +166,7 @@ def deepseek_v4(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
     )
     f.update(
         head_dim=d,
+        rotary_dim=_rotary_dim(r, d),
         layer_types=types,
         sliding_window=window,
         tie_word_embeddings=r.bool("tie_word_embeddings"),

@@ -259,3 +259,42 @@ def describe_compressed(spec: ModelSpec) -> str:
         f"{at.sliding_window} on every layer; "
         f"{v.hc_mult} hyper-connection streams"
     )
+
+
+# DeepseekV4PreTrainedModel._keep_in_fp32_modules_strict and the modules built .to(float32): the sinks, every
+# RMSNorm's weight, the compressors' position_bias, the hyper-connections and the hyper head
+_FP32_SUFFIXES = ("sinks", "norm.weight", "position_bias")
+_FP32_PARTS = ("_hc.", "hc_head.")
+_I64 = 8  # DeepseekV4HashRouter.tid2eid: torch.long
+
+
+def is_fp32(name: str) -> bool:
+    """Whether transformers keeps DeepSeek-V4 parameter ``name`` in fp32 whatever the model's dtype."""
+    return name.endswith(_FP32_SUFFIXES) or any(p in name for p in _FP32_PARTS)
+
+
+def deepseek_v4_buffer_bytes(spec: ModelSpec) -> int:
+    """Bytes of DeepseekV4ForCausalLM's buffers: each hash layer's ``tid2eid`` [vocab, top-k] int64, each
+    other layer's fp32 ``e_score_correction_bias``, and every DeepseekV4RotaryEmbedding (the model's, each
+    compressor's and each indexer's) with ``inv_freq`` and ``original_inv_freq`` for ``main`` and
+    ``compress`` (rotary_dim / 2 fp32 entries each)."""
+    v, moe = spec.deepseek_v4, spec.moe
+    assert v is not None and moe is not None
+    hashed = len(v.hash_layers)
+    routers = hashed * spec.vocab_size * moe.experts_per_token * _I64
+    routers += (spec.num_layers - hashed) * moe.num_experts * _FP32
+    types = v.attention.layer_types
+    rotaries = (
+        1 + types.count("heavily_compressed_attention") + 2 * types.count("compressed_sparse_attention")
+    )
+    rotary_dim = spec.rotary_dim or spec.head_dim
+    return routers + rotaries * 2 * 2 * (rotary_dim // 2) * _FP32
+
+
+def deepseek_v4_held_bytes(spec: ModelSpec, param_bytes: int = 2) -> int:
+    """What DeepseekV4ForCausalLM holds once built in a ``param_bytes`` dtype, before any input: its
+    parameters (the fp32 ones at 4 B) and its buffers (measured: the load phase of `gpumem trace`)."""
+    from gpumem_gui.core.spec.params import text_tensors
+
+    total = sum(t.numel * (_FP32 if is_fp32(t.name) else param_bytes) for t in text_tensors(spec))
+    return total + deepseek_v4_buffer_bytes(spec)
