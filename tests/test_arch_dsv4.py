@@ -190,3 +190,15 @@ def test_traced_cache_is_the_rule_of_the_length() -> None:
         r = p["run"]
         tokens = r["seq"] + r["new_tokens"]
         assert p["kv_cache_bytes"] == sum(kv_cache_bytes_transformers(spec, tokens, r["batch"])), r
+
+
+def test_catalog_flagship_is_the_config_as_read() -> None:
+    """`gpumem models` lists DeepSeek-V4-Flash-Base; its catalog spec is its shipped config.json read now."""
+    from gpumem_gui.core.readers.catalog import catalog_config, find_model
+
+    entry = find_model("deepseek-ai/DeepSeek-V4-Flash-Base")
+    assert entry is not None and count_params(entry.spec).total == 284_332_230_231
+    cfg = catalog_config(entry)
+    assert cfg is not None
+    skip = {"name", "provenance"}
+    assert entry.spec.model_dump(exclude=skip) == _spec(cfg).model_dump(exclude=skip)
