@@ -1,4 +1,5 @@
-"""Encoder-decoders (issue 14, group seq2seq): T5 (relu and v1.1 gated-gelu), mT5, UMT5, BART.
+"""Encoder-decoders (issue 14, group seq2seq): T5 (relu and v1.1 gated-gelu), mT5, UMT5, BART; mBART (issue
+29: BART's blocks normalised first, a final LayerNorm per stack).
 
 * Parameters: exact totals, embedding and tensor shapes against transformers itself
   (``tests/reference/seq2seq/params.json``, written by ``validation/seq2seq_params.py`` with
@@ -71,6 +72,23 @@ def test_v1_1_and_original_t5_differ_as_transformers_builds_them() -> None:
     assert flan.seq2seq is not None and not flan.seq2seq.scale_decoder_outputs
     mt5 = _spec("google__mt5-small")
     assert mt5.seq2seq is not None and not mt5.seq2seq.scale_decoder_outputs  # MT5 never rescales
+
+
+def test_mbart_is_bart_normalised_first_with_a_norm_per_stack() -> None:
+    """modeling_mbart.py: MBartEncoderLayer / MBartDecoderLayer pre-norm, MBartEncoder /
+    MBartDecoder.layer_norm (two more LayerNorms than the same config read as BART)."""
+    mbart = _spec("facebook__mbart-large-50")
+    as_bart = spec_from_config({**_config("facebook__mbart-large-50"), "model_type": "bart"}, name="b")
+    assert mbart.seq2seq is not None and mbart.seq2seq.pre_norm and mbart.seq2seq.block == "bart"
+    assert as_bart.seq2seq is not None and not as_bart.seq2seq.pre_norm
+    assert count_params(mbart).total - count_params(as_bart).total == 2 * 2 * 1024
+    names = {t.name for t in model_tensors(mbart)} - {t.name for t in model_tensors(as_bart)}
+    assert names == {f"{s}.layer_norm.{w}" for s in ("encoder", "decoder") for w in ("weight", "bias")}
+    # the replay runs the blocks in their own order: the same run differs from BART's post-norm one
+    run = make_run(batch=2, seq=256, new_tokens=8)
+    assert estimate_inference(mbart, run).phases["prefill"].peak_bytes != (
+        estimate_inference(as_bart, run).phases["prefill"].peak_bytes
+    )
 
 
 def test_cache_per_token_counts_decoder_blocks_only() -> None:

@@ -43,6 +43,8 @@ POINTS: tuple[tuple[Any, ...], ...] = (
     ("facebook__bart-base", 4, 256, 16, "sdpa"),
     ("facebook__bart-large-cnn", 1, 1024, 16, "sdpa"),
     ("facebook__bart-large-cnn", 2, 256, 1, "eager"),
+    ("facebook__mbart-large-50", 1, 512, 8, "sdpa"),
+    ("facebook__mbart-large-50", 2, 256, 16, "eager"),
 )
 # fine-tuning steps (model, run). SDPA points set dropout 0: CPU SDPA has no fused kernel for a dropout or for
 # a mask that needs a gradient (T5's trainable position bias) and runs the math path, which GPUs do not
@@ -64,6 +66,9 @@ TRAIN_POINTS: tuple[tuple[str, dict[str, Any]], ...] = (
         "facebook__bart-base",
         {"method": "lora", "precision": "bf16", "batch": 4, "seq": 512, "lora_rank": 8, **_SDPA},
     ),
+    ("facebook__mbart-large-50", {"precision": "amp-bf16", "batch": 2, "seq": 256, **_SDPA}),
+    ("facebook__mbart-large-50", {"precision": "bf16", "batch": 1, "seq": 256, "attn": "eager"}),
+    ("facebook__mbart-large-50", {"method": "lora", "precision": "bf16", "batch": 2, "seq": 256, **_SDPA}),
 )
 
 

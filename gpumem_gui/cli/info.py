@@ -17,9 +17,12 @@ from gpumem_gui.core import (
     cross_attention_layers,
     cross_cache_bytes,
     cross_cache_bytes_per_source_token,
+    describe_compressed,
     describe_linear_attention,
     fmt_count,
+    has_compressed_cache,
     kv_bytes_per_token_per_layer,
+    kv_cache_bytes_transformers,
     load_gpu_catalog,
     load_model,
     model_kinds,
@@ -124,7 +127,9 @@ def inspect_json(m: LoadedModel) -> dict[str, Any]:
     spec, p, w = m.spec, m.params, m.weights
     # an encoder keeps no KV cache: no KV figures at all
     kv_layers = (
-        list(kv_bytes_per_token_per_layer(spec)) if spec and model_kinds(spec).model != "encoder" else None
+        list(kv_bytes_per_token_per_layer(spec))
+        if spec and model_kinds(spec).model != "encoder" and not has_compressed_cache(spec)
+        else None
     )
     return {
         "schema": INSPECT_SCHEMA,
@@ -171,6 +176,12 @@ def inspect_json(m: LoadedModel) -> dict[str, Any]:
         "kv_cache_dtype": "bf16",
         "kv_cache_bytes_per_token": sum(kv_layers) if kv_layers else None,
         "kv_cache_bytes_per_token_per_layer": kv_layers,
+        # DeepSeek-V4: no per-token figure; one sequence's cache at a few lengths (spec/compressed.py)
+        **(
+            {"kv_cache_bytes_per_sequence_at": _compressed_at(spec)}
+            if spec and has_compressed_cache(spec)
+            else {}
+        ),
         # linear-attention layers' fixed conv + recurrent state per sequence (bf16 activations; spec/state.py)
         **(state_json(spec) if spec and model_kinds(spec).model != "encoder" else {}),
         # Llama 3.2 Vision: each image's vision keys and values in the cross-attention layers (0 text only)
@@ -243,6 +254,8 @@ def _print_inspect(m: LoadedModel) -> None:
             )
         if spec.mla:
             arch.append(("MLA", f"kv_lora_rank {spec.mla.kv_lora_rank}, q_lora_rank {spec.mla.q_lora_rank}"))
+        if spec.deepseek_v4 is not None:  # DeepSeek-V4 (spec/compressed.py)
+            arch.append(("compressed attention", describe_compressed(spec)))
         if (linear := describe_linear_attention(spec)) is not None:  # hybrid models (spec/state.py)
             arch.append(("recurrent layers", linear))
         print_table(arch, ["architecture", ""])
@@ -272,9 +285,24 @@ def _print_inspect(m: LoadedModel) -> None:
         print(f"note: {n}")
 
 
+# the lengths at which inspect shows a compressed cache (no per-token figure describes it)
+_COMPRESSED_LENGTHS = (4096, 131072, 1048576)
+
+
+def _compressed_at(spec: Any) -> dict[str, int]:
+    return {str(t): sum(kv_cache_bytes_transformers(spec, t)) for t in _COMPRESSED_LENGTHS}
+
+
 def _print_cache(spec: Any) -> None:
     """The KV cache per token (an encoder-decoder: per target token, and its cross-attention cache per
     source token) and a recurrent model's fixed state."""
+    if has_compressed_cache(spec):  # DeepSeek-V4's CSA / HCA layers: a rule of the length
+        at = ", ".join(f"{b / (1 << 20):,.1f} MiB at {int(t):,}" for t, b in _compressed_at(spec).items())
+        print(
+            "KV cache (bf16, as transformers allocates it; compressed layers: a rule of the length): "
+            f"{at} tokens per sequence"
+        )
+        return
     kv = kv_bytes_per_token_per_layer(spec)
     print(
         f"KV cache (bf16, as transformers allocates it): {sum(kv):,} bytes per token "

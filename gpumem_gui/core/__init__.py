@@ -153,11 +153,16 @@ from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase, RankClass
 from gpumem_gui.core.runtimes.base import Runtime
 from gpumem_gui.core.runtimes.inference import RUNTIMES, InferenceRun, estimate_inference, make_run, runtime
+from gpumem_gui.core.spec.compressed import describe_compressed
 from gpumem_gui.core.spec.cross_attention import cross_attention_layers, cross_cache_bytes
 from gpumem_gui.core.spec.encoder import ENCODER_HEADS, TaskHead, make_task_head, with_head
 from gpumem_gui.core.spec.kinds import ModelKinds
 from gpumem_gui.core.spec.kinds_of import model_kinds
-from gpumem_gui.core.spec.kv import kv_bytes_per_token_per_layer, kv_cache_bytes_transformers
+from gpumem_gui.core.spec.kv import (
+    has_compressed_cache,
+    kv_bytes_per_token_per_layer,
+    kv_cache_bytes_transformers,
+)
 from gpumem_gui.core.spec.model import MLASpec, ModelSpec, MoESpec, VisionSpec
 from gpumem_gui.core.spec.params import ParamCounts, count_params
 from gpumem_gui.core.spec.seq2seq import cross_cache_bytes_per_source_token
@@ -274,6 +279,7 @@ __all__ = [
     "cross_attention_layers",
     "cross_cache_bytes",
     "cross_cache_bytes_per_source_token",
+    "describe_compressed",
     "describe_linear_attention",
     "describe_validation_error",
     "diagnose",
@@ -297,6 +303,7 @@ __all__ = [
     "get_weight_format",
     "gpu_identity",
     "gpu_target_from_text",
+    "has_compressed_cache",
     "has_state",
     "import_command",
     "import_file",

@@ -19,6 +19,7 @@ from gpumem_gui.core import (
     LoadedModel,
     TrainingRun,
     estimate_any,
+    has_compressed_cache,
     traced_categories,
     tracked_breakdown,
 )
@@ -132,7 +133,7 @@ def _order(phase: str) -> int:
 
 
 def _analytic(model: LoadedModel, run: InferenceRun | TrainingRun) -> tuple[Estimate | None, dict]:
-    if model.spec is None:
+    if model.spec is None or has_compressed_cache(model.spec):  # DeepSeek-V4: its forward is not replayed
         return None, {}
     est = estimate_any(model.spec, run, None, model.weights)
     return est, tracked_breakdown(model.spec, run, est)

@@ -68,6 +68,7 @@ def compact_spec(cfg: dict, model_id: str, source: str) -> dict:
             value["kind"] = kind
     d.pop("name", None)
     d.pop("provenance", None)
+    d.setdefault("traits", {})  # the catalog loader requires it, Llama's defaults included (DeepSeek-V4)
     return d
 
 

@@ -21,6 +21,20 @@ MODELS: tuple[Model, ...] = (
         ),
     ),
     Model(
+        "deepseek-ai/DeepSeek-V4-Flash-Base",
+        "DeepSeek-V4",
+        "284B-A13B",
+        label(
+            "284B",
+            "https://huggingface.co/deepseek-ai/DeepSeek-V4-Flash-Base (model card: 284B total, 13B "
+            "activated, as the SGLang-JAX DeepSeek-V4 RFC quotes it, sgl-project/sglang-jax issue #1678)",
+            note="DeepseekV4ForCausalLM as transformers 5.24 builds it: 284,332,230,231 parameters, "
+            "35,751,511 of them fp32 (norms, hyper-connections, sinks, compressor position biases; "
+            "tests/reference/extra/compressed_cache.json), 13.80B active per token; the checkpoint's MTP "
+            "layer is not built.",
+        ),
+    ),
+    Model(
         "moonshotai/Kimi-K2.5",
         "Kimi K2.5",
         "1T-A32B",

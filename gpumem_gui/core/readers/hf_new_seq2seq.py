@@ -1,9 +1,10 @@
 """Readers of the encoder-decoder model types (issue 14, group seq2seq): T5 (original relu and v1.1
-gated-gelu), mT5, UMT5 and BART.
+gated-gelu), mT5, UMT5, BART and mBART (mBART-50 too: model_type mbart).
 
 The config fields and defaults are those of transformers 5.24 ``models/t5/configuration_t5.py`` ``T5Config``,
 ``models/mt5/configuration_mt5.py`` ``MT5Config``, ``models/umt5/configuration_umt5.py`` ``UMT5Config`` and
-``models/bart/configuration_bart.py`` ``BartConfig``;
+``models/bart/configuration_bart.py`` ``BartConfig`` (``models/mbart/configuration_mbart.py`` ``MBartConfig``:
+the same fields and defaults);
 the modules they build are in the ``modeling_*.py`` files next to them (see
 :mod:`gpumem_gui.core.spec.seq2seq_params`). The spec is a :class:`~gpumem_gui.core.spec.seq2seq.Seq2SeqSpec`
 on a ModelSpec whose ``num_layers`` counts both stacks.
@@ -208,6 +209,14 @@ def _bart(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
     )
 
 
+def _mbart(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
+    """MBartConfig (the same fields and defaults as BartConfig: configuration_mbart.py): BART's layers with
+    the norm before each sub-layer and a final LayerNorm per stack (modeling_mbart.py)."""
+    f = _bart(r, name, mt)
+    f["seq2seq"] = f["seq2seq"].model_copy(update={"pre_norm": True})
+    return f
+
+
 def _bart_traits(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
     """BartConfig.dropout (hidden states) and attention_dropout (probabilities); the module names PEFT's
     target_modules match (BartAttention out_proj, the layers' fc1 and fc2)."""
@@ -218,7 +227,9 @@ def _bart_traits(cfg: Mapping[str, Any], source: str) -> dict[str, Any]:
     }
 
 
-READERS.update({"t5": _t5, "mt5": _t5, "umt5": _t5, "bart": _bart})
+READERS.update({"t5": _t5, "mt5": _t5, "umt5": _t5, "bart": _bart, "mbart": _mbart})
 # T5LayerNorm: RMSNorm without bias, the variance in fp32 (pre-norm blocks, like Llama's)
-TRAITS.update({"t5": {}, "mt5": {}, "umt5": {}, "bart": {}})
-CONFIG_TRAITS.update({"t5": _t5_traits, "mt5": _mt5_traits, "umt5": _mt5_traits, "bart": _bart_traits})
+TRAITS.update({"t5": {}, "mt5": {}, "umt5": {}, "bart": {}, "mbart": {}})
+CONFIG_TRAITS.update(
+    {"t5": _t5_traits, "mt5": _mt5_traits, "umt5": _mt5_traits, "bart": _bart_traits, "mbart": _bart_traits}
+)

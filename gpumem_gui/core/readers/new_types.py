@@ -12,6 +12,7 @@ from gpumem_gui.core.readers import (
     hf_new_bamba,
     hf_new_dense_a,
     hf_new_dense_b,
+    hf_new_dsv4,
     hf_new_gemma,
     hf_new_gpt_oss,
     hf_new_hybrid,
@@ -28,6 +29,7 @@ from gpumem_gui.core.readers.config_fields import ConfigReader
 
 _GROUPS = (
     hf_new_mla,
+    hf_new_dsv4,
     hf_new_dense_a,
     hf_new_dense_b,
     hf_new_moe,

@@ -15,6 +15,14 @@ cache and loss:
 * ``BartAttention``: T5's projections and kernels without a position bias (``scaling`` = head_dim ** -0.5).
 * ``BartForConditionalGeneration.forward``: ``lm_head`` then ``+ final_logits_bias`` (a buffer in the weights'
   dtype: a new tensor of the promoted dtype, fp32 under autocast), ``CrossEntropyLoss`` over it.
+
+MBart (``models/mbart/modeling_mbart.py``, :attr:`Seq2SeqSpec.pre_norm`): ``MBartEncoderLayer`` /
+``MBartDecoderLayer`` normalise before each sub-layer (``residual = hidden_states``, the norm, the attention
+or MLP, dropout, ``residual + ...``), and ``MBartEncoder`` / ``MBartDecoder`` end with ``layer_norm`` while
+their locals (and the decoder's mask) are alive. Its ``shift_tokens_right`` (a clone of the labels, the last
+non-pad token gathered into position 0) leaves the same ``[batch, target]`` decoder ids as BART's; the small
+index tensors it makes die before the encoder runs. fp16's unconditional clamp is not modelled (fp16 is
+refused for every encoder-decoder: replay/seq2seq.py).
 """
 
 from __future__ import annotations
@@ -86,7 +94,14 @@ class BartLM(Seq2SeqLM):
         return o.dropout(hidden_states, cfg.dropout), kept
 
     def _stack_output(self, hidden_states: T, decoder: bool) -> T:
-        """No final norm: the last block's output (and the decoder's mask goes with the stack)."""
+        """No final norm (MBart: ``layer_norm``): the last block's output (and the decoder's mask goes with
+        the stack)."""
+        if self.s2s.pre_norm:  # MBartEncoder / MBartDecoder: hidden_states = self.layer_norm(hidden_states)
+            s = self.s
+            s.tr.where = "final norm"
+            hidden_states = self.region_norm(
+                hidden_states, f"{'decoder' if decoder else 'encoder'}.layer_norm"
+            )
         self._self_mask = None
         return hidden_states
 
@@ -96,6 +111,8 @@ class BartLM(Seq2SeqLM):
         """BartEncoderLayer / BartDecoderLayer (see the module docstring); returns (output, None, None)."""
         o, s = self.o, self.s
         c = cache if isinstance(cache, Seq2SeqCache) else None
+        if self.s2s.pre_norm:
+            return self._pre_norm_block(i, x, src, c), None, None
         s.tr.where = f"block {i} attention"
         out, _, _w = self.attend(i, x, None, None, c)
         h = self._residual_norm(x, out, f"layers.{i}.norm0")
@@ -115,6 +132,38 @@ class BartLM(Seq2SeqLM):
         h = self._residual_norm(h, out, f"layers.{i}.norm1")
         del out, _w
         return h, None, None
+
+    def _pre_norm_block(self, i: int, x: T, src: T | None, c: Seq2SeqCache | None) -> T:
+        """MBartEncoderLayer / MBartDecoderLayer: each sub-layer is ``residual + dropout(f(norm(residual)))``;
+        the normed input lives until the sub-layer returns (the layer's ``hidden_states`` variable)."""
+        o, s, p = self.o, self.s, self.cfg.dropout
+        s.tr.where = f"block {i} attention"
+        h = self.region_norm(x, f"layers.{i}.norm0")
+        out, _, _w = self.attend(i, h, None, None, c)
+        del h
+        x = o.add(x, o.dropout(out, p))
+        del out
+        if src is not None:
+            s.tr.where = f"block {i} cross-attention"
+            h = self.region_norm(x, f"layers.{i}.norm_cross")
+            out, _, _w = self.attend(i, h, src, None, c)
+            del h
+            x = o.add(x, o.dropout(out, p))
+            del out
+        s.tr.where = f"block {i} MLP"
+        s.region = "mlp"
+        pre = f"layers.{i}.mlp"
+        h = self.region_norm(x, f"layers.{i}.norm1")
+        up = mlp.act(self, self.linear(h, f"{pre}.up_proj"))
+        del h  # hidden_states = self.activation_fn(self.fc1(hidden_states)): the normed input goes here
+        act = o.dropout(up, self.s2s.activation_dropout)
+        del up
+        out = self.linear(act, f"{pre}.down_proj")
+        del act
+        s.region = "hidden_states"
+        x = o.add(x, o.dropout(out, p))
+        del out, _w
+        return x
 
     def _logits_bias(self, logits: T) -> T:
         """``lm_logits + self.final_logits_bias``: a new tensor in the promoted dtype."""

@@ -13,11 +13,13 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.formats import WeightBytes, WeightFormat, list_weight_formats, weight_bytes
 from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.replay.buffers import buffers_bytes
 from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase
-from gpumem_gui.core.spec.kinds import CrossAttention, LayerKind, RecurrentState
+from gpumem_gui.core.spec.kinds import CompressedAttention, CrossAttention, LayerKind, RecurrentState
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, stage_layers
 from gpumem_gui.core.spec.params import COMPONENTS, count_params
@@ -54,6 +56,10 @@ class Runtime(ABC):
     # the one-line refusals of what this engine does not run or gpumem does not model for it (refusals.py)
     cross_attention_refusal: str = ""
     state_refusals: Mapping[str, str] = MappingProxyType({})
+    # DeepSeek-V4's compressed attention (spec/compressed.py): no engine's profile models it yet; what the
+    # engine itself does with such a model, for its one-line refusal
+    compressed_attention: bool = False
+    compressed_attention_note: str = "its profile does not model DeepSeek-V4's compressed attention"
 
     def serves(self, model_kind: str) -> bool:
         """Whether this engine runs a model of ``model_kind`` (ModelKinds.model)."""
@@ -66,7 +72,15 @@ class Runtime(ABC):
             return kind.mixer in self.state_mixers
         if isinstance(kind, CrossAttention):
             return self.cross_attention_cache
+        if isinstance(kind, CompressedAttention):
+            return self.compressed_attention
         return True
+
+    def check_layer_kinds(self, spec: ModelSpec, mode: str = "inference") -> None:
+        """One line refusing a model whose compressed attention (DeepSeek-V4) this engine does not model,
+        saying what the engine itself does with it."""
+        if not all(self.supports(k) for k in model_kinds(spec).of(CompressedAttention)):
+            raise GpumemInputError(f"{self.name} {mode}: {self.compressed_attention_note}", field="model")
 
     def check_state(self, spec: ModelSpec, pp: int) -> None:  # noqa: B027 (a hook: none by default)
         """This engine's own limits on a hybrid whose mixers it supports (one-line errors)."""

@@ -67,6 +67,7 @@ def check_run(spec: ModelSpec, run: InferenceRun) -> tuple[str, ...]:
     """Cross-checks of run against model: errors raise, soft problems come back as warnings."""
     warnings: list[str] = [f"approximate: {spec.approximate}"] if spec.approximate else []
     rt = runtime(run.engine)
+    rt.check_layer_kinds(spec)  # DeepSeek-V4's compressed attention: refused by each engine in one line
     model = model_kinds(spec).model
     if model == "encoder":  # one transformers forward, no cache (runtimes/encoder.py)
         check_encoder_inference(spec, run, rt)

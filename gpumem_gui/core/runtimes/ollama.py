@@ -160,6 +160,10 @@ OLLAMA_RUNNER = _OllamaBuffers()
 
 class Ollama(Runtime):
     name = "ollama"
+    compressed_attention_note = (
+        "Ollama v0.12.10's llama runner (the version modelled) predates llama.cpp's DeepSeek-V4 support "
+        "(ggml-org/llama.cpp PR #24162)"
+    )
     label = "Ollama"
     gguf = True
     fallback_format = "gguf-Q4_K_M"

@@ -27,6 +27,7 @@ from gpumem_gui.core.runtimes.base import Runtime, load_phase
 from gpumem_gui.core.runtimes.cross_attention import cross_cache_component
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.seq2seq import seq2seq_phases
+from gpumem_gui.core.spec.compressed import NOT_REPLAYED
 from gpumem_gui.core.spec.kinds import STATE_MIXERS
 from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
@@ -114,6 +115,7 @@ class Transformers(Runtime):
     state_mixers = STATE_MIXERS  # the state of every mixer, measured from its cache (spec/state.py)
     cross_attention_cache = True
     mixed_head_shapes = True
+    compressed_attention_note = NOT_REPLAYED
 
     def quantizes_experts(self, run: InferenceRun) -> bool:
         """bitsandbytes replaces only ``nn.Linear``: fused 3-D expert tensors stay 16-bit (bitsandbytes

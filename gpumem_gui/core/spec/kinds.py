@@ -13,7 +13,9 @@ what one token costs its cache in each engine's layout and what fixed state one 
 * :class:`Bidirectional`: encoder layers (BERT, the encoder stack of T5 / BART), no cache;
 * :class:`RecurrentState`: gated DeltaNet, KDA, lightning attention, Mamba-1/2 and short convolutions, a
   fixed state per sequence (a Falcon-H1 layer is in a Mamba record *and* an attention record);
-* :class:`MLPOnly`: Nemotron-H's MLP-only layers, neither cache nor state.
+* :class:`MLPOnly`: Nemotron-H's MLP-only layers, neither cache nor state;
+* :class:`CompressedAttention`: DeepSeek-V4's CSA / HCA layers, a sliding window plus compressed entries, a
+  cache that is a rule of the length (spec/compressed.py), no per-token figure.
 
 :func:`.kinds_of.model_kinds` derives them from a ``ModelSpec`` once (cached), the one place that reads which
 sub-spec means which kind; consumers ask the records instead of testing ``spec.mla`` / ``spec.encoder``.
@@ -27,6 +29,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from gpumem_gui.core.spec.base import Frozen, NonNegInt, PositiveInt
+from gpumem_gui.core.spec.compressed import CompressedAttentionSpec, layer_cache_bytes
 
 Layers = tuple[NonNegInt, ...]
 # vLLM deepseek_v2.py Indexer.__init__ ``quant_block_size = 128``; SGLang NSATokenToKVPool.quant_block_size
@@ -196,12 +199,34 @@ class MLPOnly(Frozen):
     layers: Layers
 
 
+class CompressedAttention(Frozen):
+    """DeepSeek-V4's compressed layers (DeepseekV4HCACache / DeepseekV4CSACache): the sliding K=V window plus
+    the compressor's buffered projections and closed-window entries (CSA: the indexer's too, and the
+    overlap state), a cache whose bytes are a rule of the length, not a per-token figure."""
+
+    kind: Literal["compressed_sparse_attention", "heavily_compressed_attention"]
+    layers: Layers
+    attention: CompressedAttentionSpec
+
+    def cache_bytes(self, tokens: int, activation_bytes: int = 2) -> int:
+        """Bytes one sequence keeps in one layer of this kind after ``tokens`` tokens (transformers' cache,
+        measured: tests/reference/extra/compressed_cache.json)."""
+        return layer_cache_bytes(self.attention, self.kind, tokens, activation_bytes)
+
+
 # every RecurrentState.mixer
 STATE_MIXERS = frozenset({"gated_deltanet", "kda", "lightning", "mamba1", "mamba2", "short_conv"})
 RECURRENT_STATE_BYTES = 4  # fp32 (torch_chunk_gated_delta_rule / torch_recurrent_gated_delta_rule)
 
 LayerKind = Annotated[
-    Attention | LatentAttention | SharedKV | CrossAttention | Bidirectional | RecurrentState | MLPOnly,
+    Attention
+    | LatentAttention
+    | SharedKV
+    | CrossAttention
+    | Bidirectional
+    | RecurrentState
+    | MLPOnly
+    | CompressedAttention,
     Field(discriminator="kind"),
 ]
 CACHED = (Attention, LatentAttention)  # the kinds with a per-token cache

@@ -10,6 +10,7 @@ from gpumem_gui.core.spec import gemma4
 from gpumem_gui.core.spec.kinds import (
     Attention,
     Bidirectional,
+    CompressedAttention,
     CrossAttention,
     LatentAttention,
     LayerKind,
@@ -139,6 +140,12 @@ def _derive(spec: ModelSpec) -> ModelKinds:
     cross = tuple(i for i, lt in enumerate(types) if lt == "cross_attention")
     if cross:
         kinds.append(CrossAttention(layers=cross, kv_heads=spec.num_kv_heads, head_dim=spec.head_dim))
+    if spec.deepseek_v4 is not None:  # DeepSeek-V4's CSA / HCA layers (its sliding ones are Attention above)
+        for kind in ("compressed_sparse_attention", "heavily_compressed_attention"):
+            layers = tuple(i for i, lt in enumerate(types) if lt == kind)
+            if layers:
+                at = spec.deepseek_v4.attention
+                kinds.append(CompressedAttention(kind=kind, layers=layers, attention=at))  # type: ignore[arg-type]
     mlp = tuple(i for i, lt in enumerate(types) if lt == "mlp")
     if mlp:
         kinds.append(MLPOnly(layers=mlp))

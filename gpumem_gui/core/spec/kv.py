@@ -15,12 +15,13 @@ tokens: 4095 per layer).
 
 from __future__ import annotations
 
-from gpumem_gui.core.spec.kinds import Attention, LatentAttention, MLALayout
+from gpumem_gui.core.spec.kinds import Attention, CompressedAttention, LatentAttention, MLALayout
 from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 
 __all__ = [
     "MLALayout",
+    "has_compressed_cache",
     "kv_bytes_per_token_per_layer",
     "kv_cache_bytes_transformers",
     "kv_elements_per_layer",
@@ -78,7 +79,18 @@ def tokens_kept_transformers(spec: ModelSpec, tokens: int) -> tuple[int, ...]:
 def kv_cache_bytes_transformers(
     spec: ModelSpec, tokens: int, batch: int = 1, bytes_per_element: float = 2
 ) -> tuple[int, ...]:
-    """Per-layer bytes of transformers' DynamicCache for ``batch`` sequences of ``tokens`` tokens."""
+    """Per-layer bytes of transformers' DynamicCache for ``batch`` sequences of ``tokens`` tokens; a
+    compressed layer (DeepSeek-V4) its cache's rule of the length (spec/compressed.py) in the activation
+    dtype (``bytes_per_element``)."""
     per_token = kv_bytes_per_token_per_layer(spec, bytes_per_element)
     kept = tokens_kept_transformers(spec, tokens)
-    return tuple(batch * p * t for p, t in zip(per_token, kept, strict=True))
+    out = [batch * p * t for p, t in zip(per_token, kept, strict=True)]
+    for kind in model_kinds(spec).of(CompressedAttention):
+        for i in kind.layers:
+            out[i] = batch * kind.cache_bytes(tokens, round(bytes_per_element))  # type: ignore[union-attr]
+    return tuple(out)
+
+
+def has_compressed_cache(spec: ModelSpec) -> bool:
+    """Whether some layers' cache is a rule of the length rather than a per-token figure (DeepSeek-V4)."""
+    return bool(model_kinds(spec).of(CompressedAttention))

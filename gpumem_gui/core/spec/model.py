@@ -17,6 +17,7 @@ from pydantic import Field, field_validator, model_validator
 from gpumem_gui.core.spec.altup import AltUpSpec
 from gpumem_gui.core.spec.arch_traits import ArchTraits
 from gpumem_gui.core.spec.base import MAX_LAYERS, MAX_SIZE, Frozen, NonNegInt, PositiveInt
+from gpumem_gui.core.spec.compressed import DeepseekV4Spec
 from gpumem_gui.core.spec.dsa import IndexerSpec
 from gpumem_gui.core.spec.encoder import EncoderSpec
 from gpumem_gui.core.spec.gemma4 import Gemma4Spec
@@ -54,6 +55,9 @@ LayerType = Literal[
     "hybrid",  # FalconH1DecoderLayer: a Mamba-2 mixer and attention side by side (KV cache and state)
     "mlp",
     "cross_attention",  # MllamaCrossAttentionDecoderLayer: attends to vision tokens (spec/cross_attention.py)
+    # DeepSeek-V4's compressed layers (DeepseekV4Config.layer_types; spec/compressed.py)
+    "compressed_sparse_attention",
+    "heavily_compressed_attention",
 ]
 # l2: weightless L2 norm per head after the rotary, on the rotary layers only (Llama4TextL2Norm)
 QKNorm = Literal["none", "per_head", "full_width", "l2"]
@@ -234,6 +238,11 @@ class ModelSpec(Frozen):
             raise ValueError(
                 "layer_types has linear_attention layers but the linear_attention spec is not set"
             )
+        compressed = {"compressed_sparse_attention", "heavily_compressed_attention"} & set(self.layer_types)
+        if compressed and self.deepseek_v4 is None:
+            raise ValueError("layer_types has compressed layers but the deepseek_v4 spec is not set")
+        if self.deepseek_v4 is not None and self.deepseek_v4.attention.layer_types != self.layer_types:
+            raise ValueError("the deepseek_v4 spec's layer types must be the model's layer_types")
         if "conv" in self.layer_types and self.short_conv is None:
             raise ValueError("layer_types has conv layers but the short_conv spec is not set")
         return self
@@ -291,6 +300,11 @@ class ModelSpec(Frozen):
     )
     gemma4: Gemma4Spec | None = Field(
         None, description="Gemma 4's per-layer-type heads, k = v attention, PLE, MoE block (spec/gemma4.py)"
+    )
+    deepseek_v4: DeepseekV4Spec | None = Field(
+        None,
+        description="DeepSeek-V4's compressed attention, hyper-connections and grouped output projection "
+        "(spec/compressed.py); required when layer_types names compressed layers",
     )
 
     @model_validator(mode="after")

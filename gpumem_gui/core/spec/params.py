@@ -15,6 +15,7 @@ from functools import lru_cache
 from pydantic import Field
 
 from gpumem_gui.core.spec.altup import altup_tensors
+from gpumem_gui.core.spec.compressed import deepseek_v4_tensors
 from gpumem_gui.core.spec.dsa import IndexerSpec
 from gpumem_gui.core.spec.gemma4 import gemma4_tensors
 from gpumem_gui.core.spec.mamba import mamba_tensors, single_layer_tensors
@@ -277,6 +278,9 @@ def text_tensors(spec: ModelSpec) -> Iterator[Tensor]:
         return
     if spec.gemma4 is not None:  # Gemma4TextModel (spec/gemma4.py)
         yield from gemma4_tensors(spec, Tensor)
+        return
+    if spec.deepseek_v4 is not None:  # DeepseekV4ForCausalLM (spec/compressed.py)
+        yield from deepseek_v4_tensors(spec, Tensor)
         return
     h, e_dim = spec.hidden_size, spec.token_embedding_dim
     yield Tensor("embed_tokens.weight", (spec.vocab_size + spec.embedding_padding_rows, e_dim), "embedding")

@@ -72,6 +72,12 @@ class Seq2SeqSpec(BaseModel):
         "has_relative_attention_bias=True); False: only the first block of each stack (T5Stack: "
         "bool(i == 0))",
     )
+    pre_norm: bool = Field(
+        False,
+        description="the BART family's blocks normalise before each sub-layer and each stack ends with its "
+        "own LayerNorm (MBartEncoderLayer / MBartDecoderLayer, MBartEncoder.layer_norm / "
+        "MBartDecoder.layer_norm); False: BART's post-norm blocks",
+    )
     scale_decoder_outputs: bool = Field(
         True,
         description="the decoder output is multiplied by d_model**-0.5 before lm_head "

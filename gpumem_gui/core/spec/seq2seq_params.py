@@ -38,10 +38,12 @@ def _cross_attention(spec: ModelSpec, i: int) -> Iterator[Tensor]:
 
 def _bart_stack(spec: ModelSpec, stack: str) -> Iterator[Tensor]:
     """BartEncoder / BartDecoder: ``embed_positions`` (BartLearnedPositionalEmbedding, max positions + 2
-    rows) and ``layernorm_embedding`` (nn.LayerNorm)."""
+    rows) and ``layernorm_embedding`` (nn.LayerNorm); MBart's stacks also end with ``layer_norm``."""
     h = spec.hidden_size
     yield Tensor(f"{stack}.embed_positions.weight", (spec.learned_position_rows, h), "position_embedding")
     yield from _norm_tensors(spec, f"{stack}.layernorm_embedding", h, None)
+    if spec.seq2seq is not None and spec.seq2seq.pre_norm:  # MBartEncoder / MBartDecoder.layer_norm
+        yield from _norm_tensors(spec, f"{stack}.layer_norm", h, None)
 
 
 def seq2seq_tensors(spec: ModelSpec) -> Iterator[Tensor]:

@@ -9,6 +9,9 @@ from gpumem_gui.core.replay import adapters
 from gpumem_gui.core.replay.adapters import ALL_LINEAR
 from gpumem_gui.core.replay.model import model_tensors
 from gpumem_gui.core.spec import gemma4
+from gpumem_gui.core.spec.compressed import NOT_REPLAYED
+from gpumem_gui.core.spec.kinds import CompressedAttention
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, check_degrees
 from gpumem_gui.core.training.frameworks import framework
@@ -139,6 +142,8 @@ def check_training(spec: ModelSpec, run: TrainingRun) -> tuple[str, ...]:
     la = spec.linear_attention
     if la is not None and la.kind == "lightning" and run.grad_ckpt:
         warnings.append(f"approximate: {LIGHTNING_TRAINING}")
+    if model_kinds(spec).of(CompressedAttention):  # DeepSeek-V4 (spec/compressed.py)
+        raise GpumemInputError(f"training: {NOT_REPLAYED}", field="model")
     check_seq2seq_training(spec, run)  # encoder-decoders: one GPU, full or LoRA (training/seq2seq.py)
     check_degrees(spec, Degrees(tp=run.tp, pp=run.pp, ep=run.ep))
     gemma4.check_run(spec, tp=run.tp, pp=run.pp, ep=run.ep, cp=run.cp)  # Gemma 4: one GPU (spec/gemma4.py)
