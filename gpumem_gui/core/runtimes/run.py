@@ -46,6 +46,8 @@ from gpumem_gui.core.runtimes.sglang_options import (
 )
 from gpumem_gui.core.runtimes.vllm_options import (
     VllmBlockSize,
+    VllmEnforceEager,
+    VllmEngine,
     VllmHybridKvCache,
     VllmImagesPerPrompt,
     VllmMaxCaptureSize,
@@ -267,17 +269,10 @@ class InferenceRun(Frozen):
             engines=("vllm",),
         ),
     ] = None
-    enforce_eager: Annotated[
-        bool,
-        UI(
-            "Enforce eager",
-            "vLLM",
-            "no CUDA-graph capture (saves its memory pool, runs slower)",
-            engines=("vllm",),
-        ),
-    ] = False
+    enforce_eager: VllmEnforceEager = False
     max_cudagraph_capture_size: VllmMaxCaptureSize = None
     profile_cudagraphs: VllmProfileCudagraphs = True
+    vllm_engine: VllmEngine = "v1"
     tp_link: VllmTpLink = "auto"
     block_size: VllmBlockSize = 16
     hybrid_kv_cache: VllmHybridKvCache = True
