@@ -44,6 +44,7 @@ from gpumem_gui.core.runtimes.sglang_options import (
     PageSize,
     SwaFullTokensRatio,
 )
+from gpumem_gui.core.runtimes.transformers_options import CacheImplementation
 from gpumem_gui.core.runtimes.vllm_options import (
     VllmBlockSize,
     VllmEnforceEager,
@@ -168,6 +169,7 @@ class InferenceRun(Frozen):
             engines=("transformers",),
         ),
     ] = "last"
+    cache_implementation: CacheImplementation = "dynamic"
     bnb_compute_dtype: Annotated[
         Literal["auto", "fp32", "bf16", "fp16"],
         UI(
