@@ -327,3 +327,18 @@ PpVirtual = Annotated[
         shown=lambda v: v.get("pp_schedule") == "interleaved-1f1b",
     ),
 ]
+
+# the optimizer field's values in display order (training/run.py TrainingRun.optimizer)
+OPTIMIZER_CHOICES = (
+    ("AdamW (torch default: foreach)", "adamw"),
+    ("AdamW fused", "adamw-fused"),
+    ("AdamW foreach", "adamw-foreach"),
+    ("AdamW for-loop", "adamw-for-loop"),
+    ("AdamW 8-bit (bitsandbytes)", "adamw-8bit"),
+    ("paged AdamW 8-bit (bitsandbytes)", "paged-adamw-8bit"),
+    ("paged AdamW 32-bit (bitsandbytes)", "paged-adamw-32bit"),
+    ("Adafactor", "adafactor"),
+    ("SGD", "sgd"),
+    ("SGD with momentum", "sgd-momentum"),
+    ("Lion", "lion"),
+)
