@@ -91,7 +91,11 @@ FILES = {
             "attn": "flash",
         },
     ),
-    "axolotl_llama3_qlora.yml": ("NousResearch/Meta-Llama-3-8B", {"method": "qlora", "optimizer": "adamw"}),
+    # optimizer: paged_adamw_32bit (bnb AdamW, optim_bits 32, is_paged)
+    "axolotl_llama3_qlora.yml": (
+        "NousResearch/Meta-Llama-3-8B",
+        {"method": "qlora", "optimizer": "paged-adamw-32bit"},
+    ),
     "axolotl_llama3_fft-8b-liger-fsdp.yaml": (
         "NousResearch/Meta-Llama-3.1-8B",
         {"method": "full", "fsdp": "full_shard", "offload": "optimizer+params", "loss": "fused-linear"},

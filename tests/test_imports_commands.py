@@ -160,8 +160,9 @@ def test_environment_assignments_and_continuations() -> None:
     assert words == ["vllm", "serve", "m", "-tp", "2"]
     assert env == {"CUDA_VISIBLE_DEVICES": "0,1", "VLLM_USE_V1": "1"}
     imp = import_command("$ VLLM_USE_V1=1 vllm serve m -tp 2")
-    assert imp.run.tp == 2
-    assert any("VLLM_USE_V1=1" in w for w in imp.warnings)
+    assert imp.run.tp == 2 and imp.run.vllm_engine == "v1"  # read (--vllm-engine), not warned about
+    assert not any("VLLM_USE_V1" in w for w in imp.warnings)
+    assert any("VLLM_ENABLE_X=1" in w for w in import_command("VLLM_ENABLE_X=1 vllm serve m").warnings)
 
 
 @pytest.mark.parametrize(

@@ -57,6 +57,11 @@ def _check_inference(run: InferenceRun) -> None:
             "format is traced from a checkpoint's quantization_config, not from --weights)",
             field="weights",
         )
+    if run.cache_implementation == "static" and run.images:
+        raise GpumemInputError(
+            "trace mode runs a static cache for text prompts only; set --images 0",
+            field="cache_implementation",
+        )
 
 
 def _check_training(run: TrainingRun) -> None:

@@ -66,7 +66,7 @@ _ATTN = {"q_proj": "q_proj", "k_proj": "k_proj", "v_proj": "v_proj", "output_pro
 _MLP = ("gate_proj", "up_proj", "down_proj")  # torchtune w1, w3, w2
 _LOSSES = {
     "LinearCrossEntropyLoss": "chunked",
-    "CEWithChunkedOutputLoss": "chunked",
+    "CEWithChunkedOutputLoss": "chunked-output",  # v0.3 to v0.5 (training/profile_table.py torchtune)
     "CrossEntropyLoss": "standard",
 }
 _NO_MEMORY = (

@@ -26,8 +26,8 @@ HF_OPTIM: dict[str, str | None] = {
     "adamw_8bit": "adamw-8bit",
     "adam8bit": "adamw-8bit",
     "paged_adamw_8bit": "paged-adamw-8bit",
-    "paged_adamw": None,
-    "paged_adamw_32bit": None,
+    "paged_adamw": "paged-adamw-32bit",  # transformers: bnb.optim.PagedAdamW (optim_bits 32)
+    "paged_adamw_32bit": "paged-adamw-32bit",
     "adafactor": "adafactor",
     "sgd": "sgd",
     "lion_32bit": "lion",
@@ -56,8 +56,8 @@ _CLASSES: dict[str, str | None] = {
     "AdamW8bit": "adamw-8bit",
     "Adam8bit": "adamw-8bit",
     "PagedAdamW8bit": "paged-adamw-8bit",
-    "PagedAdamW": None,
-    "PagedAdamW32bit": None,
+    "PagedAdamW": "paged-adamw-32bit",  # bitsandbytes/optim/adamw.py: Optimizer2State, optim_bits=32
+    "PagedAdamW32bit": "paged-adamw-32bit",
     "AdamW4bit": None,
     "AdamWFp8": None,
     "Muon": None,

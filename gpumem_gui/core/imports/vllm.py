@@ -340,6 +340,9 @@ def _environment(r: Reading, env: Mapping[str, str]) -> None:
         elif name == _PROFILE_GRAPHS:  # vllm/envs.py: "1" (the default since v0.21) or "0"
             on = to_bool(value, name)
             r.set("profile_cudagraphs", on, name, f"{name}={value}")
+        elif name == "VLLM_USE_V1":  # vllm/envs.py: "0" runs the V0 engine (v0.8 to v0.10)
+            engine = "v1" if to_bool(value, name) else "v0"
+            r.set("vllm_engine", engine, name, f"{name}={value}")
         elif name.startswith("VLLM_"):
             r.warn(f"{name}={value}", "vLLM environment setting not modelled")
 

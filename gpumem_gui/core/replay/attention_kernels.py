@@ -43,6 +43,11 @@ def sdpa_mask(spec: ModelSpec, cfg: ReplayConfig, sliding: bool) -> bool:
         return False
     if spec.traits.always_mask:
         return True
+    if cfg.static_len and cfg.past:
+        # a static cache after the prefill: generate()'s all-ones attention_mask is padded with zeros to
+        # max_cache_len (prepare_padding_mask), so the mask cannot be skipped; the prefill (q_offset 0)
+        # skips it
+        return True
     return sliding and spec.sliding_window is not None and cfg.kv_len >= spec.sliding_window
 
 

@@ -67,12 +67,18 @@ class ReplayConfig:
     offload_ckpt_inputs: bool = False  # unsloth: only the checkpointed layers' inputs go to CPU RAM
     float8: bool = False  # torchao Float8Linear (tensorwise) on the decoder's linears
     compile: bool = False  # torch.compile'd decoder layers: fused RMSNorm (replay/tricks.py, modelled)
+    # inference with a pre-allocated cache (StaticCache, generate(cache_implementation="static")):
+    # every layer's keys and values hold this many tokens and the attention reads all of them
+    # (cache_utils.py StaticLayer.update returns the whole static tensors, get_mask_sizes = max_cache_len);
+    # 0: DynamicCache (replay/static_cache.py)
+    static_len: int = 0
     images: int = 0  # images in each sequence's prompt, run through the vision tower (replay/vision.py)
     image_size: int = 0  # their side in pixels
 
     @property
     def kv_len(self) -> int:
-        return self.past + self.q
+        """Keys the attention reads: the cached and the new tokens, or a static cache's whole length."""
+        return self.static_len or self.past + self.q
 
     @property
     def tokens(self) -> int:

@@ -21,6 +21,7 @@ from gpumem_gui.core.replay.autograd import Sim
 from gpumem_gui.core.replay.cache import KVCache
 from gpumem_gui.core.replay.config import ReplayConfig, last_of_each_kind
 from gpumem_gui.core.replay.model import CausalLM
+from gpumem_gui.core.replay.static_cache import StaticKVCache
 from gpumem_gui.core.replay.tape import TapeCache, record
 from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.kv import kv_elements_per_layer, tokens_kept_transformers
@@ -61,7 +62,13 @@ def _run(sim: Sim, spec: ModelSpec, cfg: ReplayConfig) -> dict[str, Any]:
     if model_kinds(spec).model == "encoder":  # no cache, every layer, the task head (replay/encoder.py)
         return encoder.run_forward(sim, spec, cfg)
     plan = last_of_each_kind(spec)
-    cache = KVCache(sim, spec, cfg.batch, cfg.past, cfg.kv_bytes, cfg.param_dt, plan.replayed)
+    cache = (
+        StaticKVCache(
+            sim, spec, cfg.batch, cfg.past, cfg.kv_bytes, cfg.param_dt, plan.replayed, cfg.static_len
+        )
+        if cfg.static_len
+        else KVCache(sim, spec, cfg.batch, cfg.past, cfg.kv_bytes, cfg.param_dt, plan.replayed)
+    )
     model = CausalLM(sim, spec, cfg, cache)
     sim.tr.start_phase("forward")
     sim.tr.where = "embedding"

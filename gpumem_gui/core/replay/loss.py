@@ -7,6 +7,8 @@ transformers' ``ForCausalLMLoss`` over the full logits, is :meth:`.model.CausalL
   loss upcasts one chunk at a time (``F.cross_entropy(logits.float(), labels, reduction="sum")``: the fp32
   log-probabilities of every chunk stay saved for backward); the recipe shifts the labels after the forward
   (``torch.hstack``) and deletes the logits before ``backward``.
+* ``fp32-shift``: torchtune v0.1 / v0.2's loss (:func:`fp32_shift`): fp32 logits from the model, shifted
+  by a contiguous fp32 copy, ``nn.CrossEntropyLoss`` over them.
 * ``chunked-linear``: torchtune's ``LinearCrossEntropyLoss`` (the loss of 162 of the 172 recipe configs
   that name one, torchtune bd2a0fc): hidden states projected and upcast chunk by chunk inside the loss
   (:func:`chunked_linear`).
@@ -33,46 +35,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gpumem_gui.core.replay import adapters, block
 from gpumem_gui.core.replay.autograd import Node, Sim
+from gpumem_gui.core.replay.logits import cross_entropy_sum as _cross_entropy_sum
+from gpumem_gui.core.replay.logits import head_logits as _head
+from gpumem_gui.core.replay.loss_torchtune import fp32_shift
 from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
 from gpumem_gui.core.replay.sym import chunks
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM
-
-
-def _head(m: CausalLM, x: T) -> T:
-    """The output projection of ``x`` (the head, or the tied embedding) with the TP gather and Gemma-2's
-    final soft-capping, as :meth:`.model.CausalLM.head` does for all positions."""
-    s, spec = m.s, m.spec
-    d, v = spec.token_embedding_dim, spec.vocab_size
-    if m.has("lm_head.weight"):
-        logits = m.linear(x, "lm_head")
-    else:
-        w = m.param("embed_tokens.weight")
-        logits = m.o.linear(x, w, m.w("lm_head.bias"), v, d)
-        if "lm_head.lora_A" in m.p:
-            logits = adapters.lora(m, x, logits, "lm_head", v, d)
-    logits = block.gather_logits(m, logits)
-    s.tr.retag(logits.st, logits.st.kind, "logits")  # type: ignore[arg-type]
-    if spec.final_logit_softcapping:
-        logits = m.o.tanh(m.o.mul(logits, None))
-        logits = m.o.mul(logits, None)
-    return logits
-
-
-def _cross_entropy_sum(s: Sim, logits: T, labels: T) -> T:
-    """``F.cross_entropy(logits.float(), labels, reduction="sum")``: the upcast dies after log_softmax, whose
-    output is saved by log_softmax and nll_loss."""
-    lf = s.cast(logits, "f32")
-    ls = s.new(lf.n, "f32")
-    s.node("copy", (lf,), (ls,), (ls,))
-    del lf
-    out = s.new(1, "f32")
-    total_weight = s.new(1, "f32")
-    s.node("copy", (ls,), (out,), (labels, total_weight))
-    return out
 
 
 def chunked(m: CausalLM, h: T) -> T:
@@ -377,6 +348,7 @@ def _nll_log_softmax_back(sim: Sim, nd: Node, gout: list[Storage | None]) -> lis
 
 
 LOSSES: dict[str, Callable[[CausalLM, T], T]] = {
+    "fp32-shift": fp32_shift,
     "chunked": chunked,
     "chunked-linear": chunked_linear,
     "chunked-trainer": chunked_trainer,

@@ -47,6 +47,7 @@ OPTIMIZERS = (
     "adamw-for-loop",
     "adamw-8bit",
     "paged-adamw-8bit",
+    "paged-adamw-32bit",
     "adafactor",
     "sgd",
     "sgd-momentum",
@@ -55,6 +56,13 @@ OPTIMIZERS = (
 
 _BNB_BLOCK = 256
 _BNB_MIN_8BIT = 4096
+# bitsandbytes/optim/optimizer.py Optimizer8bit.get_state_buffer: a paged optimizer pages a state only when
+# its parameter has at least 1e5 elements ("> 1 MB"); smaller ones get torch.zeros_like in the allocator
+_BNB_MIN_PAGED = 100_000
+# the paged optimizers: HF Trainer optim names paged_adamw_8bit / paged_adamw(_32bit) build bnb AdamW with
+# is_paged = "paged" in optim and optim_bits = 8 if "8bit" in optim else 32 (transformers
+# trainer_optimizer.py); PagedAdamW8bit / PagedAdamW32bit are Optimizer2State(is_paged=True)
+PAGED = frozenset({"paged-adamw-8bit", "paged-adamw-32bit"})
 
 
 @dataclass(frozen=True)
@@ -95,12 +103,23 @@ INFO: dict[str, OptimizerInfo] = {
     ),
     "paged-adamw-8bit": OptimizerInfo(
         "paged AdamW 8-bit (bitsandbytes)",
-        "as AdamW 8-bit, in CUDA unified (paged) memory outside the torch allocator: not in the torch peak "
-        "(fact paged_optimizer_state_bytes); paged in, they still occupy GPU memory, and are evicted to the "
-        "CPU only under memory pressure",
+        "as AdamW 8-bit; the uint8 states of parameters of 1e5 elements or more in CUDA unified (paged) "
+        "memory outside the torch allocator, not in the torch peak (fact paged_optimizer_state_bytes), the "
+        "absmax and smaller parameters' states in it; paged in, they still occupy GPU memory, and are "
+        "evicted to the CPU only under memory pressure",
         "none (fused blockwise kernel)",
         "bitsandbytes/optim/optimizer.py Optimizer2State (is_paged=True, get_paged); bitsandbytes docs "
         "(Paged optimizers: NVIDIA unified memory, automatic page-to-page transfers between CPU and GPU)",
+    ),
+    "paged-adamw-32bit": OptimizerInfo(
+        "paged AdamW 32-bit (bitsandbytes)",
+        "state1 + state2 fp32 (whatever the parameter's dtype); those of parameters of 1e5 elements or more "
+        "in CUDA unified (paged) memory outside the torch allocator (fact paged_optimizer_state_bytes), the "
+        "rest in it; paged in, they occupy GPU memory that nvidia-smi shows and "
+        "torch.cuda.max_memory_allocated does not, and are evicted to the CPU only under memory pressure",
+        "none (fused 32-bit kernel, optimizer_update_32bit)",
+        "bitsandbytes/optim/optimizer.py Optimizer2State.init_state (optim_bits=32), get_state_buffer "
+        "(numel >= 1e5: F.get_paged -> cudaMallocManaged); bitsandbytes/optim/adamw.py PagedAdamW32bit",
     ),
     "adafactor": OptimizerInfo(
         "Adafactor (transformers)",
@@ -135,10 +154,31 @@ def state_bytes_of(optimizer: str, numel: int, shape: tuple[int, ...], dt: str) 
     b = DT_BYTES[dt]
     if opt in ("adamw-foreach", "adamw-fused", "adamw-for-loop"):
         return round(2 * numel * b)
+    return sum(_state_parts(opt, numel, shape, b))
+
+
+def paged_state_bytes(optimizer: str, numel: int) -> int:
+    """Bytes of one parameter's optimizer state a bitsandbytes paged optimizer puts in CUDA unified memory:
+    ``state1`` / ``state2`` through ``get_state_buffer``, paged from 1e5 elements (``absmax`` is always
+    ``torch.zeros``); 0 for every other optimizer or a smaller parameter."""
+    opt = resolve(optimizer)
+    if opt not in PAGED or numel < _BNB_MIN_PAGED:
+        return 0
+    return _state_parts(opt, numel, (numel,), 4)[0]
+
+
+def _state_parts(opt: str, numel: int, shape: tuple[int, ...], b: float) -> tuple[int, ...]:
+    """(bytes of the state tensors get_state_buffer makes, bytes of the rest) of one parameter."""
+    if opt == "paged-adamw-32bit":  # Optimizer2State.init_state, optim_bits 32: two fp32 states
+        return (2 * numel * 4, 0)
     if opt in ("adamw-8bit", "paged-adamw-8bit"):
         if numel < _BNB_MIN_8BIT:
-            return 2 * numel * 4
-        return 2 * (numel + 4 * ceil(numel / _BNB_BLOCK))
+            return (2 * numel * 4, 0)
+        return (2 * numel, 2 * 4 * ceil(numel / _BNB_BLOCK))  # uint8 state1/state2; fp32 absmax1/absmax2
+    return (_plain_state_bytes(opt, numel, shape, b), 0)
+
+
+def _plain_state_bytes(opt: str, numel: int, shape: tuple[int, ...], b: float) -> int:
     if opt == "adafactor":
         if len(shape) >= 2:
             rows = numel // shape[-1]
@@ -179,11 +219,22 @@ def states_total(
 
 
 def outside_allocator(optimizer: str) -> bool:
-    """Whether the optimizer keeps its states outside the torch caching allocator: bitsandbytes' paged
-    optimizers allocate them with ``cudaMallocManaged`` (CUDA unified memory), which ``torch.cuda`` does
-    not count (bitsandbytes/optim/optimizer.py ``Optimizer8bit.get_state_buffer`` -> ``F.get_paged``;
+    """Whether the optimizer keeps states outside the torch caching allocator: bitsandbytes' paged
+    optimizers allocate the large ones with ``cudaMallocManaged`` (CUDA unified memory), which ``torch.cuda``
+    does not count (bitsandbytes/optim/optimizer.py ``Optimizer8bit.get_state_buffer`` -> ``F.get_paged``;
     bitsandbytes docs, "Paged optimizers")."""
-    return resolve(optimizer) == "paged-adamw-8bit"
+    return resolve(optimizer) in PAGED
+
+
+def paged_total(optimizer: str, params: list[Param], shard: int = 1, flat: list[int] | None = None) -> int:
+    """Bytes of the states of ``params`` a paged optimizer keeps in unified memory on one rank
+    (:func:`paged_state_bytes` per parameter, or per flat partition); the rest of :func:`states_total` is
+    in the torch allocator."""
+    if not outside_allocator(optimizer):
+        return 0
+    if flat is not None:
+        return sum(paged_state_bytes(optimizer, n) for n in flat)
+    return -(-sum(paged_state_bytes(optimizer, p.numel) for p in params) // shard)
 
 
 def create_states(
@@ -198,11 +249,9 @@ def create_states(
     """Allocate the optimizer state of every trainable parameter (what exists between steps); ``shard``:
     ZeRO-1+/FSDP ranks keep 1/shard of it; ``master_bytes_per_param``: an fp32 master copy (Megatron,
     DeepSpeed), whose states are then fp32 too; ``flat``: see :func:`states_total`. Paged states
-    (:func:`outside_allocator`) are not allocated here: they are not in the torch peak (:func:`states_total`
-    gives their bytes)."""
-    if outside_allocator(optimizer):
-        return []
+    (:func:`paged_total`) are not allocated here: they are not in the torch peak."""
     total = states_total(optimizer, params, shapes, shard, master_bytes_per_param, flat)
+    total -= paged_total(optimizer, params, shard, flat)
     return [sim.storage(total, "optimizer states", "optstate")] if total else []
 
 

@@ -20,7 +20,13 @@ from gpumem_gui.core.replay.encoder import EncoderModel
 from gpumem_gui.core.replay.engine import backward
 from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
 from gpumem_gui.core.replay.model import CausalLM
-from gpumem_gui.core.replay.optim import create_states, outside_allocator, states_total, step, step_flat
+from gpumem_gui.core.replay.optim import (
+    create_states,
+    outside_allocator,
+    paged_total,
+    step,
+    step_flat,
+)
 from gpumem_gui.core.replay.seq2seq_bart import seq2seq_lm
 from gpumem_gui.core.replay.tricks import optimizer_in_backward
 from gpumem_gui.core.spec.kinds_of import model_kinds
@@ -256,7 +262,7 @@ def _outside_allocator(
     """Bytes of optimizer states outside the torch allocator (bitsandbytes' paged states) on this rank."""
     if not outside_allocator(optimizer) or opts.offload_states:
         return 0
-    return states_total(optimizer, stepped, shapes, opts.state_shard, opts.master_bytes_per_param, flat)
+    return paged_total(optimizer, stepped, opts.state_shard, flat)
 
 
 def _microbatches(

@@ -44,8 +44,11 @@ from gpumem_gui.core.runtimes.sglang_options import (
     PageSize,
     SwaFullTokensRatio,
 )
+from gpumem_gui.core.runtimes.transformers_options import CacheImplementation
 from gpumem_gui.core.runtimes.vllm_options import (
     VllmBlockSize,
+    VllmEnforceEager,
+    VllmEngine,
     VllmHybridKvCache,
     VllmImagesPerPrompt,
     VllmMaxCaptureSize,
@@ -166,6 +169,7 @@ class InferenceRun(Frozen):
             engines=("transformers",),
         ),
     ] = "last"
+    cache_implementation: CacheImplementation = "dynamic"
     bnb_compute_dtype: Annotated[
         Literal["auto", "fp32", "bf16", "fp16"],
         UI(
@@ -267,17 +271,10 @@ class InferenceRun(Frozen):
             engines=("vllm",),
         ),
     ] = None
-    enforce_eager: Annotated[
-        bool,
-        UI(
-            "Enforce eager",
-            "vLLM",
-            "no CUDA-graph capture (saves its memory pool, runs slower)",
-            engines=("vllm",),
-        ),
-    ] = False
+    enforce_eager: VllmEnforceEager = False
     max_cudagraph_capture_size: VllmMaxCaptureSize = None
     profile_cudagraphs: VllmProfileCudagraphs = True
+    vllm_engine: VllmEngine = "v1"
     tp_link: VllmTpLink = "auto"
     block_size: VllmBlockSize = 16
     hybrid_kv_cache: VllmHybridKvCache = True

@@ -11,6 +11,7 @@ NCCL's buffers under tensor parallelism and the caching allocator's reserve
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 from gpumem_gui.core.errors import GpumemInputError
@@ -18,6 +19,7 @@ from gpumem_gui.core.formats import WeightBytes, get_weight_format, kv_bytes_per
 from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.replay.config import ReplayConfig
 from gpumem_gui.core.replay.forward import KINDS, ForwardResult, replay_forward
+from gpumem_gui.core.replay.static_cache import static_cache_refusal
 from gpumem_gui.core.replay.vision import has_tower as _has_tower
 from gpumem_gui.core.replay.vision import image_tokens
 from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase, tp_ranks
@@ -73,7 +75,7 @@ def _kind_explanation(kind: str, where: str, dt_label: str) -> Explanation:
     )
 
 
-def _kind_components(sim: ForwardResult, dt_label: str) -> list[Component]:
+def _kind_components(sim: ForwardResult, dt_label: str, static: int = 0) -> list[Component]:
     out = []
     for kind in KINDS:
         n = sim.by_kind.get(kind, 0)
@@ -82,15 +84,30 @@ def _kind_components(sim: ForwardResult, dt_label: str) -> list[Component]:
         key = (
             kind if kind in ("kv_cache", "logits", "recurrent_state") else _KIND_KEYS.get(kind, f"act_{kind}")
         )
+        static_kv = static and kind == "kv_cache"
         out.append(
             Component(
                 key=key,
-                label=_KIND_LABELS[kind],
+                label="KV cache (static, pre-allocated)" if static_kv else _KIND_LABELS[kind],
                 bytes=n,
-                explain=_kind_explanation(kind, sim.where, dt_label),
+                explain=_static_explanation(static, sim.where)
+                if static_kv
+                else _kind_explanation(kind, sim.where, dt_label),
             )
         )
     return out
+
+
+def _static_explanation(length: int, where: str) -> Explanation:
+    """The static cache's entry: allocated whole for max_cache_len tokens (replay/static_cache.py)."""
+    return Explanation(
+        formula="batch x (K + V elements per token) x max_cache_len x bytes, summed over the layers "
+        "initialised by this point of the forward (all of them after the prefill); max_cache_len = prompt + "
+        "new tokens - 1, allocated by each layer's first update and written in place",
+        inputs={"max_cache_len": length, "where": where},
+        source="transformers 5.24 cache_utils.py StaticLayer.lazy_initialization / update; "
+        "generation/utils.py _prepare_cache_for_generation (max_cache_length = max_length - 1)",
+    )
 
 
 def _generate_scores(run: InferenceRun, vocab: int) -> Component:
@@ -125,6 +142,11 @@ class Transformers(Runtime):
     def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
         if run.attn == "flash" and run.compute_dtype == "fp32":
             raise GpumemInputError("flash attention needs fp16 or bf16 activations", field="attn")
+        if run.cache_implementation == "static" and (why := static_cache_refusal(spec)):
+            raise GpumemInputError(
+                f"cache_implementation static: modelled for decoders whose layers all attend fully; {why}",
+                field="cache_implementation",
+            )
         return []
 
     def _stage(
@@ -162,6 +184,11 @@ class Transformers(Runtime):
             weights_counted=False,
             bnb4_compute=bnb4,
         )
+        # a static cache (replay/static_cache.py): max_cache_len = max_length - 1 = prompt + new tokens - 1
+        static = (
+            run.seq + image_tok + max(run.new_tokens - 1, 0) if run.cache_implementation == "static" else 0
+        )
+        fwd = replace(fwd, static_len=static)
         pre = replay_forward(rspec, fwd)
         # the images' keys and values in the cross-attention layers (runtimes/cross_attention.py)
         cross = [c] if (c := cross_cache_component(rspec, run, kvb)) is not None else []
@@ -171,13 +198,13 @@ class Transformers(Runtime):
             "prefill": Phase(
                 name="prefill",
                 peak_bytes=weights.bytes + pre.peak + held,
-                components=(weights, *_kind_components(pre, run.compute_dtype), *cross),
+                components=(weights, *_kind_components(pre, run.compute_dtype, static), *cross),
                 note=f"peak at {pre.where}",
             ),
         }
         logical = pre.kv_cache_logical
-        if run.new_tokens > 0:
-            past = run.tokens + image_tok - 1
+        if run.new_tokens > (1 if static else 0):  # generate()'s last step (a static cache: its last slot)
+            past = static - 1 if static else run.tokens + image_tok - 1
             step = ReplayConfig(
                 batch=run.batch,
                 q=1,
@@ -189,6 +216,7 @@ class Transformers(Runtime):
                 lm_head=last_stage,
                 weights_counted=False,
                 bnb4_compute=bnb4,
+                static_len=static,
             )
             dec = replay_forward(rspec, step)
             extra = [_generate_scores(run, rspec.vocab_size)] if last_stage else []
@@ -196,7 +224,7 @@ class Transformers(Runtime):
             phases["decode"] = Phase(
                 name="decode",
                 peak_bytes=weights.bytes + dec.peak + sum(c.bytes for c in extra),
-                components=(weights, *_kind_components(dec, run.compute_dtype), *extra),
+                components=(weights, *_kind_components(dec, run.compute_dtype, static), *extra),
                 note=f"last step: 1 token after {past} cached; peak at {dec.where}",
             )
             logical = max(logical, dec.kv_cache_logical)

@@ -73,7 +73,7 @@ def _kv_pool(
         "budget_bytes": budget,
         "gpu_cuda_total_bytes": capacity,
     }
-    graphs = " - CUDA graphs" if run.profile_cudagraphs else ""
+    graphs = "" if vp.graphs_after_kv(run) else " - CUDA graphs"
     head = f"(gpu_memory_utilization x CUDA's total - weights - activations - non-torch{graphs}), "
     if not lay.windowed:  # full attention: one group of every layer
         kv_tokens = blocks * bs
@@ -283,13 +283,13 @@ class Vllm(Runtime):
         per_tok = kv_per_token(spec, kv_elem, run.tp, kv_layers)
         lay = _layout(spec, run, kv_elem, per_tok)
         max_len = run.max_model_len or run.tokens
-        tokens, seqs = vp.batch_defaults(run, capacity)
+        tokens, seqs = vp.batch_defaults(run, capacity, max_len, any(model_kinds(spec).bounds().values()))
         weights_c = _weights(spec, run, wb)
         w = weights_c.bytes
         activation = vp.activation(spec, run, tokens, seqs, last_stage=True, max_len=max_len)
         non_torch = vp.non_torch(run, capacity)
         graphs = vp.cudagraphs(spec, run, seqs, layers)
-        non_kv = w + activation.bytes + non_torch.bytes + (graphs.bytes if run.profile_cudagraphs else 0)
+        non_kv = w + activation.bytes + non_torch.bytes + (0 if vp.graphs_after_kv(run) else graphs.bytes)
         facts: dict[str, object] = {
             "kv_bytes_per_token": per_tok,
             "block_size": run.block_size,

@@ -68,7 +68,9 @@ def vllm_command(model: str, run: InferenceRun, est: Estimate) -> list[str]:
         args += ["--limit-mm-per-prompt", json.dumps({"image": run.images_per_prompt})]
     if run.enforce_eager:
         args.append("--enforce-eager")
-    if not run.profile_cudagraphs:  # vllm/envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
+    if run.vllm_engine == "v0":  # vllm/envs.py VLLM_USE_V1 (v0.8 to v0.10; V0 was the only engine before)
+        args = ["VLLM_USE_V1=0", *args]
+    elif not run.profile_cudagraphs:  # vllm/envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
         args = ["VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0", *args]
     return [shlex.join(args)]
 

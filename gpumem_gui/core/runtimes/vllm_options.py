@@ -1,7 +1,8 @@
 """vLLM's own knobs beyond the shared inference fields, declared once (types, ranges, UI) and listed in
 :class:`~gpumem_gui.core.runtimes.run.InferenceRun` with ``engines=("vllm",)``.
 
-Each default is vLLM's own (V1 engine), with its source; the semantics live in :mod:`.vllm` and
+Each default is vLLM's own (V1 engine; ``vllm_engine`` v0 swaps in the V0 engine's), with its source; the
+semantics live in :mod:`.vllm` and
 :mod:`.vllm_profile`. Prefix caching (``--enable-prefix-caching``) has no field: it reuses pages of the same
 pool and allocates nothing of its own, so it changes no byte of the estimate.
 """
@@ -46,6 +47,11 @@ VllmMaxCaptureSize = Annotated[
         none=0,
         engines=_E,
     ),
+]
+
+VllmEnforceEager = Annotated[
+    bool,
+    UI("Enforce eager", _G, "no CUDA-graph capture (saves its memory pool, runs slower)", engines=_E),
 ]
 
 VllmProfileCudagraphs = Annotated[
@@ -110,6 +116,20 @@ VllmImagesPerPrompt = Annotated[
         "vLLM's default limit (999 per modality)",
         special="auto (999)",
         none=-1,
+        engines=_E,
+    ),
+]
+
+VllmEngine = Annotated[
+    Literal["v1", "v0"],
+    UI(
+        "Engine generation",
+        _G,
+        "v1: vLLM's V1 engine (the default since v0.8); v0: the V0 engine of older logs (VLLM_USE_V1=0 up "
+        "to v0.10): max_num_seqs 256, max_num_batched_tokens max(max_model_len, 2048) (2048 above 32K "
+        "tokens, chunked prefill), CUDA graphs of up to 256 sequences captured after the KV cache, outside "
+        "the budget",
+        choices=(("V1 (v0.8 and later)", "v1"), ("V0 (up to v0.7; VLLM_USE_V1=0)", "v0")),
         engines=_E,
     ),
 ]

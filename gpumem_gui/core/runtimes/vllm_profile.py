@@ -51,8 +51,37 @@ CUDAGRAPH_BYTES_PER_LAYER_SIZE = round(0.65 * GiB / (34 * 67))
 CUDAGRAPH_MAX_CAPTURE = 512  # vllm/config/compilation.py: max_cudagraph_capture_size <= 512 by default
 
 
-def batch_defaults(run: InferenceRun, capacity: int | None) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs): the run's own, else vLLM's default for the GPU's size."""
+# The V0 engine (vllm/engine/arg_utils.py EngineArgs of v0.2 to v0.10): max_num_seqs 256 on every GPU;
+# vllm/config.py SchedulerConfig.__post_init__ (v0.6.6): max_num_batched_tokens = max(max_model_len, 2048),
+# or 2048 with chunked prefill, which EngineArgs.create_engine_config turns on for max_model_len > 32K
+# ("Chunked prefill is enabled by default for models with max_model_len > 32K") unless the model has a
+# sliding window. (Before v0.6.6 the chunked default was 512 tokens; set --max-num-batched-tokens then.)
+V0_MAX_NUM_SEQS = 256
+V0_MIN_BATCHED_TOKENS = 2048
+V0_CHUNKED_PREFILL_ABOVE = 32 * 1024
+V0_CHUNKED_TOKENS = 2048
+# vllm/worker/model_runner.py (v0.4 to v0.10): _BATCH_SIZES_TO_CAPTURE = [1, 2, 4] + [8 * i for i in
+# range(1, 33)], captured up to _get_graph_batch_size(max_num_seqs) (max_num_seqs rounded up to 4, then 8)
+V0_CAPTURE_SIZES = (1, 2, 4, *range(8, 257, 8))
+
+
+def graphs_after_kv(run: InferenceRun) -> bool:
+    """Whether the CUDA graphs are captured after the KV cache is allocated, outside the
+    gpu_memory_utilization budget: always in V0 (vllm/worker/worker.py initialize_cache: _init_cache_engine,
+    then _warm_up_model captures), in V1 unless VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
+    (profile_cudagraphs)."""
+    return run.vllm_engine == "v0" or not run.profile_cudagraphs
+
+
+def batch_defaults(
+    run: InferenceRun, capacity: int | None, max_len: int = 0, windowed: bool = False
+) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs): the run's own, else the engine's default: V1 by the GPU's
+    size, V0 from max_model_len (chunked prefill above 32K tokens for a model without sliding windows)."""
+    if run.vllm_engine == "v0":
+        chunked = max_len > V0_CHUNKED_PREFILL_ABOVE and not windowed
+        tokens = V0_CHUNKED_TOKENS if chunked else max(max_len or run.tokens, V0_MIN_BATCHED_TOKENS)
+        return run.max_num_batched_tokens or tokens, run.max_num_seqs or V0_MAX_NUM_SEQS
     if capacity is None:
         tokens, seqs = DEFAULTS_NO_GPU
     else:
@@ -60,11 +89,24 @@ def batch_defaults(run: InferenceRun, capacity: int | None) -> tuple[int, int]:
     return run.max_num_batched_tokens or tokens, run.max_num_seqs or seqs
 
 
+def _v0_graph_batch(max_num_seqs: int) -> int:
+    """vllm/worker/model_runner.py _get_graph_batch_size: 1, 2, 4, else rounded up to a multiple of 8."""
+    if max_num_seqs <= 2:
+        return max_num_seqs
+    if max_num_seqs <= 4:
+        return 4
+    return -(-max_num_seqs // 8) * 8
+
+
 def capture_sizes(run: InferenceRun, max_num_seqs: int) -> tuple[int, ...]:
-    """The batch sizes vLLM captures: 1, 2, 4, every 8 below 256, every 16 from 256, up to the maximum
-    (``--max-cudagraph-capture-size``, default min(2 x max_num_seqs, 512)); none with --enforce-eager."""
+    """The batch sizes vLLM captures: V1 1, 2, 4, every 8 below 256, every 16 from 256, up to the maximum
+    (``--max-cudagraph-capture-size``, default min(2 x max_num_seqs, 512)); V0 its fixed list up to the
+    padded max_num_seqs; none with --enforce-eager."""
     if run.enforce_eager:
         return ()
+    if run.vllm_engine == "v0":
+        top = _v0_graph_batch(max_num_seqs)
+        return tuple(s for s in V0_CAPTURE_SIZES if s <= top)
     top = run.max_cudagraph_capture_size or min(2 * max_num_seqs, CUDAGRAPH_MAX_CAPTURE)
     sizes = [s for s in (1, 2, 4) if s <= top]
     sizes += list(range(8, min(top, 255) + 1, 8)) + list(range(256, top + 1, 16))

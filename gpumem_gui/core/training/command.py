@@ -16,6 +16,7 @@ HF_OPTIM = {
     "adamw-for-loop": "adamw_torch",
     "adamw-8bit": "adamw_bnb_8bit",
     "paged-adamw-8bit": "paged_adamw_8bit",
+    "paged-adamw-32bit": "paged_adamw_32bit",
     "adafactor": "adafactor",
     "sgd": "sgd",
     "sgd-momentum": "sgd",

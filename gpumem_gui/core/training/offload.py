@@ -80,7 +80,10 @@ def rank_notes(res: StepResult) -> list[str]:
         return []
     gib = res.outside_allocator_bytes / (1 << 30)
     return [
-        f"paged optimizer: {gib:.2f} GiB of optimizer states live in CUDA unified memory, outside the torch "
-        "allocator, and are not in the peak; paged in, they still occupy GPU memory, and bitsandbytes evicts "
-        "them to the CPU only under memory pressure (bitsandbytes docs, Paged optimizers)"
+        f"paged optimizer: {gib:.2f} GiB of optimizer states live in CUDA unified memory "
+        "(cudaMallocManaged), outside the torch allocator, and are not in the peak: "
+        "torch.cuda.max_memory_allocated / reserved never count them, while nvidia-smi shows them in the "
+        "process's memory as long as they are paged in on the GPU, which they are until memory pressure "
+        "evicts them to the CPU (bitsandbytes docs, Paged optimizers); states of parameters under 1e5 "
+        "elements and 8-bit absmax stay in the torch allocator"
     ]

@@ -140,10 +140,16 @@ PROFILES: dict[str, Profile] = {
             "torchtune recipes/configs/*/*.yaml loss: torchtune.modules.loss.LinearCrossEntropyLoss "
             "(num_output_chunks=8; 162 of the 172 configs naming a loss, torchtune bd2a0fc), "
             "torchtune/modules/loss/cross_entropy_loss.py",
-            loss_impl=(("chunked", "chunked-linear"),),
+            # chunked-output: the replay's CEWithChunkedOutputLoss (replay/loss.py chunked, torchtune v0.3 to
+            # v0.5); fp32-shift: v0.1 / v0.2's fp32 logits and shifted copy (replay/loss.py fp32_shift)
+            loss_impl=(("chunked", "chunked-linear"), ("chunked-output", "chunked")),
+            losses=(*ALL_LOSSES, "chunked-output", "fp32-shift"),
             tricks=frozenset(TRICKS) - {"ckpt_every", "ckpt_policy", "float8"},
             zero=(0,),
-            fsdp_versions=(2,),
+            # FSDP1 (FullyShardedDataParallel, ModuleWrapPolicy({TransformerDecoderLayer}), FULL_SHARD,
+            # mixed_precision None) in the distributed recipes up to v0.2
+            # (recipes/full_finetune_distributed.py of torchtune 4c19547); fully_shard (FSDP2) since
+            fsdp_versions=(2, 1),
             grad_sync_source="torchtune recipes/full_finetune_distributed.py train: current_loss.backward() "
             "on every micro-batch, no set_requires_gradient_sync (torchtune 015b39c)",
             notes=(
@@ -151,7 +157,8 @@ PROFILES: dict[str, Profile] = {
                 "register_optim_in_bwd_hooks), off in the distributed configs, on in most single-device ones",
                 "activation_offload: enable_activation_offloading "
                 "(torchtune/training/_activation_offloading.py)",
-                "FSDP: fully_shard (FSDP2) in every distributed recipe",
+                "FSDP: fully_shard (FSDP2) in every distributed recipe since v0.3; FullyShardedDataParallel "
+                "(FSDP1) up to v0.2 (--fsdp-version 1)",
             ),
         ),
         Profile(

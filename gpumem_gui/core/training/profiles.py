@@ -219,6 +219,8 @@ def profile_facts(run: TrainingRun, host_bytes: int) -> dict[str, str | int]:
 _TRICK_SOURCES = {
     "chunked": "loss: torchtune CEWithChunkedOutputLoss + TransformerDecoder.chunked_output "
     "(torchtune/modules/loss/ce_chunked_output_loss.py, modules/transformer.py); traced",
+    "fp32-shift": "loss: torchtune v0.1 / v0.2 (TransformerDecoder.forward self.output(h).float(); recipe "
+    "logits[..., :-1, :].contiguous(), nn.CrossEntropyLoss); modelled from the source, not traced",
     "chunked-linear": "loss: torchtune LinearCrossEntropyLoss "
     "(torchtune/modules/loss/cross_entropy_loss.py); traced",
     "chunked-trainer": "loss: Axolotl chunked_cross_entropy (src/axolotl/monkeypatch/loss/chunked.py "

@@ -26,6 +26,7 @@ from gpumem_gui.core.training.run_adapters import (
     parse_lora_targets,
 )
 from gpumem_gui.core.training.run_options import (
+    OPTIMIZER_CHOICES,
     ActivationOffload,
     AllgatherBucket,
     BucketCapMb,
@@ -56,7 +57,7 @@ Method = Literal["full", "lora", "qlora"]
 Precision = Literal["amp-bf16", "amp-fp16", "mp-bf16", "bf16", "fp32", "megatron-bf16"]
 Optimizer = Literal[
     "adamw", "adamw-fused", "adamw-foreach", "adamw-for-loop", "adamw-8bit", "paged-adamw-8bit", "adafactor",
-    "sgd", "sgd-momentum", "lion",
+    "sgd", "sgd-momentum", "lion", "paged-adamw-32bit",
 ]  # fmt: skip
 
 _M, _S, _G = "Method", "Step", "GPUs and sharding"
@@ -112,21 +113,11 @@ class TrainingRun(Frozen):
         UI(
             "Optimizer",
             _M,
-            "AdamW keeps two fp32 states per trainable parameter (8-bit: one byte each, paged: in unified "
-            "memory); adamw = torch's CUDA default (foreach); foreach/fused/for-loop differ in their step "
+            "AdamW keeps two fp32 states per trainable parameter (8-bit: one byte each; paged: those of "
+            "parameters of 1e5 elements or more in CUDA unified memory, outside the torch allocator); "
+            "adamw = torch's CUDA default (foreach); foreach/fused/for-loop differ in their step "
             "temporaries; Adafactor factors the second moment; SGD keeps none (momentum: one)",
-            choices=(
-                ("AdamW (torch default: foreach)", "adamw"),
-                ("AdamW fused", "adamw-fused"),
-                ("AdamW foreach", "adamw-foreach"),
-                ("AdamW for-loop", "adamw-for-loop"),
-                ("AdamW 8-bit (bitsandbytes)", "adamw-8bit"),
-                ("paged AdamW 8-bit (bitsandbytes)", "paged-adamw-8bit"),
-                ("Adafactor", "adafactor"),
-                ("SGD", "sgd"),
-                ("SGD with momentum", "sgd-momentum"),
-                ("Lion", "lion"),
-            ),
+            choices=OPTIMIZER_CHOICES,
         ),
     ] = "adamw"
     batch: Annotated[

@@ -62,18 +62,22 @@ FrameworkField = Annotated[
     ),
 ]
 LossField = Annotated[
-    Literal["auto", "standard", "chunked", "fused-linear"],
+    Literal["auto", "standard", "chunked", "chunked-output", "fp32-shift", "fused-linear"],
     UI(
         "Loss",
         _F,
         "how the cross-entropy is computed: standard (full logits, upcast to fp32), chunked (torchtune "
-        "CEWithChunkedOutputLoss: logits per chunk of tokens), fused-linear (Liger / unsloth / Cut "
-        "Cross-Entropy: the head and the loss fused, logits never materialised for the whole sequence); "
-        "auto: the framework's default",
+        "LinearCrossEntropyLoss, earlier CEWithChunkedOutputLoss: logits per chunk of tokens), "
+        "chunked-output (torchtune v0.3 to v0.5: CEWithChunkedOutputLoss over the model's chunked output, "
+        "each chunk upcast alone), fp32-shift (torchtune v0.1 / v0.2: fp32 logits and a shifted fp32 copy), "
+        "fused-linear (Liger / unsloth / Cut Cross-Entropy: the head and the loss fused, logits never "
+        "materialised for the whole sequence); auto: the framework's default",
         choices=(
             ("framework default", "auto"),
             ("standard (full logits)", "standard"),
             ("chunked cross-entropy", "chunked"),
+            ("chunked output (torchtune v0.3-v0.5)", "chunked-output"),
+            ("fp32 logits + shift copy (torchtune v0.1/v0.2)", "fp32-shift"),
             ("fused linear cross-entropy", "fused-linear"),
         ),
     ),
@@ -327,3 +331,18 @@ PpVirtual = Annotated[
         shown=lambda v: v.get("pp_schedule") == "interleaved-1f1b",
     ),
 ]
+
+# the optimizer field's values in display order (training/run.py TrainingRun.optimizer)
+OPTIMIZER_CHOICES = (
+    ("AdamW (torch default: foreach)", "adamw"),
+    ("AdamW fused", "adamw-fused"),
+    ("AdamW foreach", "adamw-foreach"),
+    ("AdamW for-loop", "adamw-for-loop"),
+    ("AdamW 8-bit (bitsandbytes)", "adamw-8bit"),
+    ("paged AdamW 8-bit (bitsandbytes)", "paged-adamw-8bit"),
+    ("paged AdamW 32-bit (bitsandbytes)", "paged-adamw-32bit"),
+    ("Adafactor", "adafactor"),
+    ("SGD", "sgd"),
+    ("SGD with momentum", "sgd-momentum"),
+    ("Lion", "lion"),
+)

@@ -72,6 +72,45 @@ def _decode(model: Any, mt: Any, cfg: Any, batch: int, past: int, out: dict[str,
     del res, step, scores, processed, cache
 
 
+def _static_decode(model: Any, mt: Any, cfg: Any, batch: int, length: int, out: dict[str, Any]) -> None:
+    """generate(cache_implementation="static")'s last step: a StaticCache of ``length`` tokens filled to
+    ``length - 1`` (a prefill, then a one-token step), then the step that writes its last slot, with
+    generate()'s all-ones attention mask and the previous step's fp32 scores alive. The caches and masks are
+    made before tracking (as generate() holds them outside the forward); the layers' static tensors are
+    allocated inside it (StaticLayer.lazy_initialization at the first update)."""
+    import torch
+
+    mt.enter("warmup")
+    gc.collect()
+    cache = STATIC.pop("cache")
+    if length > 2:
+        ids = token_ids(cfg, batch, length - 2)
+        res = model(
+            input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1, attention_mask=STATIC["first"]
+        )
+        del res, ids
+    mt.reset_mod_stats()
+    res = model(
+        input_ids=token_ids(cfg, batch, 1),
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=1,
+        attention_mask=STATIC["second"],
+    )
+    scores = res.logits[:, -1].to(copy=True, dtype=torch.float32)
+    processed = scores.clone()
+    del res
+    mt.enter("decode")
+    step = token_ids(cfg, batch, 1)
+    res = model(input_ids=step, cache=cache, use_cache=True, logits_to_keep=1, attention_mask=STATIC["last"])
+    out["kv_cache_bytes"] = cache_bytes(res.past_key_values)
+    del res, step, scores, processed, cache
+
+
+# a static trace's caches and generate()'s attention masks, made before tracking
+STATIC: dict[str, Any] = {}
+
+
 def trace_inference(
     raw: dict[str, Any], run: dict[str, Any], trust_remote_code: bool = False
 ) -> dict[str, Any]:
@@ -96,6 +135,19 @@ def trace_inference(
         finally:
             WHOLE_MODEL.reset(whole)
         out["attn_implementation_used"] = attn_used(model)
+        static = run.get("cache_implementation") == "static" and req is None and not is_seq2seq(cfg)
+        length = seq + max(new - 1, 0)  # generate(): max_cache_len = max_length - 1
+        if static:  # generate()'s all-ones attention masks (generation/utils.py), outside the tracked memory
+            from transformers import StaticCache
+
+            prefill_cache = StaticCache(config=cfg, max_cache_len=length)
+            STATIC.update(
+                cache=StaticCache(config=cfg, max_cache_len=length),
+                prefill=torch.ones((batch, seq), dtype=torch.long),
+                first=torch.ones((batch, length - 2), dtype=torch.long),
+                second=torch.ones((batch, length - 1), dtype=torch.long),
+                last=torch.ones((batch, length), dtype=torch.long),
+            )
         mt = memory_tracker()
         mt.track_external(model)
         with mt, torch.no_grad(), grids:  # grids: after the build imported the modeling code
@@ -120,13 +172,19 @@ def trace_inference(
                     notes[:] = [n for n in notes if "run with text only" not in n]
                     notes.append(f"images: {req[0]} of {req[1]} x {req[1]} pixels per sequence (vision.py)")
                     seq = int(ids.shape[1])
+                if static:  # generate(cache_implementation="static"): the prefill fills a StaticCache
+                    extra = {"cache": prefill_cache, "attention_mask": STATIC["prefill"]}
                 res = model(input_ids=ids, use_cache=True, logits_to_keep=keep, **extra)
                 out["logits_bytes"] = int(res.logits.numel() * res.logits.element_size())
                 cache = res.past_key_values
                 out["kv_cache_bytes"] = cache_bytes(cache)
                 del res, ids, cache, extra
-            if new > 0:
+            if static and new > 1:
+                del prefill_cache
+                _static_decode(model, mt, cfg, batch, length, out)
+            elif new > 0 and not static:
                 _decode(model, mt, cfg, batch, seq + new - 1, out)
+        STATIC.clear()
         out["phases"] = {k: v for k, v in mt.phase_peaks.items() if k != "warmup"}
         out["phases"]["load"] = flat(mt.get_tracker_snapshot("current"))
         if req is None:  # with images the whole model was built: its vision tower is in every phase
