@@ -38,22 +38,28 @@ def _check_adapters(spec: ModelSpec, run: TrainingRun) -> list[str]:
     warnings = []
     modules = adapters.linear_modules(spec, tensors)
     shapes = {t.name: t.shape for t in tensors} | {t.name: t.shape for ts in modules.values() for t in ts}
-    smallest = min(min(shapes[name]) for name in chosen)
+    smallest = min(min(shapes[name][-2:]) for name in chosen)  # an expert stack: (experts, out, in)
     if run.lora_rank > smallest:
         warnings.append(
             f"lora_rank: {run.lora_rank} exceeds the smallest targeted layer dimension ({smallest}); PEFT "
             "builds such adapters, but they hold more than the layer they adapt"
         )
-    if spec.moe is not None:
-        # peft 0.21 utils/transformers_weight_conversion.py, _convert_peft_config_moe: v4 expert / router
-        # targets become target_parameters on transformers 5's fused expert stacks (ParamWrapper), which
-        # merges each layer's LoRA delta into a full-size copy of the stack in the forward
+    stacks = sorted({name.rsplit(".", 1)[-1] for name in chosen if len(shapes[name]) == 3})
+    wrapped = bool(stacks) or any(adapters.is_router(t) and t.name in chosen for t in tensors)
+    if wrapped and run.lora_dropout > 0:  # peft tuners/lora/layer.py ParamWrapper.__init__ raises
+        raise GpumemInputError(
+            f"must be 0 when the expert stacks or the router are targets, got {run.lora_dropout}: PEFT's "
+            "ParamWrapper refuses dropout (name the attention projections only to keep it)",
+            field="lora_dropout",
+        )
+    if stacks:
+        # peft 0.21 utils/transformers_weight_conversion.py _convert_peft_config_moe (see replay/moe_lora.py)
         warnings.append(
-            "lora: PEFT 0.21 on transformers 5 also adapts the fused expert stacks and the router of many "
-            "MoE models (and merges each layer's experts in the forward); this estimate adapts attention, "
-            "dense/shared MLP linears and, when named as a target (gate), the router only: about half of "
-            "the peak `gpumem trace` measures for Mixtral-8x7B, Qwen3-30B-A3B and DeepSeek-V2-Lite; trace "
-            "this model to know"
+            f"lora: PEFT on transformers 5 adapts the fused expert stacks ({', '.join(stacks)}) as "
+            "parameters "
+            "(ParamWrapper) and merges a full-size copy of each, kept for backward, in every MoE layer's "
+            "forward; MLP linears named like the experts' v4 projections (dense layers, shared experts) "
+            "get no adapters"
         )
     return warnings
 
