@@ -137,3 +137,56 @@ def test_the_estimate_says_the_experts_are_adapted() -> None:
     assert not any(
         "expert stacks" in w for w in estimate_training(dense, make_training_run(method="lora")).warnings
     )
+
+
+# ---- QLoRA: how a 4-bit base stores the routed experts (run field qlora_experts)
+QWEN3_MOE = EXTRA / "synthetic__qwen3_moe-sparse-step2.json"
+# two MoE layers of 8 experts: gate_up [8, 256, 256] and down [8, 256, 128]
+STACK_NUMEL = 2 * 8 * (256 * 256 + 256 * 128)
+
+
+def _qlora(**run: object):
+    spec = load_model(str(QWEN3_MOE)).spec
+    base = {"method": "qlora", "precision": "bf16", "seq": 64, "lora_targets": "q_proj,v_proj"}
+    return estimate_training(spec, make_training_run(**{**base, **run}))
+
+
+def _weights(est) -> int:
+    return sum(c.bytes for c in est.phases["forward"].components if c.key == "parameters")
+
+
+def test_4bit_experts_store_the_stacks_in_4_bit() -> None:
+    """bf16 (transformers >= 5 under bitsandbytes): the stacks are bf16 parameters; 4bit: packed nf4 (half
+    a byte per weight), a 4-byte absmax per 64 and a quant_map per expert matrix: the weights fall by 1.4
+    bytes per expert weight at least."""
+    bf16, four = _qlora(qlora_experts="bf16"), _qlora(qlora_experts="4bit")
+    assert _weights(bf16) - _weights(four) >= STACK_NUMEL * 1.4
+    assert any("routed experts are bf16" in w for w in bf16.warnings)
+    assert any("routed experts are 4-bit" in w for w in four.warnings)
+
+
+def test_4bit_stacks_are_dequantized_and_kept_for_backward() -> None:
+    """Bnb4bitParametrization dequantizes a whole stack (no_grad) when the experts read it, and the grouped
+    matmul saves that copy: without checkpointing every MoE layer keeps a bf16 copy of its stacks, so the
+    forward activations grow by at least the bf16 stacks over the bf16-experts run."""
+
+    def acts(est) -> int:
+        keys = ("activations", "dequantized_weights")
+        return sum(c.bytes for c in est.phases["forward"].components if c.key in keys)
+
+    assert acts(_qlora(qlora_experts="4bit")) - acts(_qlora(qlora_experts="bf16")) >= STACK_NUMEL * 2
+    ckpt = {"grad_ckpt": True}
+    assert _qlora(qlora_experts="4bit", **ckpt).peak_bytes < _qlora(qlora_experts="bf16", **ckpt).peak_bytes
+
+
+def test_4bit_experts_need_a_4_bit_base() -> None:
+    with pytest.raises(GpumemInputError) as e:
+        _qlora(qlora_base="int8", qlora_experts="4bit")
+    assert e.value.field == "qlora_experts"
+    assert any("LLM.int8" in w for w in _qlora(qlora_base="int8").warnings)
+
+
+def test_a_dense_model_says_nothing_about_experts() -> None:
+    dense = load_model(str(reference_dir() / "configs" / "Qwen__Qwen3-0.6B.json")).spec
+    est = estimate_training(dense, make_training_run(method="qlora", qlora_experts="4bit"))
+    assert not any("qlora_experts" in w for w in est.warnings)

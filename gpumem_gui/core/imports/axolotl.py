@@ -90,11 +90,9 @@ def _adapter(top: Keys) -> None:
         top.warn("load_in_8bit", "an 8-bit base without a LoRA adapter is not modelled (full fine-tuning)")
     top.warn("lora_modules_to_save", "fully trained extra modules (embeddings, head) are not modelled")
     top.warn("tokens", "added tokens resize the embedding and the head: not modelled (config vocabulary)")
-    top.warn(
-        "quantize_moe_experts",
-        "NF4 MoE expert stacks (Axolotl's expert quantization) are not modelled: the experts are estimated "
-        "in the training dtype",
-    )
+    experts = top.bool("quantize_moe_experts")  # bitsandbytes parametrize on the fused expert stacks
+    if experts is not None:
+        top.set("qlora_experts", "quantize_moe_experts", "4bit" if experts else "bf16")
 
 
 def _step(top: Keys) -> None:

@@ -56,9 +56,12 @@ _NOT_LINEAR = (
 _BNB_SKIP = ("lm_head", "embed_tokens", "embed_positions", ".gate.weight", "shared_expert_gate", "norm")
 
 
-def bnb_quantizes(name: str, shape: tuple[int, ...]) -> bool:
+def bnb_quantizes(name: str, shape: tuple[int, ...], experts: bool = False) -> bool:
     """transformers' replace_with_bnb_linear: every nn.Linear but lm_head (and the MoE router, kept in
-    llm_int8_skip_modules by the model classes); fused 3-D expert tensors are not nn.Linear."""
+    llm_int8_skip_modules by the model classes); fused 3-D expert tensors are not nn.Linear (``experts``:
+    they are 4-bit all the same, run field qlora_experts)."""
+    if experts and moe_lora.is_stack(name, shape):
+        return True
     if len(shape) != 2 or not name.endswith(".weight"):
         return False
     return not any(k in name for k in _BNB_SKIP)

@@ -11,6 +11,9 @@
   times two (``rank_pattern`` / ``alpha_pattern``).
 * Adapters (``peft/tuners/lora/layer.py`` ``ParamWrapper.update_layer``): a stack of E experts stored
   ``(E, out, in)`` gets ``lora_A`` ``[r * E, in]`` and ``lora_B`` ``[out, r * E]`` (nn.Linear weights).
+* A 4-bit stack (run field ``qlora_experts``; Axolotl's ``quantize_moe_experts``: bitsandbytes
+  ``nn/parametrize.py`` ``Bnb4bitParametrization.forward``) is dequantized whole, without gradients, each
+  time the experts read it: the grouped matmul saves that copy for backward, or the merge below reads it.
 * Forward (``ParamWrapper._activate_lora`` with one adapter on a 3-D bf16/fp16/fp32 stack:
   ``_LoraFactorsProxy``): the factors are reshaped (``lora_B`` permuted) and cast to the stack's dtype
   (``get_delta_factors``), and ``torch.baddbmm(W, lhs, rhs, alpha=scaling)`` with autocast off makes a
@@ -62,8 +65,13 @@ def _regex_leaves(
     return sorted(leaves)
 
 
+def is_stack(name: str, shape: tuple[int, ...]) -> bool:
+    """A routed expert stack of transformers 5 (``layers.3.mlp.experts.gate_up_proj``, experts x out x in)."""
+    return len(shape) == 3 and ".experts." in name
+
+
 def _is_stack(t: Tensor) -> bool:
-    return len(t.shape) == 3 and ".experts." in t.name
+    return is_stack(t.name, t.shape)
 
 
 def convert_targets(
@@ -123,10 +131,11 @@ def add_stack_lora(m: CausalLM, t: Tensor) -> None:
 
 def stack(m: CausalLM, name: str) -> T:
     """The expert stack ``name`` as the experts' forward reads it: the parameter, or PEFT's merged copy."""
-    w = m.param(name)
+    s, w = m.s, m.param(name)
+    if name in m.quantized:  # Bnb4bitParametrization.forward: the whole stack dequantized, under no_grad
+        w = s.new(w.n, w.dt, "dequantized weights")
     if f"{name}.lora_A" not in m.p:
         return w
-    s = m.s
     a, b = m.p[f"{name}.lora_A"].tensor, m.p[f"{name}.lora_B"].tensor
     rhs = s.cast(m.o.view(a), w.dt)  # weight_A.reshape(E, r, in).to(param.dtype)
     lhs = s.cast(m.o.view(b, copy_grad=True), w.dt)  # weight_B.reshape(out, r, E).permute(2, 0, 1).to(...)

@@ -5,12 +5,13 @@ from __future__ import annotations
 from math import ceil
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.replay import adapters
+from gpumem_gui.core.replay import adapters, moe_lora
 from gpumem_gui.core.replay.adapters import ALL_LINEAR
 from gpumem_gui.core.replay.model import model_tensors
 from gpumem_gui.core.spec import gemma4
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, check_degrees
+from gpumem_gui.core.spec.params import Tensor
 from gpumem_gui.core.training.frameworks import framework
 from gpumem_gui.core.training.model_parallel import shard_run
 from gpumem_gui.core.training.precision import precision
@@ -23,6 +24,31 @@ from gpumem_gui.core.training.unused import unused_notes
 
 def lora_targets(run: TrainingRun) -> tuple[str, ...]:
     return (ALL_LINEAR,) if run.lora_targets == ALL_LINEAR else tuple(run.lora_targets)
+
+
+def _expert_storage(tensors: tuple[Tensor, ...], run: TrainingRun) -> list[str]:
+    """What the estimate assumed for a 4-bit base's routed experts (run field qlora_experts) and why."""
+    if run.method != "qlora" or not any(moe_lora.is_stack(t.name, t.shape) for t in tensors):
+        return []
+    if run.qlora_base == "int8":
+        if run.qlora_experts == "4bit":
+            raise GpumemInputError(
+                "4bit needs a 4-bit base (qlora_base nf4 or nf4-dq): Linear8bitLt leaves fused expert "
+                "stacks alone, and so does this estimate",
+                field="qlora_experts",
+            )
+        return ["qlora_experts: the routed expert stacks are bf16 (LLM.int8 replaces nn.Linear modules only)"]
+    if run.qlora_experts == "4bit":
+        return [
+            "qlora_experts: the routed experts are 4-bit (transformers < 5's per-expert Linear4bit, or "
+            "Axolotl's quantize_moe_experts); each MoE layer's stacks are dequantized whole when read, and "
+            "the copy is kept for backward"
+        ]
+    return [
+        "qlora_experts: the routed experts are bf16, as transformers >= 5 loads a 4-bit base (its fused "
+        "3-D expert stacks are no nn.Linear, bitsandbytes skips them); they are most of an MoE's weights: "
+        "set qlora_experts 4bit for transformers < 5 or Axolotl's quantize_moe_experts"
+    ]
 
 
 def _check_adapters(spec: ModelSpec, run: TrainingRun) -> list[str]:
@@ -52,6 +78,7 @@ def _check_adapters(spec: ModelSpec, run: TrainingRun) -> list[str]:
             "ParamWrapper refuses dropout (name the attention projections only to keep it)",
             field="lora_dropout",
         )
+    warnings += _expert_storage(tensors, run)
     if stacks:
         # peft 0.21 utils/transformers_weight_conversion.py _convert_peft_config_moe (see replay/moe_lora.py)
         warnings.append(
