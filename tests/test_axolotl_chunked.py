@@ -90,5 +90,6 @@ def test_quantize_moe_experts_is_read_as_the_experts_storage(tmp_path, value: st
     qlora_experts, read and shown, no longer a warning."""
     imp = _axolotl(tmp_path, f"load_in_4bit: true\nadapter: qlora\nquantize_moe_experts: {value}\n")
     assert imp.run.method == "qlora" and imp.run.qlora_experts == storage
+    assert imp.run.qlora_base == "nf4-dq"  # Axolotl's loader: adapter qlora -> bnb_4bit_use_double_quant
     assert not [w for w in imp.warnings if "quantize_moe_experts" in w]
     assert any("quantize_moe_experts" in key for key, _ in imp.read_as)

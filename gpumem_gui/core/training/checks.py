@@ -40,14 +40,14 @@ def _expert_storage(tensors: tuple[Tensor, ...], run: TrainingRun) -> list[str]:
         return ["qlora_experts: the routed expert stacks are bf16 (LLM.int8 replaces nn.Linear modules only)"]
     if run.qlora_experts == "4bit":
         return [
-            "qlora_experts: the routed experts are 4-bit (transformers < 5's per-expert Linear4bit, or "
-            "Axolotl's quantize_moe_experts); each MoE layer's stacks are dequantized whole when read, and "
-            "the copy is kept for backward"
+            "qlora_experts: the routed experts are 4-bit as Axolotl's quantize_moe_experts stores them; "
+            "each MoE layer's stacks are dequantized whole when read and the copy is kept for backward "
+            "(transformers < 5's per-expert Linear4bit dequantizes one expert at a time: less than this)"
         ]
     return [
         "qlora_experts: the routed experts are bf16, as transformers >= 5 loads a 4-bit base (its fused "
         "3-D expert stacks are no nn.Linear, bitsandbytes skips them); they are most of an MoE's weights: "
-        "set qlora_experts 4bit for transformers < 5 or Axolotl's quantize_moe_experts"
+        "set qlora_experts 4bit for Axolotl's quantize_moe_experts (or transformers < 5's Linear4bit experts)"
     ]
 
 

@@ -90,17 +90,18 @@ QloraBase = Annotated[
 
 # How a 4-bit base stores an MoE's routed experts. bf16 is transformers >= 5 with bitsandbytes: the experts
 # are fused 3-D nn.Parameter stacks, which replace_with_bnb_linear (integrations/bitsandbytes.py) leaves
-# alone as it replaces nn.Linear modules only. 4bit: transformers < 5 (one nn.Linear per expert, each a
-# Linear4bit), or Axolotl's quantize_moe_experts (its moe_quant module: bitsandbytes.nn.parametrize
-# replace_parameter_4bit on every 3-D expert parameter, dequantized whole when the experts read it).
+# alone as it replaces nn.Linear modules only. 4bit is Axolotl's quantize_moe_experts (its moe_quant module:
+# bitsandbytes.nn.parametrize replace_parameter_4bit on every 3-D expert parameter, dequantized whole when
+# the experts read it). transformers < 5 (one Linear4bit per expert) stores the same 4-bit weights but
+# dequantizes one expert at a time; its per-expert modules are not modelled (4bit stands in for it).
 QloraExperts = Annotated[
     Literal["bf16", "4bit"],
     UI(
         "QLoRA experts",
         _L,
         "how a 4-bit base stores an MoE's routed experts: bf16 as transformers >= 5 loads them (fused 3-D "
-        "expert stacks are no nn.Linear, bitsandbytes skips them), or 4bit (transformers < 5's per-expert "
-        "Linear4bit, Axolotl's quantize_moe_experts: true), each MoE layer's stacks dequantized when read",
+        "expert stacks are no nn.Linear, bitsandbytes skips them), or 4bit as Axolotl's "
+        "quantize_moe_experts: true stores them (each MoE layer's stacks dequantized whole when read)",
         choices=(("bf16 (transformers >= 5)", "bf16"), ("4-bit (quantize_moe_experts)", "4bit")),
         shown=lambda v: v.get("method") == "qlora" and v.get("qlora_base", "nf4") != "int8",
     ),
