@@ -107,7 +107,9 @@ def lora_targets(spec: ModelSpec, tensors: Sequence[Tensor], targets: Sequence[s
         modules = {**modules, ROUTER: routers}  # (elsewhere PEFT refuses a *TopKRouter module as a target)
     # PEFT on transformers 5 renames v4 expert targets onto the fused expert stacks (replay/moe_lora.py)
     paths = [module_path(spec, t) for ts in modules.values() for t in ts]
-    targets, stacks = moe_lora.convert_targets(spec, tensors, tuple(targets), linear_names, paths)
+    one = targets[0] if len(targets) == 1 else ""
+    regex = one[len(REGEX) :] if one.startswith(REGEX) else None
+    targets, stacks = moe_lora.convert_targets(spec, tensors, tuple(targets), linear_names, paths, regex)
     if tuple(targets) == (ALL_LINEAR,):
         return frozenset(t.name for name in linear_names for t in modules[name])
     chosen: set[str] = set()

@@ -37,8 +37,6 @@ from gpumem_gui.core.spec.params import Tensor
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM
 
-# gpumem's regex target (adapters.REGEX; PEFT takes it as one string)
-_REGEX = "re:"
 # the router as a v4 target name (both patterns of _MOE_TARGET_MODULE_MAPPING map it to ``gate.weight``)
 _ROUTER = "gate"
 
@@ -80,9 +78,11 @@ def convert_targets(
     targets: tuple[str, ...],
     linear_names: Sequence[str],
     paths: Sequence[str],
+    regex: str | None,
 ) -> tuple[tuple[str, ...], frozenset[str]]:
     """(the module targets left, the expert stack tensors adapted) for ``targets`` as PEFT converts them
-    (``linear_names``: what ``all-linear`` resolves to; ``paths``: the targetable modules' paths)."""
+    (``linear_names``: what ``all-linear`` resolves to; ``paths``: the targetable modules' paths;
+    ``regex``: the pattern when ``targets`` is one regex target)."""
     if not spec.traits.peft_expert_targets:
         return targets, frozenset()
     names = list(targets)
@@ -90,8 +90,8 @@ def convert_targets(
         names = [*linear_names, *(old for old, _ in spec.traits.peft_expert_targets), _ROUTER]
         if not any(t.component == "router" for t in tensors):
             names.remove(_ROUTER)
-    elif len(targets) == 1 and targets[0].startswith(_REGEX):  # a regex becomes the last names it matches
-        names = _regex_leaves(spec, tensors, targets[0][len(_REGEX) :], paths) or names
+    elif regex is not None:  # a regex becomes the last names it matches
+        names = _regex_leaves(spec, tensors, regex, paths) or names
     left: list[str] = []
     hit: dict[str, set[str]] = {}
     for name in names:
