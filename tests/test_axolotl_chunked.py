@@ -1,5 +1,5 @@
 """Axolotl's chunked cross-entropy (``chunked_cross_entropy``, issue 33 item 8) and the Axolotl keys gpumem
-does not model named in a warning (``quantize_moe_experts``, plugins)."""
+does not model named in a warning (plugins); ``quantize_moe_experts`` read as the run field qlora_experts."""
 
 from __future__ import annotations
 
@@ -74,11 +74,22 @@ def test_chunked_cross_entropy_is_read_as_the_chunked_loss(tmp_path) -> None:
 def test_keys_and_plugins_gpumem_does_not_model_are_warned(tmp_path) -> None:
     imp = _axolotl(
         tmp_path,
-        "quantize_moe_experts: true\ntokens: ['<tool>']\nplugins:\n  - axolotl.integrations.kd.KDPlugin\n"
+        "tokens: ['<tool>']\nplugins:\n  - axolotl.integrations.kd.KDPlugin\n"
         "  - axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin\n",
     )
     text = " | ".join(imp.warnings)
-    assert "quantize_moe_experts" in text and "expert" in text and "tokens" in text
+    assert "tokens" in text
     assert "KDPlugin" in text and "CutCrossEntropyPlugin" not in text
     assert imp.run.loss == "fused-linear"
     assert not [n for _, n in imp.read_as if "plugins" in n and "no effect" in n]
+
+
+@pytest.mark.parametrize(("value", "storage"), [("true", "4bit"), ("false", "bf16")])
+def test_quantize_moe_experts_is_read_as_the_experts_storage(tmp_path, value: str, storage: str) -> None:
+    """Axolotl's quantize_moe_experts (bitsandbytes parametrize on the fused expert stacks) is the run field
+    qlora_experts, read and shown, no longer a warning."""
+    imp = _axolotl(tmp_path, f"load_in_4bit: true\nadapter: qlora\nquantize_moe_experts: {value}\n")
+    assert imp.run.method == "qlora" and imp.run.qlora_experts == storage
+    assert imp.run.qlora_base == "nf4-dq"  # Axolotl's loader: adapter qlora -> bnb_4bit_use_double_quant
+    assert not [w for w in imp.warnings if "quantize_moe_experts" in w]
+    assert any("quantize_moe_experts" in key for key, _ in imp.read_as)

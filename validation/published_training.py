@@ -50,6 +50,7 @@ GROUP_TITLES = {
     "fsdp_qlora": "Answer.AI fsdp_qlora (FSDP1 + QLoRA / LoRA)",
     "hf-trl": "Hugging Face PEFT docs (TRL SFTTrainer + accelerate DeepSpeed / FSDP)",
     "deepspeed": "DeepSpeed ZeRO (LLaMA-7B benchmark gist)",
+    "axolotl": "Axolotl (QLoRA on MoE models: the routed experts' storage)",
 }
 OURS_TEXT = {
     "allocated": "peak_bytes (live tensors at the peak)",

@@ -98,6 +98,10 @@ TRAIN_MODELS = (
     # issue 14, group gemma
     "synthetic__gemma4-tiny",
     "synthetic__gemma4-moe-tiny",
+    # issue 29 item 3: LoRA on fused MoE experts, both PEFT conversion patterns (qwen2_moe's with dense
+    # layers between the MoE ones, mixtral's)
+    "synthetic__qwen3_moe-sparse-step2",
+    "synthetic__minimax-tiny",
 )
 
 

@@ -74,6 +74,10 @@ def _adapter(top: Keys) -> None:
         if eight and not four and adapter != "qlora":
             # Axolotl's model loader: load_in_8bit -> BitsAndBytesConfig(load_in_8bit=True) (LLM.int8)
             top.set("qlora_base", "load_in_8bit", "int8", "qlora_base = int8 (bitsandbytes load_in_8bit)")
+        elif four and adapter == "qlora":
+            # Axolotl's model loader (loaders/model.py, adapter qlora + load_in_4bit): BitsAndBytesConfig(
+            # bnb_4bit_use_double_quant=True, bnb_4bit_quant_type="nf4", ...)
+            top.set("qlora_base", "adapter", "nf4-dq", "qlora_base = nf4-dq (Axolotl's QLoRA: double quant)")
         top.set("lora_rank", "lora_r", top.int("lora_r", lo=1, hi=1 << 16))
         top.set("lora_alpha", "lora_alpha", top.float("lora_alpha", lo=1e-9, hi=1 << 20))
         top.set("lora_dropout", "lora_dropout", top.float("lora_dropout", lo=0, hi=0.999))
@@ -90,11 +94,9 @@ def _adapter(top: Keys) -> None:
         top.warn("load_in_8bit", "an 8-bit base without a LoRA adapter is not modelled (full fine-tuning)")
     top.warn("lora_modules_to_save", "fully trained extra modules (embeddings, head) are not modelled")
     top.warn("tokens", "added tokens resize the embedding and the head: not modelled (config vocabulary)")
-    top.warn(
-        "quantize_moe_experts",
-        "NF4 MoE expert stacks (Axolotl's expert quantization) are not modelled: the experts are estimated "
-        "in the training dtype",
-    )
+    experts = top.bool("quantize_moe_experts")  # bitsandbytes parametrize on the fused expert stacks
+    if experts is not None:
+        top.set("qlora_experts", "quantize_moe_experts", "4bit" if experts else "bf16")
 
 
 def _step(top: Keys) -> None:

@@ -122,6 +122,48 @@ TRAITS: dict[str, dict[str, Any]] = {
 }
 
 
+# PEFT 0.21 on transformers 5 (peft/utils/transformers_weight_conversion.py ``_convert_peft_config_moe``,
+# called by ``BaseTuner.inject_adapter``) renames v4 expert targets onto the fused stacks for the model types
+# transformers' conversion_mapping.py ``_MODEL_TO_CONVERSION_PATTERN`` (5.24) maps to "mixtral" or "qwen2_moe"
+# (PEFT adds mixtral itself; qwen2_moe, the pattern's own name, is not a key there and is left alone), with
+# ``_MOE_TARGET_MODULE_MAPPING``'s names for each pattern
+_PEFT_MIXTRAL = (("w1", "gate_up_proj"), ("w3", "gate_up_proj"), ("w2", "down_proj"))
+_PEFT_QWEN2_MOE = (("gate_proj", "gate_up_proj"), ("up_proj", "gate_up_proj"), ("down_proj", "down_proj"))
+_PEFT_EXPERT_TARGETS = {
+    **dict.fromkeys(("mixtral", "minimax", "minimax_m2"), _PEFT_MIXTRAL),
+    **dict.fromkeys(
+        (
+            "afmoe",
+            "deepseek_v2",
+            "deepseek_v3",
+            "deepseek_v32",
+            "dots1",
+            "ernie4_5_moe",
+            "glm4_moe",
+            "glm4_moe_lite",
+            "glm_moe_dsa",
+            "glm4v_moe",
+            "longcat_flash",
+            "solar_open",
+            "mellum",
+            "qwen3_moe",
+            "beam",
+            "qwen3_omni_moe",
+            "qwen3_omni_moe_thinker",
+            "qwen3_omni_moe_text",
+            "qwen3_next",
+            "hunyuan_v1_moe",
+            "flex_olmo",
+            "olmoe",
+            "sarvam_mla",
+            "exaone_moe",
+            "cohere2_moe",
+        ),
+        _PEFT_QWEN2_MOE,
+    ),
+}
+
+
 # config keys of the dropout probabilities, first present wins (GPT-2's *_pdrop, OPT's dropout, Starcoder2's
 # residual_dropout, BLOOM/Falcon/GPT-NeoX hidden_dropout); absent keys leave the config class's default
 _HIDDEN_DROPOUT_KEYS = ("resid_pdrop", "residual_dropout", "hidden_dropout", "dropout")
@@ -177,6 +219,8 @@ def traits_for(
     if model_type in NEW_CONFIG_TRAITS:
         values.update(NEW_CONFIG_TRAITS[model_type](cfg, source))
     values.update(_ssm_state_dtype(cfg, source))
+    if model_type in _PEFT_EXPERT_TARGETS:
+        values["peft_expert_targets"] = _PEFT_EXPERT_TARGETS[model_type]
     if model_type == "gemma2":
         cap = cfg.get("attn_logit_softcapping", 50.0)
         values["attn_logit_softcapping"] = (

@@ -16,8 +16,10 @@ linears, and the fused projections some architectures build.
   ``nn.Linear`` and ``Conv1D`` but the output layer). Modules go by their real names
   (:attr:`ArchTraits.module_names`: GPT-2's ``c_attn``, Falcon's ``query_key_value``, OPT's ``fc1``), fused
   projections by their fused name; MoE routers (``*TopKRouter``) and 3-D expert tensors are not
-  ``nn.Linear`` (``all-linear`` leaves them out), a shared expert's gate is; a router named as a target
-  (``gate``) gets PEFT's ``ParamWrapper`` (:func:`merged_weight`).
+  ``nn.Linear`` (``all-linear`` leaves them out), a shared expert's gate is. On the MoE types PEFT converts
+  for transformers 5 (:mod:`.moe_lora`) the expert stacks and the router (``gate``) become parameter
+  targets (``ParamWrapper``: :func:`merged_weight`, :func:`moe_lora.stack`); elsewhere PEFT refuses a
+  router module as a target.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.replay import moe_lora
 from gpumem_gui.core.replay.autograd import Node, Sim
 from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
 from gpumem_gui.core.spec.encoder_params import saved_module
@@ -53,9 +56,12 @@ _NOT_LINEAR = (
 _BNB_SKIP = ("lm_head", "embed_tokens", "embed_positions", ".gate.weight", "shared_expert_gate", "norm")
 
 
-def bnb_quantizes(name: str, shape: tuple[int, ...]) -> bool:
+def bnb_quantizes(name: str, shape: tuple[int, ...], experts: bool = False) -> bool:
     """transformers' replace_with_bnb_linear: every nn.Linear but lm_head (and the MoE router, kept in
-    llm_int8_skip_modules by the model classes); fused 3-D expert tensors are not nn.Linear."""
+    llm_int8_skip_modules by the model classes); fused 3-D expert tensors are not nn.Linear (``experts``:
+    they are 4-bit all the same, run field qlora_experts)."""
+    if experts and moe_lora.is_stack(name, shape):
+        return True
     if len(shape) != 2 or not name.endswith(".weight"):
         return False
     return not any(k in name for k in _BNB_SKIP)
@@ -95,11 +101,17 @@ def lora_targets(spec: ModelSpec, tensors: Sequence[Tensor], targets: Sequence[s
     if spec.encoder is not None:  # PEFT puts no adapters inside modules_to_save (an encoder's classifier)
         modules = {k: [t for t in ts if not saved_module(spec, t.name)] for k, ts in modules.items()}
         modules = {k: ts for k, ts in modules.items() if ts}
-    if tuple(targets) == (ALL_LINEAR,):
-        return frozenset(t.name for name, ts in modules.items() if name != "lm_head" for t in ts)
+    linear_names = [name for name in modules if name != "lm_head"]
     routers = [t for t in tensors if is_router(t)]
-    if routers:  # PEFT wraps a named router's weight in a ParamWrapper (merged_weight)
-        modules = {**modules, ROUTER: routers}
+    if routers and spec.traits.peft_expert_targets:  # the router as the parameter target gate.weight
+        modules = {**modules, ROUTER: routers}  # (elsewhere PEFT refuses a *TopKRouter module as a target)
+    # PEFT on transformers 5 renames v4 expert targets onto the fused expert stacks (replay/moe_lora.py)
+    paths = [module_path(spec, t) for ts in modules.values() for t in ts]
+    one = targets[0] if len(targets) == 1 else ""
+    regex = one[len(REGEX) :] if one.startswith(REGEX) else None
+    targets, stacks = moe_lora.convert_targets(spec, tensors, tuple(targets), linear_names, paths, regex)
+    if tuple(targets) == (ALL_LINEAR,):
+        return frozenset(t.name for name in linear_names for t in modules[name])
     chosen: set[str] = set()
     for target in targets:
         if target.startswith(REGEX) or "." in target:
@@ -112,7 +124,7 @@ def lora_targets(spec: ModelSpec, tensors: Sequence[Tensor], targets: Sequence[s
                 field="lora_targets",
             )
         chosen.update(t.name for t in modules[target])
-    return frozenset(chosen)
+    return frozenset(chosen | stacks)
 
 
 # the MoE router's module name; in transformers 5 a ``*TopKRouter`` holding ``weight`` (not an nn.Linear)
@@ -134,6 +146,17 @@ def merged_weight(m: CausalLM, w: T, name: str, n_out: int, n_in: int) -> T:
     scaled = s.cast(o.mul(delta, None), w.dt)
     del delta
     return o.add(w, scaled)
+
+
+def router_weight(m: CausalLM, pre: str) -> T:
+    """The router weight of MoE block ``pre`` as a router that reads ``self.weight`` itself sees it (the fp32
+    routers' ``self.weight.float()``): the parameter, or PEFT's merged copy when it is a LoRA target."""
+    name = f"{pre}.{ROUTER}"
+    w = m.param(f"{name}.weight")
+    if f"{name}.lora_A" not in m.p:
+        return w
+    n_out, n_in = m.shape[f"{name}.weight"]
+    return merged_weight(m, w, name, n_out, n_in)
 
 
 # a regex target: PEFT matches a target_modules string with re.fullmatch against each module's whole path
@@ -169,7 +192,11 @@ def _by_path(spec: ModelSpec, modules: dict[str, list[Tensor]], target: str) -> 
 
 
 def add_lora(m: CausalLM, t: Tensor) -> None:
-    """lora_A [r, in] and lora_B [out, r] beside the target, in the adapter dtype; they train."""
+    """lora_A [r, in] and lora_B [out, r] beside the target, in the adapter dtype; they train (an expert
+    stack: :func:`moe_lora.add_stack_lora`)."""
+    if len(t.shape) == 3:
+        moe_lora.add_stack_lora(m, t)
+        return
     n_out, n_in = t.shape
     base = t.name[: -len(".weight")]
     r, dt = m.cfg.lora_rank, m.cfg.adapter_dt

@@ -29,6 +29,7 @@ class ReplayConfig:
     lora_dropout: float = 0.0
     adapter_dt: str = "f32"
     quant_bytes: int = 0  # qlora: bytes of the 4-bit linears (packed weights + quantization state)
+    quant_experts: bool = False  # qlora: the routed expert stacks are 4-bit too (run field qlora_experts)
     quant_base: str = (
         "nf4"  # qlora: the base's bitsandbytes format (nf4, nf4-dq: Linear4bit; int8: Linear8bitLt)
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpumem_gui.core.replay import chunked, moe_bias, routers
+from gpumem_gui.core.replay import adapters, chunked, moe_bias, moe_lora, routers
 from gpumem_gui.core.replay.ffn import act, dense, grouped, shared
 from gpumem_gui.core.replay.memory import T
 
@@ -86,7 +86,7 @@ def _experts(m: CausalLM, pre: str, x: T, routing_weights: T) -> T:
     tokens_per_expert = s.new(e, "f32")
     offsets = s.new(e, "i32")
     up_rows = 2 * fe if spec.mlp_gated else fe
-    proj_out = grouped(m, selected, m.param(f"{pre}.experts.gate_up_proj"), n_s * up_rows)
+    proj_out = grouped(m, selected, moe_lora.stack(m, f"{pre}.experts.gate_up_proj"), n_s * up_rows)
     if spec.mlp_gated:  # _default_apply_gate: chunk into gate/up views, act(gate) * up
         gate = T(proj_out.st, n_s * fe, proj_out.dt)
         s.node("pass", (proj_out,), (gate,))
@@ -96,7 +96,7 @@ def _experts(m: CausalLM, pre: str, x: T, routing_weights: T) -> T:
         del gate, up
     else:
         proj_out = act(m, proj_out)
-    proj_out = grouped(m, proj_out, m.param(f"{pre}.experts.down_proj"), n_s * h)
+    proj_out = grouped(m, proj_out, moe_lora.stack(m, f"{pre}.experts.down_proj"), n_s * h)
     weighted_out = o.mul(proj_out, sample_weights_g, n_s * h)
     inv_perm = s.new(n_s, "i64")
     arange = s.new(n_s, "i64")
@@ -121,7 +121,7 @@ def _route_fp32(m: CausalLM, x: T, pre: str) -> tuple[T, T]:
     assert moe_spec is not None
     t, e, k, h = m.cfg.tokens, moe_spec.num_experts, moe_spec.experts_per_token, spec.hidden_size
     x32 = s.cast(x, "f32")
-    w32 = s.cast(m.param(f"{pre}.gate.weight"), "f32")
+    w32 = s.cast(adapters.router_weight(m, pre), "f32")
     router_logits = m.o.linear(x32, w32, None, e, h)
     del x32, w32
     scores = s.new(t * e, "f32")

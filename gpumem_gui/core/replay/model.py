@@ -108,7 +108,7 @@ class CausalLM:
         if not cfg.weights_counted:
             self.p[t.name] = Param(s, t.name, numel, cfg.param_dt, False, 0, 0, t.layer)
             return
-        if cfg.method == "qlora" and adapters.bnb_quantizes(t.name, t.shape):
+        if cfg.method == "qlora" and adapters.bnb_quantizes(t.name, t.shape, cfg.quant_experts):
             self.p[t.name] = s.param(t.name, numel, cfg.param_dt, False, 0, t.layer)
             self.quantized.add(t.name)
         else:

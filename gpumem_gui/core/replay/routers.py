@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gpumem_gui.core.replay import adapters
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
@@ -154,7 +155,7 @@ def fp32_softmax_router(m: CausalLM, x: T, pre: str) -> tuple[T, T]:
     assert moe_spec is not None
     t, e, k, h = m.cfg.tokens, moe_spec.num_experts, moe_spec.experts_per_token, m.spec.hidden_size
     x32 = s.cast(x, "f32")
-    w32 = s.cast(m.param(f"{pre}.gate.weight"), "f32")
+    w32 = s.cast(adapters.router_weight(m, pre), "f32")
     router_logits = o.linear(x32, w32, None, e, h)
     del x32, w32
     probs = s.new(t * e, "f32")

@@ -269,3 +269,10 @@ class ArchTraits(Frozen):
         description="the head's output upcast to a new fp32 tensor whatever the loss (NemotronHForCausalLM "
         "logits = self.lm_head(hidden_states).float())",
     )
+    peft_expert_targets: tuple[tuple[str, str], ...] = Field(
+        (),
+        description="the transformers-4 names of the routed experts' projections PEFT renames onto "
+        "transformers 5's fused expert stacks (v4 name, stack), empty where PEFT converts nothing "
+        "(peft utils/transformers_weight_conversion.py _MOE_TARGET_MODULE_MAPPING: Mixtral's w1 / w3 / w2, "
+        "Qwen2-MoE's gate_proj / up_proj / down_proj)",
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from math import ceil
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.replay import adapters
+from gpumem_gui.core.replay import adapters, moe_lora
 from gpumem_gui.core.replay.adapters import ALL_LINEAR
 from gpumem_gui.core.replay.model import model_tensors
 from gpumem_gui.core.spec import gemma4
@@ -14,6 +14,7 @@ from gpumem_gui.core.spec.kinds import CompressedAttention
 from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, check_degrees
+from gpumem_gui.core.spec.params import Tensor
 from gpumem_gui.core.training.frameworks import framework
 from gpumem_gui.core.training.model_parallel import shard_run
 from gpumem_gui.core.training.precision import precision
@@ -26,6 +27,31 @@ from gpumem_gui.core.training.unused import unused_notes
 
 def lora_targets(run: TrainingRun) -> tuple[str, ...]:
     return (ALL_LINEAR,) if run.lora_targets == ALL_LINEAR else tuple(run.lora_targets)
+
+
+def _expert_storage(tensors: tuple[Tensor, ...], run: TrainingRun) -> list[str]:
+    """What the estimate assumed for a 4-bit base's routed experts (run field qlora_experts) and why."""
+    if run.method != "qlora" or not any(moe_lora.is_stack(t.name, t.shape) for t in tensors):
+        return []
+    if run.qlora_base == "int8":
+        if run.qlora_experts == "4bit":
+            raise GpumemInputError(
+                "4bit needs a 4-bit base (qlora_base nf4 or nf4-dq): Linear8bitLt leaves fused expert "
+                "stacks alone, and so does this estimate",
+                field="qlora_experts",
+            )
+        return ["qlora_experts: the routed expert stacks are bf16 (LLM.int8 replaces nn.Linear modules only)"]
+    if run.qlora_experts == "4bit":
+        return [
+            "qlora_experts: the routed experts are 4-bit as Axolotl's quantize_moe_experts stores them; "
+            "each MoE layer's stacks are dequantized whole when read and the copy is kept for backward "
+            "(transformers < 5's per-expert Linear4bit dequantizes one expert at a time: less than this)"
+        ]
+    return [
+        "qlora_experts: the routed experts are bf16, as transformers >= 5 loads a 4-bit base (its fused "
+        "3-D expert stacks are no nn.Linear, bitsandbytes skips them); they are most of an MoE's weights: "
+        "set qlora_experts 4bit for Axolotl's quantize_moe_experts (or transformers < 5's Linear4bit experts)"
+    ]
 
 
 def _check_adapters(spec: ModelSpec, run: TrainingRun) -> list[str]:
@@ -41,22 +67,29 @@ def _check_adapters(spec: ModelSpec, run: TrainingRun) -> list[str]:
     warnings = []
     modules = adapters.linear_modules(spec, tensors)
     shapes = {t.name: t.shape for t in tensors} | {t.name: t.shape for ts in modules.values() for t in ts}
-    smallest = min(min(shapes[name]) for name in chosen)
+    smallest = min(min(shapes[name][-2:]) for name in chosen)  # an expert stack: (experts, out, in)
     if run.lora_rank > smallest:
         warnings.append(
             f"lora_rank: {run.lora_rank} exceeds the smallest targeted layer dimension ({smallest}); PEFT "
             "builds such adapters, but they hold more than the layer they adapt"
         )
-    if spec.moe is not None:
-        # peft 0.21 utils/transformers_weight_conversion.py, _convert_peft_config_moe: v4 expert / router
-        # targets become target_parameters on transformers 5's fused expert stacks (ParamWrapper), which
-        # merges each layer's LoRA delta into a full-size copy of the stack in the forward
+    stacks = sorted({name.rsplit(".", 1)[-1] for name in chosen if len(shapes[name]) == 3})
+    wrapped = bool(stacks) or any(adapters.is_router(t) and t.name in chosen for t in tensors)
+    if wrapped and run.lora_dropout > 0:  # peft tuners/lora/layer.py ParamWrapper.__init__ raises
+        raise GpumemInputError(
+            f"must be 0 when the expert stacks or the router are targets, got {run.lora_dropout}: PEFT's "
+            "ParamWrapper refuses dropout (name the attention projections only to keep it)",
+            field="lora_dropout",
+        )
+    warnings += _expert_storage(tensors, run)
+    if stacks:
+        # peft 0.21 utils/transformers_weight_conversion.py _convert_peft_config_moe (see replay/moe_lora.py)
         warnings.append(
-            "lora: PEFT 0.21 on transformers 5 also adapts the fused expert stacks and the router of many "
-            "MoE models (and merges each layer's experts in the forward); this estimate adapts attention, "
-            "dense/shared MLP linears and, when named as a target (gate), the router only: about half of "
-            "the peak `gpumem trace` measures for Mixtral-8x7B, Qwen3-30B-A3B and DeepSeek-V2-Lite; trace "
-            "this model to know"
+            f"lora: PEFT on transformers 5 adapts the fused expert stacks ({', '.join(stacks)}) as "
+            "parameters "
+            "(ParamWrapper) and merges a full-size copy of each, kept for backward, in every MoE layer's "
+            "forward; MLP linears named like the experts' v4 projections (dense layers, shared experts) "
+            "get no adapters"
         )
     return warnings
 

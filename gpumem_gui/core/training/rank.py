@@ -30,7 +30,8 @@ def _quant_bytes(run: TrainingRun, rspec: ModelSpec) -> int:
     """Bytes of the quantized linears on this rank (formats.weight_bytes): 4-bit packed weights + absmax /
     quant state, or int8 weights + fp32 row scales (SCB)."""
     cdt = precision(run).compute_bytes
-    wb = weight_bytes(rspec, run.qlora_base, compute_dtype_bytes=cdt, quantize_experts=False)
+    experts = run.qlora_experts == "4bit"  # bf16: transformers 5's fused stacks are no Linear4bit
+    wb = weight_bytes(rspec, run.qlora_base, compute_dtype_bytes=cdt, quantize_experts=experts)
     return wb.quantized_bytes
 
 
@@ -68,6 +69,7 @@ def step_config(spec: ModelSpec, run: TrainingRun, stage: int = 0) -> tuple[Repl
         adapter_dt=mdt or ("bf16" if precision(run).store_scale != 1 else "f32"),  # FSDP mp: like the base
         quant_bytes=_quant_bytes(run, rspec) if run.method == "qlora" else 0,
         quant_base=run.qlora_base,
+        quant_experts=run.method == "qlora" and run.qlora_experts == "4bit" and run.qlora_base != "int8",
         frozen_layers=frozen,
         lm_head=stage == run.pp - 1,
         embedding=stage == 0,

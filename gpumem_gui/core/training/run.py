@@ -17,12 +17,12 @@ from gpumem_gui.core.spec.model import Frozen
 from gpumem_gui.core.training.precision import MEGATRON_OPTIMIZERS
 from gpumem_gui.core.training.profile_table import PROFILES
 from gpumem_gui.core.training.run_adapters import (
-    QLORA_BASES,
     LoraAlpha,
     LoraDropout,
     LoraRank,
     LoraTargets,
     QloraBase,
+    QloraExperts,
     parse_lora_targets,
 )
 from gpumem_gui.core.training.run_options import (
@@ -179,6 +179,7 @@ class TrainingRun(Frozen):
         ),
     ] = None
     qlora_base: QloraBase = "nf4"
+    qlora_experts: QloraExperts = "bf16"
     frozen_layers: Annotated[
         int,
         Field(ge=0, le=4096),
@@ -343,13 +344,6 @@ class TrainingRun(Frozen):
     @classmethod
     def _targets(cls, v: object) -> object:
         return parse_lora_targets(v)
-
-    @field_validator("qlora_base")
-    @classmethod
-    def _qlora_base(cls, v: str, info: ValidationInfo) -> str:
-        if v not in QLORA_BASES:
-            raise ValueError(f"QLoRA needs a bitsandbytes base: {', '.join(QLORA_BASES)}, got {v!r}")
-        return v
 
     @field_validator("fsdp")
     @classmethod

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from gpumem_gui.core.errors import short
 from gpumem_gui.core.fields import UI
@@ -66,8 +66,17 @@ LoraDropout = Annotated[
 
 # the bitsandbytes formats of a quantized base (formats/hf_quant.py ids): Linear4bit's, then Linear8bitLt's
 QLORA_BASES = ("nf4", "nf4-dq", "int8")
+
+
+def _bnb_base(v: str) -> str:
+    if v not in QLORA_BASES:
+        raise ValueError(f"QLoRA needs a bitsandbytes base: {', '.join(QLORA_BASES)}, got {v!r}")
+    return v
+
+
 QloraBase = Annotated[
     str,
+    AfterValidator(_bnb_base),
     UI(
         "QLoRA base",
         _L,
@@ -76,6 +85,25 @@ QloraBase = Annotated[
         "LLM.int8: int8 weights + an fp32 scale per row, Linear8bitLt)",
         choices=(("nf4", "nf4"), ("nf4 + double quantization", "nf4-dq"), ("int8 (LLM.int8)", "int8")),
         shown=lambda v: v.get("method") == "qlora",
+    ),
+]
+
+# How a 4-bit base stores an MoE's routed experts. bf16 is transformers >= 5 with bitsandbytes: the experts
+# are fused 3-D nn.Parameter stacks, which replace_with_bnb_linear (integrations/bitsandbytes.py) leaves
+# alone as it replaces nn.Linear modules only. 4bit is Axolotl's quantize_moe_experts (its moe_quant module:
+# bitsandbytes.nn.parametrize replace_parameter_4bit on every 3-D expert parameter, dequantized whole when
+# the experts read it). transformers < 5 (one Linear4bit per expert) stores the same 4-bit weights but
+# dequantizes one expert at a time; its per-expert modules are not modelled (4bit stands in for it).
+QloraExperts = Annotated[
+    Literal["bf16", "4bit"],
+    UI(
+        "QLoRA experts",
+        _L,
+        "how a 4-bit base stores an MoE's routed experts: bf16 as transformers >= 5 loads them (fused 3-D "
+        "expert stacks are no nn.Linear, bitsandbytes skips them), or 4bit as Axolotl's "
+        "quantize_moe_experts: true stores them (each MoE layer's stacks dequantized whole when read)",
+        choices=(("bf16 (transformers >= 5)", "bf16"), ("4-bit (quantize_moe_experts)", "4bit")),
+        shown=lambda v: v.get("method") == "qlora" and v.get("qlora_base", "nf4") != "int8",
     ),
 ]
 
