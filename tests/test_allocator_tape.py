@@ -120,3 +120,28 @@ def test_the_forward_tapes_stream_is_the_replays(point: tuple[int, int, int]) ->
     got = tape.events(m)
     assert got == normalize(log)
     assert sum(n for op, _, n in got if op in (ALLOC, GROW)) > 0
+
+
+def test_the_fits_searches_skip_the_allocator_only_where_the_verdict_is_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """fit_training's searches answer a point that misses without any allocator reserve from the tape alone
+    (fit/training.py ``_fits``); the maxima and the fewest GPUs are those of checking every point in full."""
+    from gpumem_gui.core.fit import GpuTarget
+    from gpumem_gui.core.fit import training as fit
+
+    run = make_training_run(batch=2, seq=256, allocator_model=True, zero=3, dp=2)
+    target = GpuTarget(name="small", capacity_bytes=3 << 30, count=2)
+    answers: list[bool] = []
+    misses = fit._misses_without_reserve
+    monkeypatch.setattr(fit, "_misses_without_reserve", lambda *a: answers.append(misses(*a)) or answers[-1])
+    pruned = fit.fit_training(_spec(), run, target, margin=0)
+    assert True in answers and False in answers  # some points skipped the allocator, some ran it
+    monkeypatch.setattr(fit, "_misses_without_reserve", lambda *a: False)
+    full = fit.fit_training(_spec(), run, target, margin=0)
+    assert (pruned.max_batch, pruned.max_context, pruned.fewest_gpus) == (
+        full.max_batch,
+        full.max_context,
+        full.fewest_gpus,
+    )
+    assert pruned.max_batch is not None and pruned.max_batch > 2

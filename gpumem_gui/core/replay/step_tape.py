@@ -109,10 +109,9 @@ def simulate_step_taped(
     stream: bool = False,
 ) -> StepResult:
     """:func:`~.step.simulate_step` of ``spec`` under ``cfg`` from the tape of ``key`` (everything the step
-    depends on but ``cfg.batch`` and ``cfg.q``, and ``stream``), recorded on the key's third point;
-    ``stream``: with the allocator's event stream (``simulate_step``'s ``record``)."""
+    depends on but ``cfg.batch`` and ``cfg.q``), recorded on the key's third point, with its stream;
+    ``stream``: the result with the allocator's event stream (``simulate_step``'s ``record``)."""
     point = (cfg.batch, cfg.q, 0)
-    key = (key, stream)  # a tape without its stream serves no point that asks for it
     replay = (spec, cfg, optimizer, opts, hooks, stream)
     if not TAPES_ON or key in _UNSUPPORTED:
         return _replay(*replay, "unsupported")
@@ -122,7 +121,7 @@ def simulate_step_taped(
         return _replay(*replay, "replayed")
     if found is None:
         try:
-            tape = record_step(spec, cfg, optimizer, opts, hooks, stream)
+            tape = record_step(spec, cfg, optimizer, opts, hooks, stream=True)  # for both kinds of point
         except TapeUnsupported as e:
             _UNSUPPORTED[key] = str(e)
             if len(_UNSUPPORTED) > _UNSUPPORTED_KEPT:

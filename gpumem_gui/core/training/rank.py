@@ -175,7 +175,8 @@ def _taped_rank(
     more than two micro-batches only repeat the second (the step replays ``min(grad_accum, 2)``, FSDP's
     pipelined units the same: frameworks/fsdp.py), so they share its tape."""
     cfg, rspec = step_config(spec, run, stage)
-    shape = {"batch": 1, "seq": 1, "grad_accum": replayed_microbatches(run.grad_accum), "alloc_conf": ""}
+    shape = {"batch": 1, "seq": 1, "grad_accum": replayed_microbatches(run.grad_accum)}
+    shape |= {"allocator_model": False, "alloc_conf": ""}  # one tape (with its stream) for either
     key = (spec, run.model_copy(update=shape), stage, dp_rank)
     opts = step_options(run, dp_rank)
     hooks = lambda: sharding_hooks(run)  # noqa: E731
