@@ -34,6 +34,7 @@ from gpumem_gui.ui.theme import (
     FREE_COLOR,
     MISSES_COLOR,
     PEAK_COLOR,
+    RESERVED_COLOR,
 )
 
 
@@ -116,6 +117,14 @@ class PhaseChart(Chart):
         self.peak_text.setZValue(30)
         self.plot.addItem(self.peak_marker)
         self.plot.addItem(self.peak_text)
+        # the caching allocator's reserved peak of each phase, where the allocator model ran: a dash above the
+        # phase's stack of live tensors (torch.cuda.max_memory_reserved beside max_memory_allocated)
+        self.reserved_marker = pg.ScatterPlotItem(
+            size=36, symbol="_", pen=pg.mkPen(RESERVED_COLOR, width=3), brush=RESERVED_COLOR
+        )
+        self.reserved_marker.setZValue(25)
+        self.plot.addItem(self.reserved_marker)
+        self.reserved_levels: list[float] = []
         self.phase_names: list[str] = []
         self.peak_index = -1
         self._ticks: list[tuple[float, str]] = []
@@ -131,6 +140,7 @@ class PhaseChart(Chart):
         set_axis_label(self.plot, "left", unit.value, self.text_color())
         self.peak_index = names.index(est.peak_phase) if est.peak_phase in names else -1
         top = float(self.bars.tops.max()) if len(self.bars.tops) else 0.0
+        top = max(top, self._show_reserved(est, names, factor))
         if self.peak_index >= 0:
             y = float(self.bars.tops[self.peak_index])
             self.peak_marker.setData([self.peak_index], [y])
@@ -144,6 +154,16 @@ class PhaseChart(Chart):
         self.plot.setXRange(-0.6, len(names) - 0.4, padding=0)
         self.plot.setYRange(0, nice_ceil(max(top * 1.22, 1e-3)), padding=0)  # room for the peak's label
         self.scene().prepareForPaint()
+
+    def _show_reserved(self, est: Estimate, names: list[str], factor: float) -> float:
+        """The reserved dashes (none where no phase has one); their highest level."""
+        at = [(i, est.phases[n].reserved_bytes) for i, n in enumerate(names)]
+        shown = [(float(i), r / factor) for i, r in at if r is not None]
+        self.reserved_levels = [y for _, y in shown]
+        self.reserved_marker.setData([x for x, _ in shown], self.reserved_levels)
+        tip = "reserved by the caching allocator (allocator model)" if shown else ""
+        self.reserved_marker.setToolTip(tip)
+        return max(self.reserved_levels, default=0.0)
 
 
 class SweepChart(Chart):
