@@ -292,9 +292,7 @@ def test_sharding_never_raises_per_gpu_memory(dp: int, optimizer: str, seq: int,
     hold more per GPU. DeepSpeed's fixed buffers are made small here (its 5e8-element reduce bucket alone
     outweighs a tiny model: deepspeed/runtime/zero/stage_1_and_2.py, ipg buffer); FSDP2 copies every unit
     it gathers, so it is only compared with itself and, for a full fine-tune over 4+ ranks, with DDP. Live
-    tensors are compared (the allocator model off: it moves no live byte): the caching allocator's reserve on
-    top (core/allocator) follows segments and best-fit reuse, which need not shrink with a tiny model's
-    smaller shards."""
+    tensors (the allocator model's reserve follows segments, not shards)."""
 
     def est(**kw: object) -> int:
         run = make_training_run(
