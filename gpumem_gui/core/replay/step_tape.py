@@ -121,7 +121,7 @@ def simulate_step_taped(
         return _replay(*replay, "replayed")
     if found is None:
         try:
-            tape = record_step(spec, cfg, optimizer, opts, hooks, stream=True)  # for both kinds of point
+            tape = record_step(spec, cfg, optimizer, opts, hooks, True)  # with its stream: for either kind
         except TapeUnsupported as e:
             _UNSUPPORTED[key] = str(e)
             if len(_UNSUPPORTED) > _UNSUPPORTED_KEPT:
