@@ -93,8 +93,20 @@ def training_cases(llama: ModelSpec, h100: int) -> list[Case]:
         (f"estimate: training {name}, first of its shape", _first(llama, fields), "replayed (no tape yet)")
         for name, fields in TRAIN_EXAMPLES.items()
     ]
+    # the caching allocator model (on by default, issue 31) against its flat 5 % reserve: the step's tape
+    # alone, and the allocator's run on the tape's event stream
+    flat = [
+        (
+            NEW_POINT.format(f"{name}, allocator model off"),
+            _new_points(llama, {**TRAIN_EXAMPLES[name], "allocator_model": False}),
+            "read off the step's tape, flat reserve",
+        )
+        for name in ("one GPU full", "LoRA + ckpt")
+    ]
+    train_flat = train.model_copy(update={"allocator_model": False})
     return [
         *new_points,
+        *flat,
         *first,
         (
             "estimate: training Qwen3-Next-80B s262144 ZeRO-3, uncached",
@@ -120,5 +132,10 @@ def training_cases(llama: ModelSpec, h100: int) -> list[Case]:
             "fit_training end to end (LoRA, H100), uncached",
             lambda: (clear_training_cache(), fit_training(llama, train, h100_target)),
             "galloping searches over batch, seq, GPUs",
+        ),
+        (
+            "fit_training end to end (LoRA, H100), uncached, allocator model off",
+            lambda: (clear_training_cache(), fit_training(llama, train_flat, h100_target)),
+            "the flat 5 % reserve: the step's tape alone",
         ),
     ]

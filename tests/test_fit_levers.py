@@ -144,7 +144,9 @@ def test_a_rejected_a_useless_or_a_duplicate_lever_is_not_listed(monkeypatch: py
     kinds = [c.kind for c in rep.changes]
     assert "bad" not in kinds and "worse" not in kinds and "same" not in kinds and "tiny" not in kinds
     tiny = estimate_training(SPEC, make_training_run(seq=2000)).total_bytes
-    assert rep.estimate.total_bytes * (1 - MIN_SAVING) < tiny < rep.estimate.total_bytes
+    # saves under MIN_SAVING (the live tensors fall a little; the caching allocator's reserve may even rise:
+    # other sizes pack into the cached segments differently, core/allocator)
+    assert rep.estimate.total_bytes * (1 - MIN_SAVING) < tiny
     assert "optimizer" in kinds  # the existing 8-bit lever stays
     # the good lever needs what the existing checkpointing change needs: listed once, by the existing lever
     assert "good" not in kinds and "grad_ckpt" in kinds

@@ -6,8 +6,11 @@ writes ``docs/validation-training.md`` (a table per framework, median and worst 
 error above 5 %) and ``validation/data/published_training_runs/result.json``.
 
 Like with like: a published ``allocated`` / ``active`` peak is compared with ``peak_bytes`` (live tensors
-at the peak on the most-loaded GPU); ``reserved`` with ``total_bytes`` less the CUDA context (peak +
-cuBLAS workspace + allocator reserve); ``nvidia-smi`` with ``total_bytes`` (also the CUDA context). A
+at the peak on the most-loaded GPU); ``reserved`` with the caching allocator model's reserved peak (the
+phases' ``reserved_bytes``: ``torch.cuda.max_memory_reserved`` on a GPU with room) plus the cuBLAS
+workspace, or, with the model off, ``total_bytes`` less the CUDA context (peak + cuBLAS workspace + allocator
+reserve); ``nvidia-smi`` with that plus the CUDA context and NCCL's buffers (nvidia-smi shows every cached
+block). A
 figure whose statistic the source does not name (``unclear``) is compared with ``peak_bytes`` and the
 reason names our reserved figure too. A run the core rejects is reported as "not yet estimable: <its
 error line>", not dropped.
@@ -56,8 +59,8 @@ OURS_TEXT = {
     "allocated": "peak_bytes (live tensors at the peak)",
     "active": "peak_bytes (live tensors at the peak)",
     "unclear": "peak_bytes (the source does not name its statistic)",
-    "reserved": "total_bytes − cuda_context − nccl_buffers (peak + workspace + allocator reserve)",
-    "nvidia-smi": "total_bytes (peak + CUDA context + workspace + NCCL buffers + allocator reserve)",
+    "reserved": "the allocator model's reserved peak + workspace (torch.cuda.max_memory_reserved)",
+    "nvidia-smi": "the reserved peak + workspace + CUDA context + NCCL buffers (every cached block)",
 }
 REQUIRED = (
     "id", "group", "source", "quote", "model", "setup", "measured", "run", "unmodelled", "setup_known",
@@ -140,11 +143,16 @@ class Outcome:
 
 def ours_for(kind: str, est: Estimate) -> int:
     """Our number for a published figure of ``kind`` (see the module docstring)."""
-    if kind == "reserved":  # the context and NCCL's buffers lie outside the caching allocator
-        return est.total_bytes - outside_allocator_bytes(est.components)
-    if kind == "nvidia-smi":
-        return est.total_bytes
-    return est.peak_bytes
+    if kind not in ("reserved", "nvidia-smi"):
+        return est.peak_bytes
+    outside = outside_allocator_bytes(est.components)  # the context and NCCL's buffers
+    levels = [ph.reserved_bytes for ph in est.phases.values() if ph.reserved_bytes is not None]
+    if levels:  # the allocator model: its reserved peak, and what else the allocator holds (workspaces)
+        reserve = sum(c.bytes for c in est.components if c.key == "allocator_reserve")
+        reserved = max(levels) + est.total_bytes - outside - est.peak_bytes - reserve
+    else:
+        reserved = est.total_bytes - outside
+    return reserved if kind == "reserved" else reserved + outside
 
 
 def _gib(b: float) -> str:

@@ -68,15 +68,14 @@ def _print_estimate(m: LoadedModel, run: Any, est: Any) -> None:
             f"fixed state:          {gib(est.facts['state_bytes'])} GiB ({per_seq:,} B per sequence; "
             f"KV {per_tok:,} B per token on the attention layers)"
         )
-    if "reserved_peak_bytes" in est.facts:  # training with --allocator-model
+    if "reserved_peak_bytes" in est.facts:  # training: the caching allocator model (--allocator-model)
         f = est.facts
         print(
             f"allocator (model):    reserved {gib(f['reserved_peak_bytes'])} GiB on a GPU with room "
             f"(torch.cuda.max_memory_reserved), {gib(f['allocator_needed_bytes'])} GiB needed at least, "
             f"fragmentation {f['fragmentation']:.1%}"
         )
-    phases = "   ".join(f"{n} {gib(ph.peak_bytes)}" for n, ph in est.phases.items())
-    print(f"phases (GiB):         {phases}")
+    print(f"phases (GiB):         {_phase_text(est)}")
     for k, v in est.facts.items():
         if k.startswith(
             (
@@ -90,6 +89,14 @@ def _print_estimate(m: LoadedModel, run: Any, est: Any) -> None:
     _print_ranks(est)
     for w in est.warnings:
         print(f"warning: {w}")
+
+
+def _phase_text(est: Any) -> str:
+    """Each phase's live peak, and its reserved peak where the allocator model ran."""
+    return "   ".join(
+        f"{n} {gib(ph.peak_bytes)}" + (f" (reserved {gib(ph.reserved_bytes)})" if ph.reserved_bytes else "")
+        for n, ph in est.phases.items()
+    )
 
 
 def _print_ranks(est: Any) -> None:

@@ -34,6 +34,7 @@ from gpumem_gui.ui.theme import (
     FREE_COLOR,
     MISSES_COLOR,
     PEAK_COLOR,
+    RESERVED_COLOR,
 )
 
 
@@ -116,6 +117,17 @@ class PhaseChart(Chart):
         self.peak_text.setZValue(30)
         self.plot.addItem(self.peak_marker)
         self.plot.addItem(self.peak_text)
+        # the caching allocator's reserved peak of each phase, where the allocator model ran: a dash above the
+        # phase's stack of live tensors (torch.cuda.max_memory_reserved beside max_memory_allocated)
+        self.reserved_marker = pg.ScatterPlotItem(
+            size=34, symbol="_", pen=pg.mkPen(RESERVED_COLOR, width=2), brush=pg.mkBrush(RESERVED_COLOR)
+        )
+        self.reserved_marker.setZValue(25)
+        self.reserved_text = pg.TextItem(anchor=(0.25, 1.0), color=RESERVED_COLOR)
+        self.reserved_text.setZValue(25)
+        self.plot.addItem(self.reserved_marker)
+        self.plot.addItem(self.reserved_text)
+        self.reserved_levels: list[float] = []
         self.phase_names: list[str] = []
         self.peak_index = -1
         self._ticks: list[tuple[float, str]] = []
@@ -131,11 +143,13 @@ class PhaseChart(Chart):
         set_axis_label(self.plot, "left", unit.value, self.text_color())
         self.peak_index = names.index(est.peak_phase) if est.peak_phase in names else -1
         top = float(self.bars.tops.max()) if len(self.bars.tops) else 0.0
+        top = max(top, self._show_reserved(est, names, unit))
         if self.peak_index >= 0:
             y = float(self.bars.tops[self.peak_index])
             self.peak_marker.setData([self.peak_index], [y])
             self.peak_text.setText(f"peak {fmt_bytes(est.phases[est.peak_phase].peak_bytes, unit, 1)}")
-            self.peak_text.setPos(self.peak_index, y)
+            reserved = est.phases[est.peak_phase].reserved_bytes  # its label above the reserved dash
+            self.peak_text.setPos(self.peak_index, max(y, (reserved or 0) / factor))
             self.peak_marker.show()
             self.peak_text.show()
         else:
@@ -144,6 +158,22 @@ class PhaseChart(Chart):
         self.plot.setXRange(-0.6, len(names) - 0.4, padding=0)
         self.plot.setYRange(0, nice_ceil(max(top * 1.22, 1e-3)), padding=0)  # room for the peak's label
         self.scene().prepareForPaint()
+
+    def _show_reserved(self, est: Estimate, names: list[str], unit: SizeUnit) -> float:
+        """The reserved dashes (none where no phase has one), labelled once above the first with the highest
+        level; their highest level."""
+        at = [(i, est.phases[n].reserved_bytes) for i, n in enumerate(names)]
+        shown = [(float(i), r) for i, r in at if r is not None]
+        self.reserved_levels = [r / unit.factor for _, r in shown]
+        self.reserved_marker.setData([x for x, _ in shown], self.reserved_levels)
+        if not shown:
+            self.reserved_text.hide()
+            return 0.0
+        r = max(level for _, level in shown)
+        self.reserved_text.setText(f"reserved {fmt_bytes(r, unit, 1)}")
+        self.reserved_text.setPos(shown[0][0], r / unit.factor)
+        self.reserved_text.show()
+        return max(self.reserved_levels) * 1.08  # room for its label
 
 
 class SweepChart(Chart):

@@ -229,10 +229,12 @@ def _md_tables(est: Estimate, unit: SizeUnit) -> list[str]:
             f"| {100 * c.bytes / total:.1f} % |"
         )
     out.append(f"| **total** | {est.total_bytes:,} | {est.total_bytes / unit.factor:.2f} | 100 % |")
-    out += ["", "## Phases", "", f"| phase | peak ({unit.value}) | note |", "|---|---:|---|"]
+    out += ["", "## Phases", "", f"| phase | peak ({unit.value}) | reserved ({unit.value}) | note |"]
+    out.append("|---|---:|---:|---|")
     for name, ph in est.phases.items():
         mark = " (peak)" if name == est.peak_phase else ""
-        out.append(f"| {name}{mark} | {ph.peak_bytes / unit.factor:.2f} | {_md_cell(ph.note)} |")
+        reserved = "" if ph.reserved_bytes is None else f"{ph.reserved_bytes / unit.factor:.2f}"
+        out.append(f"| {name}{mark} | {ph.peak_bytes / unit.factor:.2f} | {reserved} | {_md_cell(ph.note)} |")
     if len(est.per_gpu) > 1:
         out += ["", "## Per GPU", "", f"| GPU | role | total ({unit.value}) |", "|---|---|---:|"]
         for g in est.per_gpu:

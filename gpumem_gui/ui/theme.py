@@ -69,6 +69,7 @@ MISSES_COLOR = "#e15759"
 CAPACITY_COLOR = "#e15759"
 FREE_COLOR = "#f28e2b"
 CURRENT_COLOR = "#76b7b2"
+RESERVED_COLOR = "#9c755f"  # the caching allocator's reserved peak per phase (allocator model)
 
 
 def series_color(key: str) -> str:

@@ -16,8 +16,8 @@ from gpumem_gui.core.allocator.config import AllocatorConfig
 from gpumem_gui.core.allocator.pool import Block, Pool, Segment
 from gpumem_gui.core.allocator.rules import (
     K_MIN_BLOCK_SIZE,
+    K_SMALL_SIZE,
     allocation_size,
-    is_small,
     may_serve,
     page_size,
     round_size,
@@ -53,6 +53,8 @@ class CachingAllocator:
         self.small, self.large = Pool(True), Pool(False)
         self._plain = not any(self.config.roundup_power2_divisions)  # round_size is then a 512 multiple
         self._gc = self.allowed is not None and self.config.garbage_collection_threshold > 0
+        self._limited = self.config.max_split_size is not None  # else may_serve is always true
+        self._plain_split = not self._limited and not self.config.expandable_segments
         self.reserved = 0  # total_allocated_memory: what cudaMalloc / cuMemMap handed out
         self.allocated = 0  # stats.allocated_bytes: sizes of the blocks in use
         self.requested = 0  # stats.requested_bytes: what the program asked for
@@ -64,12 +66,11 @@ class CachingAllocator:
     # ---- the public API --------------------------------------------------------------------------------
     def malloc(self, orig: int, stream: int = 0) -> Block:
         """``malloc``: a block of at least ``orig`` bytes on ``stream``."""
-        size = (
-            -(-max(orig, 1) // K_MIN_BLOCK_SIZE) * K_MIN_BLOCK_SIZE
-            if self._plain
-            else round_size(orig, self.config)
-        )
-        pool = self.small if is_small(size) else self.large
+        if self._plain:  # round_size without power-of-two divisions: a multiple of 512 bytes, at least 512
+            size = (orig + K_MIN_BLOCK_SIZE - 1) // K_MIN_BLOCK_SIZE * K_MIN_BLOCK_SIZE or K_MIN_BLOCK_SIZE
+        else:
+            size = round_size(orig, self.config)
+        pool = self.small if size <= K_SMALL_SIZE else self.large  # is_small
         block = self._free_block(pool, size, stream)
         if block is None:
             if self._gc:
@@ -81,7 +82,12 @@ class CachingAllocator:
             )
         if not block:
             raise OutOfMemory(allocation_size(size), self.reserved, self.allocated)
-        return self._found(block, pool, size, orig, should_split(block.size, size, pool.small, self.config))
+        if self._plain_split:  # should_split without expandable segments or max_split_size
+            rest = block.size - size
+            split = rest >= K_MIN_BLOCK_SIZE if pool.small else rest > K_SMALL_SIZE
+        else:
+            split = should_split(block.size, size, pool.small, self.config)
+        return self._found(block, pool, size, orig, split)
 
     def free(self, block: Block, streams: tuple[int, ...] = ()) -> None:
         """``free``: ``block`` returns to its pool (merged with free neighbours), or waits for the other
@@ -108,7 +114,7 @@ class CachingAllocator:
 
     def largest_free(self) -> int:
         """``cache_info``: the largest cached free block."""
-        return max((b.size for pool in (self.small, self.large) for b in pool.blocks), default=0)
+        return max((e[1] for pool in (self.small, self.large) for e in pool.entries), default=0)
 
     # ---- finding a block ------------------------------------------------------------------------------
     def _free_block(self, pool: Pool, size: int, stream: int) -> Block | None:
@@ -116,32 +122,30 @@ class CachingAllocator:
         expandable segment's block is judged by the size it could grow to), if the oversize rules let it."""
         if self._gc:
             pool.gc_calls += 1
-        i = bisect_left(pool.keys, (stream, size, 0))
-        if i == len(pool.keys) or pool.keys[i][0] != stream:
+        entries = pool.entries
+        i = bisect_left(entries, (stream, size, 0))
+        if i == len(entries) or entries[i][0] != stream:
             return None
-        block = pool.blocks[i]
+        block = entries[i][3]
         if block.segment is not None:
+            blocks = [e[3] for e in entries]
             if self.config.expandable_segments:
                 j = i + 1
                 while (
-                    pool.blocks[i].segment is not None
-                    and j < len(pool.blocks)
-                    and pool.blocks[j].stream == stream
-                    and pool.blocks[j].expandable_size() < pool.blocks[i].expandable_size()
+                    blocks[i].segment is not None
+                    and j < len(blocks)
+                    and blocks[j].stream == stream
+                    and blocks[j].expandable_size() < blocks[i].expandable_size()
                 ):
                     i, j = j, j + 1
             else:  # expandable segments turned off: only ordinary blocks
                 i += 1
-                while (
-                    i < len(pool.blocks)
-                    and pool.blocks[i].segment is not None
-                    and pool.blocks[i].stream == stream
-                ):
+                while i < len(blocks) and blocks[i].segment is not None and blocks[i].stream == stream:
                     i += 1
-                if i == len(pool.blocks) or pool.blocks[i].stream != stream:
+                if i == len(blocks) or blocks[i].stream != stream:
                     return None
-            block = pool.blocks[i]
-        if not may_serve(block.size, size, self.config):
+            block = blocks[i]
+        if self._limited and not may_serve(block.size, size, self.config):
             return None
         pool.remove(block)
         return block
@@ -151,7 +155,7 @@ class CachingAllocator:
         stays cached as a free block."""
         if split:
             rest = block
-            block = Block(rest.address, size, stream=rest.stream, small=pool.small, segment=rest.segment)
+            block = Block(rest.address, size, rest.stream, pool.small, rest.segment)
             block.prev, block.next = rest.prev, rest
             if rest.prev is not None:
                 rest.prev.next = block
@@ -169,10 +173,11 @@ class CachingAllocator:
     def _free_to_pool(self, block: Block) -> None:
         """``free_block``: merge with free neighbours (same mapping state) and cache the result."""
         pool = self.small if block.small else self.large
-        if block.prev is not None:
-            self._merge(block, block.prev, pool)
-        if block.next is not None:
-            self._merge(block, block.next, pool)
+        prev, nxt = block.prev, block.next
+        if prev is not None and not prev.allocated:
+            self._merge(block, prev, pool)
+        if nxt is not None and not nxt.allocated:
+            self._merge(block, nxt, pool)
         pool.insert(block)
 
     @staticmethod
@@ -230,9 +235,10 @@ class CachingAllocator:
         if limit is None:
             return False
         key = max(size, limit)
-        pos = bisect_left(pool.keys, (stream, key, 0))
-        if pos < len(pool.blocks) and pool.blocks[pos].stream == stream and pool.blocks[pos].segment is None:
-            self._release_block(pool.blocks[pos], pool)
+        pos = bisect_left(pool.entries, (stream, key, 0))
+        at = pool.entries[pos][3] if pos < len(pool.entries) else None
+        if at is not None and at.stream == stream and at.segment is None:
+            self._release_block(at, pool)
             return True
         released = 0  # no single block: oversize blocks of this stream, from the largest down
         for block in reversed(pool.blocks[:pos]):

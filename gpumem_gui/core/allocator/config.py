@@ -189,15 +189,15 @@ AllocConf = Annotated[
 ]
 
 
-# the switch (training/run.py TrainingRun.allocator_model): the model runs on the replayed step, which the
-# step's tape (replay/step_tape.py) cannot give it yet (its events carry no storage identity)
+# the switch (training/run.py TrainingRun.allocator_model): the model runs on the step's allocations and
+# frees, read off the step's tape with each storage's identity (replay/tape_stream.py)
 AllocatorModel = Annotated[
     bool,
     UI(
         "Allocator model",
         "Overheads",
-        "replay the step's allocations and frees through a model of PyTorch's caching allocator: the "
-        "reserve, the reserved peak per phase and the fragmentation from the run's own blocks, instead of a "
-        "flat 5 % of the transient peak (each point replayed: ~0.1-0.2 s instead of ~1 ms)",
+        "run the step's allocations and frees through a model of PyTorch's caching allocator: the reserve, "
+        "the reserved peak per phase and the fragmentation from the run's own blocks (~0.05-0.2 s a point "
+        "for an 8B model); off: a flat 5 % of the transient peak",
     ),
 ]

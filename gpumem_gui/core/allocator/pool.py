@@ -53,7 +53,6 @@ class Block:
         self,
         address: int,
         size: int,
-        *,
         stream: int,
         small: bool,
         segment: Segment | None = None,
@@ -82,30 +81,32 @@ class Block:
 
 class Pool:
     """``BlockPool``: cached free blocks in (stream, size, address) order, and an expandable segment's
-    unmapped ranges."""
+    unmapped ranges. ``entries`` are ``(stream, size, address, block)``: one sorted list, searched with
+    ``bisect`` (addresses are unique, so the block itself is never compared)."""
 
     def __init__(self, small: bool) -> None:
         self.small = small
-        self.keys: list[tuple[int, int, int]] = []
-        self.blocks: list[Block] = []
+        self.entries: list[tuple[int, int, int, Block]] = []
         self.unmapped: set[Block] = set()
         self.gc_calls = 0  # get_free_blocks_call_count
         self.whole = 0  # bytes of cached blocks that are a whole ordinary segment (release_blocks frees them)
 
+    @property
+    def blocks(self) -> list[Block]:
+        """The cached blocks in order (a copy)."""
+        return [e[3] for e in self.entries]
+
     def insert(self, block: Block) -> None:
         """``insert_into_blocks``."""
-        key = (block.stream, block.size, block.address)
-        i = bisect_left(self.keys, key)
-        self.keys.insert(i, key)
-        self.blocks.insert(i, block)
+        entry = (block.stream, block.size, block.address, block)
+        entries = self.entries
+        entries.insert(bisect_left(entries, entry[:3]), entry)
         block.gc_base = self.gc_calls
         if block.prev is None and block.next is None and block.segment is None:
             self.whole += block.size
 
     def remove(self, block: Block) -> None:
-        i = bisect_left(self.keys, (block.stream, block.size, block.address))
-        del self.keys[i]
-        del self.blocks[i]
+        del self.entries[bisect_left(self.entries, (block.stream, block.size, block.address))]
         if block.prev is None and block.next is None and block.segment is None:
             self.whole -= block.size
 

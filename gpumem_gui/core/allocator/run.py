@@ -72,23 +72,41 @@ class _Driver:
         self.phases: dict[str, list[int]] = {"setup": self.phase}
 
     def run(self, events: list[Event]) -> None:
-        """Apply ``events``; peaks can only rise on an allocation or a growth, so only those are noted."""
-        pieces, malloc, free = self.pieces, self.alloc.malloc, self.alloc.free
+        """Apply ``events``; peaks can only rise on an allocation or a growth, so only those are noted (the
+        hot loop: :meth:`_note` written out for allocations)."""
+        a = self.alloc
+        pieces, malloc, free, pools = self.pieces, a.malloc, a.free, (a.small, a.large)
         peak = self.phase
-        for op, key, nbytes in events:
-            if op == ALLOC:
-                pieces[key] = [malloc(nbytes)] if nbytes > 0 else []  # type: ignore[index]
-                self.live += nbytes
-            elif op == FREE:
-                for block in pieces.pop(key, ()):  # type: ignore[call-overload]
-                    self.live -= block.requested
-                    free(block)
-                continue
-            elif op == GROW:
-                self._grow(key, nbytes)  # type: ignore[arg-type]
-            else:
-                peak = self.phase = self.phases.setdefault(str(key), [0, 0, 0, 0])
-            self._note(peak)
+        live = self.live
+        try:
+            for op, key, nbytes in events:
+                if op == ALLOC:
+                    pieces[key] = [malloc(nbytes)] if nbytes > 0 else []  # type: ignore[index]
+                    live += nbytes
+                    if a.reserved > peak[0]:
+                        peak[0] = a.reserved
+                    if a.allocated > peak[1]:
+                        peak[1] = a.allocated
+                    if live > peak[2]:
+                        peak[2] = live
+                    pinned = a.reserved - pools[0].whole - pools[1].whole
+                    if pinned > peak[3]:
+                        peak[3] = pinned
+                elif op == FREE:
+                    for block in pieces.pop(key, ()):  # type: ignore[call-overload]
+                        live -= block.requested
+                        free(block)
+                elif op == GROW:
+                    self.live = live
+                    self._grow(key, nbytes)  # type: ignore[arg-type]
+                    live = self.live
+                    self._note(peak)
+                else:
+                    peak = self.phase = self.phases.setdefault(str(key), [0, 0, 0, 0])
+                    self.live = live
+                    self._note(peak)
+        finally:
+            self.live = live
 
     def _note(self, peak: list[int]) -> None:
         a = self.alloc

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from gpumem_gui.core.fit import FitReport
 from gpumem_gui.core.fit.cluster import ClusterFit, cluster_summary
-from gpumem_gui.core.results.estimate import Component, Estimate, RankClass
+from gpumem_gui.core.results.estimate import Component, Estimate, Phase, RankClass
 from gpumem_gui.core.spec.params import ParamCounts
 
 ESTIMATE_SCHEMA = "gpumem.estimate/1"
@@ -23,6 +23,18 @@ FIT_SCHEMA = "gpumem.fit/1"
 
 def _components(cs: Iterable[Component]) -> list[dict[str, Any]]:
     return [{"key": c.key, "label": c.label, "bytes": c.bytes} for c in cs]
+
+
+def _phase(ph: Phase) -> dict[str, Any]:
+    """A phase's live peak, components and note, and its reserved peak where the allocator model ran."""
+    out: dict[str, Any] = {
+        "peak_bytes": ph.peak_bytes,
+        "components": _components(ph.components),
+        "note": ph.note,
+    }
+    if ph.reserved_bytes is not None:
+        out["reserved_bytes"] = ph.reserved_bytes  # torch.cuda.max_memory_reserved over the phase
+    return out
 
 
 def estimate_document(
@@ -46,10 +58,7 @@ def estimate_document(
         "total_bytes": est.total_bytes,
         "peak_phase": est.peak_phase,
         "components": _components(est.components),
-        "phases": {
-            n: {"peak_bytes": ph.peak_bytes, "components": _components(ph.components), "note": ph.note}
-            for n, ph in est.phases.items()
-        },
+        "phases": {n: _phase(ph) for n, ph in est.phases.items()},
         "per_gpu": [
             {
                 "index": g.index,

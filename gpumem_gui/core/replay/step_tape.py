@@ -63,9 +63,11 @@ def record_step(
     optimizer: str,
     opts: StepOptions,
     hooks: Callable[[], TrainingHooks],
+    stream: bool = False,
 ) -> Tape:
     """The step of ``spec`` under ``cfg`` recorded at ``cfg``'s point (``extra``: the whole-parameter state
-    owner, the same at every point); raises :class:`TapeUnsupported`."""
+    owner, the same at every point; ``stream``: with the allocator's event stream, :meth:`Tape.events`);
+    raises :class:`TapeUnsupported`."""
     owner: list[tuple[int, int, int] | None] = []
 
     def run(sim: TapeSim, b: Any, q: Any, p: Any) -> dict[str, Any]:
@@ -76,7 +78,8 @@ def record_step(
     was_enabled = gc.isenabled()
     gc.disable()  # as simulate_step: storages die by reference counting only
     try:
-        tape = record(run, (cfg.batch, cfg.q, 0), lambda: TapeSim(hooks(), grad=True), phases=True)
+        point = (cfg.batch, cfg.q, 0)
+        tape = record(run, point, lambda: TapeSim(hooks(), grad=True), phases=True, stream=stream)
     finally:
         if was_enabled:
             gc.enable()
@@ -84,14 +87,16 @@ def record_step(
     return tape
 
 
-def evaluate_step(tape: Tape, m: np.ndarray) -> StepResult:
+def evaluate_step(tape: Tape, m: np.ndarray, stream: bool = False) -> StepResult:
     """The step's result at the point of monomials ``m`` (raises :class:`TapeUnsupported` beyond float64's
-    exact range)."""
+    exact range); ``stream``: with the allocator's event stream in ``events``, as
+    :func:`~.step.simulate_step` ``record=True`` gives it (storage ordinals for identities)."""
     phases = {
         name: PhasePeak(total=pk.total, by_kind=pk.by_kind, by_tag=pk.by_tag, where=pk.where)
         for name, pk in tape.phase_peaks(m, PHASES).items()
     }
-    return StepResult(phases=phases, state_owner=tape.extra, **tape.exact_values(m))  # type: ignore[arg-type]
+    events = tuple(tape.events(m)) if stream else None
+    return StepResult(phases=phases, state_owner=tape.extra, events=events, **tape.exact_values(m))  # type: ignore[arg-type]
 
 
 def simulate_step_taped(
@@ -101,33 +106,36 @@ def simulate_step_taped(
     optimizer: str,
     opts: StepOptions,
     hooks: Callable[[], TrainingHooks],
+    stream: bool = False,
 ) -> StepResult:
     """:func:`~.step.simulate_step` of ``spec`` under ``cfg`` from the tape of ``key`` (everything the step
-    depends on but ``cfg.batch`` and ``cfg.q``), recorded on the key's third point."""
+    depends on but ``cfg.batch`` and ``cfg.q``), recorded on the key's third point, with its stream;
+    ``stream``: the result with the allocator's event stream (``simulate_step``'s ``record``)."""
     point = (cfg.batch, cfg.q, 0)
+    replay = (spec, cfg, optimizer, opts, hooks, stream)
     if not TAPES_ON or key in _UNSUPPORTED:
-        return _replay(spec, cfg, optimizer, opts, hooks, "unsupported")
+        return _replay(*replay, "unsupported")
     found = _TAPES.find(key, point)
     if found is None and not _worth_recording(key):
         _TAPES.count(key, "replayed", 1)
-        return _replay(spec, cfg, optimizer, opts, hooks, "replayed")
+        return _replay(*replay, "replayed")
     if found is None:
         try:
-            tape = record_step(spec, cfg, optimizer, opts, hooks)
+            tape = record_step(spec, cfg, optimizer, opts, hooks, True)  # with its stream: for either kind
         except TapeUnsupported as e:
             _UNSUPPORTED[key] = str(e)
             if len(_UNSUPPORTED) > _UNSUPPORTED_KEPT:
                 _UNSUPPORTED.popitem(last=False)
-            return _replay(spec, cfg, optimizer, opts, hooks, "unsupported")
+            return _replay(*replay, "unsupported")
         _TAPES.add(key, tape)
         _TAPES.count(key, "recorded", 1)
         STATS["recorded"] += 1
         found = (tape, tape.monomials(point))
     tape, m = found
     try:
-        res = evaluate_step(tape, m)
+        res = evaluate_step(tape, m, stream)
     except TapeUnsupported:
-        return _replay(spec, cfg, optimizer, opts, hooks, "inexact")
+        return _replay(*replay, "inexact")
     _TAPES.count(key, "evaluated", 1)
     STATS["evaluated"] += 1
     return res
@@ -150,10 +158,11 @@ def _replay(
     optimizer: str,
     opts: StepOptions,
     hooks: Callable[[], TrainingHooks],
+    stream: bool,
     why: str,
 ) -> StepResult:
     STATS[why] += 1
-    return simulate_step(spec, cfg, optimizer, opts, hooks())
+    return simulate_step(spec, cfg, optimizer, opts, hooks(), record=stream)
 
 
 def unsupported() -> dict[Any, str]:

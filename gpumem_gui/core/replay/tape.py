@@ -26,9 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from gpumem_gui.core.allocator.events import PHASE, Event
 from gpumem_gui.core.replay.sym import RECORDING, Mono, Sym, TapeUnsupported, guard_sign, poly, whole
 from gpumem_gui.core.replay.tape_phases import EXACT, PhaseAt, PhaseTable
 from gpumem_gui.core.replay.tape_runtime import ENTRY, TapeSim, TapeTracker
+from gpumem_gui.core.replay.tape_stream import StreamTable
 
 __all__ = ["Sym", "Tape", "TapeCache", "TapeResult", "TapeSim", "TapeUnsupported", "record"]
 
@@ -45,7 +47,8 @@ class TapeResult:
 
 class Tape:
     """Signed size polynomials of every event, their tags and places, the guards, and named polynomials;
-    ``phases``: also each phase's peak as the tracker keeps it (:class:`~.tape_phases.PhaseTable`)."""
+    ``phases``: also each phase's peak as the tracker keeps it (:class:`~.tape_phases.PhaseTable`);
+    ``stream``: the allocator's event stream the tracker logged (:class:`~.tape_stream.StreamTable`)."""
 
     def __init__(
         self,
@@ -54,8 +57,10 @@ class Tape:
         congruences: list[tuple[dict[Mono, float], int, int]],
         named: dict[str, Sym | int],
         phases: bool = False,
+        stream: list[tuple[int, Any, Any]] | None = None,
     ) -> None:
         monos = {m for e in tr.events for m in poly(e[1])} | {m for g in guards for m in g[0]}
+        monos |= {m for e in stream or () if e[0] != PHASE for m in poly(e[2])}
         monos |= {m for c in congruences for m in c[0]}
         self.mono_exps = sorted(monos | {m for v in named.values() for m in poly(v)}) or [(0, 0, 0)]
         self._index = {m: i for i, m in enumerate(self.mono_exps)}
@@ -75,6 +80,7 @@ class Tape:
         self._whole_abs = np.abs(self._whole)
         self._dens = [den for _, den in wholes]
         self.table = PhaseTable(tr, self.mono_exps) if phases else None
+        self.stream = StreamTable(stream, self.mono_exps) if stream is not None else None
         self.extra: Any = None  # what the recorded run knows beside its polynomials (the same at every point)
         # a step's tape is read by phase (:meth:`phase_peaks`), a forward's over all of it (phase entries and
         # empty storages carry no bytes)
@@ -128,6 +134,11 @@ class Tape:
         assert self.table is not None, "a tape recorded without phases"
         return self.table.peaks(m, only)
 
+    def events(self, m: np.ndarray) -> list[Event]:
+        """The allocator's event stream at the point of monomials ``m`` (a tape recorded with its stream)."""
+        assert self.stream is not None, "a tape recorded without its stream"
+        return self.stream.at(m)
+
     def values(self, m: np.ndarray) -> dict[str, int]:
         """The named polynomials at the point of monomials ``m`` (rounded)."""
         return {k: int(np.rint(v @ m)) for k, v in self.named.items()}
@@ -150,11 +161,14 @@ def record(
     point: tuple[int, int, int],
     sim: Callable[[], TapeSim] = TapeSim,
     phases: bool = False,
+    stream: bool = False,
 ) -> Tape:
     """Run ``run(sim, b, q, p)`` with symbolic sizes valued at ``point``; what it returns is kept as named
     polynomials (e.g. the cache bytes at the end). ``sim`` makes the runtime (a training step's: with its
     framework's hooks and gradients on); ``phases``: keep each phase's peak (:meth:`Tape.phase_peaks`), to
-    the byte (a rounded size must be whole)."""
+    the byte (a rounded size must be whole); ``stream``: keep the allocator's event stream the tracker logs
+    (:meth:`Tape.events`; the run may end it early by setting the tracker's ``alloc_log`` to None, as a
+    training step does when its result is taken)."""
     b, q, p = (Sym.var(i, v) for i, v in enumerate(point))
     RECORDING.guards = guards = []
     RECORDING.congruences = congruences = []
@@ -162,10 +176,12 @@ def record(
     RECORDING.whole = phases
     try:
         s = sim()
+        log = s.tr.alloc_log = [] if stream else None
         named = run(s, b, q, p)
         tr = s.tr
+        tr.alloc_log = None  # what is freed after the run is no part of it
         del s
-        return Tape(tr, guards, congruences, named, phases)  # type: ignore[arg-type]
+        return Tape(tr, guards, congruences, named, phases, log)  # type: ignore[arg-type]
     finally:
         RECORDING.guards = None
         RECORDING.congruences = None

@@ -54,7 +54,7 @@ class PhaseTable:
 
     def __init__(self, tr: TapeTracker, monos: list[Mono]) -> None:
         events = tr.events
-        self.sizes, self.den, frac = _sizes(events, monos)
+        self.sizes, self.den, frac = integer_sizes(events, monos)
         fractional = {tuple(self.sizes[i]): None for i in frac}  # each such row once
         self.fractional = np.array(list(fractional)) if fractional else None
         self.bound = np.abs(self.sizes).sum(axis=0)
@@ -140,7 +140,7 @@ def _moments(events: list[Any], sizes: np.ndarray, no_p: np.ndarray) -> dict[str
     return {k: np.array(v, dtype=np.int64) for k, v in out.items()}
 
 
-def _sizes(events: list[Any], monos: list[Mono]) -> tuple[np.ndarray, int, list[int]]:
+def integer_sizes(events: list[Any], monos: list[Mono]) -> tuple[np.ndarray, int, list[int]]:
     """The signed sizes of ``events`` as rows over ``monos``, times the least common denominator of their
     coefficients (returned), and the events whose size has a fraction."""
     index = {m: i for i, m in enumerate(monos)}

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from gpumem_gui.core.allocator.events import ALLOC, FREE, GROW, PHASE
 from gpumem_gui.core.replay.autograd import ReplayHooks, Sim
 from gpumem_gui.core.replay.memory import DT_BYTES, KINDS, Storage, T, Tracker
 from gpumem_gui.core.replay.sym import RECORDING, Mono, Sym, poly
@@ -22,7 +23,11 @@ class TapeTracker(Tracker):
     Its live bytes (``cur``, ``by_kind``, ``by_tag``) are polynomials too, summed from the log when the
     replay reads them (the training step reads them a few times per micro-batch, a scan once per
     iteration); ``seen`` keeps where each tag first appeared (the tracker's ``by_tag`` holds a tag from its
-    first storage on, empty or not)."""
+    first storage on, empty or not).
+
+    ``alloc_log``, when a list, takes the allocator's event stream as :class:`~.memory.Tracker` logs it, with
+    :class:`~.sym.Sym` sizes and each storage's ordinal as its identity (``handles`` counts them): the
+    identities :func:`~gpumem_gui.core.allocator.events.normalize` gives the replay's stream."""
 
     def __init__(self) -> None:
         self.phase = "setup"
@@ -32,6 +37,7 @@ class TapeTracker(Tracker):
         self.seen: dict[str, int] = {}
         self._upto = 0
         self._classes: dict[tuple[str, str], dict[Mono, Any]] = {}
+        self.handles = 0
 
     def log(self, sign: int, size: Any, kind: str, tag: str, peak: bool) -> None:
         if tag not in self.seen:
@@ -47,6 +53,8 @@ class TapeTracker(Tracker):
     def start_phase(self, phase: str) -> None:
         self.phase = phase
         self.events.append((1, 0, ENTRY, "", self.where, phase, True))  # the level on entry may be the peak
+        if self.alloc_log is not None:
+            self.alloc_log.append((PHASE, phase, 0))
 
     def _sync(self) -> dict[tuple[str, str], dict[Mono, Any]]:
         """The live polynomial of each (kind, tag), summed from the events logged since the last read."""
@@ -96,9 +104,10 @@ def _value(c: dict[Mono, float]) -> Sym | int:
 
 
 class TapeStorage(Storage):
-    """A storage whose allocation, growth and free are logged on a :class:`TapeTracker`."""
+    """A storage whose allocation, growth and free are logged on a :class:`TapeTracker` (and on its
+    ``alloc_log`` under its ``handle``, -1 for a storage made while nothing was logged)."""
 
-    __slots__ = ()
+    __slots__ = ("handle",)
 
     def __init__(self, tr: TapeTracker, nbytes: Any, kind: str, tag: str) -> None:
         self.tr = tr
@@ -106,13 +115,24 @@ class TapeStorage(Storage):
         self.kind = kind
         self.tag = tag
         tr.log(1, nbytes, kind, tag, True)
+        self.handle = -1
+        if tr.alloc_log is not None:
+            self.handle = tr.handles
+            tr.handles += 1
+            tr.alloc_log.append((ALLOC, self.handle, nbytes))
 
     def grow(self, delta: Any) -> None:
         self.nbytes = self.nbytes + delta
-        self.tr.log(1, delta, self.kind, self.tag, True)  # type: ignore[attr-defined]
+        tr: TapeTracker = self.tr  # type: ignore[assignment]
+        tr.log(1, delta, self.kind, self.tag, True)
+        if tr.alloc_log is not None and self.handle >= 0:
+            tr.alloc_log.append((GROW, self.handle, delta))
 
     def __del__(self) -> None:
-        self.tr.log(-1, self.nbytes, self.kind, self.tag, False)  # type: ignore[attr-defined]
+        tr: TapeTracker = self.tr  # type: ignore[assignment]
+        tr.log(-1, self.nbytes, self.kind, self.tag, False)
+        if tr.alloc_log is not None and self.handle >= 0:
+            tr.alloc_log.append((FREE, self.handle, self.nbytes))
 
 
 class TapeSim(Sim):

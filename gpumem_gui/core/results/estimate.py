@@ -41,9 +41,22 @@ class Phase(Frozen):
     peak_bytes: NonNeg
     components: tuple[Component, ...]
     note: str = ""
+    reserved_bytes: NonNeg | None = Field(
+        None,
+        description="the caching allocator's reserved peak in this phase (torch.cuda.max_memory_reserved "
+        "over it, on a GPU with room), where the allocator model ran; None: not modelled",
+    )
 
     def component(self, key: str) -> Component | None:
         return next((c for c in self.components if c.key == key), None)
+
+    @model_serializer(mode="wrap")
+    def _reserved_where_modelled(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """A phase the allocator model did not run on serializes as it did before phases had it."""
+        data: dict[str, object] = handler(self)
+        if self.reserved_bytes is None:
+            data.pop("reserved_bytes", None)
+        return data
 
 
 class GpuShare(Frozen):

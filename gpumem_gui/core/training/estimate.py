@@ -75,7 +75,16 @@ def _stage_phases(
             if name in e.phases:
                 comps.append(extra_component(e.key, e.label, e.bytes, e.formula, e.inputs, e.source))
                 total += e.bytes
-        phases[name] = Phase(name=name, peak_bytes=total, components=tuple(comps), note=f"peak at {pk.where}")
+        # the allocator model's reserved peak of the phase, the extras (not in the replayed step) on top
+        rep = res.allocator.phase(name) if res.allocator is not None else None
+        reserved = None if rep is None else rep.reserved_peak + total - pk.total
+        phases[name] = Phase(
+            name=name,
+            peak_bytes=total,
+            components=tuple(comps),
+            note=f"peak at {pk.where}",
+            reserved_bytes=reserved,
+        )
     return phases, res, inflight
 
 

@@ -157,13 +157,16 @@ def simulate_rank(
         cfg = replace(cfg, cpu_dropout=True)
     record = run.allocator_model
     res = simulate_step(rspec, cfg, run.optimizer, step_options(run, dp_rank), sharding_hooks(run), record)
-    if not record:
-        return res, cfg, rspec
-    # the step's allocations and frees through the caching allocator model (core/allocator): steady state
-    # after a second step, unless the run is the first step itself
-    assert res.events is not None
+    return _through_allocator(res, run), cfg, rspec
+
+
+def _through_allocator(res: StepResult, run: TrainingRun) -> StepResult:
+    """The step's allocations and frees (when recorded) through the caching allocator model
+    (core/allocator): steady state after a second step, unless the run is the first step itself."""
+    if res.events is None:
+        return res
     report = run_events(res.events, parse_alloc_conf(run.alloc_conf), steps=1 if run.first_step else 2)
-    return replace(res, events=None, allocator=report), cfg, rspec
+    return replace(res, events=None, allocator=report)
 
 
 def _taped_rank(
@@ -175,10 +178,12 @@ def _taped_rank(
     pipelined units the same: frameworks/fsdp.py), so they share its tape."""
     cfg, rspec = step_config(spec, run, stage)
     shape = {"batch": 1, "seq": 1, "grad_accum": replayed_microbatches(run.grad_accum)}
+    shape |= {"allocator_model": False, "alloc_conf": ""}  # one tape (with its stream) for either
     key = (spec, run.model_copy(update=shape), stage, dp_rank)
     opts = step_options(run, dp_rank)
-    res = simulate_step_taped(key, rspec, cfg, run.optimizer, opts, lambda: sharding_hooks(run))
-    return res, cfg, rspec
+    hooks = lambda: sharding_hooks(run)  # noqa: E731
+    res = simulate_step_taped(key, rspec, cfg, run.optimizer, opts, hooks, run.allocator_model)
+    return _through_allocator(res, run), cfg, rspec
 
 
 def simulate(
@@ -197,6 +202,4 @@ def simulate(
 def _simulate_cached(
     spec: ModelSpec, run: TrainingRun, stage: int, dp_rank: int | None
 ) -> tuple[StepResult, ReplayConfig, ModelSpec]:
-    if run.allocator_model:  # the allocator model needs each storage's identity: the replay, not the tape
-        return simulate_rank(spec, run, stage, dp_rank=dp_rank)
     return _taped_rank(spec, run, stage, dp_rank)
