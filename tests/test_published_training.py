@@ -125,17 +125,17 @@ def test_ours_compares_like_with_like() -> None:
     from gpumem_gui.core.training import estimate_training, make_training_run
 
     spec = load_model("Qwen/Qwen2.5-0.5B").spec
-    est = estimate_training(spec, make_training_run(batch=1, seq=256))
+    est = estimate_training(spec, make_training_run(batch=1, seq=256, allocator_model=True))
     ctx, ws = est.component("cuda_context"), est.component("workspace")
     assert ctx is not None and ctx.bytes > 0 and ws is not None
     assert pt.ours_for("allocated", est) == pt.ours_for("active", est) == est.peak_bytes
-    # the allocator model (on by default): its reserved peak (max_memory_reserved on a GPU with room) and the
+    # the allocator model (--allocator-model, as the comparison runs reserved figures): its reserved peak (max_memory_reserved on a GPU with room) and the
     # workspace; nvidia-smi adds the context (every cached block stays reserved)
     reserved = max(ph.reserved_bytes or 0 for ph in est.phases.values())
     assert reserved == est.facts["reserved_peak_bytes"] > est.peak_bytes
     assert pt.ours_for("reserved", est) == reserved + ws.bytes
     assert pt.ours_for("nvidia-smi", est) == reserved + ws.bytes + ctx.bytes
     # off: the flat reserve on the total
-    flat = estimate_training(spec, make_training_run(batch=1, seq=256, allocator_model=False))
+    flat = estimate_training(spec, make_training_run(batch=1, seq=256))
     assert pt.ours_for("nvidia-smi", flat) == flat.total_bytes
     assert pt.ours_for("reserved", flat) == flat.total_bytes - ctx.bytes

@@ -59,7 +59,8 @@ OURS_TEXT = {
     "allocated": "peak_bytes (live tensors at the peak)",
     "active": "peak_bytes (live tensors at the peak)",
     "unclear": "peak_bytes (the source does not name its statistic)",
-    "reserved": "the allocator model's reserved peak + workspace (torch.cuda.max_memory_reserved)",
+    "reserved": "the allocator model's reserved peak + workspace (torch.cuda.max_memory_reserved; "
+    "--allocator-model)",
     "nvidia-smi": "the reserved peak + workspace + CUDA context + NCCL buffers (every cached block)",
 }
 REQUIRED = (
@@ -244,7 +245,10 @@ def evaluate(p: dict[str, Any]) -> Outcome:
     model = str(REPO / p["model"]) if p["model"].endswith(".json") else p["model"]
     try:
         spec = load_model(model).spec
-        run = make_training_run(**p["run"])
+        # a reserved or nvidia-smi figure is gpumem's reserved prediction: the caching allocator model's
+        # (--allocator-model; off by default for speed), unless the point's run says otherwise
+        model_on = {"allocator_model": True} if m["kind"] in ("reserved", "nvidia-smi") else {}
+        run = make_training_run(**{**model_on, **p["run"]})
         est = estimate_training(spec, run)
     except GpumemError as e:
         o.status = f"not yet estimable: {str(e).splitlines()[0] if str(e) else type(e).__name__}"

@@ -292,7 +292,7 @@ class TrainingRun(Frozen):
     cuda_context_mib: CudaContextMiB = None
     gpu_arch: GpuArchField = "auto"
     nccl_channels: NcclChannels
-    allocator_model: AllocatorModel = True  # the caching allocator model (core/allocator) and its settings
+    allocator_model: AllocatorModel = False  # the caching allocator model (core/allocator) and its settings
     alloc_conf: AllocConf = ""
     # the framework and its tricks (training/run_options.py declares them; training/profiles.py applies them)
     framework: FrameworkField = "pytorch"
