@@ -3,8 +3,8 @@
 ``tests/reference/vision/points.json`` holds prefills (and decodes) with images traced by
 ``tests/reference/vision/make_points.py`` (the real transformers model under FakeTensorMode with the
 processor's ``pixel_values`` and grid, ``gpumem_trace_worker/vision.py``). The Qwen2.5-VL and Qwen3-VL towers
-and Mistral 3's Pixtral tower are replayed (``gpumem_gui/core/replay/vision.py``, ``vision_pixtral.py``) and
-must match within 1 %.
+, Mistral 3's Pixtral tower and Gemma 3's SigLIP tower are replayed (``gpumem_gui/core/replay/vision.py``,
+``vision_pixtral.py``, ``vision_siglip.py``) and must match within 1 %.
 """
 
 from __future__ import annotations
@@ -74,7 +74,12 @@ def test_prefill_and_decode_with_images_match_the_trace(point: dict) -> None:
 def test_every_replayed_tower_is_traced() -> None:
     models = {p["model"] for p in REPLAYED}
     assert models == {p["model"] for p in POINTS}
-    assert {"qwen2_5_vl-vision-tiny", "qwen3_vl-vision-tiny", "mistral3-vision-tiny"} <= models
+    assert {
+        "qwen2_5_vl-vision-tiny",
+        "qwen3_vl-vision-tiny",
+        "mistral3-vision-tiny",
+        "gemma3-vision-tiny",
+    } <= models
     # the vision tower's stretch is the peak of some points, the text forward's of others
     wheres = {estimate_inference(_spec(p["model"]), _run(p)).phases["prefill"].note for p in REPLAYED}
     assert any("vision" in w for w in wheres) and any("vision" not in w for w in wheres)
@@ -151,3 +156,28 @@ def test_worker_rejects_a_negative_image_count() -> None:
     with pytest.raises(TraceError) as e:
         worker.image_request(cfg, {"images": -2})
     assert e.value.field == "images"
+
+
+def test_gemma3_resizes_every_image_to_its_towers_side() -> None:
+    """Gemma 3 4B: SigLIP at 896 px (64 x 64 patches of 14 px) pooled 4 x 4 into mm_tokens_per_image = 256
+    features, each image between "\\n\\n<start_of_image>" and "<end_of_image>\\n\\n" (Gemma3Processor): 260
+    tokens per image whatever image_size says, and the same estimate."""
+    spec = load_config_file(REPO / "tests" / "reference" / "configs" / "google__gemma-3-4b-it.json")
+    tower = spec.vision.tower
+    assert (tower.kind, tower.fixed_side, tower.spatial_merge_size) == ("siglip", 896, 4)
+    for size in (1, 224, 896, 5000):
+        g = image_grid(tower, size)
+        assert (g.side, g.grid, g.patches, g.features, g.tokens) == (896, 64, 4096, 256, 260)
+    assert image_tokens(spec, 3, 100) == 780
+    small, large = (estimate_inference(spec, make_run(images=2, image_size=n)) for n in (224, 1792))
+    assert small.peak_bytes == large.peak_bytes
+    # the images count: the prefill with two images is higher than the text-only one of the same prompt
+    text = estimate_inference(spec, make_run())
+    assert small.phases["prefill"].peak_bytes > text.phases["prefill"].peak_bytes
+
+
+def test_a_siglip_tower_whose_pooling_does_not_give_its_tokens_is_not_replayed() -> None:
+    cfg = json.loads((HERE / "configs" / "gemma3-vision-tiny.json").read_text())
+    cfg["mm_tokens_per_image"] = 60  # not a square: transformers' placeholder check would refuse the images
+    spec = spec_from_config(cfg, name="gemma3-odd-tokens", source="test")
+    assert spec.vision is not None and not has_tower(spec)

@@ -72,3 +72,40 @@ def pixtral_tower(v: ConfigReader, merge: int, text_hidden: int) -> VisionTower:
         out_hidden_size=text_hidden,
         max_side=v.int("image_size"),
     )
+
+
+def siglip_tower(v: ConfigReader, tokens_per_image: int, text_hidden: int) -> VisionTower | None:
+    """SiglipVisionConfig (defaults merged in) under Gemma3MultiModalProjector (``models/gemma3/
+    modeling_gemma3.py``): ``image_size / patch_size`` patches a side average-pooled by a kernel of
+    ``patches / isqrt(mm_tokens_per_image)`` into ``mm_tokens_per_image`` features of the text model's width.
+    None (not replayed) where the pooled grid does not give ``mm_tokens_per_image`` features (transformers
+    refuses such images) or where the tower runs its attention-pooling head (``vision_use_head``)."""
+    h, heads = v.int("hidden_size"), v.int("num_attention_heads")
+    if h % heads:
+        raise GpumemInputError(
+            f"hidden_size ({h}) must be divisible by num_attention_heads ({heads}) (SiglipAttention)",
+            source=v.source,
+            field="num_attention_heads",
+        )
+    side, patch = v.int("image_size"), v.int("patch_size")
+    grid = side // patch
+    kernel = grid // max(math.isqrt(tokens_per_image), 1)
+    if v.bool("vision_use_head") or not kernel or (grid // kernel) ** 2 != tokens_per_image:
+        return None
+    return VisionTower(
+        kind="siglip",
+        hidden_size=h,
+        depth=v.int("num_hidden_layers"),
+        num_heads=heads,
+        intermediate_size=v.int("intermediate_size"),
+        patch_size=patch,
+        temporal_patch_size=1,
+        in_channels=v.int("num_channels"),
+        spatial_merge_size=kernel,
+        out_hidden_size=text_hidden,
+        max_side=side,
+        fixed_side=side,
+        # Gemma3Processor.full_image_sequence: "\n\n<start_of_image>" + image tokens + "<end_of_image>\n\n"
+        extra_tokens=4,
+        block_mask=True,  # Gemma3Model.forward: token_type_ids -> create_masks_for_vision_model
+    )

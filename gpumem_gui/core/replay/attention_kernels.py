@@ -43,6 +43,13 @@ def sdpa_mask(spec: ModelSpec, cfg: ReplayConfig, sliding: bool) -> bool:
         return False
     if spec.traits.always_mask:
         return True
+    if (
+        cfg.images
+        and spec.vision is not None
+        and spec.vision.tower is not None
+        and spec.vision.tower.block_mask
+    ):
+        return True  # a block mask over each image's tokens OR-ed into every mask (spec/vision.py)
     return sliding and spec.sliding_window is not None and cfg.kv_len >= spec.sliding_window
 
 

@@ -28,11 +28,9 @@ class Tower:
     def norm(self, x: T) -> T:
         """Qwen2_5_VLRMSNorm (``h = x.float()``; ``h * rsqrt(h.pow(2).mean(-1) + eps)``; ``w * h.to(dtype)``)
         or nn.LayerNorm (its fp32 mean and rstd die at once)."""
-        rows = x.n // self.v.hidden_size
         if self.v.kind == "qwen3_vl":
-            out, stats = self.new(x.n), (self.new(rows, "f32"), self.new(rows, "f32"))
-            del stats
-            return out
+            return self.layer_norm(x)
+        rows = x.n // self.v.hidden_size
         h = self.new(x.n, "f32")
         sq = self.new(x.n, "f32")
         var = self.new(rows, "f32")
@@ -45,6 +43,13 @@ class Tower:
         low = self.new(x.n)
         out = self.new(x.n)
         del low, var, h2
+        return out
+
+    def layer_norm(self, x: T) -> T:
+        """nn.LayerNorm (native_layer_norm): its output, the fp32 mean and rstd freed at once."""
+        rows = x.n // self.v.hidden_size
+        out, stats = self.new(x.n), (self.new(rows, "f32"), self.new(rows, "f32"))
+        del stats
         return out
 
     def rotary(self) -> tuple[T, T]:

@@ -2,7 +2,9 @@
 pixels become: patches for the tower, placeholder tokens in the text sequence (:func:`image_grid`).
 
 An image is taken as the model sees it after its processor's resize: a side of ``image_size`` pixels rounded
-down to whole merged patches (``patch_size * spatial_merge_size``), ``g = side / patch_size`` patches a side.
+down to whole merged patches (``patch_size * spatial_merge_size``), ``g = side / patch_size`` patches a side;
+a fixed-size tower (Gemma 3's SigLIP: every image resized to 896 px) ignores ``image_size``, its
+``spatial_merge_size`` is the projector's average-pooling kernel.
 Per image (``Qwen2VLProcessor``): ``g^2`` patches, ``(g / merge)^2`` image tokens between ``<|vision_start|>``
 and ``<|vision_end|>``. The trace worker builds the same inputs (``gpumem_trace_worker/vision.py``).
 """
@@ -21,10 +23,11 @@ from gpumem_gui.core.spec.base import Frozen, NonNegInt, PositiveInt
 class VisionTower(Frozen):
     """The vision encoder's forward, as far as its activations depend on it."""
 
-    kind: Literal["qwen2_5_vl", "qwen3_vl", "pixtral"] = Field(
+    kind: Literal["qwen2_5_vl", "qwen3_vl", "pixtral", "siglip"] = Field(
         description="Qwen2_5_VisionTransformerPretrainedModel (RMSNorm, gated MLP, windowed blocks), "
-        "Qwen3VLVisionModel (LayerNorm, GELU MLP, learned position table, deepstack mergers) or "
-        "PixtralVisionModel + Mistral3MultiModalProjector (every image in one sequence, a block mask)"
+        "Qwen3VLVisionModel (LayerNorm, GELU MLP, learned position table, deepstack mergers), "
+        "PixtralVisionModel + Mistral3MultiModalProjector (every image in one sequence, a block mask) or "
+        "SiglipVisionModel + Gemma3MultiModalProjector (a fixed image side, average-pooled features)"
     )
     hidden_size: PositiveInt
     depth: PositiveInt
@@ -39,6 +42,22 @@ class VisionTower(Frozen):
     fullatt_block_indexes: tuple[int, ...] = Field((), description="blocks with full attention (Qwen2.5-VL)")
     deepstack_visual_indexes: tuple[int, ...] = Field((), description="blocks feeding a deepstack merger")
     max_side: PositiveInt = Field(description="largest image side in pixels the processor passes")
+    fixed_side: NonNegInt = Field(
+        0,
+        description="the side every image is resized to whatever its size (Gemma3ImageProcessor: the SigLIP "
+        "tower's image_size); 0: the run's image_size",
+    )
+    block_mask: bool = Field(
+        False,
+        description="the processor's token_type_ids make each image's tokens attend to each other: the text "
+        "model's causal and sliding masks are OR-ed with a block mask, so SDPA gets every mask materialised "
+        "(Gemma3Model.forward: create_masks_for_vision_model, allow_is_causal_skip off)",
+    )
+    extra_tokens: NonNegInt = Field(
+        2,
+        description="text tokens around each image's features besides Pixtral's row breaks: Qwen's "
+        "<|vision_start|> / <|vision_end|>, Gemma 3's '\\n\\n<start_of_image>' ... '<end_of_image>\\n\\n'",
+    )
 
     @property
     def head_dim(self) -> int:
@@ -63,6 +82,8 @@ class ImageGrid:
 
 def image_grid(tower: VisionTower, image_size: int) -> ImageGrid:
     """The grid of one square image of ``image_size`` pixels (one-line error when out of range)."""
+    if tower.fixed_side:  # the processor resizes every image to this side: image_size has no effect
+        image_size = tower.fixed_side
     if image_size < tower.unit or image_size > tower.max_side:
         raise GpumemInputError(
             f"must be between {tower.unit} (one merged patch) and {tower.max_side} pixels for this model, "
@@ -72,8 +93,8 @@ def image_grid(tower: VisionTower, image_size: int) -> ImageGrid:
     side = image_size // tower.unit * tower.unit
     g = side // tower.patch_size
     features = (g // tower.spatial_merge_size) ** 2
-    # Qwen: <|vision_start|> ... <|vision_end|>; Pixtral: an [IMG_BREAK] ending each row ([IMG_END] the last)
-    extra = g // tower.spatial_merge_size if tower.kind == "pixtral" else 2
+    # Pixtral: an [IMG_BREAK] ending each row ([IMG_END] the last); the others: a fixed count
+    extra = g // tower.spatial_merge_size if tower.kind == "pixtral" else tower.extra_tokens
     return ImageGrid(side=side, grid=g, patches=g * g, features=features, tokens=features + extra)
 
 

@@ -51,6 +51,8 @@ def _unit(cfg: Any) -> tuple[str, int, int] | None:
         return "qwen", int(vc.patch_size), int(vc.spatial_merge_size)
     if getattr(cfg, "image_token_index", None) is not None and getattr(cfg, "spatial_merge_size", None):
         return "pixtral", int(vc.patch_size), int(cfg.spatial_merge_size)
+    if getattr(cfg, "mm_tokens_per_image", None) and getattr(cfg, "boi_token_index", None) is not None:
+        return "siglip", int(vc.patch_size), 1  # Gemma 3: a fixed image_size, pooled by the projector
     return None  # another kind of vision model: its images are not fed here
 
 
@@ -62,7 +64,9 @@ def image_request(cfg: Any, run: dict[str, Any]) -> tuple[int, int] | None:
     unit = _unit(cfg) if images else None
     if unit is None:
         return None
-    _, patch, merge = unit
+    kind, patch, merge = unit
+    if kind == "siglip":  # Gemma3ImageProcessor resizes every image to vision_config.image_size
+        return images, int(cfg.vision_config.image_size)
     size = int(run.get("image_size", 0) or 0)
     side = size // (patch * merge) * patch * merge
     if side <= 0:
@@ -103,6 +107,25 @@ def _pixtral(cfg: Any, batch: int, seq: int, images: int, side: int) -> tuple[li
     return row, kw
 
 
+def _siglip(cfg: Any, batch: int, seq: int, images: int, side: int) -> tuple[list[int], dict[str, Any]]:
+    """Gemma3Processor: ``full_image_sequence`` (newlines, <boi>, mm_tokens_per_image image tokens, <eoi>,
+    newlines: the two "\\n\\n" as one text token each) per image, ``token_type_ids`` 1 on the image tokens."""
+    import torch
+
+    vc = cfg.vision_config
+    block = [_TEXT_ID, cfg.boi_token_index] + [cfg.image_token_index] * int(cfg.mm_tokens_per_image)
+    block += [cfg.eoi_token_index, _TEXT_ID]
+    row = block * images + [_TEXT_ID] * seq
+    kw = {
+        "pixel_values": torch.randn(batch * images, int(getattr(vc, "num_channels", 3)), side, side),
+        "token_type_ids": torch.tensor([[int(t == cfg.image_token_index) for t in row]] * batch),
+    }
+    return row, kw
+
+
+_BUILDERS = {"qwen": _qwen, "pixtral": _pixtral, "siglip": _siglip}
+
+
 def image_inputs(
     model: Any, cfg: Any, batch: int, seq: int, req: tuple[int, int]
 ) -> tuple[Any, dict[str, Any]]:
@@ -112,7 +135,7 @@ def image_inputs(
 
     images, side = req
     kind = _unit(cfg)[0]  # type: ignore[index]
-    row, kw = (_qwen if kind == "qwen" else _pixtral)(cfg, batch, seq, images, side)
+    row, kw = _BUILDERS[kind](cfg, batch, seq, images, side)
     if max(row) >= int(text_config(cfg).vocab_size):
         raise TraceError("the config's image token ids are outside its vocabulary", field="images")
     ids = torch.tensor([row] * batch)

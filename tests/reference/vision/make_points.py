@@ -35,6 +35,7 @@ POINTS: dict[str, tuple[dict, ...]] = {
     "qwen3_vl-vision-tiny": _RUNS,
     "qwen3_vl_moe-vision-tiny": _RUNS[:2],
     "mistral3-vision-tiny": _RUNS,
+    "gemma3-vision-tiny": _RUNS,  # image_size ignored: Gemma 3 resizes every image to 448 here (896 real)
 }
 
 
