@@ -25,6 +25,7 @@ from typing import Any
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.replay.autograd import Sim
 from gpumem_gui.core.replay.config import ReplayConfig
+from gpumem_gui.core.replay.vision_llama4 import Llama4Tower
 from gpumem_gui.core.replay.vision_pixtral import PixtralTower
 from gpumem_gui.core.replay.vision_siglip import SiglipTower
 from gpumem_gui.core.replay.vision_tower import REGION, Tower
@@ -32,7 +33,7 @@ from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.vision import VisionTower, image_grid
 
 # the tower class of each kind (the Qwen kinds: Tower itself)
-_TOWERS: dict[str, type[Tower]] = {"pixtral": PixtralTower, "siglip": SiglipTower}
+_TOWERS: dict[str, type[Tower]] = {"pixtral": PixtralTower, "siglip": SiglipTower, "llama4": Llama4Tower}
 # the Qwen models cast pixel_values to the weights' dtype before the tower
 # (Qwen2_5_VLModel.get_image_features) and build an image and a video placeholder mask; the others cast
 # inside the tower, one mask
@@ -63,8 +64,8 @@ def _tower(spec: ModelSpec, cfg: ReplayConfig) -> VisionTower:
     tower = spec.vision.tower if spec.vision is not None else None
     if tower is None:
         raise GpumemInputError(
-            "images are modelled for the Qwen2.5-VL, Qwen3-VL, Mistral 3 (Pixtral) and Gemma 3 (SigLIP) "
-            "vision towers only; set images to 0 for a text-only estimate",
+            "images are modelled for the Qwen2.5-VL, Qwen3-VL, Mistral 3 (Pixtral), Gemma 3 (SigLIP) and "
+            "Llama 4 vision towers only; set images to 0 for a text-only estimate",
             field="images",
         )
     if cfg.attn == "eager":
@@ -80,9 +81,10 @@ class _Inputs:
     def __init__(self, s: Sim, spec: ModelSpec, cfg: ReplayConfig, b: Any, q: Any) -> None:
         tower = _tower(spec, cfg)
         grid = image_grid(tower, cfg.image_size)
-        per_image = tower.in_channels * tower.temporal_patch_size * grid.side**2
+        per_image = grid.tiles * tower.in_channels * tower.temporal_patch_size * grid.side**2
         prev, s.region = s.region, REGION
-        self.pixel_values = s.new(b * cfg.images * per_image, "f32")
+        dt = "f32" if _TOWERS.get(tower.kind, Tower).pixels_f32 else cfg.param_dt
+        self.pixel_values = s.new(b * cfg.images * per_image, dt)
         s.region = "inputs"
         if tower.kind == "pixtral":  # PixtralProcessor: image_sizes [images, 2]
             self.grid = s.new(b * cfg.images * 2, "i64")
@@ -106,11 +108,11 @@ def hold(s: Sim, spec: ModelSpec, cfg: ReplayConfig, b: Any, q: Any) -> list[Any
     n = b * cfg.images
     held = [
         inputs,
-        s.new(n * grid.patches * tower.hidden_size, dt),  # last_hidden_state
+        s.new(n * _TOWERS.get(tower.kind, Tower).last_elems(tower, grid), dt),  # last_hidden_state
         s.new(n * grid.features * tower.out_hidden_size, dt),  # pooler_output (the merged features)
         s.new(b * q, "bool"),  # image_mask [b, q, 1]
     ]
-    if tower.kind != "siglip":  # image_embeds = torch.cat(...); Gemma 3 scatters pooler_output itself
+    if _TOWERS.get(tower.kind, Tower).cat_features:  # image_embeds = torch.cat(...)
         held.append(s.new(n * grid.features * tower.out_hidden_size, dt))
     # Qwen3-VL: the deepstack features and their concatenated copies (deepstack_visual_embeds)
     held += [s.new(n * grid.features * tower.out_hidden_size, dt) for _ in 2 * tower.deepstack_visual_indexes]
@@ -139,8 +141,7 @@ def tower_peak(spec: ModelSpec, cfg: ReplayConfig) -> TowerPeak:
     last, merged, deep = tw.forward()
     del pixels
     s.tr.where = "vision masked_scatter"
-    # torch.cat(pooler_output); Gemma 3 scatters pooler_output itself
-    image_embeds = s.new(merged.n, dt) if tower.kind != "siglip" else None
+    image_embeds = s.new(merged.n, dt) if tw.cat_features else None  # torch.cat(pooler_output)
     image_mask, video_mask = s.new(b * q, "bool"), s.new(b * q, "bool") if qwen else None
     del video_mask
     s.region = "hidden_states"

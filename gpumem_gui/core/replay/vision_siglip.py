@@ -19,6 +19,8 @@ class SiglipTower(Tower):
     """The SigLIP tower and Gemma 3's projector (``spatial_merge_size``: the pooling kernel,
     ``out_hidden_size``: the text model's width)."""
 
+    cat_features = False  # Gemma3Model scatters pooler_output itself
+
     def norm(self, x: T) -> T:
         return self.layer_norm(x)
 

@@ -16,6 +16,14 @@ class Tower:
     """The tower's ops on a :class:`Sim` with gradients off (sizes in elements, ``dt`` the weights' dtype);
     every intermediate is a local that dies where the modeling code drops it."""
 
+    cat_features = True  # the model torch.cat's the tower's merged features into image_embeds
+    pixels_f32 = True  # the processor's pixel_values are fp32
+
+    @staticmethod
+    def last_elems(tower: VisionTower, grid: ImageGrid) -> int:
+        """Elements of the vision model's last_hidden_state for one image (alive through the text forward)."""
+        return grid.patches * tower.hidden_size
+
     def __init__(self, s: Sim, tower: VisionTower, grid: ImageGrid, images: int, dt: str) -> None:
         self.s, self.v, self.g, self.dt = s, tower, grid, dt
         self.images = images

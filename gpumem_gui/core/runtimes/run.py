@@ -183,9 +183,9 @@ class InferenceRun(Frozen):
         UI(
             "Images",
             "transformers",
-            "images per sequence: a replayed vision tower (Qwen2.5-VL, Qwen3-VL, Mistral 3, Gemma 3) runs on "
-            "them, their tokens join the prompt; cross-attention layers (Llama 3.2 Vision) keep their vision "
-            "tokens' keys and values for the whole generation; 0: text only",
+            "images per sequence: a replayed vision tower (Qwen2.5-VL, Qwen3-VL, Mistral 3, Gemma 3, Llama 4)"
+            " runs on them, their tokens join the prompt; cross-attention layers (Llama 3.2 Vision) keep "
+            "their vision tokens' keys and values for the whole generation; 0: text only",
             unit=" images",
             engines=("transformers",),
         ),
@@ -197,8 +197,8 @@ class InferenceRun(Frozen):
             "Image size",
             "transformers",
             "side in pixels of each (square) image as the model's processor resizes it, rounded down to "
-            "whole merged patches (Qwen2.5-VL, Qwen3-VL, Mistral 3); not used by Gemma 3, whose processor "
-            "resizes every image to its tower's 896 px",
+            "whole merged patches (Qwen2.5-VL, Qwen3-VL, Mistral 3); Llama 4: tiles of 336 px a side (up to "
+            "4 x 4 and a global one); not used by Gemma 3 (every image resized to 896 px)",
             unit=" px",
             step=112,
             engines=("transformers",),

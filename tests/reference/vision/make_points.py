@@ -36,6 +36,7 @@ POINTS: dict[str, tuple[dict, ...]] = {
     "qwen3_vl_moe-vision-tiny": _RUNS[:2],
     "mistral3-vision-tiny": _RUNS,
     "gemma3-vision-tiny": _RUNS,  # image_size ignored: Gemma 3 resizes every image to 448 here (896 real)
+    "llama4-vision-tiny": _RUNS,  # image_size: tiles of 112 px here (336 real), up to 4 x 4 and a global one
 }
 
 
