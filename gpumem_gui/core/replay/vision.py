@@ -83,8 +83,7 @@ class _Inputs:
         grid = image_grid(tower, cfg.image_size)
         per_image = grid.tiles * tower.in_channels * tower.temporal_patch_size * grid.side**2
         prev, s.region = s.region, REGION
-        dt = "f32" if _TOWERS.get(tower.kind, Tower).pixels_f32 else cfg.param_dt
-        self.pixel_values = s.new(b * cfg.images * per_image, dt)
+        self.pixel_values = s.new(b * cfg.images * per_image, _TOWERS.get(tower.kind, Tower).pixel_dtype)
         s.region = "inputs"
         if tower.kind == "pixtral":  # PixtralProcessor: image_sizes [images, 2]
             self.grid = s.new(b * cfg.images * 2, "i64")
@@ -151,3 +150,41 @@ def tower_peak(spec: ModelSpec, cfg: ReplayConfig) -> TowerPeak:
     peak, _, by_tag, where = s.tr.peaks["forward"]
     del ids, inputs, embeds, last, merged, deep, image_embeds, image_mask, deep_cat
     return TowerPeak(peak=peak, where=where, by_tag=dict(by_tag))
+
+
+def step_inputs(s: Sim, spec: ModelSpec, cfg: ReplayConfig) -> Any:
+    """A training step's image tensors from the collator (pixel_values and the processor's other tensors),
+    alive through the whole step as the batch is (kinds ``input``)."""
+    prev, s.phase_kind = s.phase_kind, "input"
+    inputs = _Inputs(s, spec, cfg, cfg.batch, cfg.q)
+    s.phase_kind = prev
+    return inputs
+
+
+def train_prefix(s: Sim, spec: ModelSpec, cfg: ReplayConfig) -> list[Any]:
+    """A training forward up to the language model, the vision tower frozen (TRL / LLaMA-Factory's default,
+    ``freeze_vision_tower``: no parameter of it requires grad and its inputs do not, so autograd records
+    nothing of it): the tower's transient activations, then what the model's forward holds through the
+    language model (its outputs, ``image_embeds``, the image mask), freed when the forward returns. Under
+    autocast its tensors are taken in the autocast dtype (the fp32 outputs of its LayerNorms under autocast
+    are not modelled)."""
+    tower = _tower(spec, cfg)
+    grid = image_grid(tower, cfg.image_size)
+    b, dt = cfg.batch, cfg.autocast or cfg.param_dt  # under autocast its linears compute in that dtype
+    grad, s.grad_enabled = s.grad_enabled, False
+    prev, s.region = s.region, REGION
+    kind = _TOWERS.get(tower.kind, Tower)
+    tw = kind(s, tower, grid, b * cfg.images, dt)
+    n = b * cfg.images
+    pixels = s.new(n * grid.tiles * tower.in_channels * grid.side**2, dt) if tower.kind in _QWEN else None
+    last, merged, deep = tw.forward()
+    del pixels
+    if kind.last_is_layer_norm:  # the LayerNorm's output in its weight's dtype (the CPU trace: fp32 weights
+        # on bf16 autocast inputs give fp32; CUDA autocast runs layer_norm in fp32 always, not modelled)
+        last = s.new(last.n, cfg.param_dt)
+    held = [last, merged, *deep, s.new(b * cfg.q, "bool")]  # the image mask [b, q, 1]
+    if kind.cat_features:  # image_embeds = torch.cat(...)
+        held.append(s.new(merged.n, dt))
+    held += [s.new(d.n, dt) for d in deep]  # Qwen3-VL: the concatenated deepstack features
+    s.region, s.grad_enabled = prev, grad
+    return held

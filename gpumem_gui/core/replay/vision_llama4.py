@@ -22,7 +22,7 @@ class Llama4Tower(Tower):
     """The Llama 4 tower and projector (``images``: the batch's images; ``n``: rows over all their tiles)."""
 
     cat_features = False  # the projector's output is scattered as it is
-    pixels_f32 = False  # Llama4ImageProcessor returns bfloat16 pixels (the weights' dtype here)
+    pixel_dtype = "bf16"  # Llama4ImageProcessor.rescale_and_normalize returns bfloat16 pixels
 
     @staticmethod
     def last_elems(tower: VisionTower, grid: ImageGrid) -> int:

@@ -20,6 +20,7 @@ class SiglipTower(Tower):
     ``out_hidden_size``: the text model's width)."""
 
     cat_features = False  # Gemma3Model scatters pooler_output itself
+    last_is_layer_norm = True  # post_layernorm
 
     def norm(self, x: T) -> T:
         return self.layer_norm(x)

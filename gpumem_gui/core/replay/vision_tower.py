@@ -17,7 +17,8 @@ class Tower:
     every intermediate is a local that dies where the modeling code drops it."""
 
     cat_features = True  # the model torch.cat's the tower's merged features into image_embeds
-    pixels_f32 = True  # the processor's pixel_values are fp32
+    pixel_dtype = "f32"  # the processor's pixel_values
+    last_is_layer_norm = False  # the vision model's last_hidden_state is an nn.LayerNorm's output
 
     @staticmethod
     def last_elems(tower: VisionTower, grid: ImageGrid) -> int:
