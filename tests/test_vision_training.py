@@ -102,3 +102,17 @@ def test_worker_refuses_images_with_data_parallelism() -> None:
     with pytest.raises(TraceError) as e:
         worker.trace_training({}, {"dp": 2, "images": 1})
     assert e.value.field == "images"
+
+
+def test_gpumem_trace_of_a_training_step_with_images() -> None:
+    """``gpumem trace --mode train --images 2``: the product passes the run's images to the worker, which runs
+    the whole model on them; the estimate beside it within the training tolerance."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from gpumem_gui.core import load_model
+    from gpumem_gui.trace import trace
+
+    model = load_model(str(HERE / "configs" / "gemma3-vision-tiny.json"))
+    rep = trace(model, make_training_run(seq=64, images=2, image_size=224), use_cache=False)
+    assert any(n.startswith("images: the whole model") for n in rep.result.notes)
+    assert rep.peak.estimated_bytes == pytest.approx(rep.peak.traced_bytes, rel=TRACED_TRAINING_TOLERANCE)
