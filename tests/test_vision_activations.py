@@ -3,7 +3,8 @@
 ``tests/reference/vision/points.json`` holds prefills (and decodes) with images traced by
 ``tests/reference/vision/make_points.py`` (the real transformers model under FakeTensorMode with the
 processor's ``pixel_values`` and grid, ``gpumem_trace_worker/vision.py``). The Qwen2.5-VL and Qwen3-VL towers
-and Mistral 3's Pixtral tower are replayed (``gpumem_gui/core/replay/vision.py``, ``vision_pixtral.py``) and
+, Mistral 3's Pixtral tower, Gemma 3's SigLIP tower and Llama 4's tiled tower are replayed
+(``gpumem_gui/core/replay/vision.py``, ``vision_pixtral.py``, ``vision_siglip.py``, ``vision_llama4.py``) and
 must match within 1 %.
 """
 
@@ -27,7 +28,7 @@ from gpumem_gui.core.reference_points import TRACED_INFERENCE_TOLERANCE
 from gpumem_gui.core.replay.config import ReplayConfig
 from gpumem_gui.core.replay.forward import replay_forward, replay_forward_direct
 from gpumem_gui.core.replay.vision import has_tower, image_tokens
-from gpumem_gui.core.spec.vision import image_grid, window_chunks
+from gpumem_gui.core.spec.vision import canvas_tiles, image_grid, window_chunks
 from tests.conftest import REPO
 
 HERE = REPO / "tests" / "reference" / "vision"
@@ -74,7 +75,13 @@ def test_prefill_and_decode_with_images_match_the_trace(point: dict) -> None:
 def test_every_replayed_tower_is_traced() -> None:
     models = {p["model"] for p in REPLAYED}
     assert models == {p["model"] for p in POINTS}
-    assert {"qwen2_5_vl-vision-tiny", "qwen3_vl-vision-tiny", "mistral3-vision-tiny"} <= models
+    assert {
+        "qwen2_5_vl-vision-tiny",
+        "qwen3_vl-vision-tiny",
+        "mistral3-vision-tiny",
+        "gemma3-vision-tiny",
+        "llama4-vision-tiny",
+    } <= models
     # the vision tower's stretch is the peak of some points, the text forward's of others
     wheres = {estimate_inference(_spec(p["model"]), _run(p)).phases["prefill"].note for p in REPLAYED}
     assert any("vision" in w for w in wheres) and any("vision" not in w for w in wheres)
@@ -151,3 +158,72 @@ def test_worker_rejects_a_negative_image_count() -> None:
     with pytest.raises(TraceError) as e:
         worker.image_request(cfg, {"images": -2})
     assert e.value.field == "images"
+
+
+def test_gemma3_resizes_every_image_to_its_towers_side() -> None:
+    """Gemma 3 4B: SigLIP at 896 px (64 x 64 patches of 14 px) pooled 4 x 4 into mm_tokens_per_image = 256
+    features, each image between "\\n\\n<start_of_image>" and "<end_of_image>\\n\\n" (Gemma3Processor): 260
+    tokens per image whatever image_size says, and the same estimate."""
+    spec = load_config_file(REPO / "tests" / "reference" / "configs" / "google__gemma-3-4b-it.json")
+    tower = spec.vision.tower
+    assert (tower.kind, tower.fixed_side, tower.spatial_merge_size) == ("siglip", 896, 4)
+    for size in (1, 224, 896, 5000):
+        g = image_grid(tower, size)
+        assert (g.side, g.grid, g.patches, g.features, g.tokens) == (896, 64, 4096, 256, 260)
+    assert image_tokens(spec, 3, 100) == 780
+    small, large = (estimate_inference(spec, make_run(images=2, image_size=n)) for n in (224, 1792))
+    assert small.peak_bytes == large.peak_bytes
+    # the images count: the prefill with two images is higher than the text-only one of the same prompt
+    text = estimate_inference(spec, make_run())
+    assert small.phases["prefill"].peak_bytes > text.phases["prefill"].peak_bytes
+
+
+def test_a_siglip_tower_whose_pooling_does_not_give_its_tokens_is_not_replayed() -> None:
+    cfg = json.loads((HERE / "configs" / "gemma3-vision-tiny.json").read_text())
+    cfg["mm_tokens_per_image"] = 60  # not a square: transformers' placeholder check would refuse the images
+    spec = spec_from_config(cfg, name="gemma3-odd-tokens", source="test")
+    assert spec.vision is not None and not has_tower(spec)
+
+
+@pytest.mark.parametrize(
+    ("size", "canvas", "tokens"),
+    [
+        # one 336-px tile: <|image_start|> <|image|> 144 patch tokens <|image_end|>
+        (100, 1, 147),
+        (336, 1, 147),
+        # 2 x 2 tiles and the global one: 5 x 144 patch tokens, 4 separators, 3 markers
+        (337, 2, 5 * 144 + 4 + 3),
+        (1000, 3, 10 * 144 + 9 + 3),
+        # larger than 4 x 4 tiles (max_patches 16): downscaled onto 4 x 4
+        (1344, 4, 17 * 144 + 16 + 3),
+        (5000, 4, 17 * 144 + 16 + 3),
+    ],
+)
+def test_llama4_tiles_an_image_by_its_size(size: int, canvas: int, tokens: int) -> None:
+    """Llama 4 Scout: tiles of 336 px (24 x 24 patches of 14 px, 577 rows with the class token), a pixel
+    shuffle of 0.5 (144 features a tile); the canvas as Llama4ImageProcessor.get_best_fit picks it, the tokens
+    as Llama4Processor._prompt_split_image writes them, the trace worker's own copy of the canvas rule
+    agreeing."""
+    worker = pytest.importorskip("gpumem_gui.trace.gpumem_trace_worker.vision")
+    spec = load_config_file(
+        REPO / "tests" / "reference" / "extra" / "configs" / "meta-llama__Llama-4-Scout-17B-16E-Instruct.json"
+    )
+    tower = spec.vision.tower
+    assert (tower.kind, tower.tile_side, tower.spatial_merge_size, tower.adapter_size) == (
+        "llama4",
+        336,
+        2,
+        4096,
+    )
+    g = image_grid(tower, size)
+    tiles = canvas * canvas + (canvas > 1)
+    assert (g.tiles, g.patches, g.features, g.tokens) == (tiles, tiles * 577, tiles * 144, tokens)
+    assert worker.llama4_tiles(336, size) == (canvas, canvas)
+    assert canvas_tiles(336, size, 16) == (canvas, canvas)
+
+
+def test_llama4_canvas_beyond_its_tiles_is_downscaled() -> None:
+    """A 700-px image on 112-px tiles would need 7 a side, more than 16 tiles allow: downscaled onto 4 x 4
+    (get_best_fit: the least downscale); 300 px: 3 x 3 (the smallest upscale)."""
+    assert canvas_tiles(112, 700, 16) == (4, 4)
+    assert canvas_tiles(112, 300, 16) == (3, 3)

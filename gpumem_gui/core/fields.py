@@ -259,3 +259,35 @@ NcclChannels = Annotated[
         step=1,
     ),
 ]
+
+
+def image_fields(group: str, what: str, engines: tuple[str, ...] = ()) -> tuple[Any, Any]:
+    """The ``images`` and ``image_size`` fields of a run (inference and training declare them through this:
+    one range, one meaning); ``what``: what the images do in that run, after the towers that are replayed."""
+    images = Annotated[
+        int,
+        Field(ge=0, le=1024),
+        UI(
+            "Images",
+            group,
+            "images per sequence: a replayed vision tower (Qwen2.5-VL, Qwen3-VL, Mistral 3, Gemma 3, "
+            f"Llama 4) runs on them, their tokens join the sequence; {what}; 0: text only",
+            unit=" images",
+            engines=engines,
+        ),
+    ]
+    size = Annotated[
+        int,
+        Field(ge=1, le=16384),
+        UI(
+            "Image size",
+            group,
+            "side in pixels of each (square) image as the model's processor resizes it, rounded down to "
+            "whole merged patches (Qwen2.5-VL, Qwen3-VL, Mistral 3); Llama 4: tiles of 336 px a side (up to "
+            "4 x 4 and a global one); not used by Gemma 3 (every image resized to 896 px)",
+            unit=" px",
+            step=112,
+            engines=engines,
+        ),
+    ]
+    return images, size

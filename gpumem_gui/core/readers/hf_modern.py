@@ -15,6 +15,7 @@ from gpumem_gui.core.readers.config_fields import (
     qwen_sliding,
     uniform_sliding,
 )
+from gpumem_gui.core.readers.vision_tower import siglip_tower
 from gpumem_gui.core.spec.model import MAX_SIZE, MLASpec, MoESpec, VisionSpec
 
 
@@ -186,6 +187,7 @@ def _gemma3(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
             raise GpumemInputError("must be an object", source=r.source, field="vision_config")
         vr = ConfigReader({**_SIGLIP_DEFAULTS, **vis_cfg}, f"{r.source} (vision_config)")
         tower, pos = _siglip_params(vr)
+        tokens = r.int("mm_tokens_per_image", default=256)
         vh = vr.int("hidden_size")
         # Gemma3MultiModalProjector: mm_input_projection_weight [vision_hidden, text_hidden]
         # + mm_soft_emb_norm, an RMSNorm(vision_hidden)
@@ -202,7 +204,10 @@ def _gemma3(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
             tower_params=tower,
             projector_params=projector,
             position_embedding_params=pos,
-            image_tokens=r.int("mm_tokens_per_image", default=256),
+            image_tokens=tokens,
+            tower=siglip_tower(
+                vr, tokens, f["hidden_size"]
+            ),  # the activations' replay (replay/vision_siglip.py)
         )
     f["model_type"] = mt
     return f

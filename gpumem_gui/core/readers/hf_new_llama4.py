@@ -22,6 +22,7 @@ from typing import Any
 from gpumem_gui.core.errors import GpumemInputError, short
 from gpumem_gui.core.readers.config_fields import ConfigReader, common
 from gpumem_gui.core.readers.hf_modern import _moe
+from gpumem_gui.core.readers.vision_tower import llama4_tower
 from gpumem_gui.core.spec.model import MAX_SIZE, VisionSpec
 
 # model_type -> reader (ConfigReader, name, model_type) -> ModelSpec fields
@@ -193,7 +194,11 @@ def _llama4(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
             )
     # positional_embedding_vlm is an nn.Parameter, not an nn.Embedding table: counted in the tower
     f["vision"] = VisionSpec(
-        kind="llama4_vision", tower_params=tower, projector_params=projector, image_tokens=tile_tokens
+        kind="llama4_vision",
+        tower_params=tower,
+        projector_params=projector,
+        image_tokens=tile_tokens,
+        tower=llama4_tower(vr, f["hidden_size"]),  # the activations' replay (replay/vision_llama4.py)
     )
     return f
 

@@ -72,3 +72,88 @@ def pixtral_tower(v: ConfigReader, merge: int, text_hidden: int) -> VisionTower:
         out_hidden_size=text_hidden,
         max_side=v.int("image_size"),
     )
+
+
+def siglip_tower(v: ConfigReader, tokens_per_image: int, text_hidden: int) -> VisionTower | None:
+    """SiglipVisionConfig (defaults merged in) under Gemma3MultiModalProjector (``models/gemma3/
+    modeling_gemma3.py``): ``image_size / patch_size`` patches a side average-pooled by a kernel of
+    ``patches / isqrt(mm_tokens_per_image)`` into ``mm_tokens_per_image`` features of the text model's width.
+    None (not replayed) where the pooled grid does not give ``mm_tokens_per_image`` features (transformers
+    refuses such images) or where the tower runs its attention-pooling head (``vision_use_head``)."""
+    h, heads = v.int("hidden_size"), v.int("num_attention_heads")
+    if h % heads:
+        raise GpumemInputError(
+            f"hidden_size ({h}) must be divisible by num_attention_heads ({heads}) (SiglipAttention)",
+            source=v.source,
+            field="num_attention_heads",
+        )
+    side, patch = v.int("image_size"), v.int("patch_size")
+    grid = side // patch
+    kernel = grid // max(math.isqrt(tokens_per_image), 1)
+    if v.bool("vision_use_head") or not kernel or (grid // kernel) ** 2 != tokens_per_image:
+        return None
+    return VisionTower(
+        kind="siglip",
+        hidden_size=h,
+        depth=v.int("num_hidden_layers"),
+        num_heads=heads,
+        intermediate_size=v.int("intermediate_size"),
+        patch_size=patch,
+        temporal_patch_size=1,
+        in_channels=v.int("num_channels"),
+        spatial_merge_size=kernel,
+        out_hidden_size=text_hidden,
+        max_side=side,
+        fixed_side=side,
+        # Gemma3Processor.full_image_sequence: "\n\n<start_of_image>" + image tokens + "<end_of_image>\n\n"
+        extra_tokens=4,
+        block_mask=True,  # Gemma3Model.forward: token_type_ids -> create_masks_for_vision_model
+    )
+
+
+# Llama4ImageProcessor.max_patches: at most 16 tiles an image (the class default; Meta's
+# preprocessor_config.json for Llama-4-Scout / Maverick says the same)
+_LLAMA4_MAX_TILES = 16
+# the largest image side the run fields accept (runtimes/run.py image_size): larger ones are downscaled
+_LLAMA4_MAX_SIDE = 16384
+
+
+def llama4_tower(v: ConfigReader, text_hidden: int) -> VisionTower | None:
+    """Llama4VisionConfig (defaults merged in): tiles of ``image_size`` pixels, ``patch_size`` patches a tile
+    side, the pixel shuffle by ``pixel_shuffle_ratio`` (a 2 x 2 merge at 0.5) and Llama4VisionMLP2 of
+    ``projector_input_dim``. None (not replayed) where transformers could not run it on images: the shuffled
+    width must be ``intermediate_size`` (the adapter's fc1 input) and ``projector_input_dim`` must equal
+    ``projector_output_dim`` (fc2 runs on fc1's output) and ``vision_output_dim`` (the projector's input), the
+    shuffle must merge whole patches."""
+    h, heads = v.int("hidden_size"), v.int("num_attention_heads")
+    tile, patch = v.int("image_size"), v.int("patch_size")
+    ratio = float(v.get("pixel_shuffle_ratio"))  # validated by the parameter count (hf_new_llama4.py)
+    merge = round(1 / ratio)
+    g = tile // patch
+    inner, adapter = v.int("projector_input_dim"), v.int("projector_output_dim")
+    if (
+        h % heads
+        or abs(merge * ratio - 1) > 1e-9
+        or g % merge
+        or h * merge * merge != v.int("intermediate_size")
+        or inner != adapter
+        or v.int("vision_output_dim") != adapter  # Llama4MultiModalProjector.linear_1's input
+    ):
+        return None
+    return VisionTower(
+        kind="llama4",
+        hidden_size=h,
+        depth=v.int("num_hidden_layers"),
+        num_heads=heads,
+        intermediate_size=v.int("intermediate_size"),
+        patch_size=patch,
+        temporal_patch_size=1,
+        in_channels=v.int("num_channels"),
+        spatial_merge_size=merge,
+        out_hidden_size=text_hidden,
+        max_side=_LLAMA4_MAX_SIDE,
+        tile_side=tile,
+        max_tiles=_LLAMA4_MAX_TILES,
+        adapter_size=adapter,
+        extra_tokens=3,  # <|image_start|>, <|image|>, <|image_end|> (Llama4Processor._prompt_split_image)
+    )

@@ -48,6 +48,13 @@ def sdpa_mask(spec: ModelSpec, cfg: ReplayConfig, sliding: bool) -> bool:
         # max_cache_len (prepare_padding_mask), so the mask cannot be skipped; the prefill (q_offset 0)
         # skips it
         return True
+    if (
+        cfg.images
+        and spec.vision is not None
+        and spec.vision.tower is not None
+        and spec.vision.tower.block_mask
+    ):
+        return True  # a block mask over each image's tokens OR-ed into every mask (spec/vision.py)
     return sliding and spec.sliding_window is not None and cfg.kv_len >= spec.sliding_window
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpumem_gui.core.allocator import AllocatorReport, Event
+from gpumem_gui.core.replay import vision
 from gpumem_gui.core.replay.autograd import Param, ReplayHooks, Sim
 from gpumem_gui.core.replay.buffers import buffers_bytes
 from gpumem_gui.core.replay.config import ReplayConfig
@@ -166,6 +167,9 @@ def run_step(sim: Sim, spec: ModelSpec, cfg: ReplayConfig, optimizer: str, opts:
     states = [] if opts.first_step else make_states()
     state_bytes = sum(st.nbytes for st in states)
     ids = T(sim.storage(cfg.tokens * 8, "input ids", "input"), cfg.tokens, "i64")
+    images = (
+        vision.step_inputs(sim, spec, cfg) if cfg.images else None
+    )  # pixel_values, ... (replay/vision.py)
     main = hooks.grad_buffers(sim, sum(p.numel for p in trainable))
     layer_ids = range(spec.num_layers)
     in_backward = opts.optimizer_in_backward and not opts.offload_states
@@ -209,7 +213,7 @@ def run_step(sim: Sim, spec: ModelSpec, cfg: ReplayConfig, optimizer: str, opts:
         events=None if tr.alloc_log is None else tuple(tr.alloc_log),
     )
     tr.alloc_log = None  # what the replay frees from here on is no part of the step
-    del states, buffers, ids, model, main
+    del states, buffers, ids, model, main, images
     return result
 
 
@@ -286,7 +290,10 @@ def _microbatches(
         before, params_before = tr.cur, tr.by_kind["param"]
         hooks.begin_microbatch(sim)
         prev = sim.enter_autocast(cfg.autocast)
+        # images: the frozen vision tower, its outputs alive through the language model (replay/vision.py)
+        held = vision.train_prefix(sim, model.spec, cfg) if cfg.images else None
         loss = model.forward_loss(ids, layer_ids)
+        del held
         if not cfg.lm_head:
             out, loss = loss, sim.new(1, "f32")
             sim.node("copy", (out,), (loss,))  # the gradient of the stage output comes from the next stage

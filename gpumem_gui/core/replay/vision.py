@@ -25,9 +25,19 @@ from typing import Any
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.replay.autograd import Sim
 from gpumem_gui.core.replay.config import ReplayConfig
+from gpumem_gui.core.replay.vision_llama4 import Llama4Tower
+from gpumem_gui.core.replay.vision_pixtral import PixtralTower
+from gpumem_gui.core.replay.vision_siglip import SiglipTower
 from gpumem_gui.core.replay.vision_tower import REGION, Tower
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.vision import VisionTower, image_grid
+
+# the tower class of each kind (the Qwen kinds: Tower itself)
+_TOWERS: dict[str, type[Tower]] = {"pixtral": PixtralTower, "siglip": SiglipTower, "llama4": Llama4Tower}
+# the Qwen models cast pixel_values to the weights' dtype before the tower
+# (Qwen2_5_VLModel.get_image_features) and build an image and a video placeholder mask; the others cast
+# inside the tower, one mask
+_QWEN = ("qwen2_5_vl", "qwen3_vl")
 
 
 @dataclass(frozen=True)
@@ -54,8 +64,8 @@ def _tower(spec: ModelSpec, cfg: ReplayConfig) -> VisionTower:
     tower = spec.vision.tower if spec.vision is not None else None
     if tower is None:
         raise GpumemInputError(
-            "images are modelled for the Qwen2.5-VL, Qwen3-VL and Mistral 3 (Pixtral) vision towers only; "
-            "set images to 0 for a text-only estimate",
+            "images are modelled for the Qwen2.5-VL, Qwen3-VL, Mistral 3 (Pixtral), Gemma 3 (SigLIP) and "
+            "Llama 4 vision towers only; set images to 0 for a text-only estimate",
             field="images",
         )
     if cfg.attn == "eager":
@@ -71,12 +81,14 @@ class _Inputs:
     def __init__(self, s: Sim, spec: ModelSpec, cfg: ReplayConfig, b: Any, q: Any) -> None:
         tower = _tower(spec, cfg)
         grid = image_grid(tower, cfg.image_size)
-        per_patch = tower.in_channels * tower.temporal_patch_size * tower.patch_size**2
+        per_image = grid.tiles * tower.in_channels * tower.temporal_patch_size * grid.side**2
         prev, s.region = s.region, REGION
-        self.pixel_values = s.new(b * cfg.images * grid.patches * per_patch, "f32")
+        self.pixel_values = s.new(b * cfg.images * per_image, _TOWERS.get(tower.kind, Tower).pixel_dtype)
         s.region = "inputs"
         if tower.kind == "pixtral":  # PixtralProcessor: image_sizes [images, 2]
             self.grid = s.new(b * cfg.images * 2, "i64")
+        elif tower.kind == "siglip":  # Gemma3Processor: token_type_ids (1 on image tokens) [b, q]
+            self.token_type_ids = s.new(b * q, "i64")
         else:
             self.mm_token_type_ids = s.new(b * q, "i64")
             self.position_ids = s.new(4 * b * q, "i64")  # [4, b, q]: text + 3-D rotary positions
@@ -95,11 +107,12 @@ def hold(s: Sim, spec: ModelSpec, cfg: ReplayConfig, b: Any, q: Any) -> list[Any
     n = b * cfg.images
     held = [
         inputs,
-        s.new(n * grid.patches * tower.hidden_size, dt),  # last_hidden_state
+        s.new(n * _TOWERS.get(tower.kind, Tower).last_elems(tower, grid), dt),  # last_hidden_state
         s.new(n * grid.features * tower.out_hidden_size, dt),  # pooler_output (the merged features)
-        s.new(n * grid.features * tower.out_hidden_size, dt),  # image_embeds = torch.cat(...)
         s.new(b * q, "bool"),  # image_mask [b, q, 1]
     ]
+    if _TOWERS.get(tower.kind, Tower).cat_features:  # image_embeds = torch.cat(...)
+        held.append(s.new(n * grid.features * tower.out_hidden_size, dt))
     # Qwen3-VL: the deepstack features and their concatenated copies (deepstack_visual_embeds)
     held += [s.new(n * grid.features * tower.out_hidden_size, dt) for _ in 2 * tower.deepstack_visual_indexes]
     s.region = prev
@@ -121,18 +134,13 @@ def tower_peak(spec: ModelSpec, cfg: ReplayConfig) -> TowerPeak:
     inputs = _Inputs(s, spec, cfg, b, q)
     embeds = s.new(b * q * spec.hidden_size, dt, "hidden_states")
     s.region = REGION
-    qwen = tower.kind != "pixtral"
-    if qwen:
-        tw = Tower(s, tower, grid, b * cfg.images, dt)
-    else:  # Mistral 3 (replay/vision_pixtral.py, which builds on vision_tower.Tower)
-        from gpumem_gui.core.replay.vision_pixtral import PixtralTower
-
-        tw = PixtralTower(s, tower, grid, b * cfg.images, dt)
+    qwen = tower.kind in _QWEN
+    tw = _TOWERS.get(tower.kind, Tower)(s, tower, grid, b * cfg.images, dt)
     pixels = s.new(inputs.pixel_values.n, dt) if qwen else None  # pixel_values.type(self.visual.dtype)
     last, merged, deep = tw.forward()
     del pixels
     s.tr.where = "vision masked_scatter"
-    image_embeds = s.new(merged.n, dt)  # torch.cat(pooler_output)
+    image_embeds = s.new(merged.n, dt) if tw.cat_features else None  # torch.cat(pooler_output)
     image_mask, video_mask = s.new(b * q, "bool"), s.new(b * q, "bool") if qwen else None
     del video_mask
     s.region = "hidden_states"
@@ -142,3 +150,41 @@ def tower_peak(spec: ModelSpec, cfg: ReplayConfig) -> TowerPeak:
     peak, _, by_tag, where = s.tr.peaks["forward"]
     del ids, inputs, embeds, last, merged, deep, image_embeds, image_mask, deep_cat
     return TowerPeak(peak=peak, where=where, by_tag=dict(by_tag))
+
+
+def step_inputs(s: Sim, spec: ModelSpec, cfg: ReplayConfig) -> Any:
+    """A training step's image tensors from the collator (pixel_values and the processor's other tensors),
+    alive through the whole step as the batch is (kinds ``input``)."""
+    prev, s.phase_kind = s.phase_kind, "input"
+    inputs = _Inputs(s, spec, cfg, cfg.batch, cfg.q)
+    s.phase_kind = prev
+    return inputs
+
+
+def train_prefix(s: Sim, spec: ModelSpec, cfg: ReplayConfig) -> list[Any]:
+    """A training forward up to the language model, the vision tower frozen (TRL / LLaMA-Factory's default,
+    ``freeze_vision_tower``: no parameter of it requires grad and its inputs do not, so autograd records
+    nothing of it): the tower's transient activations, then what the model's forward holds through the
+    language model (its outputs, ``image_embeds``, the image mask), freed when the forward returns. Under
+    autocast its tensors are taken in the autocast dtype (the fp32 outputs of its LayerNorms under autocast
+    are not modelled)."""
+    tower = _tower(spec, cfg)
+    grid = image_grid(tower, cfg.image_size)
+    b, dt = cfg.batch, cfg.autocast or cfg.param_dt  # under autocast its linears compute in that dtype
+    grad, s.grad_enabled = s.grad_enabled, False
+    prev, s.region = s.region, REGION
+    kind = _TOWERS.get(tower.kind, Tower)
+    tw = kind(s, tower, grid, b * cfg.images, dt)
+    n = b * cfg.images
+    pixels = s.new(n * grid.tiles * tower.in_channels * grid.side**2, dt) if tower.kind in _QWEN else None
+    last, merged, deep = tw.forward()
+    del pixels
+    if kind.last_is_layer_norm:  # the LayerNorm's output in its weight's dtype (the CPU trace: fp32 weights
+        # on bf16 autocast inputs give fp32; CUDA autocast runs layer_norm in fp32 always, not modelled)
+        last = s.new(last.n, cfg.param_dt)
+    held = [last, merged, *deep, s.new(b * cfg.q, "bool")]  # the image mask [b, q, 1]
+    if kind.cat_features:  # image_embeds = torch.cat(...)
+        held.append(s.new(merged.n, dt))
+    held += [s.new(d.n, dt) for d in deep]  # Qwen3-VL: the concatenated deepstack features
+    s.region, s.grad_enabled = prev, grad
+    return held

@@ -16,6 +16,15 @@ class Tower:
     """The tower's ops on a :class:`Sim` with gradients off (sizes in elements, ``dt`` the weights' dtype);
     every intermediate is a local that dies where the modeling code drops it."""
 
+    cat_features = True  # the model torch.cat's the tower's merged features into image_embeds
+    pixel_dtype = "f32"  # the processor's pixel_values
+    last_is_layer_norm = False  # the vision model's last_hidden_state is an nn.LayerNorm's output
+
+    @staticmethod
+    def last_elems(tower: VisionTower, grid: ImageGrid) -> int:
+        """Elements of the vision model's last_hidden_state for one image (alive through the text forward)."""
+        return grid.patches * tower.hidden_size
+
     def __init__(self, s: Sim, tower: VisionTower, grid: ImageGrid, images: int, dt: str) -> None:
         self.s, self.v, self.g, self.dt = s, tower, grid, dt
         self.images = images
@@ -28,11 +37,9 @@ class Tower:
     def norm(self, x: T) -> T:
         """Qwen2_5_VLRMSNorm (``h = x.float()``; ``h * rsqrt(h.pow(2).mean(-1) + eps)``; ``w * h.to(dtype)``)
         or nn.LayerNorm (its fp32 mean and rstd die at once)."""
-        rows = x.n // self.v.hidden_size
         if self.v.kind == "qwen3_vl":
-            out, stats = self.new(x.n), (self.new(rows, "f32"), self.new(rows, "f32"))
-            del stats
-            return out
+            return self.layer_norm(x)
+        rows = x.n // self.v.hidden_size
         h = self.new(x.n, "f32")
         sq = self.new(x.n, "f32")
         var = self.new(rows, "f32")
@@ -45,6 +52,13 @@ class Tower:
         low = self.new(x.n)
         out = self.new(x.n)
         del low, var, h2
+        return out
+
+    def layer_norm(self, x: T) -> T:
+        """nn.LayerNorm (native_layer_norm): its output, the fp32 mean and rstd freed at once."""
+        rows = x.n // self.v.hidden_size
+        out, stats = self.new(x.n), (self.new(rows, "f32"), self.new(rows, "f32"))
+        del stats
         return out
 
     def rotary(self) -> tuple[T, T]:

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from gpumem_gui.core.errors import describe_validation_error
-from gpumem_gui.core.fields import ATTN_CHOICES, UI, CudaContextMiB, GpuArchField, NcclChannels
+from gpumem_gui.core.fields import ATTN_CHOICES, UI, CudaContextMiB, GpuArchField, NcclChannels, image_fields
 from gpumem_gui.core.runtimes.llamacpp_options import (
     LlamaCacheTypeK,
     LlamaCacheTypeV,
@@ -69,6 +69,14 @@ _PAR = "Parallelism"
 
 def _degree(label: str, help: str, unit: str = "") -> object:
     return UI(label, _PAR, help, unit=unit)
+
+
+_Images, _ImageSize = image_fields(
+    "transformers",
+    "cross-attention layers (Llama 3.2 Vision) keep their vision tokens' keys and values for the whole "
+    "generation",
+    ("transformers",),
+)
 
 
 class InferenceRun(Frozen):
@@ -181,33 +189,8 @@ class InferenceRun(Frozen):
             engines=("transformers",),
         ),
     ] = "auto"
-    images: Annotated[
-        int,
-        Field(ge=0, le=1024),
-        UI(
-            "Images",
-            "transformers",
-            "images per sequence: a replayed vision tower (Qwen2.5-VL, Qwen3-VL, Mistral 3) runs on them and "
-            "their tokens join the prompt; cross-attention layers (Llama 3.2 Vision) keep their vision "
-            "tokens' keys and values for the whole generation; 0: text only",
-            unit=" images",
-            engines=("transformers",),
-        ),
-    ] = 0
-    image_size: Annotated[
-        int,
-        Field(ge=1, le=16384),
-        UI(
-            "Image size",
-            "transformers",
-            "side in pixels of each (square) image as the model's processor resizes it, rounded down to "
-            "whole merged patches; a vision tower (Qwen2.5-VL, Qwen3-VL, Mistral 3) runs on them and their "
-            "tokens join the prompt",
-            unit=" px",
-            step=112,
-            engines=("transformers",),
-        ),
-    ] = 1024
+    images: _Images = 0
+    image_size: _ImageSize = 1024
     tp: Annotated[
         int,
         Field(ge=1, le=4096),

@@ -125,6 +125,15 @@ def _generate_scores(run: InferenceRun, vocab: int) -> Component:
     )
 
 
+def _fixed_side_note(spec: ModelSpec, images: int) -> str:
+    """A fixed-size tower's processor resizes every image (spec/vision.py ``fixed_side``): image_size is
+    not used."""
+    side = spec.vision.tower.fixed_side if images and spec.vision and spec.vision.tower else 0
+    return (
+        f"; every image resized to {side} px by the model's processor (image_size not used)" if side else ""
+    )
+
+
 class Transformers(Runtime):
     name = "transformers"
     label = "transformers (PyTorch)"
@@ -199,7 +208,7 @@ class Transformers(Runtime):
                 name="prefill",
                 peak_bytes=weights.bytes + pre.peak + held,
                 components=(weights, *_kind_components(pre, run.compute_dtype, static), *cross),
-                note=f"peak at {pre.where}",
+                note=f"peak at {pre.where}{_fixed_side_note(spec, images)}",
             ),
         }
         logical = pre.kv_cache_logical

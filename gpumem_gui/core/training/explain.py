@@ -43,6 +43,7 @@ _TAGS = (
     ("temporaries", "temporaries", "backward temporaries"),
     ("sequence-parallel buffer", "sp_gather_buffer", "sequence-parallel all-gather buffer"),
     ("input ids", "inputs", "input ids"),
+    ("vision", "vision", "vision tower (images)"),
 )
 
 _ACTIVATION_WHAT = {
@@ -223,6 +224,15 @@ def _inputs(c: _Ctx) -> Explanation:
     )
 
 
+def _vision(c: _Ctx) -> Explanation:
+    return Explanation(
+        formula="the processor's pixel_values (kept through the step), the frozen vision tower's activations "
+        "and its outputs alive through the language model's forward",
+        inputs={**c.base, "images": c.run.images, "image_size": c.run.image_size},
+        source="replay/vision.py train_prefix (the models' get_image_features)",
+    )
+
+
 def _buffers(c: _Ctx) -> Explanation:
     return Explanation(
         formula="rotary inv_freq buffers (fp32)", inputs=c.base, source="LlamaRotaryEmbedding.__init__"
@@ -242,6 +252,7 @@ _EXPLAIN: dict[str, Callable[[_Ctx], Explanation]] = {
     "optimizer temporaries": _temporaries,
     **{tag: _activations(tag) for tag in _ACTIVATION_WHAT},
     "input ids": _inputs,
+    "vision": _vision,
     "buffers": _buffers,
     **{tag: (lambda c, f=f: f(c.run, c.base)) for tag, f in FSDP_EXPLAIN.items()},
 }

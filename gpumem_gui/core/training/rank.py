@@ -13,6 +13,7 @@ from gpumem_gui.core.formats import weight_bytes
 from gpumem_gui.core.replay.config import ReplayConfig
 from gpumem_gui.core.replay.step import StepOptions, StepResult, replayed_microbatches, simulate_step
 from gpumem_gui.core.replay.step_tape import simulate_step_taped
+from gpumem_gui.core.replay.vision import has_tower, image_tokens
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, rank_spec, stage_layers, weighted_chunk_layers
 from gpumem_gui.core.training.buckets import BucketHooks, WholeParams, ZeroHooks
@@ -55,9 +56,14 @@ def step_config(spec: ModelSpec, run: TrainingRun, stage: int = 0) -> tuple[Repl
     if mdt is not None:  # DeepSpeed casts the model to its bf16/fp16 dtype and runs it without autocast
         param_dt, autocast = mdt, None
     frozen = sum(1 for i in layers if i < run.frozen_layers)
+    # images (replay/vision.py): their tokens join every sequence, the frozen tower runs on the first stage
+    image_tok = image_tokens(spec, run.images, run.image_size) if has_tower(spec) else 0
+    images = run.images if image_tok and stage == 0 else 0
     cfg = ReplayConfig(
         batch=run.batch,
-        q=ceil(run.seq / run.cp),
+        q=ceil((run.seq + image_tok) / run.cp),
+        images=images,
+        image_size=run.image_size if images else 0,
         param_dt=param_dt,
         autocast=autocast,
         attn="sdpa" if run.attn == "flash" else run.attn,

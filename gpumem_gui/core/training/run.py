@@ -50,7 +50,10 @@ from gpumem_gui.core.training.run_options import (
     ReduceBucket,
     ReshardSize,
     SequenceParallel,
+    TrainImages,
+    TrainImageSize,
     ZeroImpl,
+    sharding_shown,
 )
 
 Method = Literal["full", "lora", "qlora"]
@@ -61,12 +64,6 @@ Optimizer = Literal[
 ]  # fmt: skip
 
 _M, _S, _G = "Method", "Step", "GPUs and sharding"
-
-
-def _sharding(name: str, default: object) -> Any:
-    """Offload and FSDP are offered once there is something to shard (dp > 1 or a ZeRO stage), or when they
-    already hold a non-default value."""
-    return lambda v: (v.get("dp") or 1) > 1 or bool(v.get("zero")) or v.get(name, default) != default
 
 
 class TrainingRun(Frozen):
@@ -247,7 +244,7 @@ class TrainingRun(Frozen):
                 ("optimizer states", "optimizer"),
                 ("optimizer + parameters", "optimizer+params"),
             ),
-            shown=_sharding("offload", "none"),
+            shown=sharding_shown("offload", "none"),
         ),
     ] = "none"
     fsdp: Annotated[
@@ -263,7 +260,7 @@ class TrainingRun(Frozen):
                 ("SHARD_GRAD_OP", "shard_grad_op"),
                 ("HYBRID_SHARD", "hybrid_shard"),
             ),
-            shown=_sharding("fsdp", "none"),
+            shown=sharding_shown("fsdp", "none"),
         ),
     ] = "none"
     gpus: Annotated[int | None, Field(ge=1, le=1 << 20)] = Field(
@@ -289,6 +286,8 @@ class TrainingRun(Frozen):
             "they do)",
         ),
     ] = False
+    images: TrainImages = 0
+    image_size: TrainImageSize = 1024
     cuda_context_mib: CudaContextMiB = None
     gpu_arch: GpuArchField = "auto"
     nccl_channels: NcclChannels

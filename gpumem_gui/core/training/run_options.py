@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from gpumem_gui.core.fields import UI
+from gpumem_gui.core.fields import UI, image_fields
 
 _F, _D = "Framework", "Sharding details"
 
@@ -33,6 +33,12 @@ FRAMEWORK_CHOICES: tuple[tuple[str, str], ...] = (
     ("Axolotl", "axolotl"),
     ("LLaMA-Factory", "llama-factory"),
 )
+
+
+def sharding_shown(name: str, default: object) -> Any:
+    """Offload and FSDP are offered once there is something to shard (dp > 1 or a ZeRO stage), or when they
+    already hold a non-default value (run.py)."""
+    return lambda v: (v.get("dp") or 1) > 1 or bool(v.get("zero")) or v.get(name, default) != default
 
 
 def _dp_only(v: Mapping[str, Any]) -> bool:
@@ -345,4 +351,12 @@ OPTIMIZER_CHOICES = (
     ("SGD", "sgd"),
     ("SGD with momentum", "sgd-momentum"),
     ("Lion", "lion"),
+)
+
+# images in each training sequence (core/fields.py image_fields, shared with inference), in run.py's "Step"
+# group; the tower frozen as LLaMA-Factory leaves it (hparams/finetuning_args.py freeze_vision_tower: True)
+TrainImages, TrainImageSize = image_fields(
+    "Step",
+    "the tower is frozen (LLaMA-Factory's freeze_vision_tower default): no gradient, no optimizer state, "
+    "nothing saved for backward; a trainable tower is not modelled",
 )

@@ -254,7 +254,8 @@ def build(
         raise TraceError(f"unknown task {task!r}; tasks: {', '.join(TASKS)}", field="task")
     auto = getattr(transformers, TASKS[task]) if task is not None else auto_class(cfg)  # seq2seq.py
 
-    if is_multimodal(cfg) and task is None and (WHOLE_MODEL.get() or whole_model(cfg)):
+    whole = is_multimodal(cfg) and task is None and (WHOLE_MODEL.get() or whole_model(cfg))
+    if whole:
         auto = transformers.AutoModelForImageTextToText  # no causal LM of the text config alone
         notes.append("multimodal: the whole model is built (its vision tower loaded) and run with text only")
     elif is_multimodal(cfg):
@@ -275,7 +276,7 @@ def build(
         kw["experts_implementation"] = "grouped_mm"
     for _ in range(3):
         try:
-            init = value_free_init() if task is not None else contextlib.nullcontext()  # encoders.py
+            init = value_free_init() if task is not None or whole else contextlib.nullcontext()  # SigLIP too
             with same_device_to(), init:
                 model = auto.from_config(copy.deepcopy(cfg), **kw)
             _kernel_notes(model, notes)

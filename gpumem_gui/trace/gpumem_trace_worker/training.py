@@ -6,6 +6,7 @@ import contextlib
 from typing import Any
 
 from .building import (
+    WHOLE_MODEL,
     TraceError,
     add_vision,
     attn_used,
@@ -22,6 +23,7 @@ from .building import (
 )
 from .tracking import memory_tracker
 from .tricks import LOSSES, Offload, checkpoint_every, op_sac_context, optimizers_in_backward, standard_loss
+from .vision import constant_grids, image_inputs, image_request
 
 _OPTIM = {
     "adamw": {"foreach": True},
@@ -152,13 +154,25 @@ def prepare(
         if run.get("dropout") is not None and hasattr(cfg, k):
             setattr(cfg, k, float(run["dropout"]))
     weights, _ = precision_dtypes(run)
-    model = build(cfg, weights, run.get("attn", "sdpa"), trust, notes, run.get("task"))
-    whole = is_multimodal(cfg) and run.get("task") is None and whole_model(cfg)
-    if whole:  # built with its vision tower: a text-only step leaves it without gradient or optimizer state
+    images = image_request(cfg, run) is not None  # images in each sequence (vision.py): the whole model
+    token = WHOLE_MODEL.set(images)
+    try:
+        model = build(cfg, weights, run.get("attn", "sdpa"), trust, notes, run.get("task"))
+    finally:
+        WHOLE_MODEL.reset(token)
+    whole = is_multimodal(cfg) and run.get("task") is None and (images or whole_model(cfg))
+    if whole:  # built with its vision tower, kept frozen (TRL / LLaMA-Factory freeze_vision_tower default):
+        # no gradient or optimizer state for it, and its forward saves nothing for backward
         for name, p in model.named_parameters():
             if not _TEXT_PARTS & set(name.split(".")):
                 p.requires_grad_(False)
-    if is_multimodal(cfg):
+    if images:
+        notes[:] = [n for n in notes if "run with text only" not in n]
+        notes.append(
+            "images: the whole model with its vision tower frozen; the tower and projector get no gradient, "
+            "so torch's optimizers keep no state for them"
+        )
+    elif is_multimodal(cfg):
         notes.append(
             "multimodal: a text-only step; the vision tower and projector get no gradient, so torch's "
             "optimizers keep no state for them"
@@ -178,16 +192,19 @@ def prepare(
     return cfg, model, token_ids(cfg, int(run.get("batch", 1)), int(run.get("seq", 2048)))
 
 
-def forward_loss(model: Any, ids: Any, run: dict[str, Any], offload: Any) -> Any:
-    """The loss of one micro-batch: the model's own (``labels=input_ids``), or the decoder under the
-    offloading hooks and the head + loss after them, or torchtune's chunked losses (:mod:`.tricks`)."""
+def forward_loss(model: Any, ids: Any, run: dict[str, Any], offload: Any, extra: dict[str, Any]) -> Any:
+    """The loss of one micro-batch: the model's own (``labels=input_ids``; ``extra``: the processor's image
+    tensors), or the decoder under the offloading hooks and the head + loss after them, or torchtune's
+    chunked losses (:mod:`.tricks`)."""
     loss_name = run.get("loss", "auto")
+    if extra and (loss_name not in ("auto", "standard") or offload is not None or run.get("task")):
+        raise TraceError("images are traced with the model's own loss only, without activation offload")
     task = run.get("task")
     if task is not None:  # an encoder's head: labels per sequence (a view of the first ids) or per token
         labels = ids[:, 0] if task == "sequence_classification" else ids
         return model(input_ids=ids, labels=labels).loss
     if loss_name in ("auto", "standard") and offload is None:
-        return model(input_ids=ids, labels=ids, use_cache=False).loss
+        return model(input_ids=ids, labels=ids, use_cache=False, **extra).loss
     if loss_name not in ("auto", "standard") and loss_name not in LOSSES:
         raise TraceError(f"loss {loss_name!r} is not traced (torch runs: standard, chunked, chunked-linear)")
     hooks = offload.hooks() if offload is not None else contextlib.nullcontext()
@@ -207,6 +224,7 @@ def step(
     accum: int,
     run: dict[str, Any],
     offload: Any = None,
+    extra: dict[str, Any] | None = None,
 ) -> None:
     """One optimizer step under ``mt``: ``accum`` micro-batches of forward + loss and backward, the step
     (``opt`` None: the optimizer runs in backward)."""
@@ -216,7 +234,7 @@ def step(
         mt.enter("forward")
         ac = torch.autocast("cpu", dtype=autocast) if autocast is not None else contextlib.nullcontext()
         with ac:
-            loss = forward_loss(model, ids, run, offload)
+            loss = forward_loss(model, ids, run, offload, extra or {})
         mt.enter("backward", forward=False)
         loss.backward()
         del loss
@@ -235,6 +253,8 @@ def trace_training(
                 f"{k} > 1 is not traced: tensor, pipeline, expert and context parallelism are not"
             )
     if int(run.get("dp", 1)) > 1 or run.get("zero") or run.get("fsdp", "none") != "none":
+        if int(run.get("images", 0) or 0):
+            raise TraceError("images are traced on one device only (no data parallelism)", field="images")
         from .distributed import trace_data_parallel
 
         return trace_data_parallel(raw, run, trust_remote_code)
@@ -245,8 +265,13 @@ def trace_training(
     out: dict[str, Any] = {"notes": notes, "quantization": quantization_notes(raw, notes)}
     accum = max(1, min(2, int(run.get("grad_accum", 1))))
     weights, autocast = precision_dtypes(run)
-    with FakeTensorMode(), readable_failures():
+    with FakeTensorMode(), readable_failures(), contextlib.ExitStack() as stack:
         cfg, model, ids = prepare(raw, run, trust_remote_code, out)
+        extra: dict[str, Any] = {}
+        if (req := image_request(cfg, run)) is not None:  # the processor's tensors, image tokens first
+            stack.enter_context(constant_grids())  # after the build imported the modeling code
+            ids, extra = image_inputs(model, cfg, int(run.get("batch", 1)), int(run.get("seq", 2048)), req)
+            out["image_tokens"] = int(ids.shape[1]) - int(run.get("seq", 2048))
         params = [p for p in model.parameters() if p.requires_grad]
         name = run.get("optimizer", "adamw")
         in_bwd = bool(run.get("optimizer_in_backward"))
@@ -264,9 +289,9 @@ def trace_training(
             optimizers_in_backward(params, lambda ps: by_param[ps[0]])
         offload = Offload() if run.get("activation_offload") else None
         mt = memory_tracker()
-        mt.track_external(model, ids, *opts)
+        mt.track_external(model, ids, *opts, *extra.values())
         with mt:
-            step(model, None if in_bwd else opts[0], mt, ids, autocast, accum, run, offload)
+            step(model, None if in_bwd else opts[0], mt, ids, autocast, accum, run, offload, extra)
         out["phases"] = dict(mt.phase_peaks)
         if offload is not None:
             out["host_bytes"] = offload.host_peak
@@ -274,6 +299,7 @@ def trace_training(
                 f"activation offload: {offload.host_peak} bytes of saved activations in CPU RAM at most "
                 "(not counted; torchtune OffloadActivations rules)"
             )
-        add_vision(out, cfg, weights)
-        del model, opts, ids
+        if req is None:  # with images the whole model was built: its vision tower is in every phase
+            add_vision(out, cfg, weights)
+        del model, opts, ids, extra
     return out

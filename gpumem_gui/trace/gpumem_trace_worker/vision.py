@@ -51,6 +51,10 @@ def _unit(cfg: Any) -> tuple[str, int, int] | None:
         return "qwen", int(vc.patch_size), int(vc.spatial_merge_size)
     if getattr(cfg, "image_token_index", None) is not None and getattr(cfg, "spatial_merge_size", None):
         return "pixtral", int(vc.patch_size), int(cfg.spatial_merge_size)
+    if getattr(vc, "pixel_shuffle_ratio", None) and getattr(cfg, "image_token_index", None) is not None:
+        return "tiles", int(vc.patch_size), 1  # Llama 4: tiles of vision_config.image_size
+    if getattr(cfg, "mm_tokens_per_image", None) and getattr(cfg, "boi_token_index", None) is not None:
+        return "siglip", int(vc.patch_size), 1  # Gemma 3: a fixed image_size, pooled by the projector
     return None  # another kind of vision model: its images are not fed here
 
 
@@ -62,8 +66,14 @@ def image_request(cfg: Any, run: dict[str, Any]) -> tuple[int, int] | None:
     unit = _unit(cfg) if images else None
     if unit is None:
         return None
-    _, patch, merge = unit
+    kind, patch, merge = unit
+    if kind == "siglip":  # Gemma3ImageProcessor resizes every image to vision_config.image_size
+        return images, int(cfg.vision_config.image_size)
     size = int(run.get("image_size", 0) or 0)
+    if kind == "tiles":  # Llama4ImageProcessor: the side of its canvas of tiles (llama4_tiles)
+        if size <= 0:
+            raise TraceError(f"image_size must be at least 1 pixel, got {size}", field="image_size")
+        return images, size
     side = size // (patch * merge) * patch * merge
     if side <= 0:
         raise TraceError(
@@ -103,6 +113,73 @@ def _pixtral(cfg: Any, batch: int, seq: int, images: int, side: int) -> tuple[li
     return row, kw
 
 
+def _siglip(cfg: Any, batch: int, seq: int, images: int, side: int) -> tuple[list[int], dict[str, Any]]:
+    """Gemma3Processor: ``full_image_sequence`` (newlines, <boi>, mm_tokens_per_image image tokens, <eoi>,
+    newlines: the two "\\n\\n" as one text token each) per image, ``token_type_ids`` 1 on the image tokens."""
+    import torch
+
+    vc = cfg.vision_config
+    block = [_TEXT_ID, cfg.boi_token_index] + [cfg.image_token_index] * int(cfg.mm_tokens_per_image)
+    block += [cfg.eoi_token_index, _TEXT_ID]
+    row = block * images + [_TEXT_ID] * seq
+    kw = {
+        "pixel_values": torch.randn(batch * images, int(getattr(vc, "num_channels", 3)), side, side),
+        "token_type_ids": torch.tensor([[int(t == cfg.image_token_index) for t in row]] * batch),
+    }
+    return row, kw
+
+
+# Llama4ImageProcessor.max_patches: at most 16 tiles an image (the class default, and Meta's
+# preprocessor_config.json for Llama-4-Scout / Maverick)
+_LLAMA4_MAX_TILES = 16
+
+
+def llama4_tiles(tile: int, size: int) -> tuple[int, int]:
+    """(rows, columns) of tiles of the canvas Llama4ImageProcessor picks for a square image of ``size``
+    pixels, as its ``find_supported_resolutions`` (every h x w with h * w <= max_patches) and ``get_best_fit``
+    (the smallest upscale, else the least downscale; the smallest area among equals) do (transformers 5.24,
+    image_processing_llama4.py, which needs torchvision to import)."""
+    canvases = [
+        (h, w)
+        for n in range(1, _LLAMA4_MAX_TILES + 1)
+        for h in range(1, n + 1)
+        if n % h == 0
+        for w in [n // h]
+    ]
+    scale = {c: min(c[0] * tile / size, c[1] * tile / size) for c in canvases}
+    up = [v for v in scale.values() if v >= 1]
+    best = min(up) if up else max(scale.values())
+    return min((c for c in canvases if scale[c] == best), key=lambda c: c[0] * c[1])
+
+
+def _tiles(cfg: Any, batch: int, seq: int, images: int, side: int) -> tuple[list[int], dict[str, Any]]:
+    """Llama4Processor._prompt_split_image: <|image_start|>, per tile of an h x w canvas (h * w > 1) its
+    patch tokens and an x / y separator, <|image|> and the global tile's patch tokens, <|image_end|>;
+    ``pixel_values`` in bfloat16 (Llama4ImageProcessor.rescale_and_normalize), one row per tile."""
+    import torch
+
+    vc = cfg.vision_config
+    tile = int(vc.image_size)
+    h, w = llama4_tiles(tile, side)
+    per = int((tile // int(vc.patch_size)) ** 2 * float(vc.pixel_shuffle_ratio) ** 2)
+    patch = [cfg.image_token_index] * per
+    block = [cfg.boi_token_index]
+    if h * w > 1:
+        for _y in range(h):
+            for x in range(w):
+                block += patch + ([_TEXT_ID] if x < w - 1 else [])
+            block += [_TEXT_ID]
+    block += [_TEXT_ID, *patch, cfg.eoi_token_index]
+    row = block * images + [_TEXT_ID] * seq
+    tiles = h * w + (1 if h * w > 1 else 0)
+    ch = int(getattr(vc, "num_channels", 3))
+    kw = {"pixel_values": torch.randn(batch * images * tiles, ch, tile, tile, dtype=torch.bfloat16)}
+    return row, kw
+
+
+_BUILDERS = {"qwen": _qwen, "pixtral": _pixtral, "siglip": _siglip, "tiles": _tiles}
+
+
 def image_inputs(
     model: Any, cfg: Any, batch: int, seq: int, req: tuple[int, int]
 ) -> tuple[Any, dict[str, Any]]:
@@ -112,7 +189,7 @@ def image_inputs(
 
     images, side = req
     kind = _unit(cfg)[0]  # type: ignore[index]
-    row, kw = (_qwen if kind == "qwen" else _pixtral)(cfg, batch, seq, images, side)
+    row, kw = _BUILDERS[kind](cfg, batch, seq, images, side)
     if max(row) >= int(text_config(cfg).vocab_size):
         raise TraceError("the config's image token ids are outside its vocabulary", field="images")
     ids = torch.tensor([row] * batch)
@@ -170,9 +247,19 @@ def constant_grids() -> Iterator[None]:
                 setattr(mod, n, _on_constants(orig[n]))
     limit = ft.CONSTANT_NUMEL_LIMIT
     ft.CONSTANT_NUMEL_LIMIT = 1 << 22
+    # transformers 5.24's Llama4ForConditionalGeneration.forward ends by reading ``outputs.image_outputs`` of
+    # its language model's MoeCausalLMOutputWithPast, which has no such field (an AttributeError after the
+    # whole forward has run): the field reads as None while the trace runs
+    from transformers.modeling_outputs import MoeCausalLMOutputWithPast as moe_out
+
+    had = "image_outputs" in vars(moe_out)
+    if not had:
+        moe_out.image_outputs = None  # type: ignore[attr-defined]
     try:
         yield
     finally:
+        if not had:
+            del moe_out.image_outputs
         ft.CONSTANT_NUMEL_LIMIT = limit
         for mod, n, f in swapped:
             setattr(mod, n, f)

@@ -7,6 +7,7 @@ FakeTensorMode, counted by torch's MemTracker, the images fed as the processor r
 as a real checkpoint's do; README.md).
 
     .venv/bin/python tests/reference/vision/make_points.py [--python /tmp/gt-venv/bin/python] [--only KEY]
+        [--mode train]
 """
 
 from __future__ import annotations
@@ -35,12 +36,30 @@ POINTS: dict[str, tuple[dict, ...]] = {
     "qwen3_vl-vision-tiny": _RUNS,
     "qwen3_vl_moe-vision-tiny": _RUNS[:2],
     "mistral3-vision-tiny": _RUNS,
+    "gemma3-vision-tiny": _RUNS,  # image_size ignored: Gemma 3 resizes every image to 448 here (896 real)
+    "llama4-vision-tiny": _RUNS,  # image_size: tiles of 112 px here (336 real), up to 4 x 4 and a global one
 }
 
 
-def trace(python: str, key: str, run: dict) -> dict:
+# training steps with images (the tower frozen): ``training_points.json``
+TRAIN_OUT = HERE / "training_points.json"
+_STEPS = (
+    {"method": "full", "batch": 1, "seq": 64, "images": 2, "image_size": 224},
+    {"method": "lora", "batch": 2, "seq": 100, "images": 1, "image_size": 448},
+    {"method": "lora", "batch": 1, "seq": 200, "images": 2, "image_size": 336, "grad_ckpt": True},
+)
+TRAIN_POINTS: dict[str, tuple[dict, ...]] = {
+    "gemma3-vision-tiny": _STEPS,
+    "llama4-vision-tiny": _STEPS[:1],  # LoRA on Llama 4 does not trace (PEFT, text-only too)
+    "qwen2_5_vl-vision-tiny": _STEPS[:2],
+    "qwen3_vl-vision-tiny": _STEPS[:1],
+    "mistral3-vision-tiny": _STEPS[:1],
+}
+
+
+def trace(python: str, key: str, run: dict, mode: str = "inference") -> dict:
     config = json.loads((HERE / "configs" / f"{key}.json").read_text())
-    request = {"config": config, "mode": "inference", "run": {"attn": "sdpa", **run}}
+    request = {"config": config, "mode": mode, "run": {"attn": "sdpa", **run}}
     env = {**os.environ, "PYTHONPATH": str(WORKER_PARENT)}
     proc = subprocess.run(
         [python, "-m", "gpumem_trace_worker"],
@@ -54,23 +73,26 @@ def trace(python: str, key: str, run: dict) -> dict:
     if "error" in res:
         raise SystemExit(f"{key} {run}: {res['error']}")
     keep = ("versions", "peak_bytes", "peak_phase", "notes", "image_tokens", "kv_cache_bytes", "phases")
-    return {"model": key, "mode": "inference", "run": request["run"], **{k: res[k] for k in keep if k in res}}
+    keep += ("trainable_params",)
+    return {"model": key, "mode": mode, "run": request["run"], **{k: res[k] for k in keep if k in res}}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--python", default=sys.executable, help="the Python with torch and transformers")
     ap.add_argument("--only", help="one config key")
+    ap.add_argument("--mode", choices=("inference", "train"), default="inference")
     args = ap.parse_args()
-    old = json.loads(OUT.read_text())["points"] if OUT.is_file() else []
+    out, table = (OUT, POINTS) if args.mode == "inference" else (TRAIN_OUT, TRAIN_POINTS)
+    old = json.loads(out.read_text())["points"] if out.is_file() else []
     points = [p for p in old if args.only and p["model"] != args.only]
-    for key, runs in POINTS.items():
+    for key, runs in table.items():
         if args.only and key != args.only:
             continue
         for run in runs:
-            points.append(trace(args.python, key, run))
+            points.append(trace(args.python, key, run, args.mode))
             print(key, run, points[-1]["peak_bytes"], flush=True)
-    OUT.write_text(json.dumps({"points": points}, indent=1) + "\n")
+    out.write_text(json.dumps({"points": points}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

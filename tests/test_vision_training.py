@@ -1,0 +1,118 @@
+"""Images in a training step: the frozen vision tower's activations and the image tokens, against the trace.
+
+``tests/reference/vision/training_points.json`` holds training steps with images traced by
+``tests/reference/vision/make_points.py --mode train`` (the real transformers model under FakeTensorMode fed
+the processor's tensors, the vision tower and projector frozen as LLaMA-Factory's ``freeze_vision_tower``
+leaves them, ``gpumem_trace_worker/training.py``). Each phase must match within 3 % (training tolerance),
+except LoRA with activation checkpointing, whose tower runs under autograd (not modelled: a warning says so).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from gpumem_gui.core import (
+    GpumemInputError,
+    ModelSpec,
+    estimate_training,
+    load_config_file,
+    make_training_run,
+)
+from gpumem_gui.core.reference_points import TRACED_TRAINING_TOLERANCE
+from gpumem_gui.core.replay.vision import image_tokens
+from tests.conftest import REPO
+
+HERE = REPO / "tests" / "reference" / "vision"
+POINTS = json.loads((HERE / "training_points.json").read_text())["points"]
+
+
+@cache
+def _spec(key: str) -> ModelSpec:
+    return load_config_file(Path(HERE / "configs" / f"{key}.json"))
+
+
+def _gap(point: dict) -> bool:
+    """LoRA with checkpointing: the tower under autograd (training/checks.py IMAGES_ADAPTER_CKPT)."""
+    return point["run"]["method"] != "full" and bool(point["run"].get("grad_ckpt"))
+
+
+@pytest.mark.parametrize("point", POINTS, ids=[f"{p['model']}-{p['run']}" for p in POINTS])
+def test_training_step_with_images_matches_the_trace(point: dict) -> None:
+    spec, r = _spec(point["model"]), point["run"]
+    assert image_tokens(spec, r["images"], r["image_size"]) == point["image_tokens"]
+    est = estimate_training(spec, make_training_run(**r))
+    errs = {ph: (est.phases[ph].peak_bytes - v["Total"]) / v["Total"] for ph, v in point["phases"].items()}
+    if _gap(point):
+        assert any("enable_input_require_grads" in w for w in est.warnings)
+        assert errs["forward"] < -TRACED_TRAINING_TOLERANCE  # the known gap: low, and said so
+        return
+    assert all(abs(e) < TRACED_TRAINING_TOLERANCE for e in errs.values()), errs
+    assert not any("images" in w for w in est.warnings)
+
+
+def test_every_replayed_tower_is_traced_in_training() -> None:
+    models = {p["model"] for p in POINTS}
+    assert models == {
+        "gemma3-vision-tiny",
+        "llama4-vision-tiny",
+        "qwen2_5_vl-vision-tiny",
+        "qwen3_vl-vision-tiny",
+        "mistral3-vision-tiny",
+    }
+    assert any(p["run"]["method"] == "lora" and not _gap(p) for p in POINTS)
+
+
+def test_images_add_to_a_training_step() -> None:
+    """Two images: 136 more tokens through the language model and the frozen tower's pixels through the
+    step; more memory than the text-only step of the same text."""
+    spec = _spec("gemma3-vision-tiny")
+    text = estimate_training(spec, make_training_run(seq=64))
+    images = estimate_training(spec, make_training_run(seq=64, images=2))
+    assert images.peak_bytes > text.peak_bytes
+    assert not images.warnings
+
+
+def test_images_on_a_model_without_a_replayed_tower_are_said_so() -> None:
+    spec = load_config_file(
+        REPO / "tests" / "reference" / "extra" / "configs" / "synthetic__llama4-tiny.json"
+    )
+    assert (
+        spec.vision is not None and spec.vision.tower is None
+    )  # 56-px tiles: the adapter's width mismatches
+    est = estimate_training(spec, make_training_run(seq=64, images=1))
+    assert any("not counted" in w for w in est.warnings)
+
+
+@pytest.mark.parametrize(("fields", "field"), [({"images": -1}, "images"), ({"image_size": 0}, "image_size")])
+def test_bad_training_image_fields_are_one_line_errors(fields: dict, field: str) -> None:
+    with pytest.raises(GpumemInputError) as e:
+        make_training_run(**fields)
+    assert e.value.field == field or field in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_worker_refuses_images_with_data_parallelism() -> None:
+    worker = pytest.importorskip("gpumem_gui.trace.gpumem_trace_worker.training")
+    from gpumem_gui.trace.gpumem_trace_worker.building import TraceError
+
+    with pytest.raises(TraceError) as e:
+        worker.trace_training({}, {"dp": 2, "images": 1})
+    assert e.value.field == "images"
+
+
+def test_gpumem_trace_of_a_training_step_with_images() -> None:
+    """``gpumem trace --mode train --images 2``: the product passes the run's images to the worker, which runs
+    the whole model on them; the estimate beside it within the training tolerance."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from gpumem_gui.core import load_model
+    from gpumem_gui.trace import trace
+
+    model = load_model(str(HERE / "configs" / "gemma3-vision-tiny.json"))
+    rep = trace(model, make_training_run(seq=64, images=2, image_size=224), use_cache=False)
+    assert any(n.startswith("images: the whole model") for n in rep.result.notes)
+    assert rep.peak.estimated_bytes == pytest.approx(rep.peak.traced_bytes, rel=TRACED_TRAINING_TOLERANCE)
