@@ -147,9 +147,12 @@ class PhaseChart(Chart):
         if self.peak_index >= 0:
             y = float(self.bars.tops[self.peak_index])
             self.peak_marker.setData([self.peak_index], [y])
-            self.peak_text.setText(f"peak {fmt_bytes(est.phases[est.peak_phase].peak_bytes, unit, 1)}")
-            reserved = est.phases[est.peak_phase].reserved_bytes  # its label above the reserved dash
-            self.peak_text.setPos(self.peak_index, max(y, (reserved or 0) / factor))
+            peak = est.phases[est.peak_phase]
+            text = f"peak {fmt_bytes(peak.peak_bytes, unit, 1)}"
+            if peak.reserved_bytes is not None and not self.reserved_text.isVisible():
+                text += f" · reserved {fmt_bytes(peak.reserved_bytes, unit, 1)}"  # one label, no overlap
+            self.peak_text.setText(text)
+            self.peak_text.setPos(self.peak_index, max(y, (peak.reserved_bytes or 0) / factor))
             self.peak_marker.show()
             self.peak_text.show()
         else:
@@ -160,8 +163,8 @@ class PhaseChart(Chart):
         self.scene().prepareForPaint()
 
     def _show_reserved(self, est: Estimate, names: list[str], unit: SizeUnit) -> float:
-        """The reserved dashes (none where no phase has one), labelled once above the first with the highest
-        level; their highest level."""
+        """The reserved dashes (none where no phase has one) and their highest level. That level is labelled
+        above its phase (the peak phase where it is as high there: then the peak's own label says it)."""
         at = [(i, est.phases[n].reserved_bytes) for i, n in enumerate(names)]
         shown = [(float(i), r) for i, r in at if r is not None]
         self.reserved_levels = [r / unit.factor for _, r in shown]
@@ -169,10 +172,13 @@ class PhaseChart(Chart):
         if not shown:
             self.reserved_text.hide()
             return 0.0
-        r = max(level for _, level in shown)
-        self.reserved_text.setText(f"reserved {fmt_bytes(r, unit, 1)}")
-        self.reserved_text.setPos(shown[0][0], r / unit.factor)
-        self.reserved_text.show()
+        x, r = max(shown, key=lambda t: (t[1], t[0] == self.peak_index))
+        if x == self.peak_index:
+            self.reserved_text.hide()
+        else:
+            self.reserved_text.setText(f"reserved {fmt_bytes(r, unit, 1)}")
+            self.reserved_text.setPos(x, r / unit.factor)
+            self.reserved_text.show()
         return max(self.reserved_levels) * 1.08  # room for its label
 
 
