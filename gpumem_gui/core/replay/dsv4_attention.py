@@ -229,6 +229,28 @@ def _sparse_bias(m: CausalLM, i: int, x: T, q_residual: T, entries: Any, c: Laye
     return bias
 
 
+def _no_gradient(m: CausalLM, fn: Any, *args: Any) -> T:
+    """``fn``'s graph ends in integer indices (the indexer's top-k): no gradient reaches it, so its nodes die
+    with its tensors. Inside a checkpoint their holders die too and the recomputation does not refill them
+    (torch/utils/checkpoint.py skips dead holders): the region forgets the nodes, and a recomputation runs
+    ``fn`` without recording any."""
+    s = m.s
+    if s.recomputing is not None:
+        prev, s.grad_enabled = s.grad_enabled, False
+        try:
+            return fn(m, *args)
+        finally:
+            s.grad_enabled = prev
+    ck = s.ckpt
+    mark = len(ck.nodes) if ck is not None else 0
+    out = fn(m, *args)
+    if ck is not None:
+        dead = ck.nodes[mark:]
+        del ck.nodes[mark:]
+        ck.expected -= sum(nd.n_saved for nd in dead)
+    return out
+
+
 def _kv(m: CausalLM, i: int, x: T, cos: T, sin: T, c: LayerCache | None, sliding: bool) -> T:
     """kv_norm(kv_proj(x)), rotated; with a cache the window's concatenation (a sliding layer's cache keeps
     keys and values, two tensors; a compressed layer's one)."""
@@ -274,7 +296,7 @@ def attention(
         width = 2 * d if csa else d
         comp, entries, held = compressor(m, i, x, width, d, csa, f"{pre}.compressor", c)
         if csa:
-            bias = _sparse_bias(m, i, x, q_residual, entries, c)
+            bias = _no_gradient(m, _sparse_bias, i, x, q_residual, entries, c)
         elif q != 1 and entries > 0:
             bias = _causal_bias(m, entries, kv.dt)
         del held

@@ -36,11 +36,12 @@ if TYPE_CHECKING:  # params.Tensor is passed in to keep spec.params -> spec.comp
     from gpumem_gui.core.spec.model import ModelSpec
     from gpumem_gui.core.spec.params import Tensor
 
-# why a DeepSeek-V4 training estimate is refused (its inference forward is replayed: replay/dsv4.py)
+# why a DeepSeek-V4 training run is refused: only a full fine-tune on data-parallel ranks is replayed and
+# measured (replay/dsv4.py, tests/reference/extra/deepseek_v4_trace.json)
 NOT_REPLAYED = (
-    "DeepSeek-V4's training step (the backward of the hyper-connections, the CSA / HCA compressors and the "
-    "lightning indexer) is not replayed yet; inference on the transformers engine is, and `gpumem trace` "
-    "measures a fine-tuning step"
+    "DeepSeek-V4 is replayed for a full fine-tune without tensor, pipeline or context parallelism, compiled "
+    "layers or float8 linears only (LoRA on its grouped o_a_proj and fused experts is not measured yet); "
+    "`gpumem trace` measures the run"
 )
 CompressedLayer = Literal["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"]
 # DeepseekV4CSACache.update_overlap_state: overlap_gate is chunk_gate (+ the fp32 position_bias), fp32
