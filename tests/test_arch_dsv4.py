@@ -219,13 +219,16 @@ def test_cli_exit_status_2_and_inspect() -> None:
     )
 
 
-def test_trace_compares_with_no_estimate() -> None:
-    """`gpumem trace` still measures a DeepSeek-V4 run: the analytic side is absent, not an error."""
+def test_trace_compares_with_the_estimate_where_there_is_one() -> None:
+    """`gpumem trace` of a DeepSeek-V4 run: compared with the estimate where the replay models the run, and
+    measured without one (not an error) where it refuses it (LoRA)."""
     from gpumem_gui.core.runtimes.inference import make_run as inference_run
     from gpumem_gui.trace.result import _analytic
 
     model = load_model(str(EXTRA / "configs" / "synthetic__deepseek_v4-tiny.json"))
-    assert _analytic(model, inference_run(seq=64)) == (None, {})
+    est, _ = _analytic(model, inference_run(seq=64, attn="eager"))
+    assert est is not None and est.peak_bytes > 0
+    assert _analytic(model, TrainingRun(seq=64, method="lora")) == (None, {})
 
 
 def test_fp32_parameters_and_buffers_as_transformers_holds_them() -> None:
