@@ -19,7 +19,7 @@ from gpumem_gui.core.formats import (
 )
 from gpumem_gui.core.readers.hf_config import load_config_file
 from gpumem_gui.core.spec.model import ModelSpec
-from gpumem_gui.core.spec.params import count_params
+from gpumem_gui.core.spec.params import count_params, text_tensors
 from tests.format_specs import ALL_CONFIGS, FORMAT_IDS, LLAMA31, config_spec
 
 
@@ -89,14 +89,23 @@ def test_format_ids_are_case_insensitive(llama31: ModelSpec) -> None:
 
 @pytest.mark.parametrize("path", ALL_CONFIGS, ids=lambda p: p.stem)
 def test_float_formats_are_exact(path: Path) -> None:
+    """Every parameter at the format's width, but the tensors the model keeps in fp32 whatever its dtype
+    (DeepSeek-V4: Tensor.fp32) at 4 B."""
     spec = load_config_file(path)
     pc = count_params(spec)
+    kept = [t for t in text_tensors(spec) if t.fp32]
     for fid, width in (("bf16", 2), ("fp16", 2), ("fp32", 4)):
         wb = weight_bytes(spec, fid)
-        assert wb.total_bytes == width * pc.total
-        assert wb.by_component == {k: width * v for k, v in pc.by_component.items()}
-        assert wb.per_layer == tuple(width * n for n in pc.per_layer)
-        assert wb.bits_per_param == 8 * width
+        extra = {k: 0 for k in pc.by_component}
+        layers = [0] * len(pc.per_layer)
+        for t in kept:
+            extra[t.component] += (4 - width) * t.numel
+            if t.layer is not None:
+                layers[t.layer] += (4 - width) * t.numel
+        assert wb.total_bytes == width * pc.total + sum(extra.values())
+        assert wb.by_component == {k: width * v + extra[k] for k, v in pc.by_component.items()}
+        assert wb.per_layer == tuple(width * n + x for n, x in zip(pc.per_layer, layers, strict=True))
+        assert wb.bits_per_param == 8 * wb.total_bytes / pc.total
         assert wb.quantized_params == 0
 
 

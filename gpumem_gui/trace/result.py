@@ -15,6 +15,7 @@ from gpumem_gui.core import (
     CATEGORIES,
     ESTIMATE_SCHEMA,
     Estimate,
+    GpumemInputError,
     InferenceRun,
     LoadedModel,
     TrainingRun,
@@ -133,9 +134,14 @@ def _order(phase: str) -> int:
 
 
 def _analytic(model: LoadedModel, run: InferenceRun | TrainingRun) -> tuple[Estimate | None, dict]:
-    if model.spec is None or has_compressed_cache(model.spec):  # DeepSeek-V4: its forward is not replayed
+    if model.spec is None:
         return None, {}
-    est = estimate_any(model.spec, run, None, model.weights)
+    try:
+        est = estimate_any(model.spec, run, None, model.weights)
+    except GpumemInputError:
+        if not has_compressed_cache(model.spec):
+            raise
+        return None, {}  # DeepSeek-V4 runs the replay does not model (LoRA, tp): measured, no estimate
     return est, tracked_breakdown(model.spec, run, est)
 
 

@@ -113,6 +113,9 @@ def _hf_tensors(
     last_weight, last_quantized = "", False
     for t in tensors:
         numel = t.numel
+        if t.fp32:  # kept in fp32 whatever the format (DeepSeek-V4: spec/compressed.py is_fp32)
+            acc.add(t.component, None, numel, ((_kept_label(4), 4 * numel),), False)
+            continue
         if scheme.kind == "float":
             acc.add(t.component, None, numel, ((fmt.id, numel * scheme.float_bytes),), False)
             continue

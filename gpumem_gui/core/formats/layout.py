@@ -218,9 +218,9 @@ def _build_layout(spec: ModelSpec) -> _Layout:
         kinds, layer_kind, mini = seq2seq_layer_kinds(spec)
     elif spec.altup is not None:  # Gemma 3n: KV-shared layers lack k/v (spec/altup.py)
         kinds, layer_kind, mini = altup_layer_kinds(spec)
-    elif spec.gemma4 is not None or mk.of(CrossAttention):
+    elif spec.gemma4 is not None or spec.deepseek_v4 is not None or mk.of(CrossAttention):
         # Gemma 4: head dims, k = v, sharing and MLP widths differ per layer; Llama 3.2 Vision: the
-        # cross-attention layers' norms and gates
+        # cross-attention layers' norms and gates; DeepSeek-V4: CSA / HCA / sliding compressors per layer
         kinds, layer_kind, mini = spec.num_layers, tuple(range(spec.num_layers)), spec
     else:
         kinds, layer_kind, mini = _kinds(spec)

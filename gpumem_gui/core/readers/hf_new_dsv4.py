@@ -193,4 +193,10 @@ def deepseek_v4(r: ConfigReader, name: str, mt: str) -> dict[str, Any]:
 
 READERS["deepseek_v4"] = deepseek_v4
 # DeepseekV4TopKRouter / DeepseekV4HashRouter: F.linear on the bf16 hidden states (no fp32 router)
-TRAITS["deepseek_v4"] = {}
+# DeepseekV4Model.forward (hyper-connection streams, replay/dsv4.py); DeepseekV4PreTrainedModel has no SDPA
+# path (_supports_sdpa = False: eager); DeepseekV4Experts._apply_gate clamps both halves (swiglu_limit)
+TRAITS["deepseek_v4"] = {
+    "model_forward": "deepseek_v4",
+    "sdpa_supported": False,
+    "experts_gate": "clamped_act_mul",
+}

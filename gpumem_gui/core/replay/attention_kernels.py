@@ -114,6 +114,18 @@ def repeat_kv(m: CausalLM, x: T, n_rep: int) -> T:
     return out
 
 
+def bmm_operand(m: CausalLM, x: T, n_rep: int) -> T:
+    """What torch.matmul hands bmm for a ``repeat_kv``'d operand: one KV head expanded over the query heads
+    is a view (:func:`repeat_kv`), and matmul's ``expand(...).reshape(batch x heads, ...)`` copies it when
+    there are several sequences (the batch's stride is not heads x the heads' stride 0):
+    aten/src/ATen/native/LinearAlgebra.cpp ``_matmul_impl``. bmm saves the copy for backward."""
+    if n_rep == 1 or m.spec.num_kv_heads != 1 or not m.cfg.batch > 1:
+        return x
+    out = m.s.new(x.n, x.dt)
+    m.s.node("copy", (x,), (out,))
+    return out
+
+
 def _sdpa(m: CausalLM, q: T, k: T, v: T, mask: T | None, a: int, kvh: int, kd: int, vd: int) -> T:
     s, cfg, spec = m.s, m.cfg, m.spec
     b, sq = cfg.batch, cfg.q

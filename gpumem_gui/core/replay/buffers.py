@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpumem_gui.core.replay import gptj, rope_partial
+from gpumem_gui.core.spec.compressed import deepseek_v4_buffer_bytes
 from gpumem_gui.core.spec.encoder_params import encoder_buffers_bytes
 from gpumem_gui.core.spec.gemma4 import rotary_buffer_bytes
 from gpumem_gui.core.spec.kinds_of import model_kinds
@@ -14,6 +15,10 @@ def buffers_bytes(spec: ModelSpec, param_bytes: float = 2) -> int:
     """Rotary ``inv_freq`` and ``original_inv_freq`` buffers (fp32, head_dim/2 each; one rotary module per
     attention type with :attr:`ArchTraits.rotary_per_layer_type`): ``LlamaRotaryEmbedding.__init__``; and
     lightning attention's decay buffers in the weights' dtype (``param_bytes``)."""
+    if (
+        spec.deepseek_v4 is not None
+    ):  # its routers' and every compressor's rotary buffers (spec/compressed.py)
+        return deepseek_v4_buffer_bytes(spec)
     # BART's final_logits_bias (spec/seq2seq_params.py)
     extra = seq2seq_buffer_bytes(spec, param_bytes)
     return _rotary_bytes(spec) + _lightning_bytes(spec, param_bytes) + _mup_bytes(spec, param_bytes) + extra

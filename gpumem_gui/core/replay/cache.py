@@ -88,6 +88,8 @@ class KVCache:
                 other += self._bytes(toks * k_el) + self._bytes(toks * v_el)
                 other += self._bytes(toks * self.ix[i]) if self.ix[i] else 0
         self.other: Storage = sim.storage(other, "kv_cache")
+        # what a model's own cache layers keep (DeepSeek-V4's compressed layers: replay/dsv4.py), by layer
+        self.own: dict[int, object] = {}
 
     def _el(self, layer: int) -> tuple[int, int]:
         """(K, V) elements per token of ``layer``'s cache (its layer kind's; spec/kinds.py)."""
@@ -142,4 +144,5 @@ class KVCache:
 
     def stored_bytes(self) -> int:
         ix = sum(t.st.nbytes for t in self.index.values())  # type: ignore[union-attr]
+        ix += sum(getattr(c, "nbytes", 0) for c in self.own.values())
         return ix + self.other.nbytes + sum(k.st.nbytes + v.st.nbytes for k, v in self.layers.values())  # type: ignore[union-attr]

@@ -35,6 +35,13 @@ def act(m: CausalLM, x: T, pre: str = "") -> T:
     return o.gelu_tanh(x)
 
 
+def clamp(m: CausalLM, x: T) -> T:
+    """``x.clamp(...)`` by python numbers: a new tensor; ClampBackward saves the input for its mask."""
+    out = m.s.new(x.n, x.dt)
+    m.s.node("copy", (x,), (out,), (x,))
+    return out
+
+
 def dense(m: CausalLM, pre: str, x: T) -> T:
     o, spec = m.o, m.spec
     if not spec.mlp_gated:

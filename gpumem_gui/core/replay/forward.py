@@ -23,6 +23,7 @@ from gpumem_gui.core.replay.config import ReplayConfig, last_of_each_kind
 from gpumem_gui.core.replay.model import CausalLM
 from gpumem_gui.core.replay.static_cache import StaticKVCache
 from gpumem_gui.core.replay.tape import TapeCache, record
+from gpumem_gui.core.spec.kinds import CompressedAttention
 from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.kv import kv_elements_per_layer, tokens_kept_transformers
 from gpumem_gui.core.spec.model import ModelSpec
@@ -132,4 +133,8 @@ def logical_cache_bytes(spec: ModelSpec, batch: int, tokens: int, kv_bytes: floa
     (a sliding layer shows its last ``window - 1`` tokens; a layer without a per-token cache none)."""
     kept = tokens_kept_transformers(spec, tokens)
     per = kv_elements_per_layer(spec)
-    return sum(round(batch * (k + v) * kv_bytes * t) for (k, v), t in zip(per, kept, strict=True))
+    out = sum(round(batch * (k + v) * kv_bytes * t) for (k, v), t in zip(per, kept, strict=True))
+    # DeepSeek-V4's compressed layers: their cache's rule of the length (spec/compressed.py)
+    for kind in model_kinds(spec).of(CompressedAttention):
+        out += len(kind.layers) * batch * kind.cache_bytes(tokens, round(kv_bytes))
+    return out

@@ -105,15 +105,16 @@ class CausalLM:
         cfg, s = self.cfg, self.s
         numel = _numel(t.shape)
         self.shape[t.name] = t.shape
+        dt = "f32" if t.fp32 else cfg.param_dt  # kept in fp32 whatever the model's dtype (DeepSeek-V4)
         if not cfg.weights_counted:
-            self.p[t.name] = Param(s, t.name, numel, cfg.param_dt, False, 0, 0, t.layer)
+            self.p[t.name] = Param(s, t.name, numel, dt, False, 0, 0, t.layer)
             return
         if cfg.method == "qlora" and adapters.bnb_quantizes(t.name, t.shape, cfg.quant_experts):
-            self.p[t.name] = s.param(t.name, numel, cfg.param_dt, False, 0, t.layer)
+            self.p[t.name] = s.param(t.name, numel, dt, False, 0, t.layer)
             self.quantized.add(t.name)
         else:
-            full = round(numel * DT_BYTES[cfg.param_dt])
-            self.p[t.name] = s.param(t.name, numel, cfg.param_dt, self._trainable(t.layer), full, t.layer)
+            full = round(numel * DT_BYTES[dt])
+            self.p[t.name] = s.param(t.name, numel, dt, self._trainable(t.layer), full, t.layer)
         if t.name in self._lora:
             adapters.add_lora(self, t)
 

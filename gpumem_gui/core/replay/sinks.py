@@ -66,16 +66,31 @@ def rope(m: CausalLM, q: T, k: T, cos: T, sin: T) -> tuple[T, T]:
     return _rotate(m, q, cos, sin), _rotate(m, k, cos, sin)
 
 
-def eager(m: CausalLM, i: int, q: T, k: T, v: T, mask: T | None, a: int, kvh: int, vd: int) -> tuple[T, T]:
+def eager(
+    m: CausalLM,
+    i: int,
+    q: T,
+    k: T,
+    v: T,
+    mask: T | None,
+    a: int,
+    kvh: int,
+    vd: int,
+    kv_len: object = None,
+) -> tuple[T, T]:
     """gpt_oss eager_attention_forward (see the module docstring); returns (output, probabilities view).
     ``attn_weights`` keeps the scores until it is rebound to the probabilities; ``combined_logits`` lives to
-    the return."""
+    the return. ``kv_len``: the keys' length when it is not the run's (DeepSeek-V4's compressed entries)."""
     o, s, cfg = m.o, m.s, m.cfg
-    b, sq, kv = cfg.batch, cfg.q, cfg.kv_len
+    b, sq, kv = cfg.batch, cfg.q, cfg.kv_len if kv_len is None else kv_len
     n, n1, rows = b * a * sq * kv, b * a * sq * (kv + 1), b * a * sq
     key_states = kernels.repeat_kv(m, k, a // kvh)
     value_states = kernels.repeat_kv(m, v, a // kvh)
-    attn_weights = o.mul(o.bmm(q, key_states, n), None)
+    keys = kernels.bmm_operand(m, key_states, a // kvh)  # one KV head over a batch: matmul copies it
+    scores_raw = o.bmm(q, keys, n)
+    del keys
+    attn_weights = o.mul(scores_raw, None)
+    del scores_raw
     if mask is not None:
         attn_weights = o.add(attn_weights, mask, n)
     # module.sinks.reshape(1, -1, 1, 1).expand(b, -1, q, -1): a view of the parameter
@@ -100,8 +115,9 @@ def eager(m: CausalLM, i: int, q: T, k: T, v: T, mask: T | None, a: int, kvh: in
     del probs
     attn_weights = s.cast(o.dropout(scores, cfg.attn_dropout), value_states.dt)
     del scores
-    attn_output = o.bmm(attn_weights, value_states, b * sq * a * vd)
-    del key_states, value_states
+    values = kernels.bmm_operand(m, value_states, a // kvh)
+    attn_output = o.bmm(attn_weights, values, b * sq * a * vd)
+    del key_states, value_states, values
     out = o.clone(attn_output)  # transpose(1, 2).contiguous()
     del attn_output, combined
     return out, attn_weights

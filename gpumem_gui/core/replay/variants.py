@@ -8,6 +8,7 @@ from gpumem_gui.core.replay import (  # noqa: F401  imported for their registrat
     cohere,
     cross_attention,
     dsa,
+    dsv4,
     falcon_h1,
     gemma4,
     gptj,

@@ -29,9 +29,9 @@ from gpumem_gui.core.runtimes.base import Runtime, load_phase
 from gpumem_gui.core.runtimes.cross_attention import cross_cache_component
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.seq2seq import seq2seq_phases
-from gpumem_gui.core.spec.compressed import NOT_REPLAYED
 from gpumem_gui.core.spec.kinds import STATE_MIXERS
 from gpumem_gui.core.spec.kinds_of import model_kinds
+from gpumem_gui.core.spec.kv import has_compressed_cache
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, rank_spec
 from gpumem_gui.core.spec.params import count_params
@@ -134,6 +134,28 @@ def _fixed_side_note(spec: ModelSpec, images: int) -> str:
     )
 
 
+def _check_compressed(run: InferenceRun) -> None:
+    """What transformers runs DeepSeek-V4 with (modeling_deepseek_v4.py DeepseekV4PreTrainedModel): eager
+    attention only (_supports_flash_attn = False: head_dim 512 is above FlashAttention's 256; sdpa falls back
+    to eager), its own cache layers in the activation dtype (a quantized cache has no compressor state), and
+    the forward replayed on one GPU."""
+    if run.attn == "flash":
+        raise GpumemInputError(
+            "DeepSeek-V4 has no FlashAttention path in transformers (_supports_flash_attn = False): eager",
+            field="attn",
+        )
+    if run.kv_dtype_resolved != run.compute_dtype:
+        raise GpumemInputError(
+            "DeepSeek-V4's cache layers (DeepseekV4HCACache / DeepseekV4CSACache) keep the compressor state "
+            f"in the activation dtype; kv_dtype must be auto or {run.compute_dtype}",
+            field="kv_dtype",
+        )
+    if run.tp > 1 or run.pp > 1:
+        raise GpumemInputError(
+            "DeepSeek-V4's forward is replayed on one GPU only in transformers (tp 1, pp 1)", field="tp"
+        )
+
+
 class Transformers(Runtime):
     name = "transformers"
     label = "transformers (PyTorch)"
@@ -141,7 +163,7 @@ class Transformers(Runtime):
     state_mixers = STATE_MIXERS  # the state of every mixer, measured from its cache (spec/state.py)
     cross_attention_cache = True
     mixed_head_shapes = True
-    compressed_attention_note = NOT_REPLAYED
+    compressed_attention = True  # DeepSeek-V4's forward replayed with its own cache (replay/dsv4.py)
 
     def quantizes_experts(self, run: InferenceRun) -> bool:
         """bitsandbytes replaces only ``nn.Linear``: fused 3-D expert tensors stay 16-bit (bitsandbytes
@@ -156,6 +178,8 @@ class Transformers(Runtime):
                 f"cache_implementation static: modelled for decoders whose layers all attend fully; {why}",
                 field="cache_implementation",
             )
+        if has_compressed_cache(spec):
+            _check_compressed(run)
         return []
 
     def _stage(
@@ -236,7 +260,7 @@ class Transformers(Runtime):
                 components=(weights, *_kind_components(dec, run.compute_dtype, static), *extra),
                 note=f"last step: 1 token after {past} cached; peak at {dec.where}",
             )
-            logical = max(logical, dec.kv_cache_logical)
+            logical = dec.kv_cache_logical  # the cache after the generation (DeepSeek-V4: not monotonic)
         return phases, weights.bytes, logical + held
 
     def estimate(

@@ -146,7 +146,7 @@ class ArchTraits(Frozen):
         "; parallel_mamba: a Mamba-2 mixer and attention side by side on one normed input, each output "
         "scaled, then a scaled MLP (FalconH1DecoderLayer)",
     )
-    model_forward: Literal["llama", "altup", "gemma4"] = Field(
+    model_forward: Literal["llama", "altup", "gemma4", "deepseek_v4"] = Field(
         "llama",
         description="the model's forward around its layers: LlamaModel.forward (embedding, masks, rotary, "
         "the layer loop, the final norm) and its descendants; altup: Gemma3nTextModel.forward (per-layer "
@@ -201,7 +201,9 @@ class ArchTraits(Frozen):
     rotary_half_tables: bool = False
     norm_product_fp32: bool = False
     router_topk_softmax: bool = False
-    experts_gate: Literal["act_mul", "clamped_swiglu"] = "act_mul"
+    # DeepseekV4Experts._apply_gate (modeling_deepseek_v4.py): gate.clamp(max=limit), up.clamp(-limit, limit),
+    # act(gate) * up over the halves (clamped_act_mul)
+    experts_gate: Literal["act_mul", "clamped_swiglu", "clamped_act_mul"] = "act_mul"
     qk_norm_after_rope: bool = Field(
         False,
         description="the per-head q/k norms run after the rotary, not before it (HunYuanDenseV1Attention "

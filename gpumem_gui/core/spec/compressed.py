@@ -36,10 +36,12 @@ if TYPE_CHECKING:  # params.Tensor is passed in to keep spec.params -> spec.comp
     from gpumem_gui.core.spec.model import ModelSpec
     from gpumem_gui.core.spec.params import Tensor
 
-# why an estimate of a DeepSeek-V4 run is refused (the transformers engine and training say it)
+# why a DeepSeek-V4 training run is refused: only a full fine-tune on data-parallel ranks is replayed and
+# measured (replay/dsv4.py, tests/reference/extra/deepseek_v4_trace.json)
 NOT_REPLAYED = (
-    "DeepSeek-V4's forward (hyper-connections, the CSA / HCA compressors, the lightning indexer) is not "
-    "replayed yet; its parameters and cache are exact (gpumem inspect) and `gpumem trace` measures the run"
+    "DeepSeek-V4 is replayed for a full fine-tune without tensor, pipeline or context parallelism, compiled "
+    "layers or float8 linears only (LoRA on its grouped o_a_proj and fused experts is not measured yet); "
+    "`gpumem trace` measures the run"
 )
 CompressedLayer = Literal["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"]
 # DeepseekV4CSACache.update_overlap_state: overlap_gate is chunk_gate (+ the fp32 position_bias), fp32
@@ -226,23 +228,23 @@ def deepseek_v4_tensors(spec: ModelSpec, tensor: type[Tensor]) -> Iterator[Tenso
     for i, kind in enumerate(s.attention.layer_types):
         for name, shape in _attention_tensors(s, i, kind):
             is_norm = name.endswith("norm.weight")
-            yield tensor(name, shape, "norms" if is_norm else "attention", i)
+            yield tensor(name, shape, "norms" if is_norm else "attention", i, is_fp32(name))
         pre = f"layers.{i}"
         yield tensor(f"{pre}.mlp.gate.weight", (e, h), "router", i)
         yield tensor(f"{pre}.mlp.experts.gate_up_proj", (e, 2 * f, h), "routed_experts", i)
         yield tensor(f"{pre}.mlp.experts.down_proj", (e, h, f), "routed_experts", i)
         for proj, shape in (("gate_proj", (f, h)), ("up_proj", (f, h)), ("down_proj", (h, f))):
             yield tensor(f"{pre}.mlp.shared_experts.{proj}.weight", shape, "shared_experts", i)
-        yield tensor(f"{pre}.input_layernorm.weight", (h,), "norms", i)
-        yield tensor(f"{pre}.post_attention_layernorm.weight", (h,), "norms", i)
+        yield tensor(f"{pre}.input_layernorm.weight", (h,), "norms", i, True)
+        yield tensor(f"{pre}.post_attention_layernorm.weight", (h,), "norms", i, True)
         for hc, component in (("attn_hc", "attention"), ("ffn_hc", "mlp")):
-            yield tensor(f"{pre}.{hc}.fn", ((2 + n) * n, n * h), component, i)
-            yield tensor(f"{pre}.{hc}.base", ((2 + n) * n,), component, i)
-            yield tensor(f"{pre}.{hc}.scale", (3,), component, i)
-    yield tensor("norm.weight", (h,), "norms")
-    yield tensor("hc_head.hc_fn", (n, n * h), "norms")
-    yield tensor("hc_head.hc_base", (n,), "norms")
-    yield tensor("hc_head.hc_scale", (1,), "norms")
+            yield tensor(f"{pre}.{hc}.fn", ((2 + n) * n, n * h), component, i, True)
+            yield tensor(f"{pre}.{hc}.base", ((2 + n) * n,), component, i, True)
+            yield tensor(f"{pre}.{hc}.scale", (3,), component, i, True)
+    yield tensor("norm.weight", (h,), "norms", None, True)
+    yield tensor("hc_head.hc_fn", (n, n * h), "norms", None, True)
+    yield tensor("hc_head.hc_base", (n,), "norms", None, True)
+    yield tensor("hc_head.hc_scale", (1,), "norms", None, True)
     if not s.tie_word_embeddings:
         yield tensor("lm_head.weight", (s.vocab_size, h), "lm_head")
 

@@ -47,6 +47,9 @@ class Tensor:
     shape: tuple[int, ...]
     component: str
     layer: int | None = None
+    # kept in fp32 whatever the model's dtype (DeepseekV4PreTrainedModel._keep_in_fp32_modules_strict and
+    # its modules built .to(float32): spec/compressed.py is_fp32)
+    fp32: bool = False
 
     @property
     def numel(self) -> int:

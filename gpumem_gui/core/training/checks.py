@@ -26,6 +26,22 @@ from gpumem_gui.core.training.seq2seq import check_seq2seq_training
 from gpumem_gui.core.training.unused import unused_notes
 
 
+def _check_compressed(run: TrainingRun) -> None:
+    """DeepSeek-V4's training step is replayed (and measured) for a full fine-tune without model
+    parallelism, compiled layers or float8 linears; anything else is refused in one line."""
+    unsupported = {
+        "method": run.method != "full",
+        "tp": run.tp > 1,
+        "pp": run.pp > 1,
+        "cp": run.cp > 1,
+        "compile": run.compile,
+        "float8": run.float8,
+    }
+    for field, bad in unsupported.items():
+        if bad:
+            raise GpumemInputError(f"training: {NOT_REPLAYED} ({field} {getattr(run, field)})", field=field)
+
+
 def lora_targets(run: TrainingRun) -> tuple[str, ...]:
     return (ALL_LINEAR,) if run.lora_targets == ALL_LINEAR else tuple(run.lora_targets)
 
@@ -195,8 +211,8 @@ def check_training(spec: ModelSpec, run: TrainingRun) -> tuple[str, ...]:
     la = spec.linear_attention
     if la is not None and la.kind == "lightning" and run.grad_ckpt:
         warnings.append(f"approximate: {LIGHTNING_TRAINING}")
-    if model_kinds(spec).of(CompressedAttention):  # DeepSeek-V4 (spec/compressed.py)
-        raise GpumemInputError(f"training: {NOT_REPLAYED}", field="model")
+    if model_kinds(spec).of(CompressedAttention):  # DeepSeek-V4 (spec/compressed.py, replay/dsv4.py)
+        _check_compressed(run)
     check_seq2seq_training(spec, run)  # encoder-decoders: one GPU, full or LoRA (training/seq2seq.py)
     check_degrees(spec, Degrees(tp=run.tp, pp=run.pp, ep=run.ep))
     gemma4.check_run(spec, tp=run.tp, pp=run.pp, ep=run.ep, cp=run.cp)  # Gemma 4: one GPU (spec/gemma4.py)
