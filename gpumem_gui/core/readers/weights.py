@@ -196,8 +196,10 @@ _VISION_SEGMENTS = frozenset(
 _GGUF_VISION_PREFIXES = frozenset({"v", "mm"})
 _GGUF_AUDIO_PREFIX = "a"
 
+# hc_head: DeepSeek-V4's hyper-connection head (modeling_deepseek_v4.py DeepseekV4HyperHead: hc_fn, hc_base,
+# hc_scale mix the streams before the final norm), counted with the norms as spec/params.py does
 _NORM_SEGMENTS = frozenset(
-    {"ln_f", "ln_1", "ln_2", "ln_attn", "ln_mlp", "ln1", "ln2", "ln", "enorm", "hnorm"}
+    {"ln_f", "ln_1", "ln_2", "ln_attn", "ln_mlp", "ln1", "ln2", "ln", "enorm", "hnorm", "hc_head"}
 )
 
 _SHARED_EXPERT_SEGMENTS = frozenset({"shared_expert", "shared_experts", "shared_expert_gate", "shared_mlp"})
