@@ -129,8 +129,9 @@ def test_ours_compares_like_with_like() -> None:
     ctx, ws = est.component("cuda_context"), est.component("workspace")
     assert ctx is not None and ctx.bytes > 0 and ws is not None
     assert pt.ours_for("allocated", est) == pt.ours_for("active", est) == est.peak_bytes
-    # the allocator model (--allocator-model, as the comparison runs reserved figures): its reserved peak (max_memory_reserved on a GPU with room) and the
-    # workspace; nvidia-smi adds the context (every cached block stays reserved)
+    # the allocator model (--allocator-model, as the comparison runs reserved figures): its reserved peak
+    # (max_memory_reserved on a GPU with room) and the workspace; nvidia-smi adds the context (every cached
+    # block stays reserved)
     reserved = max(ph.reserved_bytes or 0 for ph in est.phases.values())
     assert reserved == est.facts["reserved_peak_bytes"] > est.peak_bytes
     assert pt.ours_for("reserved", est) == reserved + ws.bytes
