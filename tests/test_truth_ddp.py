@@ -99,10 +99,13 @@ def test_paged_optimizer_states_are_outside_the_torch_peak() -> None:
     spec = _spec("Qwen__Qwen2.5-0.5B")
     paged = estimate_training(spec, make_training_run(batch=1, seq=128, optimizer="paged-adamw-8bit"))
     eight = estimate_training(spec, make_training_run(batch=1, seq=128, optimizer="adamw-8bit"))
-    states = eight.facts["optimizer_state_bytes"]
-    assert paged.facts["paged_optimizer_state_bytes"] == states > 0
-    assert paged.phases["forward"].peak_bytes == eight.phases["forward"].peak_bytes - states
-    assert any("outside the torch allocator" in w and "still occupy GPU memory" in w for w in paged.warnings)
+    states, unified = eight.facts["optimizer_state_bytes"], paged.facts["paged_optimizer_state_bytes"]
+    # bitsandbytes get_state_buffer: only states of parameters with at least 1e5 elements are paged; the rest
+    # (biases, norms) and the 8-bit absmax stay in the torch allocator
+    torch_side = paged.facts["optimizer_state_bytes"]
+    assert unified + torch_side == states and 0 < torch_side < unified
+    assert paged.phases["forward"].peak_bytes == eight.phases["forward"].peak_bytes - unified
+    assert any("outside the torch allocator" in w and "nvidia-smi shows them" in w for w in paged.warnings)
 
 
 def test_deepspeed_runs_the_model_in_bf16_with_fp32_master_partitions() -> None:
