@@ -13,8 +13,9 @@ out; ``fresh_cluster`` hands the module's cluster back in its recorded state bef
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import pytest
 
@@ -39,6 +40,8 @@ __all__ = [
     "prometheus_tls",
 ]
 
+T = TypeVar("T")
+
 
 @dataclass
 class PrometheusCluster:
@@ -59,6 +62,18 @@ class PrometheusCluster:
     def expected(self, host: str, family: str = "DCGM_FI_DEV_FB_FREE") -> list[tuple[dict[str, str], float]]:
         """(labels, value) of ``family`` in the host's recorded text, as the exporter printed them."""
         return [(labels, v) for f, labels, v in parse_exposition(self.recorded[host]) if f == family]
+
+    def read_fresh(self, read: Callable[[], T], fresh: Callable[[T], bool], tries: int = 3) -> T:
+        """``read()`` again (after every host is scraped once more) while ``fresh`` says no: on a loaded
+        machine one scrape of the in-process exposition server can miss the 900 ms timeout and Prometheus then
+        marks that host's series stale until its next scrape, which the backend rightly shows as stale."""
+        out = read()
+        for _ in range(tries - 1):
+            if fresh(out):
+                break
+            self.prometheus.wait_scraped(self.hosts)
+            out = read()
+        return out
 
     def _dirty(self) -> bool:
         ex = self.exposition

@@ -27,7 +27,7 @@ def _backend(url: str, **cfg: object) -> PrometheusBackend:
 def test_every_host_and_gpu_is_read_with_its_memory_in_bytes(fresh_cluster: PrometheusCluster) -> None:
     backend = _backend(fresh_cluster.url)
     assert isinstance(backend, GpuBackend)
-    snap = backend.snapshot()
+    snap = fresh_cluster.read_fresh(backend.snapshot, lambda s: not any(d.stale for d in s.devices))
     assert snap.available, snap.unavailable_reason
     assert set(snap.hosts) == set(fresh_cluster.hosts)
     assert snap.backend == f"prometheus:{fresh_cluster.url}"
@@ -192,7 +192,10 @@ def test_gpus_json_lists_every_gpu_with_its_host(fresh_cluster: PrometheusCluste
     assert rc == 0 and doc["schema"] == "gpumem.gpus/1" and doc["available"]
     assert {d["host"] for d in doc["devices"]} == set(fresh_cluster.hosts)
     assert all(d["key"].startswith(d["host"] + "/") for d in doc["devices"])
-    rc, out, _ = _cli(capsys, "gpus", "--prometheus", fresh_cluster.url, "--selector", '{Hostname="node-c"}')
+    rc, out, _ = fresh_cluster.read_fresh(
+        lambda: _cli(capsys, "gpus", "--prometheus", fresh_cluster.url, "--selector", '{Hostname="node-c"}'),
+        lambda r: "stale (" not in r[1],
+    )
     assert rc == 0 and "node-c" in out and "node-a" not in out and "inference/llama-8b-serve" in out
 
 
