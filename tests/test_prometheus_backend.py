@@ -58,7 +58,8 @@ def test_every_host_and_gpu_is_read_with_its_memory_in_bytes(fresh_cluster: Prom
 def test_mig_instances_sit_under_their_gpu_with_their_kubernetes_workloads(
     fresh_cluster: PrometheusCluster,
 ) -> None:
-    snap = _backend(fresh_cluster.url).snapshot()
+    backend = _backend(fresh_cluster.url)
+    snap = fresh_cluster.read_fresh(backend.snapshot, lambda s: not any(d.stale for d in s.devices))
     parent = snap.device("node-c/0")
     assert parent is not None and parent.mig_mode is True and parent.total_bytes is None
     instances = snap.mig_instances(0, "node-c")
