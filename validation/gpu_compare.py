@@ -7,10 +7,11 @@ table; keep the JSON in ``validation/gpu_results/`` and ``make validate`` adds t
 Which of our numbers stands for each measurement (as for the published training points):
 
 * ``torch.cuda.max_memory_allocated`` ↔ ``peak_bytes`` (live tensors at the peak);
-* ``torch.cuda.max_memory_reserved`` ↔ ``total_bytes − cuda_context − nccl_buffers`` (peak + cuBLAS
-  workspace + allocator reserve: the caching allocator holds the workspaces too, never the context or NCCL's
+* ``torch.cuda.max_memory_reserved`` ↔ ``reserved_prediction`` (core/results/reported.py: training runs with
+  the caching allocator model on, its reserved peak + the cuBLAS workspaces; inference ``total_bytes −
+  cuda_context − nccl_buffers``, the allocator holds the workspaces too, never the context or NCCL's
   buffers);
-* NVML used memory of the device ↔ ``total_bytes`` (everything the process holds, context included);
+* NVML used memory of the device ↔ ``nvidia_smi_prediction`` (reserved + context + NCCL buffers);
 * the CUDA context (NVML used after ``torch.zeros(1, device="cuda")`` minus before) ↔ our ``cuda_context``
   term; reserved − allocated ↔ our ``workspace + allocator_reserve``. These two rows are the calibration.
 """
@@ -29,7 +30,8 @@ sys.path.insert(0, str(REPO))
 from gpumem_gui.core.readers.hf_config import load_config_file  # noqa: E402
 from gpumem_gui.core.reference_points import training_run_for_point  # noqa: E402
 from gpumem_gui.core.results.estimate import Estimate  # noqa: E402
-from gpumem_gui.core.results.nontorch import arch_of, outside_allocator_bytes  # noqa: E402
+from gpumem_gui.core.results.nontorch import arch_of  # noqa: E402
+from gpumem_gui.core.results.reported import nvidia_smi_prediction, reserved_prediction  # noqa: E402
 from gpumem_gui.core.runtimes.inference import estimate_inference, make_run  # noqa: E402
 from gpumem_gui.core.training import estimate_training  # noqa: E402
 from gpumem_gui.core.units import GiB, MiB  # noqa: E402
@@ -44,7 +46,7 @@ def estimate_point(p: dict, configs: Path = CONFIGS, gpu_arch: str = "auto") -> 
     spec = load_config_file(configs / f"{p['config']}.json")
     if p["mode"].startswith(("train", "lora")):
         run = training_run_for_point({**p, "attn_implementation": "sdpa"})
-        return estimate_training(spec, run.model_copy(update={"gpu_arch": gpu_arch}))
+        return estimate_training(spec, run.model_copy(update={"gpu_arch": gpu_arch, "allocator_model": True}))
     run = make_run(
         batch=p["batch"],
         seq=p["seq"],
@@ -80,7 +82,7 @@ def rows(doc: dict, configs: Path = CONFIGS) -> list[dict]:
         est = estimate_point(p, configs, doc_arch(doc))
         ctx = est.component("cuda_context")
         ctx_bytes = ctx.bytes if ctx else 0
-        reserved_ours = est.total_bytes - outside_allocator_bytes(est.components)  # context, NCCL buffers
+        reserved_ours, smi_ours = reserved_prediction(est), nvidia_smi_prediction(est)
         out.append(
             {
                 "setup": setup,
@@ -91,8 +93,8 @@ def rows(doc: dict, configs: Path = CONFIGS) -> list[dict]:
                 "reserved_ours": reserved_ours,
                 "reserved_err": _err(reserved_ours, p["reserved"]),
                 "nvml_used": p.get("nvml_used"),
-                "total": est.total_bytes,
-                "nvml_err": _err(est.total_bytes, p.get("nvml_used")),
+                "total": smi_ours,
+                "nvml_err": _err(smi_ours, p.get("nvml_used")),
                 "slack_measured": p["reserved"] - p["allocated"],
                 "slack_ours": reserved_ours - est.peak_bytes,
                 "context_ours": ctx_bytes,
@@ -116,8 +118,8 @@ def render(doc: dict, configs: Path = CONFIGS, title_level: str = "###") -> list
         f"{title_level} {doc.get('gpu', 'unknown GPU')} (torch {doc['versions']['torch']}, "
         f"transformers {doc['versions']['transformers']})",
         "",
-        "| setup | allocated | ours peak | err | reserved | ours (total − context − NCCL) | err | "
-        "NVML used | ours total | err |",
+        "| setup | allocated | ours peak | err | reserved | ours reserved | err | "
+        "NVML used | ours nvidia-smi | err |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rs:

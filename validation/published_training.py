@@ -35,7 +35,7 @@ if str(REPO) not in sys.path:
 from gpumem_gui.core.errors import GpumemError  # noqa: E402
 from gpumem_gui.core.readers.loader import load_model  # noqa: E402
 from gpumem_gui.core.results.estimate import Estimate  # noqa: E402
-from gpumem_gui.core.results.nontorch import outside_allocator_bytes  # noqa: E402
+from gpumem_gui.core.results.reported import nvidia_smi_prediction, reserved_prediction  # noqa: E402
 from gpumem_gui.core.spec.model import ModelSpec  # noqa: E402
 from gpumem_gui.core.training import TrainingRun, estimate_training, make_training_run  # noqa: E402
 
@@ -144,16 +144,11 @@ class Outcome:
 
 def ours_for(kind: str, est: Estimate) -> int:
     """Our number for a published figure of ``kind`` (see the module docstring)."""
-    if kind not in ("reserved", "nvidia-smi"):
-        return est.peak_bytes
-    outside = outside_allocator_bytes(est.components)  # the context and NCCL's buffers
-    levels = [ph.reserved_bytes for ph in est.phases.values() if ph.reserved_bytes is not None]
-    if levels:  # the allocator model: its reserved peak, and what else the allocator holds (workspaces)
-        reserve = sum(c.bytes for c in est.components if c.key == "allocator_reserve")
-        reserved = max(levels) + est.total_bytes - outside - est.peak_bytes - reserve
-    else:
-        reserved = est.total_bytes - outside
-    return reserved if kind == "reserved" else reserved + outside
+    if kind == "reserved":
+        return reserved_prediction(est)
+    if kind == "nvidia-smi":
+        return nvidia_smi_prediction(est)
+    return est.peak_bytes
 
 
 def _gib(b: float) -> str:

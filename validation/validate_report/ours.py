@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from gpumem_gui.core.formats import gguf_plan
 from gpumem_gui.core.results.estimate import Estimate
-from gpumem_gui.core.results.nontorch import outside_allocator_bytes
+from gpumem_gui.core.results.reported import nvidia_smi_prediction, reserved_prediction
 from gpumem_gui.core.runtimes.inference import InferenceRun
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.training import TrainingRun, estimate_training
@@ -86,10 +86,10 @@ def ours_train(est: Estimate, key: str) -> float:
         return est.peak_bytes
     if key == "fwd_bwd":
         return max(est.phases["forward"].peak_bytes, est.phases["backward"].peak_bytes)
-    if key == "reserved":  # the context and NCCL's buffers lie outside the caching allocator
-        return est.total_bytes - outside_allocator_bytes(est.components)
-    if key == "total":
-        return est.total_bytes
+    if key == "reserved":  # core/results/reported.py: the allocator model's reserved peak + workspaces
+        return reserved_prediction(est)
+    if key == "total":  # nvidia-smi: reserved + the context and NCCL's buffers
+        return nvidia_smi_prediction(est)
     raise KeyError(key)
 
 
@@ -205,6 +205,8 @@ def _no_dropout_fwd_bwd(c: TCtx) -> float:
 TRAINING_FIELDS: dict[str, Callable[[TCtx], object]] = {
     "ours_gib": lambda c: c.ours / GiB,
     "peak_phase": lambda c: c.est.peak_phase,
+    "peak_gib": lambda c: c.est.peak_bytes / GiB,
+    "cached_gib": lambda c: (reserved_prediction(c.est) - c.est.peak_bytes) / GiB,
     "g": lambda c: _Components(c.est),
     "no_ckpt_reserved_gib": lambda c: _no_ckpt_reserved(c) / GiB,
     "nodrop_mib": lambda c: _no_dropout_fwd_bwd(c) / MiB,

@@ -24,6 +24,9 @@ from .ours import TRAINING_FIELDS, TCtx, explain, ours_train
 PUBLISHED_TRAINING: tuple[data.TMapping, ...] = data.published_training().mappings
 TRAIN_OURS: dict[str, str] = data.published_training().ours
 
+# our numbers for these published figures come from the caching allocator model (core/results/reported.py)
+ALLOCATOR_KEYS = ("reserved", "total")
+
 Line = tuple[str, str, str, str, str]  # a mapping line (id, model, run, numbers, assumptions) or a verdict
 
 
@@ -112,6 +115,9 @@ def published_training_rows(
         spec = train_spec(m.model)
         run = make_training_run(**m.run)
         est = estimate_training(spec, run)
+        # a reserved or nvidia-smi figure is compared with the caching allocator model's prediction
+        on = make_training_run(**{**m.run, "allocator_model": True})
+        est_on = estimate_training(spec, on) if any(mt.ours in ALLOCATOR_KEYS for mt in m.metrics) else est
         numbers = "; ".join(f"{mt.label} ↔ {TRAIN_OURS[mt.ours]}" for mt in m.metrics)
         model = m.model + (f" (twin: {m.twin})" if m.twin else " (the published model)")
         mapping.append((m.id, model, _train_run_text(m.run, m.gpu), numbers, m.assumptions))
@@ -119,5 +125,6 @@ def published_training_rows(
             if mt.ours == "fits":
                 bounds.append(_verdict(m, mt, entry, est))
             else:
-                rows.append(_figure_row(m, i, entry, spec, run, est))
+                pair = (on, est_on) if mt.ours in ALLOCATOR_KEYS else (run, est)
+                rows.append(_figure_row(m, i, entry, spec, *pair))
     return sorted(rows, key=lambda r: r.sort_key), sorted(mapping), sorted(bounds)

@@ -60,11 +60,10 @@ TRAIN_INTRO = """\
   that phase; ours is `Estimate.phases[...].peak_bytes`. One LoRA point was measured with CPU dropout
   (a noise tensor instead of CUDA's bool mask) and is replayed that way.
 * **Published.** Which of our numbers stands for each published figure: allocated or active ↔
-  `peak_bytes`; reserved ↔ `total_bytes − cuda_context − nccl_buffers` (= peak + cuBLAS workspace +
-  allocator reserve: `max_memory_reserved` counts every block the caching allocator holds, the workspaces
-  included, but not the CUDA context or NCCL's buffers, so `peak + allocator reserve` alone would miss the
-  workspace and `total` would add memory the allocator never sees); nvidia-smi ↔ `total_bytes` (no mapped
-  training point is an nvidia-smi reading: the BERT ones are encoders). Multi-GPU rows (FSDP) are per GPU;
+  `peak_bytes`; reserved ↔ the caching allocator model's reserved peak plus the cuBLAS workspaces (the run
+  estimated with `allocator_model=True`; `core/results/reported.py`, the same mapping as section (h));
+  nvidia-smi ↔ that plus the CUDA context and NCCL's buffers, which the driver counts but the allocator never
+  sees. Multi-GPU rows (FSDP) are per GPU;
   our sharding is modelled from the FSDP / DeepSpeed source, not calibrated on a cluster.
 """
 
@@ -86,8 +85,9 @@ measured peak (allocated):
 REAL_GPU_INTRO = (
     "Measured by `validation/gpu_check.py` on a machine with an NVIDIA GPU (models built from their "
     "config.json with random weights, the same inference and training steps as the reference grid); "
-    "`validation/gpu_compare.py` maps each figure to ours: allocated ↔ `peak_bytes`, reserved ↔ "
-    "`total_bytes − cuda_context − nccl_buffers`, NVML used ↔ `total_bytes`. This is what calibrates the "
+    "`validation/gpu_compare.py` maps each figure to ours: allocated ↔ `peak_bytes`, reserved ↔ the "
+    "allocator model's reserved peak + workspaces (training), NVML used ↔ that + context + NCCL buffers "
+    "(`core/results/reported.py`). This is what calibrates the "
     "CUDA context, cuBLAS workspace and allocator reserve terms."
 )
 
