@@ -192,7 +192,7 @@ def _eager(m: CausalLM, q: T, k: T, v: T, mask: T | None, a: int, kvh: int, vd: 
     n = b * a * sq * kv
     key_states = repeat_kv(m, k, a // kvh)
     value_states = repeat_kv(m, v, a // kvh)
-    attn_weights = o.mul(o.bmm(q, key_states, n), None)
+    attn_weights = o.mul(o.bmm(q, bmm_operand(m, key_states, a // kvh), n), None)
     cap = spec.traits.attn_logit_softcapping
     if cap:
         attn_weights = o.mul(o.tanh(o.mul(attn_weights, None)), None)
@@ -217,7 +217,7 @@ def _eager(m: CausalLM, q: T, k: T, v: T, mask: T | None, a: int, kvh: int, vd: 
         # expand_kv): matmul's reshape to [b * h, kv, vd] cannot view it, so it copies (measured on the
         # eager decode of a batch of 2: -2.9 % without it)
         value_states = o.clone(value_states)
-    attn_output = o.bmm(attn_weights, value_states, b * sq * a * vd)
+    attn_output = o.bmm(attn_weights, bmm_operand(m, value_states, a // kvh), b * sq * a * vd)
     del key_states, value_states
     # the probabilities are returned as attn_weights; the decoder layer holds them until it returns
     return o.clone(attn_output), attn_weights
