@@ -227,3 +227,24 @@ def test_llama4_canvas_beyond_its_tiles_is_downscaled() -> None:
     (get_best_fit: the least downscale); 300 px: 3 x 3 (the smallest upscale)."""
     assert canvas_tiles(112, 700, 16) == (4, 4)
     assert canvas_tiles(112, 300, 16) == (3, 3)
+
+
+@pytest.mark.parametrize(
+    ("model", "key", "owner"),
+    [
+        ("qwen2_5_vl-vision-tiny", "num_heads", "the vision attention's head_dim"),
+        ("gemma3-vision-tiny", "num_attention_heads", "SiglipAttention"),
+    ],
+)
+def test_vision_heads_that_do_not_split_the_width_are_one_line_errors(
+    tmp_path: Path, model: str, key: str, owner: str
+) -> None:
+    """readers/vision_tower.py ``_heads``: the field named, the allowed split said, no traceback."""
+    config = json.loads((HERE / "configs" / f"{model}.json").read_text())
+    config["vision_config"][key] = 7
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(GpumemInputError) as e:
+        load_config_file(path)
+    assert e.value.field == key
+    assert f"must be divisible by {key} (7) ({owner})" in e.value.message

@@ -32,7 +32,9 @@ class UI:
     for None; ``choices`` label the values of a Literal in display order (or suggest values for a text
     field); ``values`` says in words what a text field takes; ``engines`` are the inference engines the
     field applies to (empty: all); ``shown`` decides from the form's current values whether the field is
-    offered; ``widget`` names a form widget the generic builder does not make (``weights``, ``kv_dtype``)."""
+    offered, ``model`` from the loaded model's spec (what the model can do with the field: the core's own
+    predicate, e.g. whether its vision tower is replayed); ``widget`` names a form widget the generic builder
+    does not make (``weights``, ``kv_dtype``)."""
 
     label: str
     group: str
@@ -48,6 +50,7 @@ class UI:
     values: str = ""
     engines: tuple[str, ...] = ()
     shown: Callable[[Mapping[str, Any]], bool] | None = None
+    model: Callable[[Any], bool] | None = None
     widget: str = ""
 
 
@@ -98,11 +101,16 @@ class RunField:
             return "on" if self.default else "off"
         return self.text(self.default)
 
-    def applies(self, values: Mapping[str, Any]) -> bool:
-        """Whether the field is offered for a run with these current values."""
+    def applies(self, values: Mapping[str, Any], spec: Any = None) -> bool:
+        """Whether the field is offered for a run with these current values, of the model ``spec`` (None: no
+        model known, nothing ruled out by it)."""
         if self.ui.engines and values.get("engine", self.ui.engines[0]) not in self.ui.engines:
             return False
-        return self.ui.shown is None or bool(self.ui.shown(values))
+        return self.for_model(spec) and (self.ui.shown is None or bool(self.ui.shown(values)))
+
+    def for_model(self, spec: Any) -> bool:
+        """Whether the model ``spec`` can use the field (None: no model known, so it may)."""
+        return spec is None or self.ui.model is None or bool(self.ui.model(spec))
 
     def text(self, value: Any) -> str:
         """The value as it is written on a command line."""
@@ -261,9 +269,13 @@ NcclChannels = Annotated[
 ]
 
 
-def image_fields(group: str, what: str, engines: tuple[str, ...] = ()) -> tuple[Any, Any]:
+def image_fields(
+    group: str, what: str, takes_images: Callable[[Any], bool], engines: tuple[str, ...] = ()
+) -> tuple[Any, Any]:
     """The ``images`` and ``image_size`` fields of a run (inference and training declare them through this:
-    one range, one meaning); ``what``: what the images do in that run, after the towers that are replayed."""
+    one range, one meaning); ``what``: what the images do in that run, after the towers that are replayed;
+    ``takes_images``: whether a model's spec does anything with images in that run (the fields are offered
+    for such models only)."""
     images = Annotated[
         int,
         Field(ge=0, le=1024),
@@ -274,6 +286,7 @@ def image_fields(group: str, what: str, engines: tuple[str, ...] = ()) -> tuple[
             f"Llama 4) runs on them, their tokens join the sequence; {what}; 0: text only",
             unit=" images",
             engines=engines,
+            model=takes_images,
         ),
     ]
     size = Annotated[
@@ -288,6 +301,7 @@ def image_fields(group: str, what: str, engines: tuple[str, ...] = ()) -> tuple[
             unit=" px",
             step=112,
             engines=engines,
+            model=takes_images,
         ),
     ]
     return images, size

@@ -258,6 +258,7 @@ class RunFieldsForm(FieldForm):
         self._model, self._make = model, make
         self._fields = run_fields(model)
         self._inputs: dict[str, Input] = {}
+        self._spec: Any = None  # the loaded model's spec (None: none known, every field may apply)
         self.groups: dict[str, QGroupBox] = {}
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
@@ -284,12 +285,27 @@ class RunFieldsForm(FieldForm):
         """What the widgets hold now, unvalidated (visibility is decided from these)."""
         return {name: inp.get() for name, inp in self._inputs.items()}
 
+    def set_model(self, spec: Any) -> None:
+        """The model opened (its spec; None when unknown): the fields it cannot use (its declaration's
+        ``UI.model``, e.g. images without a vision tower) are hidden and give their default to the run."""
+        self._spec = spec
+        self._update_visibility()
+
+    def _run_values(self) -> dict[str, Any]:
+        """:meth:`raw_values`, a field the model cannot use at its default (its widget keeps the user's value
+        for the next model that can)."""
+        values = self.raw_values()
+        for f in self._fields:
+            if not f.for_model(self._spec):
+                values[f.name] = f.default
+        return values
+
     def _update_visibility(self) -> None:
         values = self.raw_values()
         shown: dict[str, bool] = {}
         for f in self._fields:
             row = self._rows[f.name]
-            visible = f.applies(values)
+            visible = f.applies(values, self._spec)
             row.layout.setRowVisible(row.label, visible)
             shown[f.ui.group] = shown.get(f.ui.group, False) or visible
         for group, box in self.groups.items():
@@ -304,7 +320,7 @@ class RunFieldsForm(FieldForm):
     def value(self) -> Any:
         """The run the widgets describe. Raises :class:`GpumemInputError` (naming the field) when invalid."""
         try:
-            return self._make(**self.raw_values())
+            return self._make(**self._run_values())
         except GpumemInputError as e:
             if e.field is None or e.field not in self._rows:
                 e.field = field_from_message(e.message, list(self._rows)) or e.field

@@ -67,6 +67,7 @@ class FormGlue(QObject):
         self.loaded = m
         self.panel.set_file_weights_available(m.weights is not None)
         self.panel.show_task_head(m.spec)
+        self.panel.offer_fields_of(m.spec)  # images only for a model that takes them
         if scenario is not None:
             self.panel.apply_scenario(scenario)
         else:

@@ -146,6 +146,12 @@ class RunPanel(QWidget):
         self.task_form.setVisible(self._encoder)
         self.task_form.set_value(TaskHead.of(spec) if spec is not None else TaskHead())
 
+    def offer_fields_of(self, spec: ModelSpec | None) -> None:
+        """The run forms offer the fields the model opened can use, as their declarations say (images and
+        their size: a model whose vision tower or cross-attention layers take them)."""
+        self.run_form.set_model(spec)
+        self.train_form.set_model(spec)
+
     def set_file_weights_available(self, available: bool) -> None:
         """The model was (not) opened from weight files: offer them as a weight format."""
         self._file_weights = available

@@ -5,7 +5,7 @@ activations (:mod:`gpumem_gui.core.replay.vision`)."""
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.readers.config_fields import ConfigReader
@@ -20,15 +20,20 @@ def _indexes(v: ConfigReader, key: str) -> tuple[int, ...]:
     return tuple(raw)
 
 
-def qwen_tower(v: ConfigReader, kind: Literal["qwen2_5_vl", "qwen3_vl"], max_pixels: int) -> VisionTower:
-    """The tower of ``v`` (its class defaults merged in); ``max_pixels``: the processor's largest image."""
-    depth, h, heads = v.int("depth"), v.int("hidden_size"), v.int("num_heads")
+def _heads(v: ConfigReader, key: str, owner: str) -> tuple[int, int]:
+    """(hidden_size, heads): the heads named ``key`` must split hidden_size evenly (``owner``'s head_dim)."""
+    h, heads = v.int("hidden_size"), v.int(key)
     if h % heads:
         raise GpumemInputError(
-            f"hidden_size ({h}) must be divisible by num_heads ({heads}) (the vision attention's head_dim)",
-            source=v.source,
-            field="num_heads",
+            f"hidden_size ({h}) must be divisible by {key} ({heads}) ({owner})", source=v.source, field=key
         )
+    return h, heads
+
+
+def qwen_tower(v: ConfigReader, kind: Literal["qwen2_5_vl", "qwen3_vl"], max_pixels: int) -> VisionTower:
+    """The tower of ``v`` (its class defaults merged in); ``max_pixels``: the processor's largest image."""
+    depth = v.int("depth")
+    h, heads = _heads(v, "num_heads", "the vision attention's head_dim")
     windowed = kind == "qwen2_5_vl"
     return VisionTower(
         kind=kind,
@@ -48,6 +53,27 @@ def qwen_tower(v: ConfigReader, kind: Literal["qwen2_5_vl", "qwen3_vl"], max_pix
     )
 
 
+def _tower(
+    v: ConfigReader, kind: Literal["pixtral", "siglip", "llama4"], text_hidden: int, **fields: Any
+) -> VisionTower:
+    """The tower of a vision config spelled as transformers' PixtralVisionConfig, SiglipVisionConfig and
+    Llama4VisionConfig all spell it (``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``,
+    ``intermediate_size``, ``patch_size``, ``num_channels``; one frame a patch) under a projector ending in
+    the text model's width (``text_hidden``), with the kind's own ``fields``."""
+    return VisionTower(
+        kind=kind,
+        hidden_size=v.int("hidden_size"),
+        depth=v.int("num_hidden_layers"),
+        num_heads=v.int("num_attention_heads"),
+        intermediate_size=v.int("intermediate_size"),
+        patch_size=v.int("patch_size"),
+        temporal_patch_size=1,
+        in_channels=v.int("num_channels"),
+        out_hidden_size=text_hidden,
+        **fields,
+    )
+
+
 def pixtral_tower(v: ConfigReader, merge: int, text_hidden: int) -> VisionTower:
     """PixtralVisionConfig (defaults merged in) and Mistral3Config's ``spatial_merge_size``; the projector
     ends in the text model's width; the processor passes images up to ``image_size`` a side."""
@@ -59,19 +85,7 @@ def pixtral_tower(v: ConfigReader, merge: int, text_hidden: int) -> VisionTower:
             source=v.source,
             field="head_dim",
         )
-    return VisionTower(
-        kind="pixtral",
-        hidden_size=h,
-        depth=v.int("num_hidden_layers"),
-        num_heads=heads,
-        intermediate_size=v.int("intermediate_size"),
-        patch_size=v.int("patch_size"),
-        temporal_patch_size=1,
-        in_channels=v.int("num_channels"),
-        spatial_merge_size=merge,
-        out_hidden_size=text_hidden,
-        max_side=v.int("image_size"),
-    )
+    return _tower(v, "pixtral", text_hidden, spatial_merge_size=merge, max_side=v.int("image_size"))
 
 
 def siglip_tower(v: ConfigReader, tokens_per_image: int, text_hidden: int) -> VisionTower | None:
@@ -80,29 +94,17 @@ def siglip_tower(v: ConfigReader, tokens_per_image: int, text_hidden: int) -> Vi
     ``patches / isqrt(mm_tokens_per_image)`` into ``mm_tokens_per_image`` features of the text model's width.
     None (not replayed) where the pooled grid does not give ``mm_tokens_per_image`` features (transformers
     refuses such images) or where the tower runs its attention-pooling head (``vision_use_head``)."""
-    h, heads = v.int("hidden_size"), v.int("num_attention_heads")
-    if h % heads:
-        raise GpumemInputError(
-            f"hidden_size ({h}) must be divisible by num_attention_heads ({heads}) (SiglipAttention)",
-            source=v.source,
-            field="num_attention_heads",
-        )
+    _heads(v, "num_attention_heads", "SiglipAttention")
     side, patch = v.int("image_size"), v.int("patch_size")
     grid = side // patch
     kernel = grid // max(math.isqrt(tokens_per_image), 1)
     if v.bool("vision_use_head") or not kernel or (grid // kernel) ** 2 != tokens_per_image:
         return None
-    return VisionTower(
-        kind="siglip",
-        hidden_size=h,
-        depth=v.int("num_hidden_layers"),
-        num_heads=heads,
-        intermediate_size=v.int("intermediate_size"),
-        patch_size=patch,
-        temporal_patch_size=1,
-        in_channels=v.int("num_channels"),
+    return _tower(
+        v,
+        "siglip",
+        text_hidden,
         spatial_merge_size=kernel,
-        out_hidden_size=text_hidden,
         max_side=side,
         fixed_side=side,
         # Gemma3Processor.full_image_sequence: "\n\n<start_of_image>" + image tokens + "<end_of_image>\n\n"
@@ -140,17 +142,11 @@ def llama4_tower(v: ConfigReader, text_hidden: int) -> VisionTower | None:
         or v.int("vision_output_dim") != adapter  # Llama4MultiModalProjector.linear_1's input
     ):
         return None
-    return VisionTower(
-        kind="llama4",
-        hidden_size=h,
-        depth=v.int("num_hidden_layers"),
-        num_heads=heads,
-        intermediate_size=v.int("intermediate_size"),
-        patch_size=patch,
-        temporal_patch_size=1,
-        in_channels=v.int("num_channels"),
+    return _tower(
+        v,
+        "llama4",
+        text_hidden,
         spatial_merge_size=merge,
-        out_hidden_size=text_hidden,
         max_side=_LLAMA4_MAX_SIDE,
         tile_side=tile,
         max_tiles=_LLAMA4_MAX_TILES,

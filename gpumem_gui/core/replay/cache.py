@@ -74,22 +74,32 @@ class KVCache:
         self.layers: dict[int, tuple[T, T]] = {}
         # linear-attention layers keep no keys or values, a fixed state instead (replay/linear_attention.py)
         self.state = RecurrentStates(sim, spec, batch, past, dt, replayed)
+        self.replayed = replayed
         other = 0
         for i in range(spec.num_layers):
             toks = stored_tokens(spec, past, self.sliding[i])
-            if not toks or self.state.linear[i] or i in spec.kv_shared_layers:  # shared: no cache (Gemma 3n)
-                continue
-            k_el, v_el = self._el(i)
-            if i in replayed:
-                self.layers[i] = (self._tensor(toks * k_el), self._tensor(toks * v_el))
-                if self.ix[i]:
-                    self.index[i] = self._tensor(toks * self.ix[i])
-            else:
-                other += self._bytes(toks * k_el) + self._bytes(toks * v_el)
-                other += self._bytes(toks * self.ix[i]) if self.ix[i] else 0
+            if toks and self._cached(i):
+                other += self._store(i, toks) or 0
         self.other: Storage = sim.storage(other, "kv_cache")
         # what a model's own cache layers keep (DeepSeek-V4's compressed layers: replay/dsv4.py), by layer
         self.own: dict[int, object] = {}
+
+    def _cached(self, layer: int) -> bool:
+        """Whether ``layer`` keeps keys and values: not a linear-attention layer (a fixed state instead), nor
+        one sharing another layer's cache (Gemma 3n)."""
+        return not self.state.linear[layer] and layer not in self.spec.kv_shared_layers
+
+    def _store(self, layer: int, toks: int) -> int | None:
+        """Hold ``toks`` tokens of ``layer``'s keys and values (and DSA indexer keys): tensors of its own for
+        a replayed layer (None returned), else the bytes the caller adds to the aggregate of the others."""
+        k_el, v_el = self._el(layer)
+        ix = self.ix[layer]
+        if layer in self.replayed:
+            self.layers[layer] = (self._tensor(toks * k_el), self._tensor(toks * v_el))
+            if ix:
+                self.index[layer] = self._tensor(toks * ix)
+            return None
+        return self._bytes(toks * k_el) + self._bytes(toks * v_el) + (self._bytes(toks * ix) if ix else 0)
 
     def _el(self, layer: int) -> tuple[int, int]:
         """(K, V) elements per token of ``layer``'s cache (its layer kind's; spec/kinds.py)."""
@@ -121,7 +131,7 @@ class KVCache:
         growth = 0
         self.state.skip(first, stop)
         for i in range(first, stop):
-            if self.state.linear[i] or i in self.spec.kv_shared_layers:
+            if not self._cached(i):
                 continue
             sl = self.sliding[i]
             before = stored_tokens(self.spec, self.past, sl)

@@ -27,6 +27,8 @@ refused for every encoder-decoder: replay/seq2seq.py).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from gpumem_gui.core.replay import mlp
 from gpumem_gui.core.replay.autograd import Sim
 from gpumem_gui.core.replay.config import ReplayConfig
@@ -105,6 +107,18 @@ class BartLM(Seq2SeqLM):
         self._self_mask = None
         return hidden_states
 
+    def _attentions(self, i: int, src: T | None) -> Iterator[tuple[T | None, str]]:
+        """The attention sub-layers of block ``i`` in order, as (the keys' source, its norm's name): the
+        self-attention, then the decoder's cross-attention over the encoder's output ``src``; the trace's
+        ``where`` is set as each begins. The blocks' loops over them keep eager's probabilities (``_w``) and
+        the sub-layer's output as the modeling code's locals do (one replaces the other's)."""
+        s = self.s
+        s.tr.where = f"block {i} attention"
+        yield None, f"layers.{i}.norm0"
+        if src is not None:
+            s.tr.where = f"block {i} cross-attention"
+            yield src, f"layers.{i}.norm_cross"
+
     def block(
         self, i: int, x: T, bias: T | None, src: T | None, cross_bias: T | None, cache: object
     ) -> tuple:
@@ -113,14 +127,10 @@ class BartLM(Seq2SeqLM):
         c = cache if isinstance(cache, Seq2SeqCache) else None
         if self.s2s.pre_norm:
             return self._pre_norm_block(i, x, src, c), None, None
-        s.tr.where = f"block {i} attention"
-        out, _, _w = self.attend(i, x, None, None, c)
-        h = self._residual_norm(x, out, f"layers.{i}.norm0")
-        del out
-        if src is not None:
-            s.tr.where = f"block {i} cross-attention"
-            out, _, _w = self.attend(i, h, src, None, c)
-            h = self._residual_norm(h, out, f"layers.{i}.norm_cross")
+        h = x
+        for kv_src, norm in self._attentions(i, src):
+            out, _, _w = self.attend(i, h, kv_src, None, c)
+            h = self._residual_norm(h, out, norm)
             del out
         s.tr.where = f"block {i} MLP"
         s.region = "mlp"
@@ -137,16 +147,9 @@ class BartLM(Seq2SeqLM):
         """MBartEncoderLayer / MBartDecoderLayer: each sub-layer is ``residual + dropout(f(norm(residual)))``;
         the normed input lives until the sub-layer returns (the layer's ``hidden_states`` variable)."""
         o, s, p = self.o, self.s, self.cfg.dropout
-        s.tr.where = f"block {i} attention"
-        h = self.region_norm(x, f"layers.{i}.norm0")
-        out, _, _w = self.attend(i, h, None, None, c)
-        del h
-        x = o.add(x, o.dropout(out, p))
-        del out
-        if src is not None:
-            s.tr.where = f"block {i} cross-attention"
-            h = self.region_norm(x, f"layers.{i}.norm_cross")
-            out, _, _w = self.attend(i, h, src, None, c)
+        for kv_src, norm in self._attentions(i, src):
+            h = self.region_norm(x, norm)
+            out, _, _w = self.attend(i, h, kv_src, None, c)
             del h
             x = o.add(x, o.dropout(out, p))
             del out

@@ -47,14 +47,10 @@ class StaticKVCache(KVCache):
         super().__init__(sim, spec, batch, 0, kv_bytes, dt, replayed)  # nothing stored before the prefill
         self.past = past
         self.length = length
-        self.replayed = replayed
         self.allocated: set[int] = set()
         if past:  # a decode step: the prefill initialised every layer
             for i in range(spec.num_layers):
                 self._allocate(i)
-
-    def _cached(self, layer: int) -> bool:
-        return not self.state.linear[layer] and layer not in self.spec.kv_shared_layers
 
     def _allocate(self, layer: int) -> None:
         """``lazy_initialization``: ``torch.zeros`` keys and values of ``length`` tokens, and the layer's
@@ -62,11 +58,9 @@ class StaticKVCache(KVCache):
         if layer in self.allocated or not self._cached(layer):
             return
         self.allocated.add(layer)
-        k_el, v_el = self._el(layer)
-        if layer in self.replayed:
-            self.layers[layer] = (self._tensor(self.length * k_el), self._tensor(self.length * v_el))
-        else:
-            self.other.grow(self._bytes(self.length * k_el) + self._bytes(self.length * v_el))
+        others = self._store(layer, self.length)
+        if others is not None:  # a layer not replayed: the aggregate grows by its keys and values
+            self.other.grow(others)
         self.other.grow(INT64_BYTES)
 
     def update(self, layer: int, k: T, v: T, q: int) -> tuple[T, T]:

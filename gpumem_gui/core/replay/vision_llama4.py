@@ -23,6 +23,7 @@ class Llama4Tower(Tower):
 
     cat_features = False  # the projector's output is scattered as it is
     pixel_dtype = "bf16"  # Llama4ImageProcessor.rescale_and_normalize returns bfloat16 pixels
+    mlp_gated = False  # Llama4VisionMLP: fc2(GELU(fc1(x)))
 
     @staticmethod
     def last_elems(tower: VisionTower, grid: ImageGrid) -> int:
@@ -33,29 +34,19 @@ class Llama4Tower(Tower):
         return self.layer_norm(x)
 
     def attention(self, x: T, chunks: tuple[int, int]) -> T:
-        """Llama4VisionAttention: q/k/v, the rotary (fp32 copies of q and k, their complex products, the
-        bfloat16 results), SDPA's output and fp32 log-sum-exp, o_proj."""
+        """Llama4VisionAttention: q/k/v, the rotary on q and k (:meth:`rotate_qk`), SDPA over the tile,
+        o_proj; the rotated q and k and v die when it returns."""
+        return self.qkv_attention(self.rotate_qk)
+
+    def rotate_qk(self) -> tuple[T, T]:
+        """vision_apply_rotary_emb: fp32 copies of q and k, their complex products with freqs_ci, the results
+        cast back (type_as)."""
         nd = self.nd
-        q, k, v = self.new(nd), self.new(nd), self.new(nd)
         qf, kf = self.new(nd, "f32"), self.new(nd, "f32")  # query.float(), key.float()
         qc, kc = self.new(nd, "f32"), self.new(nd, "f32")  # query_ * freqs_ci, key_ * freqs_ci (complex64)
         q_out, k_out = self.new(nd), self.new(nd)  # type_as
-        del qf, kf, qc, kc, q, k
-        out, lse = self.new(nd), self.new(self.n * self.v.num_heads, "f32")
-        del lse
-        proj = self.new(nd)
-        del out, q_out, k_out, v
-        return proj
-
-    def mlp(self, x: T) -> T:
-        """Llama4VisionMLP ``fc2(GELU(fc1(x)))``."""
-        ni = self.n * self.v.intermediate_size
-        fc1 = self.new(ni)
-        act = self.new(ni)
-        del fc1
-        out = self.new(self.nd)
-        del act
-        return out
+        del qf, kf, qc, kc
+        return q_out, k_out
 
     def forward(self) -> tuple[T, T, list[T]]:
         s, v, g = self.s, self.v, self.g

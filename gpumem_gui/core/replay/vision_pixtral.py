@@ -19,6 +19,8 @@ from gpumem_gui.core.replay.vision_tower import Tower
 class PixtralTower(Tower):
     """The Pixtral tower and Mistral 3's projector (``out_hidden_size``: the text model's width)."""
 
+    mlp_gated = True  # PixtralMLP: down_proj(act(gate_proj(x)) * up_proj(x))
+
     def rotary(self) -> tuple[T, T]:
         """PixtralVisionRotaryEmbedding: fp32 angles of the (h, w) positions, recomposed, cast to the weights'
         dtype."""
@@ -52,17 +54,9 @@ class PixtralTower(Tower):
         return out
 
     def attention(self, x: T, chunks: tuple[int, int]) -> T:
-        """PixtralAttention: q/k/v, rotary, SDPA over all N patches under the mask (its output and fp32
-        log-sum-exp), o_proj."""
-        q, k, v = self.new(self.nd), self.new(self.nd), self.new(self.nd)
-        q_embed = self.rotate()
-        k_embed = self.rotate()
-        del q, k
-        out, lse = self.new(self.nd), self.new(self.n * self.v.num_heads, "f32")
-        del lse, q_embed, k_embed, v
-        proj = self.new(self.nd)
-        del out
-        return proj
+        """PixtralAttention: q/k/v, the rotary on q then k, SDPA over all N patches under the mask; the
+        rotated q and k and v die before o_proj."""
+        return self.qkv_attention(lambda: (self.rotate(), self.rotate()), early_free=True)
 
     def forward(self) -> tuple[T, T, list[T]]:
         s, v, g = self.s, self.v, self.g

@@ -21,29 +21,14 @@ class SiglipTower(Tower):
 
     cat_features = False  # Gemma3Model scatters pooler_output itself
     last_is_layer_norm = True  # post_layernorm
+    mlp_gated = False  # SiglipMLP: fc2(act(fc1(x)))
 
     def norm(self, x: T) -> T:
         return self.layer_norm(x)
 
     def attention(self, x: T, chunks: tuple[int, int]) -> T:
-        """SiglipAttention: q/k/v (locals until it returns), SDPA's output and fp32 log-sum-exp (CPU flash
-        kernel; its output is laid out so the transpose back is a view), out_proj."""
-        q, k, v = self.new(self.nd), self.new(self.nd), self.new(self.nd)
-        out, lse = self.new(self.nd), self.new(self.n * self.v.num_heads, "f32")
-        del lse
-        proj = self.new(self.nd)
-        del out, q, k, v
-        return proj
-
-    def mlp(self, x: T) -> T:
-        """SiglipMLP ``fc2(act(fc1(x)))``."""
-        ni = self.n * self.v.intermediate_size
-        fc1 = self.new(ni)
-        act = self.new(ni)
-        del fc1
-        out = self.new(self.nd)
-        del act
-        return out
+        """SiglipAttention: q/k/v (locals until it returns), SDPA over the image's patches, out_proj."""
+        return self.qkv_attention()
 
     def soft_emb_norm(self, x: T) -> T:
         """Gemma3RMSNorm: ``x.float()``, ``x * rsqrt(x.pow(2).mean(-1) + eps)``, times ``1 + weight.float()``,

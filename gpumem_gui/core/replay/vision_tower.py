@@ -5,6 +5,8 @@ windowed and full attention blocks, the patch merger), the base Mistral 3's Pixt
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gpumem_gui.core.replay.autograd import Sim
 from gpumem_gui.core.replay.memory import T
 from gpumem_gui.core.spec.vision import ImageGrid, VisionTower, window_chunks
@@ -19,6 +21,9 @@ class Tower:
     cat_features = True  # the model torch.cat's the tower's merged features into image_embeds
     pixel_dtype = "f32"  # the processor's pixel_values
     last_is_layer_norm = False  # the vision model's last_hidden_state is an nn.LayerNorm's output
+    # the MLP is gated (``down(act(gate(x)) * up(x))``); None: by the Qwen kind (Qwen2_5_VLMLP is,
+    # Qwen3VLVisionMLP is not)
+    mlp_gated: bool | None = None
 
     @staticmethod
     def last_elems(tower: VisionTower, grid: ImageGrid) -> int:
@@ -119,12 +124,14 @@ class Tower:
         return proj
 
     def mlp(self, x: T) -> T:
-        """Qwen2_5_VLMLP ``down(act(gate(x)) * up(x))`` or Qwen3VLVisionMLP ``fc2(act(fc1(x)))``."""
+        """The tower's MLP: gated ``down(act(gate(x)) * up(x))`` (Qwen2_5_VLMLP, PixtralMLP) or
+        ``fc2(act(fc1(x)))`` (Qwen3VLVisionMLP, SiglipMLP, Llama4VisionMLP), as :attr:`mlp_gated` says."""
         ni = self.n * self.v.intermediate_size
         gate = self.new(ni)
         act = self.new(ni)
         del gate
-        if self.v.kind != "qwen3_vl":  # gated: Qwen2_5_VLMLP, PixtralMLP
+        gated = self.mlp_gated if self.mlp_gated is not None else self.v.kind != "qwen3_vl"
+        if gated:
             up = self.new(ni)
             prod = self.new(ni)
             del act, up
@@ -132,6 +139,30 @@ class Tower:
         out = self.new(self.nd)
         del act
         return out
+
+    def qkv_attention(self, rope: Callable[[], tuple[T, T]] | None = None, early_free: bool = False) -> T:
+        """The attention of the towers with separate q/k/v projections (SiglipAttention, PixtralAttention,
+        Llama4VisionAttention): q, k, v; ``rope`` (when given) makes the rotated q and k, which replace the
+        projections; SDPA's output and its fp32 log-sum-exp (the CPU flash kernel's, freed at once; the output
+        is laid out so the transpose back is a view); the output projection. The rotated q, k and v die
+        before the output projection with ``early_free`` (PixtralAttention), else when the function
+        returns."""
+        nd = self.nd
+        q, k, v = self.new(nd), self.new(nd), self.new(nd)
+        if rope is not None:
+            rotated = rope()
+            del q, k
+            q, k = rotated
+            del rotated
+        out, lse = self.new(nd), self.new(self.n * self.v.num_heads, "f32")
+        del lse
+        if early_free:
+            del q, k, v
+        proj = self.new(nd)
+        del out
+        if not early_free:
+            del q, k, v
+        return proj
 
     def block(self, hidden: T, chunks: tuple[int, int]) -> T:
         normed = self.norm(hidden)

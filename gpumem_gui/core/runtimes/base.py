@@ -18,6 +18,7 @@ from gpumem_gui.core.formats import WeightBytes, WeightFormat, list_weight_forma
 from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.replay.buffers import buffers_bytes
 from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase
+from gpumem_gui.core.runtimes import refusals
 from gpumem_gui.core.spec.kinds import CompressedAttention, CrossAttention, LayerKind, RecurrentState
 from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
@@ -53,13 +54,12 @@ class Runtime(ABC):
     state_tp: bool = False  # shards the state layers by (attention) tensor parallelism (SGLang's mamba pool)
     cross_attention_cache: bool = False
     mixed_head_shapes: bool = False
+    # DeepSeek-V4's compressed attention (spec/compressed.py): no engine's profile models it yet
+    compressed_attention: bool = False
     # the one-line refusals of what this engine does not run or gpumem does not model for it (refusals.py)
     cross_attention_refusal: str = ""
     state_refusals: Mapping[str, str] = MappingProxyType({})
-    # DeepSeek-V4's compressed attention (spec/compressed.py): no engine's profile models it yet; what the
-    # engine itself does with such a model, for its one-line refusal
-    compressed_attention: bool = False
-    compressed_attention_note: str = "its profile does not model DeepSeek-V4's compressed attention"
+    compressed_attention_refusal: str = refusals.COMPRESSED_ATTENTION  # after "<engine> <mode>: "
 
     def serves(self, model_kind: str) -> bool:
         """Whether this engine runs a model of ``model_kind`` (ModelKinds.model)."""
@@ -80,7 +80,7 @@ class Runtime(ABC):
         """One line refusing a model whose compressed attention (DeepSeek-V4) this engine does not model,
         saying what the engine itself does with it."""
         if not all(self.supports(k) for k in model_kinds(spec).of(CompressedAttention)):
-            raise GpumemInputError(f"{self.name} {mode}: {self.compressed_attention_note}", field="model")
+            raise GpumemInputError(f"{self.name} {mode}: {self.compressed_attention_refusal}", field="model")
 
     def check_state(self, spec: ModelSpec, pp: int) -> None:  # noqa: B027 (a hook: none by default)
         """This engine's own limits on a hybrid whose mixers it supports (one-line errors)."""

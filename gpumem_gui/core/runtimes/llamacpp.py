@@ -204,10 +204,7 @@ def _state_facts(rs: dict[str, int]) -> dict[str, int]:
 
 class LlamaCpp(Runtime):
     name = "llama.cpp"
-    compressed_attention_note = (
-        "llama.cpp runs DeepSeek-V4 with a cache of its own (src/llama-kv-cache-dsv4.cpp, ggml-org/llama.cpp "
-        "PR #24162), which this profile does not model yet"
-    )
+    compressed_attention_refusal = refusals.LLAMACPP_COMPRESSED_ATTENTION  # DeepSeek-V4: its own cache
     label = "llama.cpp"
     # llama_memory_recurrent's r / s widths (runtimes/state_pools.py llamacpp_state_widths)
     state_mixers = frozenset({"gated_deltanet", "kda", "lightning", "mamba1", "mamba2", "short_conv"})

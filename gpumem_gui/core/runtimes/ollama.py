@@ -160,10 +160,7 @@ OLLAMA_RUNNER = _OllamaBuffers()
 
 class Ollama(Runtime):
     name = "ollama"
-    compressed_attention_note = (
-        "Ollama v0.12.10's llama runner (the version modelled) predates llama.cpp's DeepSeek-V4 support "
-        "(ggml-org/llama.cpp PR #24162)"
-    )
+    compressed_attention_refusal = refusals.OLLAMA_COMPRESSED_ATTENTION  # DeepSeek-V4: its own cache
     label = "Ollama"
     gguf = True
     fallback_format = "gguf-Q4_K_M"

@@ -3,7 +3,8 @@
 Two kinds of refusal, kept apart in the wording: the engine itself does not run the model (its architecture
 is not in the engine's registry at the version gpumem models, or was removed, named with the last version that
 had it), or the engine runs it and gpumem does not model that arithmetic yet. The engines attach these lines
-as capabilities (``Runtime.cross_attention_refusal``, ``Runtime.state_refusals``); nothing here tests a name.
+as capabilities (``Runtime.cross_attention_refusal``, ``Runtime.state_refusals``,
+``Runtime.compressed_attention_refusal``); nothing here tests a name.
 """
 
 from __future__ import annotations
@@ -63,4 +64,25 @@ OLLAMA_STATE = MappingProxyType(
             "in PR #27018, August 2026): use llama.cpp"
         ),
     }
+)
+
+# --- compressed attention (DeepSeek-V4, spec/compressed.py): no engine's profile models it yet; what the
+# engine itself does with such a model (Runtime.check_layer_kinds prefixes the engine and the mode) ---
+
+COMPRESSED_ATTENTION = "its profile does not model DeepSeek-V4's compressed attention"
+VLLM_COMPRESSED_ATTENTION = (
+    "vLLM serves DeepSeek-V4 (vllm/model_executor/models/deepseek_v4.py) with a compressed-cache layout "
+    "of its own, which this profile does not model yet"
+)
+SGLANG_COMPRESSED_ATTENTION = (
+    "SGLang serves DeepSeek-V4 (python/sglang/srt/models/deepseek_v4.py) with a compressed-cache pool of "
+    "its own, which this profile does not model yet"
+)
+LLAMACPP_COMPRESSED_ATTENTION = (
+    "llama.cpp runs DeepSeek-V4 with a cache of its own (src/llama-kv-cache-dsv4.cpp, ggml-org/llama.cpp "
+    "PR #24162), which this profile does not model yet"
+)
+OLLAMA_COMPRESSED_ATTENTION = (
+    "Ollama v0.12.10's llama runner (the version modelled) predates llama.cpp's DeepSeek-V4 support "
+    "(ggml-org/llama.cpp PR #24162)"
 )

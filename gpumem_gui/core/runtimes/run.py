@@ -12,6 +12,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from gpumem_gui.core.errors import describe_validation_error
 from gpumem_gui.core.fields import ATTN_CHOICES, UI, CudaContextMiB, GpuArchField, NcclChannels, image_fields
+from gpumem_gui.core.replay.vision import has_tower
 from gpumem_gui.core.runtimes.llamacpp_options import (
     LlamaCacheTypeK,
     LlamaCacheTypeV,
@@ -56,7 +57,8 @@ from gpumem_gui.core.runtimes.vllm_options import (
     VllmProfileCudagraphs,
     VllmTpLink,
 )
-from gpumem_gui.core.spec.model import Frozen
+from gpumem_gui.core.spec.cross_attention import cross_attention_layers
+from gpumem_gui.core.spec.model import Frozen, ModelSpec
 
 Engine = Literal["transformers", "vllm", "llama.cpp", "sglang", "ollama"]
 ENGINES: tuple[str, ...] = ("transformers", "vllm", "llama.cpp", "sglang", "ollama")
@@ -71,10 +73,17 @@ def _degree(label: str, help: str, unit: str = "") -> object:
     return UI(label, _PAR, help, unit=unit)
 
 
+def _takes_images(spec: ModelSpec) -> bool:
+    """Whether images change ``spec``'s inference estimate: a replayed vision tower runs on them
+    (replay/vision.py), or cross-attention layers cache their vision tokens (runtimes/cross_attention.py)."""
+    return has_tower(spec) or bool(cross_attention_layers(spec))
+
+
 _Images, _ImageSize = image_fields(
     "transformers",
     "cross-attention layers (Llama 3.2 Vision) keep their vision tokens' keys and values for the whole "
     "generation",
+    _takes_images,
     ("transformers",),
 )
 

@@ -154,10 +154,7 @@ def _swa_facts(spec: ModelSpec, run: InferenceRun, pool: Pool) -> dict[str, obje
 
 class Sglang(Runtime):
     name = "sglang"
-    compressed_attention_note = (
-        "SGLang serves DeepSeek-V4 (python/sglang/srt/models/deepseek_v4.py) with a compressed-cache pool of "
-        "its own, which this profile does not model yet"
-    )
+    compressed_attention_refusal = refusals.SGLANG_COMPRESSED_ATTENTION  # DeepSeek-V4: its own cache
     label = "SGLang"
     sizes_from_capacity = True
     state_mixers = SGLANG_STATE_MIXERS  # the mamba pool (runtimes/sglang_state.py)

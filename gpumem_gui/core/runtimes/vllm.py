@@ -226,10 +226,7 @@ def _phases(weights_c: Component, activation: Component, kv_c: Component) -> dic
 
 class Vllm(Runtime):
     name = "vllm"
-    compressed_attention_note = (
-        "vLLM serves DeepSeek-V4 (vllm/model_executor/models/deepseek_v4.py) with a compressed-cache layout "
-        "of its own, which this profile does not model yet"
-    )
+    compressed_attention_refusal = refusals.VLLM_COMPRESSED_ATTENTION  # DeepSeek-V4: its own cache
     label = "vLLM"
     state_mixers = STATE_MIXERS  # the hybrid KV-cache manager's state groups (runtimes/state_pools.py)
     # the state pages split by TP as the mixers' weights are (vllm/model_executor/layers/mamba/mamba_utils.py

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from gpumem_gui.core.fields import UI, image_fields
+from gpumem_gui.core.replay.vision import has_tower
 
 _F, _D = "Framework", "Sharding details"
 
@@ -355,8 +356,11 @@ OPTIMIZER_CHOICES = (
 
 # images in each training sequence (core/fields.py image_fields, shared with inference), in run.py's "Step"
 # group; the tower frozen as LLaMA-Factory leaves it (hparams/finetuning_args.py freeze_vision_tower: True)
+# (offered for models whose vision tower is replayed: training/checks.py says the images of any other are
+# not counted)
 TrainImages, TrainImageSize = image_fields(
     "Step",
     "the tower is frozen (LLaMA-Factory's freeze_vision_tower default): no gradient, no optimizer state, "
     "nothing saved for backward; a trainable tower is not modelled",
+    has_tower,
 )
