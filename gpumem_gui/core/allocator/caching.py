@@ -127,8 +127,7 @@ class CachingAllocator:
         if i == len(keys) or keys[i] >> STREAM_SHIFT != stream:
             return None
         blocks = pool.found
-        block = blocks[i]
-        if block.segment is not None:
+        if blocks[i].segment is not None:
             if self.config.expandable_segments:
                 j = i + 1
                 while (
@@ -144,11 +143,9 @@ class CachingAllocator:
                     i += 1
                 if i == len(blocks) or blocks[i].stream != stream:
                     return None
-            block = blocks[i]
-        if self._limited and not may_serve(block.size, size, self.config):
+        if self._limited and not may_serve(blocks[i].size, size, self.config):
             return None
-        pool.remove(block)
-        return block
+        return pool.take(i)
 
     def _found(self, block: Block, pool: Pool, size: int, orig: int, split: bool) -> Block:
         """``alloc_found_block``: the front ``size`` bytes of ``block`` are handed out, the rest (if split)

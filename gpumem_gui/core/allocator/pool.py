@@ -118,11 +118,15 @@ class Pool:
             self.whole += block.size
 
     def remove(self, block: Block) -> None:
-        i = bisect_left(self.keys, (block.stream << STREAM_SHIFT) | (block.size << SIZE_SHIFT) | block.address)
+        self.take(bisect_left(self.keys, (block.stream << STREAM_SHIFT) | (block.size << SIZE_SHIFT) | block.address))
+
+    def take(self, i: int) -> Block:
+        """The ``i``-th cached block, out of the pool."""
         del self.keys[i]
-        del self.found[i]
+        block = self.found.pop(i)
         if block.prev is None and block.next is None and block.segment is None:
             self.whole -= block.size
+        return block
 
     def unmapped_of(self, stream: int) -> Iterator[Block]:
         """The stream's unmapped ranges, lowest address first (``BlockComparatorAddress``)."""
