@@ -118,7 +118,11 @@ class Pool:
             self.whole += block.size
 
     def remove(self, block: Block) -> None:
-        self.take(bisect_left(self.keys, (block.stream << STREAM_SHIFT) | (block.size << SIZE_SHIFT) | block.address))
+        self.take(
+            bisect_left(
+                self.keys, (block.stream << STREAM_SHIFT) | (block.size << SIZE_SHIFT) | block.address
+            )
+        )
 
     def take(self, i: int) -> Block:
         """The ``i``-th cached block, out of the pool."""
