@@ -178,8 +178,10 @@ def run_events(
     born = {e[1] for e in body if e[0] == ALLOC}
     freed = {e[1] for e in body if e[0] == FREE}
     again = [e for e in body if e[0] == PHASE or (e[1] in born and (e[0] != ALLOC or e[1] in freed))]
-    # fresh handles for each repeated step's storages: its keys moved past every key before it
-    repeats = [(again, step * len(evs)) for step in range(1, steps)]
+    # fresh handles for each repeated step's storages: step s moves its keys by s x (1 + the largest key),
+    # past every key of the steps before it
+    span = 1 + max((e[1] for e in evs if e[0] == ALLOC), default=0)  # type: ignore[type-var]
+    repeats = [(again, step * span) for step in range(1, steps)]
     drv, oom, first = _drive(cfg, capacity, evs, repeats)
     rep = _report(drv, cfg, steps, oom)
     if capacity is None and steps > 1 and first < rep.needed_peak:
