@@ -13,7 +13,7 @@ from __future__ import annotations
 from bisect import bisect_left
 
 from gpumem_gui.core.allocator.config import AllocatorConfig
-from gpumem_gui.core.allocator.pool import Block, Pool, Segment
+from gpumem_gui.core.allocator.pool import SIZE_SHIFT, STREAM_SHIFT, Block, Pool, Segment, order_key
 from gpumem_gui.core.allocator.rules import (
     K_MIN_BLOCK_SIZE,
     K_SMALL_SIZE,
@@ -114,7 +114,7 @@ class CachingAllocator:
 
     def largest_free(self) -> int:
         """``cache_info``: the largest cached free block."""
-        return max((e[1] for pool in (self.small, self.large) for e in pool.entries), default=0)
+        return max((b.size for pool in (self.small, self.large) for b in pool.found), default=0)
 
     # ---- finding a block ------------------------------------------------------------------------------
     def _free_block(self, pool: Pool, size: int, stream: int) -> Block | None:
@@ -122,13 +122,12 @@ class CachingAllocator:
         expandable segment's block is judged by the size it could grow to), if the oversize rules let it."""
         if self._gc:
             pool.gc_calls += 1
-        entries = pool.entries
-        i = bisect_left(entries, (stream, size, 0))
-        if i == len(entries) or entries[i][0] != stream:
+        keys = pool.keys
+        i = bisect_left(keys, (stream << STREAM_SHIFT) | (size << SIZE_SHIFT))
+        if i == len(keys) or keys[i] >> STREAM_SHIFT != stream:
             return None
-        block = entries[i][3]
-        if block.segment is not None:
-            blocks = [e[3] for e in entries]
+        blocks = pool.found
+        if blocks[i].segment is not None:
             if self.config.expandable_segments:
                 j = i + 1
                 while (
@@ -144,11 +143,9 @@ class CachingAllocator:
                     i += 1
                 if i == len(blocks) or blocks[i].stream != stream:
                     return None
-            block = blocks[i]
-        if self._limited and not may_serve(block.size, size, self.config):
+        if self._limited and not may_serve(blocks[i].size, size, self.config):
             return None
-        pool.remove(block)
-        return block
+        return pool.take(i)
 
     def _found(self, block: Block, pool: Pool, size: int, orig: int, split: bool) -> Block:
         """``alloc_found_block``: the front ``size`` bytes of ``block`` are handed out, the rest (if split)
@@ -235,8 +232,8 @@ class CachingAllocator:
         if limit is None:
             return False
         key = max(size, limit)
-        pos = bisect_left(pool.entries, (stream, key, 0))
-        at = pool.entries[pos][3] if pos < len(pool.entries) else None
+        pos = bisect_left(pool.keys, order_key(stream, key))
+        at = pool.found[pos] if pos < len(pool.found) else None
         if at is not None and at.stream == stream and at.segment is None:
             self._release_block(at, pool)
             return True

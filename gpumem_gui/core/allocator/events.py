@@ -18,16 +18,17 @@ def normalize(events: list[Event] | tuple[Event, ...]) -> list[Event]:
     on storages allocated before the log started are dropped."""
     live: dict[object, int] = {}
     out: list[Event] = []
+    add = out.append
     count = 0
     for op, key, nbytes in events:
         if op == ALLOC:
             live[key] = count
-            out.append((ALLOC, count, nbytes))
+            add((ALLOC, count, nbytes))
             count += 1
         elif op == PHASE:
-            out.append((PHASE, key, 0))
+            add((PHASE, key, 0))
         else:
             handle = live.pop(key, None) if op == FREE else live.get(key)
             if handle is not None:
-                out.append((op, handle, nbytes))
+                add((op, handle, nbytes))
     return out

@@ -75,18 +75,29 @@ class Block:
         nxt = self.next
         return self.size + (nxt.size if nxt is not None and not nxt.mapped else 0)
 
-    def key(self) -> tuple[int, int, int]:
-        return (self.stream, self.size, self.address)
+
+# A cached block's place in its pool as one integer, ordered as ``BlockComparatorSize`` orders blocks (stream,
+# then size, then address): comparing one integer is what makes the best-fit search cheap. Sizes and addresses
+# stay below 2**64 (a definition: the modelled address space, caching.py, is far smaller).
+STREAM_SHIFT, SIZE_SHIFT = 128, 64
+
+
+def order_key(stream: int, size: int, address: int = 0) -> int:
+    """The block's (stream, size, address) as one integer of the same order."""
+    return (stream << STREAM_SHIFT) | (size << SIZE_SHIFT) | address
 
 
 class Pool:
     """``BlockPool``: cached free blocks in (stream, size, address) order, and an expandable segment's
-    unmapped ranges. ``entries`` are ``(stream, size, address, block)``: one sorted list, searched with
-    ``bisect`` (addresses are unique, so the block itself is never compared)."""
+    unmapped ranges. ``keys`` are the blocks' :func:`order_key`, sorted, and ``found`` the blocks in the same
+    order: one sorted list of integers, searched with ``bisect``."""
+
+    __slots__ = ("found", "gc_calls", "keys", "small", "unmapped", "whole")
 
     def __init__(self, small: bool) -> None:
         self.small = small
-        self.entries: list[tuple[int, int, int, Block]] = []
+        self.keys: list[int] = []
+        self.found: list[Block] = []
         self.unmapped: set[Block] = set()
         self.gc_calls = 0  # get_free_blocks_call_count
         self.whole = 0  # bytes of cached blocks that are a whole ordinary segment (release_blocks frees them)
@@ -94,21 +105,32 @@ class Pool:
     @property
     def blocks(self) -> list[Block]:
         """The cached blocks in order (a copy)."""
-        return [e[3] for e in self.entries]
+        return self.found[:]
 
     def insert(self, block: Block) -> None:
         """``insert_into_blocks``."""
-        entry = (block.stream, block.size, block.address, block)
-        entries = self.entries
-        entries.insert(bisect_left(entries, entry[:3]), entry)
+        key = (block.stream << STREAM_SHIFT) | (block.size << SIZE_SHIFT) | block.address
+        i = bisect_left(self.keys, key)
+        self.keys.insert(i, key)
+        self.found.insert(i, block)
         block.gc_base = self.gc_calls
         if block.prev is None and block.next is None and block.segment is None:
             self.whole += block.size
 
     def remove(self, block: Block) -> None:
-        del self.entries[bisect_left(self.entries, (block.stream, block.size, block.address))]
+        self.take(
+            bisect_left(
+                self.keys, (block.stream << STREAM_SHIFT) | (block.size << SIZE_SHIFT) | block.address
+            )
+        )
+
+    def take(self, i: int) -> Block:
+        """The ``i``-th cached block, out of the pool."""
+        del self.keys[i]
+        block = self.found.pop(i)
         if block.prev is None and block.next is None and block.segment is None:
             self.whole -= block.size
+        return block
 
     def unmapped_of(self, stream: int) -> Iterator[Block]:
         """The stream's unmapped ranges, lowest address first (``BlockComparatorAddress``)."""

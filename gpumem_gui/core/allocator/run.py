@@ -71,9 +71,10 @@ class _Driver:
         self.phase = [0, 0, 0, 0]
         self.phases: dict[str, list[int]] = {"setup": self.phase}
 
-    def run(self, events: list[Event]) -> None:
-        """Apply ``events``; peaks can only rise on an allocation or a growth, so only those are noted (the
-        hot loop: :meth:`_note` written out for allocations)."""
+    def run(self, events: list[Event], offset: int = 0) -> None:
+        """Apply ``events``, each storage's key moved by ``offset`` (a repeated step's storages are new ones);
+        peaks can only rise on an allocation or a growth, so only those are noted (the hot loop: :meth:`_note`
+        written out for allocations)."""
         a = self.alloc
         pieces, malloc, free, pools = self.pieces, a.malloc, a.free, (a.small, a.large)
         peak = self.phase
@@ -81,7 +82,7 @@ class _Driver:
         try:
             for op, key, nbytes in events:
                 if op == ALLOC:
-                    pieces[key] = [malloc(nbytes)] if nbytes > 0 else []  # type: ignore[index]
+                    pieces[key + offset] = [malloc(nbytes)] if nbytes > 0 else []  # type: ignore[operator]
                     live += nbytes
                     if a.reserved > peak[0]:
                         peak[0] = a.reserved
@@ -93,12 +94,12 @@ class _Driver:
                     if pinned > peak[3]:
                         peak[3] = pinned
                 elif op == FREE:
-                    for block in pieces.pop(key, ()):  # type: ignore[call-overload]
+                    for block in pieces.pop(key + offset, ()):  # type: ignore[operator]
                         live -= block.requested
                         free(block)
                 elif op == GROW:
                     self.live = live
-                    self._grow(key, nbytes)  # type: ignore[arg-type]
+                    self._grow(key + offset, nbytes)  # type: ignore[operator]
                     live = self.live
                     self._note(peak)
                 else:
@@ -177,10 +178,10 @@ def run_events(
     born = {e[1] for e in body if e[0] == ALLOC}
     freed = {e[1] for e in body if e[0] == FREE}
     again = [e for e in body if e[0] == PHASE or (e[1] in born and (e[0] != ALLOC or e[1] in freed))]
-    repeats = [
-        [(op, key if op == PHASE else key + ((step * len(evs) + 1) << 32), n) for op, key, n in again]  # type: ignore[operator]
-        for step in range(1, steps)
-    ]  # fresh handles for each repeated step's storages
+    # fresh handles for each repeated step's storages: step s moves its keys by s x (1 + the largest key),
+    # past every key of the steps before it
+    span = 1 + max((e[1] for e in evs if e[0] == ALLOC), default=0)  # type: ignore[type-var]
+    repeats = [(again, step * span) for step in range(1, steps)]
     drv, oom, first = _drive(cfg, capacity, evs, repeats)
     rep = _report(drv, cfg, steps, oom)
     if capacity is None and steps > 1 and first < rep.needed_peak:
@@ -206,7 +207,7 @@ def _as_loaded(setup: list[Event]) -> list[Event]:
 
 
 def _drive(
-    cfg: AllocatorConfig, capacity: int | None, evs: list[Event], repeats: list[list[Event]]
+    cfg: AllocatorConfig, capacity: int | None, evs: list[Event], repeats: list[tuple[list[Event], int]]
 ) -> tuple[_Driver, bool, int]:
     """One allocator through the first step and its repeats: (the driver, out of memory, the pinned peak
     after the first step)."""
@@ -215,8 +216,8 @@ def _drive(
     try:
         drv.run(evs)
         first = drv.step_peaks()[3]
-        for rep in repeats:
-            drv.run(rep)
+        for again, offset in repeats:
+            drv.run(again, offset)
     except OutOfMemory:
         return drv, True, first
     return drv, False, first
