@@ -197,7 +197,7 @@ AllocatorModel = Annotated[
         "Allocator model",
         "Overheads",
         "run the step's allocations and frees through a model of PyTorch's caching allocator: the reserve, "
-        "the reserved peak per phase and the fragmentation from the run's own blocks (~0.05-0.2 s a point "
+        "the reserved peak per phase and the fragmentation from the run's own blocks (~0.1-0.3 s a point "
         "for an 8B model: off by default so that the window and the fit's searches stay fast); off: a "
         "flat 5 % of the transient peak",
     ),
