@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpumem_gui.core.replay import activations
+from gpumem_gui.core.replay import activations, tricks
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
@@ -35,6 +35,15 @@ def act(m: CausalLM, x: T, pre: str = "") -> T:
     return o.gelu_tanh(x)
 
 
+def gated(m: CausalLM, gate: T, up: T, pre: str = "") -> T:
+    """``act_fn(gate) * up``. In a compiled decoder layer (``torch.compile``) one fused kernel that keeps
+    gate and up for backward, the activation's output recomputed there (:func:`.tricks.fused_pointwise`);
+    an activation with parameters of its own (:data:`.activations.PARAMETERISED`) stays op by op."""
+    if m.cfg.compile and m.s.grad_enabled and m.spec.activation not in activations.PARAMETERISED:
+        return tricks.fused_pointwise(m.s, (gate, up), (gate, up))
+    return m.o.mul(act(m, gate, pre), up)
+
+
 def clamp(m: CausalLM, x: T) -> T:
     """``x.clamp(...)`` by python numbers: a new tensor; ClampBackward saves the input for its mask."""
     out = m.s.new(x.n, x.dt)
@@ -55,11 +64,11 @@ def dense(m: CausalLM, pre: str, x: T) -> T:
         gate, up = T(up_states.st, n, up_states.dt), T(up_states.st, n, up_states.dt)
         m.s.node("split", (up_states,), (gate, up))
         del up_states
-        up = o.mul(up, act(m, gate))
+        up = gated(m, gate, up, pre)  # Phi3MLP: up_states * activation_fn(gate)
         out = m.linear(up, f"{pre}.down_proj")
         del up
         return out
-    prod = o.mul(act(m, m.linear(x, f"{pre}.gate_proj")), m.linear(x, f"{pre}.up_proj"))
+    prod = gated(m, m.linear(x, f"{pre}.gate_proj"), m.linear(x, f"{pre}.up_proj"), pre)
     if not spec.traits.residual_dropout:
         return m.linear(prod, f"{pre}.down_proj")
     out = m.linear(prod, f"{pre}.down_proj")  # SeedOssMLP: dropout(residual_dropout) on the output
@@ -87,5 +96,5 @@ def shared(m: CausalLM, pre: str, x: T) -> T:
     sh = f"{pre}.shared_experts"
     if m.has(f"{sh}.gate_up_proj.weight"):  # GraniteMoeHybridMLP: one input_linear chunked (fused_gate_up)
         return dense(m, sh, x)
-    prod = m.o.mul(act(m, m.linear(x, f"{sh}.gate_proj")), m.linear(x, f"{sh}.up_proj"))
+    prod = gated(m, m.linear(x, f"{sh}.gate_proj"), m.linear(x, f"{sh}.up_proj"), sh)
     return m.linear(prod, f"{sh}.down_proj")

@@ -48,6 +48,7 @@ class ResolvedTricks:
     ckpt_policy: str
     float8: bool
     compile: bool
+    compile_loss: bool  # compile on and the framework compiles this loss (Profile.compiled_losses)
     applied: tuple[str, ...]
 
 
@@ -76,6 +77,12 @@ def resolve(run: TrainingRun) -> ResolvedTricks:
             f"framework default ({p.name}): gradients reduced on the last micro-batch only "
             f"({p.grad_sync_source})"
         )
+    compiled = p.compiled_losses if run.tp == 1 or p.compiled_losses_tp is None else p.compiled_losses_tp
+    compile_loss = run.compile and impl in compiled
+    if compile_loss:
+        applied.append(
+            f"framework default ({p.name}): with compile, the loss compiled too ({p.compiled_loss_source})"
+        )
     return ResolvedTricks(
         framework=p.name,
         loss=impl,
@@ -87,6 +94,7 @@ def resolve(run: TrainingRun) -> ResolvedTricks:
         ckpt_policy=run.ckpt_policy if run.grad_ckpt else "full",
         float8=run.float8,
         compile=run.compile,
+        compile_loss=compile_loss,
         applied=tuple(applied),
     )
 
@@ -203,6 +211,7 @@ def trick_fields(run: TrainingRun) -> dict[str, object]:
         "offload_ckpt_inputs": r.ckpt_offload,
         "float8": r.float8,
         "compile": r.compile,
+        "compile_loss": r.compile_loss,
     }
 
 
@@ -241,8 +250,10 @@ _TRICK_SOURCES = {
     "every second one, addmm and SDPA outputs saved); traced",
     "float8": "float8 linears: torchao Float8Linear, tensorwise (matmul_with_hp_or_float8_args saves the "
     "high-precision input and weight; fp8 copies transient); modelled, not traced",
-    "compile": "torch.compile: only the RMSNorm assumed fused (input and fp32 rstd saved); modelled, not "
-    "measured",
+    "compile": "torch.compile'd decoder layers: RMSNorm, gated activation and rotary fused by Inductor, "
+    "the min-cut partitioner keeping the norm's input and fp32 rstd, the gate and up projections "
+    "(torch/_functorch/partitioners.py min_cut_rematerialization_partition); traced with Inductor on the CPU "
+    "(tests/reference/distributed/compile.json)",
     "optimizer_in_backward": "optimizer in backward: torchtune register_optim_in_bwd_hooks "
     "(torch register_post_accumulate_grad_hook); traced",
 }
@@ -257,8 +268,9 @@ def trick_sources(run: TrainingRun) -> str:
         for k in ("activation_offload", "ckpt_offload", "float8", "compile", "optimizer_in_backward")
         if getattr(r, k)
     ]
+    compiled_loss = f"; compiled loss: {profile(run).compiled_loss_source}" if r.compile_loss else ""
     if r.ckpt_every > 1:
         keys.append("ckpt_every")
     if r.ckpt_policy == "selective-op":
         keys.append("selective-op")
-    return "".join(f"; {_TRICK_SOURCES[k]}" for k in keys)
+    return "".join(f"; {_TRICK_SOURCES[k]}" for k in keys) + compiled_loss

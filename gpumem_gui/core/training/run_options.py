@@ -153,8 +153,11 @@ Compile = Annotated[
     UI(
         "torch.compile",
         _F,
-        "compiled decoder layers: elementwise ops (norms, activations, rotary) fused, so their "
-        "intermediates are neither materialised nor saved",
+        "torch.compile as the framework applies it: decoder layers compiled (RMSNorm, gated activation "
+        "and rotary fused by Inductor; its partitioner recomputes pointwise results in backward instead of "
+        "saving them), and the loss too where the framework compiles it (torchtune compile_loss, "
+        "torchtitan's compiled cross_entropy_loss, torch.compile(model) with the loss in the forward): "
+        "no fp32 logits or log-probabilities, the 16-bit logits and two fp32 values per row kept",
     ),
 ]
 
