@@ -213,3 +213,36 @@ def test_compiled_layers_save_what_torchtunes_published_table_says() -> None:
     assert abs((peak[False] - peak[True]) - published) <= 0.05 * published, peak
     for compiled, value in ((False, PUBLISHED_PACKED), (True, PUBLISHED_COMPILED)):
         assert abs(peak[compiled] - value) <= 0.05 * value, (compiled, peak)
+
+
+def test_the_run_can_say_how_its_framework_version_ran_the_loss() -> None:
+    """compile_loss: off for torchtitan as it ran in 2024 (train.py: '# TODO: compiling loss function causes
+    CUDA errors, turning off for now'), on for a torchtune recipe that keeps compile_loss's result
+    (lora_finetune_single_device); only losses with a compiled form can be compiled; without compile the
+    field is named as ignored."""
+    titan = {"framework": "torchtitan", "precision": "amp-bf16", "compile": True}
+    assert resolve(make_training_run(**titan)).compile_loss
+    assert not resolve(make_training_run(**titan, compile_loss="off")).compile_loss
+    tune = {"framework": "torchtune", "loss": "standard", "compile": True}
+    on = resolve(make_training_run(**tune, compile_loss="on"))
+    assert on.compile_loss and not any("loss compiled" in line for line in on.applied)
+    from gpumem_gui.core import GpumemInputError, estimate_training
+
+    spec = load_model(str(reference_dir() / "configs" / "Qwen__Qwen2.5-0.5B.json")).spec
+    with pytest.raises(GpumemInputError) as e:
+        estimate_training(spec, make_training_run(loss="fused-linear", compile=True, compile_loss="on"))
+    assert e.value.field == "compile_loss" and "\n" not in str(e.value)
+    est = estimate_training(spec, make_training_run(batch=1, seq=128, compile_loss="off"))
+    assert any("compile_loss" in w and "ignored" in w for w in est.warnings)
+
+
+def test_a_torchtitan_config_without_the_loss_component_leaves_the_loss_eager(tmp_path) -> None:
+    from gpumem_gui.core import import_file
+
+    src = REPO / "tests" / "data" / "imports" / "torchtitan_llama3_8b.toml"
+    text = src.read_text()
+    assert 'components = ["model", "loss"]' in text
+    assert import_file(str(src)).run.compile_loss == "auto"  # the default: model and loss compiled
+    model_only = tmp_path / "torchtitan.toml"
+    model_only.write_text(text.replace('components = ["model", "loss"]', 'components = ["model"]'))
+    assert import_file(str(model_only)).run.compile_loss == "off"

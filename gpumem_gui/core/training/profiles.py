@@ -18,9 +18,13 @@ from gpumem_gui.core.training.run import TrainingRun
 
 # the replay's losses (replay/loss.py LOSSES) that split the tokens into loss_chunks pieces
 CHUNKED_LOSSES = ("chunked", "chunked-linear", "chunked-trainer")
+# the replay's losses with a compiled form (replay/logits.py compiled_cross_entropy; chunked-trainer is
+# compiled always)
+COMPILED_LOSSES = ("standard", "chunked", "chunked-linear")
 __all__ = [
     "ALL_LOSSES",
     "CHUNKED_LOSSES",
+    "COMPILED_LOSSES",
     "PROFILES",
     "TRICKS",
     "Profile",
@@ -78,8 +82,9 @@ def resolve(run: TrainingRun) -> ResolvedTricks:
             f"({p.grad_sync_source})"
         )
     compiled = p.compiled_losses if run.tp == 1 or p.compiled_losses_tp is None else p.compiled_losses_tp
-    compile_loss = run.compile and impl in compiled
-    if compile_loss:
+    chosen_compile = impl in compiled if run.compile_loss == "auto" else run.compile_loss == "on"
+    compile_loss = run.compile and chosen_compile and impl in COMPILED_LOSSES
+    if compile_loss and run.compile_loss == "auto":
         applied.append(
             f"framework default ({p.name}): with compile, the loss compiled too ({p.compiled_loss_source})"
         )
@@ -158,6 +163,13 @@ def check(run: TrainingRun) -> list[str]:
             field="fsdp_version",
         )
     _check_tricks(run)
+    impl = resolve(run).loss
+    if run.compile and run.compile_loss == "on" and impl not in COMPILED_LOSSES:
+        raise GpumemInputError(
+            f"compile_loss 'on': the loss {impl!r} has no compiled form here (compiled: "
+            f"{', '.join(COMPILED_LOSSES)}; chunked-trainer is compiled always)",
+            field="compile_loss",
+        )
     return []
 
 
