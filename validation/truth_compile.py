@@ -7,8 +7,12 @@ it (transformers' ``LlamaMLP`` / ``LlamaRMSNorm`` / ``apply_rotary_pos_emb``, ``
 torchtune's ``compute_cross_entropy`` of ``CEWithChunkedOutputLoss`` and ``LinearCrossEntropyLoss``,
 torchtitan's ``cross_entropy_loss``) and records what the compiled graph keeps for backward: the tensors of
 ``out.grad_fn.saved_tensors`` (AOTAutograd's ``CompiledFunction`` saves exactly the forward graph's extra
-outputs that ``min_cut_rematerialization_partition`` chose), parameters left out, as (element count, dtype)
-pairs. The eager saved tensors of the same code (``saved_tensors_hooks``) are recorded beside them. Written to
+outputs that ``min_cut_rematerialization_partition`` chose), parameters left out, as (bytes, dtype)
+pairs. The eager saved tensors of the same code (``saved_tensors_hooks``) are recorded beside them. Then a
+whole model: transformers' ``LlamaForCausalLM`` of a tiny config (:data:`MODEL`), bf16, one step's forward
+with its loss (``model(input_ids, labels=input_ids)``), eager and under ``torch.compile(model)`` (what the HF
+Trainer's ``torch_compile=True`` does): the bytes of every distinct non-parameter storage the autograd graph
+keeps (the ``_saved_*`` tensors of eager nodes and ``saved_tensors`` of the compiled ones). Written to
 ``tests/reference/distributed/compile.json``; ``tests/test_compile.py`` checks the replay against it.
 
 Run: ``.venv/bin/python validation/truth_compile.py`` (a few minutes on a CPU: every piece is compiled).
@@ -137,6 +141,56 @@ def _compiled(fn: Callable[..., Any], args: tuple[Any, ...], params: list[torch.
     return {"saved": _describe(saved, params), "grad_dtypes": grads}
 
 
+# a tiny Llama: the partition depends on the ops and their shapes' ratios, not on the sizes
+MODEL = {
+    "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 176,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+    "vocab_size": 1000, "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "hidden_act": "silu", "attention_bias": False,
+    "mlp_bias": False,
+}  # fmt: skip
+MODEL_SEQ = 64
+
+
+def _graph_saved(root: Any, params: set[int]) -> int:
+    """Bytes of the distinct non-parameter storages every node behind ``root`` saved."""
+    seen, out, todo = set(), {}, [root]
+    while todo:
+        fn = todo.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        ts = list(fn.saved_tensors) if type(fn).__name__.startswith("CompiledFunction") else []
+        for name in dir(fn):
+            if not name.startswith("_saved_"):
+                continue
+            v = getattr(fn, name)
+            if isinstance(v, torch.Tensor):
+                ts.append(v)
+            elif isinstance(v, tuple | list):
+                ts += [x for x in v if isinstance(x, torch.Tensor)]
+        for t in ts:
+            st = t.untyped_storage()
+            if st.data_ptr() not in params:
+                out[st.data_ptr()] = st.nbytes()
+        todo += [n for n, _ in fn.next_functions]
+    return sum(out.values())
+
+
+def _model(compiled: bool) -> int:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    fields = {k: v for k, v in MODEL.items() if k not in ("model_type", "architectures", "torch_dtype")}
+    model = LlamaForCausalLM(LlamaConfig(**fields, attn_implementation="sdpa")).to(BF16)
+    model.train()
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    ids = torch.randint(0, MODEL["vocab_size"], (1, MODEL_SEQ))
+    out = (torch.compile(model) if compiled else model)(input_ids=ids, labels=ids)
+    return _graph_saved(out.loss.grad_fn, params)
+
+
 def main() -> None:
     torch.manual_seed(0)
     doc: dict[str, Any] = {
@@ -153,6 +207,14 @@ def main() -> None:
         params = [a for a in fresh[acts:] if isinstance(a, torch.Tensor) and a.is_floating_point()]
         doc["cases"][name] = {"eager": eager, "compiled": _compiled(fn, fresh, params)}
         print(name, json.dumps(doc["cases"][name]), file=sys.stderr)
+    doc["model"] = {
+        "config": MODEL,
+        "batch": 1,
+        "seq": MODEL_SEQ,
+        "eager": _model(False),
+        "compiled": _model(True),
+    }
+    print("model", json.dumps(doc["model"]), file=sys.stderr)
     OUT.write_text(json.dumps(doc, indent=1) + "\n")
 
 
