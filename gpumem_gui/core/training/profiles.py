@@ -280,7 +280,10 @@ def trick_sources(run: TrainingRun) -> str:
         for k in ("activation_offload", "ckpt_offload", "float8", "compile", "optimizer_in_backward")
         if getattr(r, k)
     ]
-    compiled_loss = f"; compiled loss: {profile(run).compiled_loss_source}" if r.compile_loss else ""
+    why = profile(run).compiled_loss_source if run.compile_loss == "auto" else "compile_loss on"
+    compiled_loss = (
+        f"; compiled loss ({why}): Inductor's fused cross-entropy, no fp32 logits" if r.compile_loss else ""
+    )
     if r.ckpt_every > 1:
         keys.append("ckpt_every")
     if r.ckpt_policy == "selective-op":
