@@ -6,8 +6,8 @@ selective checkpointing), the trace worker (``gpumem_trace_worker.training``, th
 path: :func:`gpumem_gui.trace.request.make_request`) measures one steady-state step with PyTorch's
 MemTracker, and the estimate of the same run is put beside it. Written to
 ``tests/reference/distributed/tricks.json``; ``tests/test_truth_tricks.py`` checks the estimate against it
-(goal: every phase peak within 3 %). Fused linear cross-entropy (Liger), float8 and compile need Triton /
-a GPU and are modelled only.
+(goal: every phase peak within 3 %). Fused linear cross-entropy (Liger) and float8 need Triton / a GPU and
+are modelled only; compile is checked against Inductor on the CPU by validation/truth_compile.py.
 
 Run: ``.venv/bin/python validation/truth_tricks.py`` (about 5 minutes on a CPU).
 """

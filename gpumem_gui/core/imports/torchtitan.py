@@ -149,7 +149,10 @@ def _training(top: Keys, r: Reading) -> None:
     comp = top.sub("compile")
     if comp is not None:
         comp.set("compile", "enable", comp.bool("enable"))
-        comp.no_memory(("components", "backend"))
+        parts = comp.raw("components")  # CompileConfig.components, default ["model", "loss"]
+        if isinstance(parts, list) and "loss" not in parts:
+            comp.set("compile_loss", "components", "off")  # components/loss.py: no torch.compile(loss_fn)
+        comp.no_memory(("backend",))
         comp.rest()
     f8 = top.sub("float8")
     if f8 is not None:

@@ -70,3 +70,6 @@ def xielu(m: CausalLM, x: T, pre: str) -> T:
 
 
 ACTIVATIONS: dict[str, Callable[[CausalLM, T, str], T]] = {"relu2": relu2, "xielu": xielu}
+# activations with parameters of their own: a compiled layer does not fuse them with the gate (replay/ffn.py
+# gated); they stay op by op
+PARAMETERISED = frozenset({"xielu"})

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from gpumem_gui.core.replay import tricks
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
@@ -68,6 +69,9 @@ def rope(m: CausalLM, q: T, k: T, cos: T, sin: T) -> tuple[T, T]:
     if m.spec.traits.rotary_half_tables:  # gpt-oss _apply_rotary_emb (replay/sinks.py)
         return _variant(ROTARY, "half_tables")(m, q, k, cos, sin)
     o = m.o
+    if m.cfg.compile and m.s.grad_enabled:  # one fused kernel each, keeping cos / sin (replay/tricks.py)
+        dt = q.dt if m.spec.traits.rope_tables_fp32 else None  # Olmo3's .to(q_type) fused in
+        return _fused_rope(m, q, cos, sin, dt), _fused_rope(m, k, cos, sin, dt)
 
     def rot(x: T) -> T:
         x1 = o.slice_half(x)
@@ -79,6 +83,11 @@ def rope(m: CausalLM, q: T, k: T, cos: T, sin: T) -> tuple[T, T]:
     if m.spec.traits.rope_tables_fp32:  # Olmo3: fp32 products, ``.to(q_type)`` / ``.to(k_type)``
         return m.s.cast(q_embed, q.dt), m.s.cast(k_embed, k.dt)
     return q_embed, k_embed
+
+
+def _fused_rope(m: CausalLM, x: T, cos: T, sin: T, dt: str | None) -> T:
+    """``(x * cos) + (rotate_half(x) * sin)`` compiled: one output (in ``dt`` when the code casts it back)."""
+    return tricks.fused_pointwise(m.s, (x, cos, sin), (cos, sin), dt)
 
 
 def split(m: CausalLM, x: T, sizes: tuple[int, ...]) -> tuple[T, ...]:

@@ -152,7 +152,7 @@ def _experts(m: CausalLM, pre: str, routed_in: T) -> T:
     s.node("pass", (gate_up,), (gate,))
     up = T(gate_up.st, rows * fe, gate_up.dt)
     s.node("pass", (gate_up,), (up,))
-    prod = o.mul(up, ffn.act(m, gate))
+    prod = ffn.gated(m, gate, up)  # up * act_fn(gate)
     del gate, up
     out = o.bmm(prod, m.param(f"{pre}.experts.down_proj"), rows * h)
     del prod, gate_up

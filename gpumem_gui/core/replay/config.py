@@ -67,7 +67,10 @@ class ReplayConfig:
     activation_offload: bool = False  # torchtune OffloadActivations around the decoder (not the head)
     offload_ckpt_inputs: bool = False  # unsloth: only the checkpointed layers' inputs go to CPU RAM
     float8: bool = False  # torchao Float8Linear (tensorwise) on the decoder's linears
-    compile: bool = False  # torch.compile'd decoder layers: fused RMSNorm (replay/tricks.py, modelled)
+    # torch.compile'd decoder layers: fused RMSNorm, gated activation and rotary (replay/tricks.py)
+    compile: bool = False
+    # the framework compiles its loss too: Inductor's fused cross-entropy (replay/logits.py)
+    compile_loss: bool = False
     # inference with a pre-allocated cache (StaticCache, generate(cache_implementation="static")):
     # every layer's keys and values hold this many tokens and the attention reads all of them
     # (cache_utils.py StaticLayer.update returns the whole static tensors, get_mask_sizes = max_cache_len);

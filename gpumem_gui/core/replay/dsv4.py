@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from gpumem_gui.core.replay import dsv4_attention, inputs
 from gpumem_gui.core.replay.dsv4_attention import LayerCache
 from gpumem_gui.core.replay.dsv4_ops import op, tables, unweighted_norm, weighted_norm
-from gpumem_gui.core.replay.ffn import act, clamp
+from gpumem_gui.core.replay.ffn import clamp, gated
 from gpumem_gui.core.replay.memory import T
 from gpumem_gui.core.replay.mlp import _experts
 from gpumem_gui.core.replay.registry import MODELS, register
@@ -107,7 +107,7 @@ def _moe(m: CausalLM, i: int, x: T) -> T:
     sh = f"{pre}.shared_experts"  # DeepseekV4MLP: both projections clamped
     gate = clamp(m, m.linear(x, f"{sh}.gate_proj"))
     up = clamp(m, m.linear(x, f"{sh}.up_proj"))
-    prod = o.mul(act(m, gate), up)
+    prod = gated(m, gate, up)
     del gate, up
     shared = m.linear(prod, f"{sh}.down_proj")
     del prod

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpumem_gui.core.replay import activations
+from gpumem_gui.core.replay import activations, tricks
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
@@ -35,6 +35,29 @@ def act(m: CausalLM, x: T, pre: str = "") -> T:
     return o.gelu_tanh(x)
 
 
+def _fuses(m: CausalLM) -> bool:
+    """A compiled decoder layer (``torch.compile``) fuses the gated activation into one kernel that keeps
+    gate and up for backward, the activation's output recomputed there (:func:`.tricks.fused_pointwise`);
+    an activation with parameters of its own (:data:`.activations.PARAMETERISED`) stays op by op."""
+    return m.cfg.compile and m.s.grad_enabled and m.spec.activation not in activations.PARAMETERISED
+
+
+def gated(m: CausalLM, gate: T, up: T) -> T:
+    """``act_fn(gate) * up`` of two views (or tensors the caller holds)."""
+    if _fuses(m):
+        return tricks.fused_pointwise(m.s, (gate, up), (gate, up))
+    return m.o.mul(act(m, gate), up)
+
+
+def gated_proj(m: CausalLM, x: T, pre: str) -> T:
+    """``act_fn(gate_proj(x)) * up_proj(x)``; eager, the gate projection dies (inference) or is kept by the
+    activation before the up projection runs, as Python evaluates the expression."""
+    if _fuses(m):
+        gate = m.linear(x, f"{pre}.gate_proj")
+        return gated(m, gate, m.linear(x, f"{pre}.up_proj"))
+    return m.o.mul(act(m, m.linear(x, f"{pre}.gate_proj")), m.linear(x, f"{pre}.up_proj"))
+
+
 def clamp(m: CausalLM, x: T) -> T:
     """``x.clamp(...)`` by python numbers: a new tensor; ClampBackward saves the input for its mask."""
     out = m.s.new(x.n, x.dt)
@@ -55,11 +78,11 @@ def dense(m: CausalLM, pre: str, x: T) -> T:
         gate, up = T(up_states.st, n, up_states.dt), T(up_states.st, n, up_states.dt)
         m.s.node("split", (up_states,), (gate, up))
         del up_states
-        up = o.mul(up, act(m, gate))
+        up = gated(m, gate, up)  # Phi3MLP: up_states * activation_fn(gate)
         out = m.linear(up, f"{pre}.down_proj")
         del up
         return out
-    prod = o.mul(act(m, m.linear(x, f"{pre}.gate_proj")), m.linear(x, f"{pre}.up_proj"))
+    prod = gated_proj(m, x, pre)
     if not spec.traits.residual_dropout:
         return m.linear(prod, f"{pre}.down_proj")
     out = m.linear(prod, f"{pre}.down_proj")  # SeedOssMLP: dropout(residual_dropout) on the output
@@ -87,5 +110,5 @@ def shared(m: CausalLM, pre: str, x: T) -> T:
     sh = f"{pre}.shared_experts"
     if m.has(f"{sh}.gate_up_proj.weight"):  # GraniteMoeHybridMLP: one input_linear chunked (fused_gate_up)
         return dense(m, sh, x)
-    prod = m.o.mul(act(m, m.linear(x, f"{sh}.gate_proj")), m.linear(x, f"{sh}.up_proj"))
+    prod = gated_proj(m, x, sh)
     return m.linear(prod, f"{sh}.down_proj")

@@ -1,12 +1,22 @@
-"""The output projection and the cross-entropy the losses of :mod:`.loss` share."""
+"""The output projection and the cross-entropy the losses of :mod:`.loss` share, eager or compiled.
+
+Compiled (``torch.compile``, Inductor), ``F.cross_entropy(logits.float(), labels, ...)`` is one graph whose
+upcast, ``log_softmax`` (row max, ``exp``, row sum, ``log``) and ``nll_loss`` gather are fused into row
+reductions: no fp32 copy of the logits and no log-probabilities exist. What the min-cut partitioner
+(``torch/_functorch/partitioners.py`` ``min_cut_rematerialization_partition``) keeps for backward is the
+16-bit logits (the graph's input), the labels and two fp32 values per row (the row max and the log-sum-exp:
+reductions, never recomputed, ``should_ban_recomputation`` ``ban_if_reduction``); backward recomputes the
+softmax from them inside one fused kernel that writes the logits' gradient in their own dtype. Measured on
+the CPU with Inductor (tests/reference/distributed/compile.json, validation/truth_compile.py).
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from gpumem_gui.core.replay import adapters, block
-from gpumem_gui.core.replay.autograd import Sim
-from gpumem_gui.core.replay.memory import T
+from gpumem_gui.core.replay.autograd import Node, Sim
+from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
 
 if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM
@@ -32,9 +42,43 @@ def head_logits(m: CausalLM, x: T) -> T:
     return logits
 
 
-def cross_entropy_sum(s: Sim, logits: T, labels: T) -> T:
+def causal_lm_loss(m: CausalLM, logits: T) -> T:
+    """transformers ``ForCausalLMLoss`` (mean reduction) over the full logits: ``logits.float()``, the
+    labels padded and shifted, ``cross_entropy`` = log_softmax + nll_loss (the fp32 copy dies after
+    log_softmax, whose fp32 output both save). With ``compile_loss`` the model's forward is one compiled
+    graph with its loss (``torch.compile(model)``; torchtitan's compiled ``cross_entropy_loss``): see
+    :func:`compiled_cross_entropy`."""
+    s, cfg = m.s, m.cfg
+    s.tr.where = "loss"
+    t, v = cfg.tokens, m.spec.vocab_size * cfg.logits_gather
+    lf = logits if cfg.compile_loss else s.cast(logits, "f32")
+    s.region = "inputs"
+    padded = s.new(cfg.batch * (cfg.q + 1), "i64")
+    # labels[..., 1:].contiguous(): a view for one sequence, a copy otherwise
+    labels = s.new(t, "i64") if cfg.batch > 1 else padded
+    s.region = "logits"
+    if cfg.compile_loss:
+        loss = compiled_cross_entropy(s, logits, labels, t, mean=True)
+        s.region = "hidden_states"
+        del labels, padded
+        return loss
+    ls = s.new(t * v, "f32")
+    s.node("copy", (lf,), (ls,), (ls,))
+    del lf
+    s.region = "hidden_states"
+    loss = s.new(1, "f32")
+    total_weight = s.new(1, "f32")
+    s.node("copy", (ls,), (loss,), (labels, total_weight))
+    del ls, labels, total_weight, padded
+    return loss
+
+
+def cross_entropy_sum(s: Sim, logits: T, labels: T, compiled_rows: int = 0) -> T:
     """``F.cross_entropy(logits.float(), labels, reduction="sum")``: the upcast dies after log_softmax, whose
-    output is saved by log_softmax and nll_loss."""
+    output is saved by log_softmax and nll_loss; compiled (``compiled_rows``, the logits' rows, above 0):
+    :func:`compiled_cross_entropy`."""
+    if compiled_rows:
+        return compiled_cross_entropy(s, logits, labels, compiled_rows)
     lf = s.cast(logits, "f32")
     ls = s.new(lf.n, "f32")
     s.node("copy", (lf,), (ls,), (ls,))
@@ -43,3 +87,23 @@ def cross_entropy_sum(s: Sim, logits: T, labels: T) -> T:
     total_weight = s.new(1, "f32")
     s.node("copy", (ls,), (out,), (labels, total_weight))
     return out
+
+
+def compiled_cross_entropy(s: Sim, logits: T, labels: T, rows: int, mean: bool = False) -> T:
+    """``F.cross_entropy(logits.float(), labels, ...)`` compiled by Inductor over ``rows`` rows of logits (see
+    the module docstring): the row max and log-sum-exp (fp32) are made and saved with the logits and the
+    labels (and, for the mean, the count of labels that are not ignored); backward is one gradient of the
+    logits' size and dtype."""
+    amax = s.new(rows, "f32")
+    lse = s.new(rows, "f32")
+    total_weight = s.new(1, "f32") if mean else None
+    out = s.new(1, "f32")
+    s.node("custom", (logits,), (out,), (logits, labels, amax, lse, total_weight), ctx=grad_like_input)
+    return out
+
+
+def grad_like_input(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
+    """One new gradient of the input's size and dtype: ``SplitBackward`` (``torch.cat`` of the chunks'
+    gradients) and the compiled cross-entropy's backward."""
+    n, dt = nd.in_meta[0]
+    return [sim.storage(round(n * DT_BYTES[dt]), "temporaries")]

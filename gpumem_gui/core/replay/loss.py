@@ -36,10 +36,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gpumem_gui.core.replay.autograd import Node, Sim
+from gpumem_gui.core.replay.logits import compiled_cross_entropy
 from gpumem_gui.core.replay.logits import cross_entropy_sum as _cross_entropy_sum
+from gpumem_gui.core.replay.logits import grad_like_input as _grad_like_input
 from gpumem_gui.core.replay.logits import head_logits as _head
 from gpumem_gui.core.replay.loss_torchtune import fp32_shift
-from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
+from gpumem_gui.core.replay.memory import Storage, T
 from gpumem_gui.core.replay.sym import chunks
 
 if TYPE_CHECKING:
@@ -73,7 +75,7 @@ def chunked(m: CausalLM, h: T) -> T:
     s.region = "logits"
     total: T | None = None
     for k in range(n):
-        ce = _cross_entropy_sum(s, logits[k], chunks[k])
+        ce = _cross_entropy_sum(s, logits[k], chunks[k], b * sizes[k] if cfg.compile_loss else 0)
         if total is None:
             total = m.o.add(ce, None)  # 0.0 + ce: a new tensor; later += in place
         else:
@@ -95,10 +97,8 @@ def chunked_trainer(m: CausalLM, h: T) -> T:
     backward concatenates the chunks' gradients into one logits-sized gradient),
     ``logit_chunk.reshape(-1, V)`` (a view for one sequence, a copy of every chunk otherwise, all made before
     the loop) and runs ``F.cross_entropy(logits.float(), labels, reduction="sum")`` under ``torch.compile``
-    chunk by chunk. Inductor fuses the upcast and the log-softmax into its reductions and keeps, for
-    backward, the 16-bit chunk and one fp32 statistic per row (its partitioner recomputes the softmax from
-    them), so no fp32 logits exist; backward gives each chunk a 16-bit gradient. Modelled from the source,
-    not traced (the trace does not run inductor)."""
+    chunk by chunk (:func:`.logits.compiled_cross_entropy`: the 16-bit chunk and two fp32 values per row
+    kept, no fp32 logits; backward gives each chunk a 16-bit gradient)."""
     s, cfg = m.s, m.cfg
     b, q = cfg.batch, cfg.q
     logits = m.head(h)
@@ -123,11 +123,7 @@ def chunked_trainer(m: CausalLM, h: T) -> T:
         parts = tuple(m.o.clone(p) for p in parts)  # reshape(-1, V): a copy of each chunk
     total: T | None = None
     for part, chunk_labels in zip(parts, label_chunks, strict=True):
-        rows = part.n // v
-        stat = s.new(rows, "f32")  # the row statistic the compiled forward keeps (logsumexp)
-        ce = s.new(1, "f32")
-        s.node("custom", (part,), (ce,), (part, chunk_labels, stat), ctx=_grad_like_input)
-        del stat
+        ce = compiled_cross_entropy(s, part, chunk_labels, part.n // v)
         if total is None:
             total = m.o.add(ce, None)  # 0.0 + ce: a new tensor; later += in place
         else:
@@ -139,13 +135,6 @@ def chunked_trainer(m: CausalLM, h: T) -> T:
     s.node("pass", (total,), (loss,))  # / num_items_in_batch or total_elements
     del total, total_elements
     return loss
-
-
-def _grad_like_input(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
-    """One new gradient of the input's size and dtype: ``SplitBackward`` (``torch.cat`` of the chunks'
-    gradients) and the compiled cross-entropy's backward."""
-    n, dt = nd.in_meta[0]
-    return [sim.storage(round(n * DT_BYTES[dt]), "temporaries")]
 
 
 def chunked_linear(m: CausalLM, h: T) -> T:
@@ -184,7 +173,7 @@ def chunked_linear(m: CausalLM, h: T) -> T:
         del part
         s.tr.where = "loss"
         s.region = "logits"
-        ce = _cross_entropy_sum(s, logits, targets)
+        ce = _cross_entropy_sum(s, logits, targets, size if cfg.compile_loss else 0)
         del logits
         s.node("pass", (total, ce), (total,))  # total_loss += loss (in place)
         del ce

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpumem_gui.core.replay import adapters, chunked, moe_bias, moe_lora, routers
-from gpumem_gui.core.replay.ffn import act, clamp, dense, grouped, shared
+from gpumem_gui.core.replay.ffn import act, clamp, dense, gated, grouped, shared
 from gpumem_gui.core.replay.memory import T
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ def _experts(m: CausalLM, pre: str, x: T, routing_weights: T) -> T:
         s.node("pass", (proj_out,), (up,))
         if spec.traits.experts_gate == "clamped_act_mul":  # DeepseekV4Experts._apply_gate
             gate, up = clamp(m, gate), clamp(m, up)
-        proj_out = o.mul(act(m, gate), up)
+        proj_out = gated(m, gate, up)
         del gate, up
     else:
         proj_out = act(m, proj_out)

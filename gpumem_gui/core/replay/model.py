@@ -25,6 +25,7 @@ from gpumem_gui.core.replay import variants as _variants  # noqa: F401  the bloc
 from gpumem_gui.core.replay.autograd import Node, Param, Sim
 from gpumem_gui.core.replay.cache import KVCache
 from gpumem_gui.core.replay.config import LayerPlan, ReplayConfig, attn_as_run, every_layer
+from gpumem_gui.core.replay.logits import causal_lm_loss
 from gpumem_gui.core.replay.memory import DT_BYTES, T
 from gpumem_gui.core.replay.ops import Ops
 from gpumem_gui.core.spec.model import ModelSpec
@@ -362,7 +363,7 @@ class CausalLM:
 
     def forward_loss(self, ids: T, layers: Sequence[int]) -> T:
         """LlamaForCausalLM.forward(input_ids, labels=input_ids) -> loss (ForCausalLMLoss, mean reduction)."""
-        s, spec, cfg = self.s, self.spec, self.cfg
+        s, cfg = self.s, self.cfg
         for narrow in registry.TEXT_LAYERS:  # Llama 3.2 Vision: no cross-attention without images
             layers = narrow(self, layers)
         last_hidden_state = self.model(ids, every_layer(layers))
@@ -373,23 +374,7 @@ class CausalLM:
         if cfg.loss != "standard":  # the framework's own loss (replay/loss.py)
             return losses.LOSSES[cfg.loss](self, last_hidden_state)
         logits = self.head(last_hidden_state)
-        s.tr.where = "loss"
-        # ForCausalLMLoss: logits.float(), labels padded and shifted, cross_entropy = log_softmax + nll_loss
-        t, v = cfg.tokens, spec.vocab_size * cfg.logits_gather
-        lf = s.cast(logits, "f32")
-        s.region = "inputs"
-        padded = s.new(cfg.batch * (cfg.q + 1), "i64")
-        # labels[..., 1:].contiguous(): a view for one sequence, a copy otherwise
-        labels = s.new(t, "i64") if cfg.batch > 1 else padded
-        s.region = "logits"
-        ls = s.new(t * v, "f32")
-        s.node("copy", (lf,), (ls,), (ls,))
-        del lf
-        s.region = "hidden_states"
-        loss = s.new(1, "f32")
-        total_weight = s.new(1, "f32")
-        s.node("copy", (ls,), (loss,), (labels, total_weight))
-        del ls, labels, total_weight, padded
+        loss = causal_lm_loss(self, logits)
         self._logits = logits  # `outputs` keeps logits alive until the caller drops them
         self._last = last_hidden_state
         return loss

@@ -19,9 +19,18 @@ float8 linears and compiled (fused) norms.
   (``torchao/float8/float8_linear.py`` ``matmul_with_hp_or_float8_args``): it saves the high-precision input
   and weight (as ``nn.Linear`` does) and casts both to float8 for the forward matmul, the output gradient,
   weight and input again in backward (transient 1-byte copies).
-* :func:`compiled_rms_norm`: under ``torch.compile`` the RMSNorm is one fused kernel; what the min-cut
-  partitioner saves for its backward is assumed to be the input and the fp32 reciprocal RMS per row (the
-  fp32 upcast, square, mean and product are neither materialised nor saved). Modelled, not measured.
+* :func:`compiled_rms_norm`, :func:`fused_pointwise`: compiled decoder layers (``torch.compile``, Inductor).
+  Inductor fuses a chain of pointwise ops into one kernel, and the min-cut partitioner
+  (``torch/_functorch/partitioners.py`` ``min_cut_rematerialization_partition``) saves for backward only
+  what is cheapest to keep: a pointwise op's output is recomputed in backward (``is_fusible``) unless a
+  non-fusible backward op (a matmul) reads it (``should_ban_recomputation``:
+  ``is_materialized_backwards``), and a reduction's small output is saved (``ban_if_reduction``). So the
+  RMSNorm keeps its input and the fp32 reciprocal RMS per row (the fp32 upcast, square, mean and product
+  are neither materialised nor saved); the gated activation ``act(gate) * up`` keeps gate and up (the
+  activation's output is recomputed; the product, which ``down_proj``'s weight gradient reads, is saved
+  by that linear as before); the rotary embedding keeps only its cos / sin tables, with no temporaries.
+  Each is measured with Inductor on the CPU (tests/reference/distributed/compile.json,
+  validation/truth_compile.py; tests/test_compile.py).
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpumem_gui.core.replay.autograd import Node, Param, Sim
-from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T
+from gpumem_gui.core.replay.memory import DT_BYTES, Storage, T, promote
 from gpumem_gui.core.replay.optim import create_states, step
 
 if TYPE_CHECKING:
@@ -223,6 +232,29 @@ def compiled_rms_norm(m: CausalLM, x: T, w: T) -> T:
     rstd = s.new(rows, "f32")
     s.node("multi", (x, w), (out,), (x, w, rstd))
     return out
+
+
+def fused_pointwise(s: Sim, inputs: tuple[T, ...], saved: tuple[T, ...], out_dt: str | None = None) -> T:
+    """One Inductor kernel over a pointwise chain of ``inputs`` (broadcast to the largest; the dtype they
+    promote to, or ``out_dt`` where the chain ends in a cast): only its output is made; backward is one
+    fused kernel writing a gradient per input that needs one, of its size and dtype. ``saved``: what the
+    partitioner keeps. (A ``custom`` node: op-level selective checkpointing recomputes it, as torchtitan's
+    policy saves no pointwise op.)"""
+    dt = inputs[0].dt
+    for x in inputs[1:]:
+        dt = dt if x.dt == dt else promote(dt, x.dt)
+    out = s.new(max(x.n for x in inputs), out_dt or dt)
+    s.node("custom", inputs, (out,), saved, ctx=_grad_per_input)
+    return out
+
+
+def _grad_per_input(sim: Sim, nd: Node, gout: list[Storage | None]) -> list[Storage | None]:
+    return [
+        None
+        if e is None
+        else sim.storage(round(nd.in_meta[i][0] * DT_BYTES[nd.in_meta[i][1]]), "temporaries")
+        for i, e in enumerate(nd.edges)
+    ]
 
 
 class OpSelectiveAC:

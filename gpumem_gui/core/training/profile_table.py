@@ -52,6 +52,11 @@ class Profile:
     grad_sync_source: str = "a training loop calling backward() on every micro-batch without no_sync()"
     # chunks split unevenly, embedding / head as a layer each (torchtitan generate_llm_fqn_per_model_part)
     uneven_pp_split: bool = False
+    # compile = on: the replay's losses (replay/loss.py) the framework then runs compiled (Inductor's fused
+    # cross-entropy, replay/logits.py), with tensor parallelism (None: the same), and where it says so
+    compiled_losses: tuple[str, ...] = ()
+    compiled_losses_tp: tuple[str, ...] | None = None
+    compiled_loss_source: str = ""
 
 
 _HF_CE = (
@@ -69,6 +74,13 @@ _TRAINER_SYNC = (
     "GradientAccumulationPlugin(sync_each_batch=False) by default"
 )
 _TRAINER_TRICKS = frozenset({"compile", "float8"})  # torch_compile=True; accelerate's torchao float8 recipe
+# torch.compile(model) compiles the model's forward, and transformers computes the loss inside it
+# (modeling_llama.py LlamaForCausalLM.forward: self.loss_function(logits, labels, ...))
+_MODEL_LOSS = "the loss is part of the compiled forward (LlamaForCausalLM.forward calls self.loss_function)"
+_TRAINER_COMPILE = (
+    "TrainingArguments(torch_compile=True): accelerate Accelerator.prepare_model torch.compile(model); "
+    + _MODEL_LOSS
+)
 
 PROFILES: dict[str, Profile] = {
     p.name: p
@@ -78,6 +90,8 @@ PROFILES: dict[str, Profile] = {
             "plain PyTorch",
             "standard",
             _HF_CE + "; a plain training loop calling model(input_ids, labels=...)",
+            compiled_losses=("standard",),
+            compiled_loss_source="torch.compile(model); " + _MODEL_LOSS,
         ),
         Profile(
             "hf-trainer",
@@ -89,6 +103,8 @@ PROFILES: dict[str, Profile] = {
             losses=("standard", "fused-linear"),
             tricks=_TRAINER_TRICKS,
             notes=("loss fused-linear: " + LIGER_SOURCE,),
+            compiled_losses=("standard",),
+            compiled_loss_source=_TRAINER_COMPILE,
         ),
         Profile(
             "trl",
@@ -105,6 +121,8 @@ PROFILES: dict[str, Profile] = {
                 "trl/models/activation_offloading.py "
                 "(torchtune's OffloadActivations)",
             ),
+            compiled_losses=("standard",),
+            compiled_loss_source=_TRAINER_COMPILE,
         ),
         Profile(
             "axolotl",
@@ -118,6 +136,8 @@ PROFILES: dict[str, Profile] = {
             notes=(
                 "loss fused-linear: Liger (liger_fused_linear_cross_entropy); chunked: chunked_cross_entropy",
             ),
+            compiled_losses=("standard",),
+            compiled_loss_source=_TRAINER_COMPILE,
         ),
         Profile(
             "llama-factory",
@@ -132,6 +152,8 @@ PROFILES: dict[str, Profile] = {
                 "loss fused-linear: enable_liger_kernel: true "
                 "(llamafactory/model/model_utils/liger_kernel.py)",
             ),
+            compiled_losses=("standard",),
+            compiled_loss_source=_TRAINER_COMPILE,
         ),
         Profile(
             "torchtune",
@@ -160,6 +182,18 @@ PROFILES: dict[str, Profile] = {
                 "FSDP: fully_shard (FSDP2) in every distributed recipe since v0.3; FullyShardedDataParallel "
                 "(FSDP1) up to v0.2 (--fsdp-version 1)",
             ),
+            # recipes: training.compile_loss(self._loss_fn) when compile (torchtune/training/_compile.py):
+            # apply_compile_strategy compiles compute_cross_entropy of CEWithChunkedOutputLoss and of
+            # LinearCrossEntropyLoss in place (the latter not with tensor parallelism and masked tokens, its
+            # default); any other loss module is returned as torch.compile(loss), which every recipe but
+            # lora_finetune_single_device discards (full_finetune_single_device.py and
+            # full_finetune_distributed.py call compile_loss without assigning it, torchtune bd2a0fc and
+            # 1814feb17): left eager here
+            compiled_losses=("chunked", "chunked-linear"),
+            compiled_losses_tp=("chunked",),
+            compiled_loss_source="torchtune training.compile_loss (torchtune/training/_compile.py): "
+            "compute_cross_entropy of CEWithChunkedOutputLoss / LinearCrossEntropyLoss compiled per chunk "
+            "(modules/loss/ce_chunked_output_loss.py, cross_entropy_loss.py apply_compile_strategy)",
         ),
         Profile(
             "torchtitan",
@@ -184,6 +218,13 @@ PROFILES: dict[str, Profile] = {
                 "ckpt_every: activation_checkpoint selective_ac_option = N (layer SAC, torchtitan before "
                 "114151ad); ckpt_policy selective-op: op SAC",
             ),
+            # torchtitan/components/loss.py build_cross_entropy_loss: torch.compile(loss_fn) with compile on
+            # (since bbb1b616e, 2025-04; before, "compiling loss function causes CUDA errors" kept it eager);
+            # [compile] components defaults to ["model", "loss"] (torchtitan/config/configs.py CompileConfig).
+            # Under loss_parallel() the DTensor loss is left eager here
+            compiled_losses=("standard",),
+            compiled_loss_source="torchtitan components/loss.py: cross_entropy_loss under torch.compile "
+            "([compile] components model + loss, CompileConfig)",
         ),
         Profile(
             "deepspeed",

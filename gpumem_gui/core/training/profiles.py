@@ -18,9 +18,13 @@ from gpumem_gui.core.training.run import TrainingRun
 
 # the replay's losses (replay/loss.py LOSSES) that split the tokens into loss_chunks pieces
 CHUNKED_LOSSES = ("chunked", "chunked-linear", "chunked-trainer")
+# the replay's losses with a compiled form (replay/logits.py compiled_cross_entropy; chunked-trainer is
+# compiled always)
+COMPILED_LOSSES = ("standard", "chunked", "chunked-linear")
 __all__ = [
     "ALL_LOSSES",
     "CHUNKED_LOSSES",
+    "COMPILED_LOSSES",
     "PROFILES",
     "TRICKS",
     "Profile",
@@ -48,6 +52,7 @@ class ResolvedTricks:
     ckpt_policy: str
     float8: bool
     compile: bool
+    compile_loss: bool  # compile on and the framework compiles this loss (Profile.compiled_losses)
     applied: tuple[str, ...]
 
 
@@ -76,6 +81,13 @@ def resolve(run: TrainingRun) -> ResolvedTricks:
             f"framework default ({p.name}): gradients reduced on the last micro-batch only "
             f"({p.grad_sync_source})"
         )
+    compiled = p.compiled_losses if run.tp == 1 or p.compiled_losses_tp is None else p.compiled_losses_tp
+    chosen_compile = impl in compiled if run.compile_loss == "auto" else run.compile_loss == "on"
+    compile_loss = run.compile and chosen_compile and impl in COMPILED_LOSSES
+    if compile_loss and run.compile_loss == "auto":
+        applied.append(
+            f"framework default ({p.name}): with compile, the loss compiled too ({p.compiled_loss_source})"
+        )
     return ResolvedTricks(
         framework=p.name,
         loss=impl,
@@ -87,6 +99,7 @@ def resolve(run: TrainingRun) -> ResolvedTricks:
         ckpt_policy=run.ckpt_policy if run.grad_ckpt else "full",
         float8=run.float8,
         compile=run.compile,
+        compile_loss=compile_loss,
         applied=tuple(applied),
     )
 
@@ -150,6 +163,13 @@ def check(run: TrainingRun) -> list[str]:
             field="fsdp_version",
         )
     _check_tricks(run)
+    impl = resolve(run).loss
+    if run.compile and run.compile_loss == "on" and impl not in COMPILED_LOSSES:
+        raise GpumemInputError(
+            f"compile_loss 'on': the loss {impl!r} has no compiled form here (compiled: "
+            f"{', '.join(COMPILED_LOSSES)}; chunked-trainer is compiled always)",
+            field="compile_loss",
+        )
     return []
 
 
@@ -203,6 +223,7 @@ def trick_fields(run: TrainingRun) -> dict[str, object]:
         "offload_ckpt_inputs": r.ckpt_offload,
         "float8": r.float8,
         "compile": r.compile,
+        "compile_loss": r.compile_loss,
     }
 
 
@@ -241,8 +262,10 @@ _TRICK_SOURCES = {
     "every second one, addmm and SDPA outputs saved); traced",
     "float8": "float8 linears: torchao Float8Linear, tensorwise (matmul_with_hp_or_float8_args saves the "
     "high-precision input and weight; fp8 copies transient); modelled, not traced",
-    "compile": "torch.compile: only the RMSNorm assumed fused (input and fp32 rstd saved); modelled, not "
-    "measured",
+    "compile": "torch.compile'd decoder layers: RMSNorm, gated activation and rotary fused by Inductor, "
+    "the min-cut partitioner keeping the norm's input and fp32 rstd, the gate and up projections "
+    "(torch/_functorch/partitioners.py min_cut_rematerialization_partition); traced with Inductor on the CPU "
+    "(tests/reference/distributed/compile.json)",
     "optimizer_in_backward": "optimizer in backward: torchtune register_optim_in_bwd_hooks "
     "(torch register_post_accumulate_grad_hook); traced",
 }
@@ -257,8 +280,12 @@ def trick_sources(run: TrainingRun) -> str:
         for k in ("activation_offload", "ckpt_offload", "float8", "compile", "optimizer_in_backward")
         if getattr(r, k)
     ]
+    why = profile(run).compiled_loss_source if run.compile_loss == "auto" else "compile_loss on"
+    compiled_loss = (
+        f"; compiled loss ({why}): Inductor's fused cross-entropy, no fp32 logits" if r.compile_loss else ""
+    )
     if r.ckpt_every > 1:
         keys.append("ckpt_every")
     if r.ckpt_policy == "selective-op":
         keys.append("selective-op")
-    return "".join(f"; {_TRICK_SOURCES[k]}" for k in keys)
+    return "".join(f"; {_TRICK_SOURCES[k]}" for k in keys) + compiled_loss

@@ -34,6 +34,7 @@ from gpumem_gui.core.training.run_options import (
     CkptEvery,
     CkptPolicy,
     Compile,
+    CompileLoss,
     Float8,
     FrameworkField,
     FsdpVersion,
@@ -303,6 +304,7 @@ class TrainingRun(Frozen):
     ckpt_policy: CkptPolicy = "full"
     float8: Float8 = False
     compile: Compile = False
+    compile_loss: CompileLoss = "auto"
     grad_sync: GradSync = "auto"  # sharding details from here on, each default the runtime's own
     fsdp_version: FsdpVersion = 2
     reshard_size: ReshardSize = None

@@ -154,8 +154,26 @@ Compile = Annotated[
     UI(
         "torch.compile",
         _F,
-        "compiled decoder layers: elementwise ops (norms, activations, rotary) fused, so their "
-        "intermediates are neither materialised nor saved",
+        "torch.compile as the framework applies it: decoder layers compiled (RMSNorm, gated activation "
+        "and rotary fused by Inductor; its partitioner recomputes pointwise results in backward instead of "
+        "saving them), and the loss too where the framework compiles it (torchtune compile_loss, "
+        "torchtitan's compiled cross_entropy_loss, torch.compile(model) with the loss in the forward): "
+        "no fp32 logits or log-probabilities, the 16-bit logits and two fp32 values per row kept",
+    ),
+]
+CompileLoss = Annotated[
+    Literal["auto", "on", "off"],
+    UI(
+        "Compiled loss",
+        _F,
+        "with torch.compile, whether the loss is compiled too: auto: as the framework does it now (torchtune "
+        "compile_loss for its chunked losses, torchtitan since 2025-04, torch.compile(model) with the loss "
+        "in the model's forward); off: an eager loss, as torchtitan ran it before (2024: 'compiling loss "
+        "function causes CUDA errors', train.py) or a recipe that discards compile_loss's result; on: "
+        "compiled whatever the framework's default (the standard and the chunked losses have a compiled "
+        "form)",
+        choices=(("framework default", "auto"), ("compiled", "on"), ("eager", "off")),
+        shown=lambda v: bool(v.get("compile")),
     ),
 ]
 

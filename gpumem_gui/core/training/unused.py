@@ -33,6 +33,7 @@ def _deepspeed(run: TrainingRun) -> bool:
 
 UNUSED: tuple[Unused, ...] = (
     Unused(("loss_chunks",), "a chunked loss (loss chunked)", lambda r: resolve(r).loss in CHUNKED_LOSSES),
+    Unused(("compile_loss",), "torch.compile (compile)", lambda r: r.compile),
     Unused(("pp_schedule",), "pipeline parallelism (pp > 1)", lambda r: r.pp > 1),
     Unused(
         ("pp_virtual",),
