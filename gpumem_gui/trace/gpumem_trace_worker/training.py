@@ -8,7 +8,6 @@ from typing import Any
 from .building import (
     WHOLE_MODEL,
     TraceError,
-    add_vision,
     attn_used,
     build,
     check_torch,
@@ -23,7 +22,7 @@ from .building import (
 )
 from .tracking import memory_tracker
 from .tricks import LOSSES, Offload, checkpoint_every, op_sac_context, optimizers_in_backward, standard_loss
-from .vision import constant_grids, image_inputs, image_request
+from .vision import add_vision, constant_grids, image_inputs, image_request
 
 _OPTIM = {
     "adamw": {"foreach": True},
