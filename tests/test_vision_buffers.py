@@ -49,12 +49,15 @@ def _embed_scale(spec: ModelSpec, param_bytes: int) -> int:
 def _estimated_buffers(spec: ModelSpec, point: dict) -> tuple[int, int]:
     """(the estimate's buffers, bytes of the weights' dtype) of a traced point: inference in bf16 (the
     buffers inside the weights component); a training step's own ``buffers`` component (amp-bf16: a full
-    fine-tune's weights in fp32, LoRA's frozen base in bf16)."""
+    fine-tune's weights in fp32, LoRA's frozen base in bf16; precision bf16: bf16)."""
     if point["mode"] == "inference":
         return buffers_bytes(spec, 2), 2
     run = {k: v for k, v in point["run"].items() if k != "attn"}
     est = estimate_training(spec, make_training_run(**run))
-    nbytes = 4 if run["method"] == "full" else 2
+    # the weights' dtype as the trace worker takes it (precision_dtypes): fp32 for a full fine-tune under
+    # autocast, else bf16
+    fp32 = run["method"] == "full" and run.get("precision", "amp-bf16") != "bf16"
+    nbytes = 4 if fp32 else 2
     return next(c.bytes for c in est.phases["forward"].components if c.key == "buffers"), nbytes
 
 

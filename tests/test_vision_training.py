@@ -116,3 +116,62 @@ def test_gpumem_trace_of_a_training_step_with_images() -> None:
     rep = trace(model, make_training_run(seq=64, images=2, image_size=224), use_cache=False)
     assert any(n.startswith("images: the whole model") for n in rep.result.notes)
     assert rep.peak.estimated_bytes == pytest.approx(rep.peak.traced_bytes, rel=TRACED_TRAINING_TOLERANCE)
+
+
+# --- a trainable vision tower (train_vision_tower; replay/vision_train.py) -------------------------------
+TOWER = [p for p in POINTS if p["run"].get("train_vision_tower")]
+
+
+def test_trainable_tower_points_are_traced() -> None:
+    """gemma3-vision-tiny with its SigLIP tower trained: full fine-tuning, with checkpointing, in bf16 (each
+    within the tolerance in test_training_step_with_images_matches_the_trace); the frozen tower's estimate
+    of the same step is far below the trace (the tower's gradients, optimizer states and saved
+    activations)."""
+    assert {p["model"] for p in TOWER} == {"gemma3-vision-tiny"} and len(TOWER) >= 4
+    assert any(p["run"].get("grad_ckpt") for p in TOWER) and any(p["run"].get("precision") for p in TOWER)
+    for p in TOWER:
+        r = p["run"]
+        frozen = estimate_training(_spec(p["model"]), make_training_run(**{**r, "train_vision_tower": False}))
+        traced = max(v["Total"] for v in p["phases"].values())
+        assert frozen.peak_bytes < traced * (1 - 3 * TRACED_TRAINING_TOLERANCE)
+        assert p["trainable_params"] > _spec(p["model"]).vision.params
+
+
+def test_trainable_tower_adds_its_states_on_a_real_size_gemma3() -> None:
+    """gemma-3-4b-it (a 417M-parameter tower and projector): training it adds at least its fp32 gradients
+    and two AdamW states (12 bytes a parameter) to the optimizer phase."""
+    spec = load_config_file(REPO / "tests" / "reference" / "configs" / "google__gemma-3-4b-it.json")
+    run = {"seq": 512, "images": 1, "grad_ckpt": True}
+    frozen = estimate_training(spec, make_training_run(**run))
+    trained = estimate_training(spec, make_training_run(**run, train_vision_tower=True))
+    grown = trained.phases["optimizer"].peak_bytes - frozen.phases["optimizer"].peak_bytes
+    assert grown >= 12 * spec.vision.params
+
+
+@pytest.mark.parametrize(
+    ("config", "fields"),
+    [
+        ("gemma3-vision-tiny", {"method": "lora"}),  # LoRA on the tower: not modelled
+        ("qwen2_5_vl-vision-tiny", {}),  # only the SigLIP tower is replayed trainable
+    ],
+)
+def test_trainable_tower_refusals_are_one_line(config: str, fields: dict) -> None:
+    with pytest.raises(GpumemInputError) as e:
+        estimate_training(_spec(config), make_training_run(images=1, train_vision_tower=True, **fields))
+    assert e.value.field == "train_vision_tower" and "\n" not in str(e.value)
+
+
+def test_train_vision_tower_flag_on_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    """The flag is generated from the run field's declaration (training/run_options.py)."""
+    from gpumem_gui.cli import main
+
+    config = str(HERE / "configs" / "gemma3-vision-tiny.json")
+    args = ["estimate", config, "--mode", "train", "--seq", "64", "--images", "2", "--json"]
+    assert main(args) == 0
+    frozen = json.loads(capsys.readouterr().out)
+    assert main([*args, "--train-vision-tower"]) == 0
+    trained = json.loads(capsys.readouterr().out)
+    assert trained["run"]["train_vision_tower"] is True
+    assert trained["peak_bytes"] > frozen["peak_bytes"]
+    assert main([*args, "--train-vision-tower", "--method", "lora"]) == 2
+    assert "train_vision_tower" in capsys.readouterr().err
