@@ -175,3 +175,29 @@ def test_train_vision_tower_flag_on_the_cli(capsys: pytest.CaptureFixture[str]) 
     assert trained["peak_bytes"] > frozen["peak_bytes"]
     assert main([*args, "--train-vision-tower", "--method", "lora"]) == 2
     assert "train_vision_tower" in capsys.readouterr().err
+
+
+def test_llama_factory_freeze_vision_tower_false(tmp_path: Path) -> None:
+    """LLaMA-Factory's FinetuningArguments.freeze_vision_tower: false trains the tower in a full fine-tune
+    (train_vision_tower), and with LoRA (adapters on the tower) is said to be estimated frozen."""
+    from gpumem_gui.core import import_file
+
+    base = "model_name_or_path: google/gemma-3-4b-it\nstage: sft\ncutoff_len: 1024\n"
+    p = tmp_path / "full.yaml"
+    p.write_text(base + "finetuning_type: full\nfreeze_vision_tower: false\n")
+    assert import_file(str(p)).run.train_vision_tower is True
+    p.write_text(base + "finetuning_type: lora\nfreeze_vision_tower: false\n")
+    imp = import_file(str(p))
+    assert imp.run.train_vision_tower is False
+    assert any(w.startswith("freeze_vision_tower") and "not modelled" in w for w in imp.warnings)
+    p.write_text(base + "finetuning_type: full\nfreeze_vision_tower: true\n")
+    imp = import_file(str(p))
+    assert imp.run.train_vision_tower is False and not any("freeze_vision_tower" in w for w in imp.warnings)
+
+
+def test_train_vision_tower_without_images_is_noted() -> None:
+    """A text-only step gives the tower no gradient: the field changes nothing and says so."""
+    est = estimate_training(_spec("gemma3-vision-tiny"), make_training_run(seq=64, train_vision_tower=True))
+    text = estimate_training(_spec("gemma3-vision-tiny"), make_training_run(seq=64))
+    assert est.peak_bytes == text.peak_bytes
+    assert any(w.startswith("train_vision_tower") and w.endswith("ignored") for w in est.warnings)
