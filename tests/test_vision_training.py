@@ -123,12 +123,14 @@ TOWER = [p for p in POINTS if p["run"].get("train_vision_tower")]
 
 
 def test_trainable_tower_points_are_traced() -> None:
-    """gemma3-vision-tiny with its SigLIP tower trained: full fine-tuning, with checkpointing, in bf16 (each
-    within the tolerance in test_training_step_with_images_matches_the_trace); the frozen tower's estimate
-    of the same step is far below the trace (the tower's gradients, optimizer states and saved
-    activations)."""
-    assert {p["model"] for p in TOWER} == {"gemma3-vision-tiny"} and len(TOWER) >= 4
-    assert any(p["run"].get("grad_ckpt") for p in TOWER) and any(p["run"].get("precision") for p in TOWER)
+    """gemma3-vision-tiny (SigLIP) and qwen2_5_vl-vision-tiny with their towers trained: full fine-tuning,
+    with checkpointing, in bf16 (each within the tolerance in
+    test_training_step_with_images_matches_the_trace); the frozen tower's estimate of the same step is far
+    below the trace (the tower's gradients, optimizer states and saved activations)."""
+    for model in ("gemma3-vision-tiny", "qwen2_5_vl-vision-tiny"):
+        steps = [p["run"] for p in TOWER if p["model"] == model]
+        assert len(steps) >= 4 and any(r.get("grad_ckpt") for r in steps)
+        assert any(r.get("precision") == "bf16" for r in steps)
     for p in TOWER:
         r = p["run"]
         frozen = estimate_training(_spec(p["model"]), make_training_run(**{**r, "train_vision_tower": False}))
@@ -152,7 +154,8 @@ def test_trainable_tower_adds_its_states_on_a_real_size_gemma3() -> None:
     ("config", "fields"),
     [
         ("gemma3-vision-tiny", {"method": "lora"}),  # LoRA on the tower: not modelled
-        ("qwen2_5_vl-vision-tiny", {}),  # only the SigLIP tower is replayed trainable
+        ("qwen3_vl-vision-tiny", {}),  # only the SigLIP and Qwen2.5-VL towers are replayed trainable
+        ("mistral3-vision-tiny", {}),
     ],
 )
 def test_trainable_tower_refusals_are_one_line(config: str, fields: dict) -> None:

@@ -3,9 +3,9 @@
 
 The tower's parameters are the model's own (one :class:`~.autograd.Param` each, so each gets its gradient and
 its optimizer state), and its forward runs under autograd where ``Gemma3Model.forward`` (transformers 5.24,
-``models/gemma3/modeling_gemma3.py``) runs it: after the prompt's embedding, before ``masked_scatter``, so the
-backward reaches the tower after the language model and before the embedding (autograd runs the later node
-first). Gemma 3's SigLIP tower (``models/siglip/modeling_siglip.py``) and projector, op by op:
+``models/gemma3/modeling_gemma3.py``) and ``Qwen2_5_VLModel.forward`` run it: after the prompt's embedding,
+before ``masked_scatter``, so the backward reaches the tower after the language model and before the
+embedding (autograd runs the later node first). Gemma 3's SigLIP tower (``models/siglip/modeling_siglip.py``) and projector, op by op:
 
 * ``SiglipVisionEmbeddings``: the patch Conv2d on ``pixel_values.to(weight dtype)`` (under autocast a
   lower-precision copy of the pixels, saved for the weight's gradient), ``flatten(2).transpose(1, 2)`` (a
@@ -21,7 +21,8 @@ first). Gemma 3's SigLIP tower (``models/siglip/modeling_siglip.py``) and projec
   saves the mask only. The vision outputs (``mm_encoder_outputs``: the last hidden state and the features)
   are locals of the model's forward until it returns.
 
-Only the SigLIP tower is replayed trainable (the other towers: :func:`check_trainable` refuses in one line);
+Qwen2.5-VL's tower: :mod:`.vision_train_qwen`. Only these two are replayed trainable (the other towers:
+:func:`check_trainable` refuses in one line);
 LoRA on a tower is not modelled (PEFT 0.21's ``all-linear`` adapts the tower's linears too, since
 ``_maybe_include_all_linear_layers`` excludes only the output embedding; LLaMA-Factory and the trace worker
 leave the tower out of the targets while ``freeze_vision_tower`` holds).
@@ -34,11 +35,10 @@ from typing import Any
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.replay.memory import DT_BYTES, T
 from gpumem_gui.core.replay.vision_tower import REGION
+from gpumem_gui.core.replay.vision_train_qwen import QwenTrainTower, qwen_tensors
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.vision import VisionTower, image_grid
 
-# the vision towers whose trainable forward is replayed (VisionTower.kind)
-TRAINABLE = ("siglip",)
 _P = "vision_tower."
 
 
@@ -53,13 +53,18 @@ def check_trainable(spec: ModelSpec, method: str) -> None:
         )
     if tower is None or tower.kind not in TRAINABLE:
         raise GpumemInputError(
-            "a trainable vision tower is modelled for Gemma 3's SigLIP tower only; turn train_vision_tower "
-            "off (the tower frozen)",
+            "a trainable vision tower is modelled for Gemma 3's SigLIP and Qwen2.5-VL's towers only; turn "
+            "train_vision_tower off (the tower frozen)",
             field="train_vision_tower",
         )
 
 
 def tower_tensors(spec: ModelSpec) -> list[tuple[str, tuple[int, ...]]]:
+    """The trainable tower's and projector's parameters (names and shapes)."""
+    return _TENSORS[_tower(spec).kind](spec)
+
+
+def _siglip_tensors(spec: ModelSpec) -> list[tuple[str, tuple[int, ...]]]:
     """SiglipVisionModel's and Gemma3MultiModalProjector's parameters (names and shapes)."""
     v = _tower(spec)
     h, i, p = v.hidden_size, v.intermediate_size, v.patch_size
@@ -79,6 +84,11 @@ def tower_tensors(spec: ModelSpec) -> list[tuple[str, tuple[int, ...]]]:
     out += [("post_layernorm.weight", (h,)), ("post_layernorm.bias", (h,))]
     out += [("mm_soft_emb_norm.weight", (h,)), ("mm_input_projection_weight", (h, v.out_hidden_size))]
     return [(_P + name, shape) for name, shape in out]
+
+
+# the vision towers whose trainable forward is replayed (VisionTower.kind) and their parameters
+_TENSORS = {"siglip": _siglip_tensors, "qwen2_5_vl": qwen_tensors}
+TRAINABLE = tuple(_TENSORS)
 
 
 def _tower(spec: ModelSpec) -> VisionTower:
@@ -194,24 +204,36 @@ class _Siglip:
 
 
 def embed_images(m: Any, hidden: T, keep: list[T], pixels: T, held: list[Any]) -> tuple[T, list[T]]:
-    """Gemma3Model.forward between the prompt's embedding and the language model: the tower and projector on
-    ``pixels`` under autograd, the placeholder mask and ``masked_scatter``; ``held`` receives what the
-    model's forward keeps until it returns (the vision outputs)."""
+    """The model's forward between the prompt's embedding and the language model: the tower and projector on
+    ``pixels`` under autograd (Gemma 3's SigLIP: ``_Siglip``; Qwen2.5-VL: :mod:`.vision_train_qwen`, whose
+    features are concatenated), the placeholder masks and
+    ``masked_scatter``; ``held`` receives what the model's forward keeps until it returns (the vision
+    outputs, ``image_embeds``, Qwen's unused video mask)."""
     cfg, s = m.cfg, m.s
     prev, s.region = s.region, REGION
-    tw = _Siglip(m, cfg.batch * cfg.images)
-    x = tw.embeddings(pixels)
-    for i in range(tw.v.depth):
-        x = s.checkpoint(tw.layer, i, x) if cfg.grad_ckpt else tw.layer(i, x)
-    s.tr.where = "vision post_layernorm"
-    last = tw.layer_norm(x, "post_layernorm")
-    del x
-    features = tw.projector(last)
+    images = cfg.batch * cfg.images
+    if _tower(m.spec).kind == "qwen2_5_vl":
+        last, features = QwenTrainTower(m, images, cfg.image_size).forward(pixels, cfg.grad_ckpt)
+        held += [last, features]
+        s.tr.where = "vision masked_scatter"
+        # image_embeds = torch.cat(pooler_output, dim=0), in the tower's dtype as the frozen tower's replay
+        # holds it (vision.train_prefix; its .to(inputs_embeds.dtype) copy is not counted there either)
+        features = m.o.clone(features)
+        held += [features, s.new(cfg.batch * cfg.q, "bool")]  # image_embeds; the video mask (``_``)
+    else:
+        tw = _Siglip(m, images)
+        x = tw.embeddings(pixels)
+        for i in range(tw.v.depth):
+            x = s.checkpoint(tw.layer, i, x) if cfg.grad_ckpt else tw.layer(i, x)
+        s.tr.where = "vision post_layernorm"
+        last = tw.layer_norm(x, "post_layernorm")
+        del x
+        features = tw.projector(last)
+        held += [last, features]
     s.tr.where = "vision masked_scatter"
     mask = s.new(cfg.batch * cfg.q, "bool")  # input_ids == image_token_id, expanded as a view
     s.region = "hidden_states"
     scattered = s.new(hidden.n, hidden.dt)  # inputs_embeds.masked_scatter(mask, image_features)
     s.node("copy", (hidden, features), (scattered,), (mask,))
     s.region = prev
-    held += [last, features]
     return scattered, [scattered if k is hidden else k for k in keep]
