@@ -5,7 +5,8 @@ The tower's parameters are the model's own (one :class:`~.autograd.Param` each, 
 its optimizer state), and its forward runs under autograd where ``Gemma3Model.forward`` (transformers 5.24,
 ``models/gemma3/modeling_gemma3.py``) and ``Qwen2_5_VLModel.forward`` run it: after the prompt's embedding,
 before ``masked_scatter``, so the backward reaches the tower after the language model and before the
-embedding (autograd runs the later node first). Gemma 3's SigLIP tower (``models/siglip/modeling_siglip.py``) and projector, op by op:
+embedding (autograd runs the later node first). Gemma 3's SigLIP tower (``models/siglip/modeling_siglip.py``)
+and projector, op by op:
 
 * ``SiglipVisionEmbeddings``: the patch Conv2d on ``pixel_values.to(weight dtype)`` (under autocast a
   lower-precision copy of the pixels, saved for the weight's gradient), ``flatten(2).transpose(1, 2)`` (a
