@@ -196,10 +196,10 @@ IMAGES_ADAPTER_CKPT = (
 def _check_images(spec: ModelSpec, run: TrainingRun) -> list[str]:
     """Images on a model whose tower is not replayed are not counted; with adapters and checkpointing the
     frozen tower runs under autograd (not modelled)."""
-    if run.train_vision_tower:  # replay/vision_train.py: full fine-tuning of the SigLIP tower
-        check_trainable(spec, run.method)
     if not run.images:
-        return []
+        return []  # a train_vision_tower without images is noted as ignored (training/unused.py)
+    if run.train_vision_tower:  # replay/vision_train.py: full fine-tuning of the SigLIP / Qwen2.5-VL tower
+        check_trainable(spec, run.method)
     if not has_tower(spec):
         return ["images: the model's vision tower is not replayed in training; the images are not counted"]
     return [f"approximate: {IMAGES_ADAPTER_CKPT}"] if run.method != "full" and run.grad_ckpt else []
