@@ -204,3 +204,19 @@ def test_train_vision_tower_without_images_is_noted() -> None:
     text = estimate_training(_spec("gemma3-vision-tiny"), make_training_run(seq=64))
     assert est.peak_bytes == text.peak_bytes
     assert any(w.startswith("train_vision_tower") and w.endswith("ignored") for w in est.warnings)
+
+
+def test_a_frozen_tower_gets_no_state_room_in_deepspeed() -> None:
+    """Images with the tower frozen (requires_grad off, as LLaMA-Factory and the trace worker leave it):
+    DeepSpeed's flat partitions hold no optimizer state for it, while a text-only step (the tower trainable
+    but without a gradient) keeps them (flat buffers cover every parameter that requires grad)."""
+    spec = load_config_file(REPO / "tests" / "reference" / "configs" / "google__gemma-3-4b-it.json")
+    ds = {"seq": 512, "grad_ckpt": True, "framework": "deepspeed", "zero": 2, "dp": 8}
+
+    def states(**fields: object) -> int:
+        est = estimate_training(spec, make_training_run(**ds, **fields))
+        return next(c.bytes for c in est.phases["optimizer"].components if c.key == "optimizer_states")
+
+    text, frozen, trained = states(), states(images=1), states(images=1, train_vision_tower=True)
+    assert text - frozen >= 8 * spec.vision.params // 8  # AdamW's two fp32 states, 1/8 of them a rank
+    assert trained == text

@@ -100,15 +100,19 @@ def _tower(spec: ModelSpec) -> VisionTower:
 
 def add_params(m: Any) -> None:
     """The vision tower and projector's parameters on the first stage: one per tensor when the tower trains
-    on this step's images, else one block that the text forward never uses (a text step, or the frozen tower:
-    no gradient, so torch's optimizers keep no state for it)."""
+    on this step's images, else one block that the text forward never uses (a text step: no gradient, so
+    torch's optimizers keep no state for it; or the frozen tower)."""
     cfg, spec, s = m.cfg, m.spec, m.s
     if spec.vision is None or not cfg.embedding:
         return
     if not cfg.train_tower:
         n = spec.vision.params
         full = round(n * DT_BYTES[cfg.param_dt])
-        m.p["vision"] = s.param("vision", n, cfg.param_dt, m._trainable(None), full, None)
+        # with images the tower is frozen (requires_grad off, LLaMA-Factory's freeze_vision_tower): not even
+        # flat-buffer frameworks (DeepSpeed, FSDP1) give it gradient or state room; text only, it trains but
+        # gets no gradient
+        trains = m._trainable(None) and not cfg.images
+        m.p["vision"] = s.param("vision", n, cfg.param_dt, trains, full, None)
         m.unused.add("vision")
         return
     for name, shape in tower_tensors(spec):
