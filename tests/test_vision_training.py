@@ -116,3 +116,107 @@ def test_gpumem_trace_of_a_training_step_with_images() -> None:
     rep = trace(model, make_training_run(seq=64, images=2, image_size=224), use_cache=False)
     assert any(n.startswith("images: the whole model") for n in rep.result.notes)
     assert rep.peak.estimated_bytes == pytest.approx(rep.peak.traced_bytes, rel=TRACED_TRAINING_TOLERANCE)
+
+
+# --- a trainable vision tower (train_vision_tower; replay/vision_train.py) -------------------------------
+TOWER = [p for p in POINTS if p["run"].get("train_vision_tower")]
+
+
+def test_trainable_tower_points_are_traced() -> None:
+    """gemma3-vision-tiny (SigLIP) and qwen2_5_vl-vision-tiny with their towers trained: full fine-tuning,
+    with checkpointing, in bf16 (each within the tolerance in
+    test_training_step_with_images_matches_the_trace); the frozen tower's estimate of the same step is far
+    below the trace (the tower's gradients, optimizer states and saved activations)."""
+    for model in ("gemma3-vision-tiny", "qwen2_5_vl-vision-tiny"):
+        steps = [p["run"] for p in TOWER if p["model"] == model]
+        assert len(steps) >= 4 and any(r.get("grad_ckpt") for r in steps)
+        assert any(r.get("precision") == "bf16" for r in steps)
+    for p in TOWER:
+        r = p["run"]
+        frozen = estimate_training(_spec(p["model"]), make_training_run(**{**r, "train_vision_tower": False}))
+        traced = max(v["Total"] for v in p["phases"].values())
+        assert frozen.peak_bytes < traced * (1 - 3 * TRACED_TRAINING_TOLERANCE)
+        assert p["trainable_params"] > _spec(p["model"]).vision.params
+
+
+def test_trainable_tower_adds_its_states_on_a_real_size_gemma3() -> None:
+    """gemma-3-4b-it (a 417M-parameter tower and projector): training it adds at least its fp32 gradients
+    and two AdamW states (12 bytes a parameter) to the optimizer phase."""
+    spec = load_config_file(REPO / "tests" / "reference" / "configs" / "google__gemma-3-4b-it.json")
+    run = {"seq": 512, "images": 1, "grad_ckpt": True}
+    frozen = estimate_training(spec, make_training_run(**run))
+    trained = estimate_training(spec, make_training_run(**run, train_vision_tower=True))
+    grown = trained.phases["optimizer"].peak_bytes - frozen.phases["optimizer"].peak_bytes
+    assert grown >= 12 * spec.vision.params
+
+
+@pytest.mark.parametrize(
+    ("config", "fields"),
+    [
+        ("gemma3-vision-tiny", {"method": "lora"}),  # LoRA on the tower: not modelled
+        ("qwen3_vl-vision-tiny", {}),  # only the SigLIP and Qwen2.5-VL towers are replayed trainable
+        ("mistral3-vision-tiny", {}),
+    ],
+)
+def test_trainable_tower_refusals_are_one_line(config: str, fields: dict) -> None:
+    with pytest.raises(GpumemInputError) as e:
+        estimate_training(_spec(config), make_training_run(images=1, train_vision_tower=True, **fields))
+    assert e.value.field == "train_vision_tower" and "\n" not in str(e.value)
+
+
+def test_train_vision_tower_flag_on_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    """The flag is generated from the run field's declaration (training/run_options.py)."""
+    from gpumem_gui.cli import main
+
+    config = str(HERE / "configs" / "gemma3-vision-tiny.json")
+    args = ["estimate", config, "--mode", "train", "--seq", "64", "--images", "2", "--json"]
+    assert main(args) == 0
+    frozen = json.loads(capsys.readouterr().out)
+    assert main([*args, "--train-vision-tower"]) == 0
+    trained = json.loads(capsys.readouterr().out)
+    assert trained["run"]["train_vision_tower"] is True
+    assert trained["peak_bytes"] > frozen["peak_bytes"]
+    assert main([*args, "--train-vision-tower", "--method", "lora"]) == 2
+    assert "train_vision_tower" in capsys.readouterr().err
+
+
+def test_llama_factory_freeze_vision_tower_false(tmp_path: Path) -> None:
+    """LLaMA-Factory's FinetuningArguments.freeze_vision_tower: false trains the tower in a full fine-tune
+    (train_vision_tower), and with LoRA (adapters on the tower) is said to be estimated frozen."""
+    from gpumem_gui.core import import_file
+
+    base = "model_name_or_path: google/gemma-3-4b-it\nstage: sft\ncutoff_len: 1024\n"
+    p = tmp_path / "full.yaml"
+    p.write_text(base + "finetuning_type: full\nfreeze_vision_tower: false\n")
+    assert import_file(str(p)).run.train_vision_tower is True
+    p.write_text(base + "finetuning_type: lora\nfreeze_vision_tower: false\n")
+    imp = import_file(str(p))
+    assert imp.run.train_vision_tower is False
+    assert any(w.startswith("freeze_vision_tower") and "not modelled" in w for w in imp.warnings)
+    p.write_text(base + "finetuning_type: full\nfreeze_vision_tower: true\n")
+    imp = import_file(str(p))
+    assert imp.run.train_vision_tower is False and not any("freeze_vision_tower" in w for w in imp.warnings)
+
+
+def test_train_vision_tower_without_images_is_noted() -> None:
+    """A text-only step gives the tower no gradient: the field changes nothing and says so."""
+    est = estimate_training(_spec("gemma3-vision-tiny"), make_training_run(seq=64, train_vision_tower=True))
+    text = estimate_training(_spec("gemma3-vision-tiny"), make_training_run(seq=64))
+    assert est.peak_bytes == text.peak_bytes
+    assert any(w.startswith("train_vision_tower") and w.endswith("ignored") for w in est.warnings)
+
+
+def test_a_frozen_tower_gets_no_state_room_in_deepspeed() -> None:
+    """Images with the tower frozen (requires_grad off, as LLaMA-Factory and the trace worker leave it):
+    DeepSpeed's flat partitions hold no optimizer state for it, while a text-only step (the tower trainable
+    but without a gradient) keeps them (flat buffers cover every parameter that requires grad)."""
+    spec = load_config_file(REPO / "tests" / "reference" / "configs" / "google__gemma-3-4b-it.json")
+    ds = {"seq": 512, "grad_ckpt": True, "framework": "deepspeed", "zero": 2, "dp": 8}
+
+    def states(**fields: object) -> int:
+        est = estimate_training(spec, make_training_run(**ds, **fields))
+        return next(c.bytes for c in est.phases["optimizer"].components if c.key == "optimizer_states")
+
+    text, frozen, trained = states(), states(images=1), states(images=1, train_vision_tower=True)
+    assert text - frozen >= 8 * spec.vision.params // 8  # AdamW's two fp32 states, 1/8 of them a rank
+    assert trained == text

@@ -67,11 +67,25 @@ class LlamaFactoryConfig:
         attn = top.str("flash_attn")
         if attn is not None and attn.lower() in _ATTN:
             top.set("attn", "flash_attn", _ATTN[attn.lower()])
+        _vision_tower(top, r)
         top.warn("use_unsloth", "unsloth's kernels are not applied (give --framework unsloth)")
         top.warn("use_unsloth_gc", "unsloth's offloaded checkpointing is not applied")
         top.no_memory(_NO_MEMORY + TRAINER_NO_MEMORY)
         top.rest()
         return r.training(model)
+
+
+def _vision_tower(top: Keys, r: Reading) -> None:
+    """FinetuningArguments.freeze_vision_tower (default true): false trains the tower in a full fine-tune
+    (train_vision_tower); with LoRA it puts adapters on the tower's linears, which is not modelled."""
+    if top.bool("freeze_vision_tower") is not False:
+        top.note("freeze_vision_tower", "the vision tower frozen (LLaMA-Factory's default)")
+        return
+    if r.fields.get("method") == "full":
+        top.set("train_vision_tower", "freeze_vision_tower", True, "train_vision_tower = on")
+    else:
+        why = "LoRA on the vision tower is not modelled: estimated frozen"
+        r.warn(top.written("freeze_vision_tower"), why)
 
 
 def _method(top: Keys) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpumem_gui.core.replay import gptj, rope_partial
+from gpumem_gui.core.replay.vision import tower_buffer_bytes
 from gpumem_gui.core.spec.compressed import deepseek_v4_buffer_bytes
 from gpumem_gui.core.spec.encoder_params import encoder_buffers_bytes
 from gpumem_gui.core.spec.gemma4 import rotary_buffer_bytes
@@ -14,13 +15,14 @@ from gpumem_gui.core.spec.seq2seq_params import seq2seq_buffer_bytes
 def buffers_bytes(spec: ModelSpec, param_bytes: float = 2) -> int:
     """Rotary ``inv_freq`` and ``original_inv_freq`` buffers (fp32, head_dim/2 each; one rotary module per
     attention type with :attr:`ArchTraits.rotary_per_layer_type`): ``LlamaRotaryEmbedding.__init__``; and
-    lightning attention's decay buffers in the weights' dtype (``param_bytes``)."""
+    lightning attention's decay buffers in the weights' dtype (``param_bytes``); a replayed vision tower's own
+    (:func:`~.vision.tower_buffer_bytes`)."""
     if (
         spec.deepseek_v4 is not None
     ):  # its routers' and every compressor's rotary buffers (spec/compressed.py)
         return deepseek_v4_buffer_bytes(spec)
     # BART's final_logits_bias (spec/seq2seq_params.py)
-    extra = seq2seq_buffer_bytes(spec, param_bytes)
+    extra = seq2seq_buffer_bytes(spec, param_bytes) + tower_buffer_bytes(spec)
     return _rotary_bytes(spec) + _lightning_bytes(spec, param_bytes) + _mup_bytes(spec, param_bytes) + extra
 
 

@@ -78,6 +78,7 @@ class ReplayConfig:
     static_len: int = 0
     images: int = 0  # images in each sequence's prompt, run through the vision tower (replay/vision.py)
     image_size: int = 0  # their side in pixels
+    train_tower: bool = False  # the vision tower trains on the images (replay/vision_train.py)
 
     @property
     def kv_len(self) -> int:

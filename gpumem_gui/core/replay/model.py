@@ -16,10 +16,10 @@ counts times dtype widths.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
-from gpumem_gui.core.replay import adapters, block, inputs, registry, tricks
+from gpumem_gui.core.replay import adapters, block, inputs, registry, tricks, vision_train
 from gpumem_gui.core.replay import loss as losses
 from gpumem_gui.core.replay import variants as _variants  # noqa: F401  the blocks and mixers register
 from gpumem_gui.core.replay.autograd import Node, Param, Sim
@@ -75,6 +75,7 @@ class CausalLM:
         self.shape: dict[str, tuple[int, ...]] = {}
         self.quantized: set[str] = set()
         self.unused: set[str] = set()  # trainable parameters the text forward never uses
+        self.embed_images: Callable[..., tuple[T, list[T]]] | None = None  # set by replay/step.py
         self._by_name = {t.name: t for t in model_tensors(spec)}
         self._lora = _lora_weights(spec, cfg.lora_targets) if cfg.method != "full" else frozenset()
         self._logits: T | None = None
@@ -131,13 +132,7 @@ class CausalLM:
         if cfg.method == "qlora" and cfg.quant_bytes:
             label = "bnb 8-bit linears" if cfg.quant_base == "int8" else "bnb 4-bit linears"
             s.param(label, 0, "u8", False, cfg.quant_bytes, None, sharded=False)
-        if spec.vision is not None and cfg.embedding:
-            # the vision tower and projector: counted (trainable in a full fine-tune), not run on text, so
-            # a text step gives them no gradient
-            n = spec.vision.params
-            full = round(n * DT_BYTES[cfg.param_dt])
-            self.p["vision"] = s.param("vision", n, cfg.param_dt, self._trainable(None), full, None)
-            self.unused.add("vision")
+        vision_train.add_params(self)  # the vision tower and projector (trainable or one unused block)
 
     def has(self, name: str) -> bool:
         """Whether this rank holds parameter ``name`` (``layers.3.self_attn.q_proj.weight``)."""
@@ -258,6 +253,8 @@ class CausalLM:
         if s.offload is not None:  # torchtune: `with activations_handling_ctx: outputs = model(**batch)`
             s.offload.active = True
         hidden_states, keep = self._first_hidden_states(ids)
+        if self.embed_images is not None:  # a trainable vision tower on the prompt's images (vision_train.py)
+            hidden_states, keep = self.embed_images(self, hidden_states, keep)
         s.region = "mask"
         alibi = self.alibi_bias = inputs.alibi(self, hidden_states.dt)
         masks = inputs.masks(self, hidden_states.dt)

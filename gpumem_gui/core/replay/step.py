@@ -11,9 +11,10 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from gpumem_gui.core.allocator import AllocatorReport, Event
-from gpumem_gui.core.replay import vision
+from gpumem_gui.core.replay import vision, vision_train
 from gpumem_gui.core.replay.autograd import Param, ReplayHooks, Sim
 from gpumem_gui.core.replay.buffers import buffers_bytes
 from gpumem_gui.core.replay.config import ReplayConfig
@@ -177,7 +178,10 @@ def run_step(sim: Sim, spec: ModelSpec, cfg: ReplayConfig, optimizer: str, opts:
         sim.post_accumulate = optimizer_in_backward(
             optimizer, opts.state_shard, opts.first_step, shapes, opts.master_bytes_per_param, states
         )
-    after_forward, microbatch_activations = _microbatches(sim, model, cfg, ids, layer_ids, opts, hooks)
+    pixels = images.pixel_values if images is not None else None
+    after_forward, microbatch_activations = _microbatches(
+        sim, model, cfg, ids, layer_ids, opts, hooks, pixels
+    )
     tr.start_phase("optimizer")
     tr.where = "optimizer step"
     if opts.first_step and not in_backward:
@@ -213,7 +217,7 @@ def run_step(sim: Sim, spec: ModelSpec, cfg: ReplayConfig, optimizer: str, opts:
         events=None if tr.alloc_log is None else tuple(tr.alloc_log),
     )
     tr.alloc_log = None  # what the replay frees from here on is no part of the step
-    del states, buffers, ids, model, main, images
+    del states, buffers, ids, model, main, images, pixels
     return result
 
 
@@ -277,6 +281,7 @@ def _microbatches(
     layer_ids: range,
     opts: StepOptions,
     hooks: TrainingHooks,
+    pixels: T | None = None,
 ) -> tuple[int, int]:
     """Forward + loss and backward of the micro-batches (the second one, with gradient accumulation, with
     every ``.grad`` already live); returns the live bytes after the last forward and the most activations
@@ -290,9 +295,13 @@ def _microbatches(
         before, params_before = tr.cur, tr.by_kind["param"]
         hooks.begin_microbatch(sim)
         prev = sim.enter_autocast(cfg.autocast)
-        # images: the frozen vision tower, its outputs alive through the language model (replay/vision.py)
-        held = vision.train_prefix(sim, model.spec, cfg) if cfg.images else None
+        # images: the frozen vision tower, its outputs alive through the language model (replay/vision.py),
+        # or a trainable one, run after the prompt's embedding (replay/vision_train.py)
+        held = vision.train_prefix(sim, model.spec, cfg) if cfg.images and not cfg.train_tower else []
+        if cfg.train_tower:
+            model.embed_images = partial(vision_train.embed_images, pixels=pixels, held=held)
         loss = model.forward_loss(ids, layer_ids)
+        model.embed_images = None
         del held
         if not cfg.lm_head:
             out, loss = loss, sim.new(1, "f32")

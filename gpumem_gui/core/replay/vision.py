@@ -55,6 +55,13 @@ def image_tokens(spec: ModelSpec, images: int, image_size: int) -> int:
     return images * image_grid(tower, image_size).tokens if tower is not None else 0
 
 
+def tower_buffer_bytes(spec: ModelSpec) -> int:
+    """Bytes of the replayed vision tower's non-persistent buffers (its rotary tables, SigLIP's position ids),
+    which the model holds with its weights whether a prompt has images or not; 0 without a replayed tower."""
+    tower = spec.vision.tower if spec.vision is not None else None
+    return _TOWERS.get(tower.kind, Tower).buffer_bytes(tower) if tower is not None else 0
+
+
 def has_tower(spec: ModelSpec) -> bool:
     """Whether the model's vision tower is replayed (its images are counted)."""
     return spec.vision is not None and spec.vision.tower is not None

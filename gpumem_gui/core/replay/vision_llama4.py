@@ -30,6 +30,15 @@ class Llama4Tower(Tower):
         """The vision model's last_hidden_state of one image: the adapter's output."""
         return grid.features * tower.adapter_size
 
+    @staticmethod
+    def buffer_bytes(tower: VisionTower) -> int:
+        """Llama4VisionRotaryEmbedding's ``freqs_ci`` (non-persistent): complex64 (8 B), one row per patch of
+        a tile and the class token, ``2 * (freq_dim // 2)`` frequencies a row with
+        ``freq_dim = head_dim // 2`` (``_compute_freqs_ci``: ``freq_dim // 2`` frequencies repeated twice for
+        x and for y, then every second taken; transformers 5.24 ``models/llama4/modeling_llama4.py``)."""
+        rows = (tower.tile_side // tower.patch_size) ** 2 + 1
+        return rows * 2 * (tower.head_dim // 2 // 2) * 8
+
     def norm(self, x: T) -> T:
         return self.layer_norm(x)
 

@@ -14,12 +14,20 @@ from __future__ import annotations
 
 from gpumem_gui.core.replay.memory import T
 from gpumem_gui.core.replay.vision_tower import Tower
+from gpumem_gui.core.spec.vision import VisionTower
 
 
 class PixtralTower(Tower):
     """The Pixtral tower and Mistral 3's projector (``out_hidden_size``: the text model's width)."""
 
     mlp_gated = True  # PixtralMLP: down_proj(act(gate_proj(x)) * up_proj(x))
+
+    @staticmethod
+    def buffer_bytes(tower: VisionTower) -> int:
+        """PixtralVisionRotaryEmbedding's ``inv_freq`` and ``original_inv_freq``: fp32, ``ceil(head_dim / 2)``
+        each (``compute_axial_rope_parameters``: ``arange(0, head_dim, 2)``, its even and odd halves
+        concatenated; transformers 5.24 ``models/pixtral/modeling_pixtral.py``)."""
+        return 2 * -(-tower.head_dim // 2) * 4
 
     def rotary(self) -> tuple[T, T]:
         """PixtralVisionRotaryEmbedding: fp32 angles of the (h, w) positions, recomposed, cast to the weights'

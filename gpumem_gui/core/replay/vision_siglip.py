@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from gpumem_gui.core.replay.memory import T
 from gpumem_gui.core.replay.vision_tower import Tower
+from gpumem_gui.core.spec.vision import VisionTower
 
 
 class SiglipTower(Tower):
@@ -22,6 +23,13 @@ class SiglipTower(Tower):
     cat_features = False  # Gemma3Model scatters pooler_output itself
     last_is_layer_norm = True  # post_layernorm
     mlp_gated = False  # SiglipMLP: fc2(act(fc1(x)))
+
+    @staticmethod
+    def buffer_bytes(tower: VisionTower) -> int:
+        """SiglipVisionEmbeddings' ``position_ids``: ``arange(num_patches).expand((1, -1))``, int64, one per
+        patch of the fixed image side (non-persistent; ``models/siglip/modeling_siglip.py``, transformers
+        5.24). The tower has no rotary."""
+        return (tower.fixed_side // tower.patch_size) ** 2 * 8
 
     def norm(self, x: T) -> T:
         return self.layer_norm(x)

@@ -30,6 +30,14 @@ class Tower:
         """Elements of the vision model's last_hidden_state for one image (alive through the text forward)."""
         return grid.patches * tower.hidden_size
 
+    @staticmethod
+    def buffer_bytes(tower: VisionTower) -> int:
+        """The tower's non-persistent buffers, built with the model and held as long as it is: the rotary's
+        ``inv_freq`` and ``original_inv_freq``, fp32, ``ceil(head_dim // 2 / 2)`` each
+        (Qwen2_5_VLVisionRotaryEmbedding / Qwen3VLVisionRotaryEmbedding ``__init__`` and
+        ``compute_axial_rope_parameters``: ``arange(0, head_dim // 2, 2)``, transformers 5.24)."""
+        return 2 * -(-(tower.head_dim // 2) // 2) * 4
+
     def __init__(self, s: Sim, tower: VisionTower, grid: ImageGrid, images: int, dt: str) -> None:
         self.s, self.v, self.g, self.dt = s, tower, grid, dt
         self.images = images

@@ -9,6 +9,7 @@ from gpumem_gui.core.replay import adapters, moe_lora
 from gpumem_gui.core.replay.adapters import ALL_LINEAR
 from gpumem_gui.core.replay.model import model_tensors
 from gpumem_gui.core.replay.vision import has_tower
+from gpumem_gui.core.replay.vision_train import check_trainable
 from gpumem_gui.core.spec import gemma4
 from gpumem_gui.core.spec.compressed import NOT_REPLAYED
 from gpumem_gui.core.spec.kinds import CompressedAttention
@@ -196,7 +197,9 @@ def _check_images(spec: ModelSpec, run: TrainingRun) -> list[str]:
     """Images on a model whose tower is not replayed are not counted; with adapters and checkpointing the
     frozen tower runs under autograd (not modelled)."""
     if not run.images:
-        return []
+        return []  # a train_vision_tower without images is noted as ignored (training/unused.py)
+    if run.train_vision_tower:  # replay/vision_train.py: full fine-tuning of the SigLIP / Qwen2.5-VL tower
+        check_trainable(spec, run.method)
     if not has_tower(spec):
         return ["images: the model's vision tower is not replayed in training; the images are not counted"]
     return [f"approximate: {IMAGES_ADAPTER_CKPT}"] if run.method != "full" and run.grad_ckpt else []

@@ -225,6 +225,13 @@ def _inputs(c: _Ctx) -> Explanation:
 
 
 def _vision(c: _Ctx) -> Explanation:
+    if c.cfg.train_tower:  # the tower trained on the images (replay/vision_train.py)
+        return Explanation(
+            formula="the processor's pixel_values (kept through the step), the trainable vision tower's "
+            "activations saved for backward and its outputs alive through the language model's forward",
+            inputs={**c.base, "images": c.run.images, "image_size": c.run.image_size},
+            source="replay/vision_train.py embed_images (Gemma3Model.forward, SiglipVisionModel)",
+        )
     return Explanation(
         formula="the processor's pixel_values (kept through the step), the frozen vision tower's activations "
         "and its outputs alive through the language model's forward",

@@ -64,6 +64,7 @@ def step_config(spec: ModelSpec, run: TrainingRun, stage: int = 0) -> tuple[Repl
         q=ceil((run.seq + image_tok) / run.cp),
         images=images,
         image_size=run.image_size if images else 0,
+        train_tower=run.train_vision_tower and images > 0,  # replay/vision_train.py
         param_dt=param_dt,
         autocast=autocast,
         attn="sdpa" if run.attn == "flash" else run.attn,

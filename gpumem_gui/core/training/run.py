@@ -53,6 +53,7 @@ from gpumem_gui.core.training.run_options import (
     SequenceParallel,
     TrainImages,
     TrainImageSize,
+    TrainVisionTower,
     ZeroImpl,
     sharding_shown,
 )
@@ -289,6 +290,7 @@ class TrainingRun(Frozen):
     ] = False
     images: TrainImages = 0
     image_size: TrainImageSize = 1024
+    train_vision_tower: TrainVisionTower = False
     cuda_context_mib: CudaContextMiB = None
     gpu_arch: GpuArchField = "auto"
     nccl_channels: NcclChannels

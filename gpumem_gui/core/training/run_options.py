@@ -379,6 +379,19 @@ OPTIMIZER_CHOICES = (
 TrainImages, TrainImageSize = image_fields(
     "Step",
     "the tower is frozen (LLaMA-Factory's freeze_vision_tower default): no gradient, no optimizer state, "
-    "nothing saved for backward; a trainable tower is not modelled",
+    "nothing saved for backward, unless Train vision tower is on",
     has_tower,
 )
+# the tower unfrozen in a full fine-tune (LLaMA-Factory hparams/finetuning_args.py freeze_vision_tower:
+# false; 2U1/Qwen-VL-Series-Finetune --freeze_vision_tower False): replay/vision_train.py
+TrainVisionTower = Annotated[
+    bool,
+    UI(
+        "Train vision tower",
+        "Step",
+        "full fine-tuning with the vision tower and projector unfrozen (LLaMA-Factory freeze_vision_tower: "
+        "false): their gradients and optimizer states, and the tower's activations saved for backward on "
+        "the step's images; modelled for Gemma 3's SigLIP and Qwen2.5-VL's towers",
+        model=has_tower,
+    ),
+]

@@ -35,6 +35,8 @@ UNUSED: tuple[Unused, ...] = (
     Unused(("loss_chunks",), "a chunked loss (loss chunked)", lambda r: resolve(r).loss in CHUNKED_LOSSES),
     Unused(("compile_loss",), "torch.compile (compile)", lambda r: r.compile),
     Unused(("pp_schedule",), "pipeline parallelism (pp > 1)", lambda r: r.pp > 1),
+    # replay/vision_train.py: the tower trains on the step's images; a text step gives it no gradient
+    Unused(("train_vision_tower",), "a step with images (images > 0)", lambda r: r.images > 0),
     Unused(
         ("pp_virtual",),
         "the interleaved 1F1B schedule with pp > 1",

@@ -9,7 +9,7 @@ Handled here, each named in the result's ``notes`` when it applies:
 * ``Module.to()`` of a fake parameter to the device it is on (modules and peft adapters that move themselves
   in ``__init__``) is a no-op instead of a failed swap;
 * a multimodal config builds its language model (the forward would look for image tokens); the vision tower
-  is built on its own and its parameters are added to the count;
+  is built on its own and its parameters and buffers are added to the count (``vision.add_vision``);
 * a ``quantization_config`` is ignored by ``from_config`` (and a missing kernel dequantizes): the weights are
   traced in the compute dtype and the result says so, for the caller to account the quantized bytes;
 * modules whose fast kernels are missing (mamba, causal-conv1d, flash-linear-attention) run their
@@ -260,8 +260,8 @@ def build(
         notes.append("multimodal: the whole model is built (its vision tower loaded) and run with text only")
     elif is_multimodal(cfg):
         notes.append(
-            "multimodal: the language model is traced (its forward with text only); the parameters of the "
-            "vision tower and projector are added to every phase"
+            "multimodal: the language model is traced (its forward with text only); the parameters and "
+            "buffers of the vision tower and projector are added to every phase"
         )
         cfg = text_config(cfg)
     if attn == "flash":
@@ -294,30 +294,6 @@ def build(
     raise TraceError("transformers cannot build the model")
 
 
-def vision_params(cfg: Any, dtype: Any, world: int = 1) -> tuple[int, int]:
-    """(parameters, bytes on rank 0) of what a multimodal model holds besides its language model (the vision
-    tower and the projector): the whole model built with weight init off (init reads values, e.g. SigLIP's
-    truncated normal), its parameters outside ``language_model`` and ``lm_head`` counted; ``world`` > 1:
-    FSDP2's dim-0 shard of each (``ceil(rows / world)`` rows, padded)."""
-    from transformers import AutoModel
-
-    if getattr(cfg, "vision_config", None) is None:
-        return 0, 0
-    with same_device_to(), _no_init_weights():
-        whole = AutoModel.from_config(copy.deepcopy(cfg), dtype=dtype)
-    extra = [
-        p
-        for name, p in whole.named_parameters()
-        if not any(part in ("language_model", "lm_head") for part in name.split("."))
-    ]
-    nbytes = 0
-    for p in extra:
-        rows = p.shape[0] if p.dim() else 1
-        held = -(-rows // world) * (p.numel() // rows) if world > 1 and rows else p.numel()
-        nbytes += held * p.element_size()
-    return sum(p.numel() for p in extra), nbytes
-
-
 def whole_model(cfg: Any) -> bool:
     """A text config without a causal LM of its own (Qwen2_5_VLTextConfig, MllamaTextConfig): build whole."""
     from transformers import AutoModelForCausalLM
@@ -325,21 +301,7 @@ def whole_model(cfg: Any) -> bool:
     return type(text_config(cfg)) not in AutoModelForCausalLM._model_mapping
 
 
-def add_vision(out: dict[str, Any], cfg: Any, dtype: Any, world: int = 1) -> None:
-    """A multimodal model's vision tower and projector, which the text-only trace did not build, added to
-    every phase as parameters (a text step gives them no gradient, so no optimizer state either)."""
-    if not is_multimodal(cfg):
-        return
-    n, nbytes = vision_params(cfg, dtype, world)
-    out["vision_params"] = n
-    if whole_model(cfg):
-        return  # built with the model (build): its bytes are in every phase already
-    for ph in out["phases"].values():
-        ph["Parameter"] = ph.get("Parameter", 0) + nbytes
-        ph["Total"] = ph.get("Total", 0) + nbytes
-
-
-def _no_init_weights() -> Any:
+def no_init_weights() -> Any:
     """transformers' context that skips weight init (its home moved between versions)."""
     for where in ("transformers.initialization", "transformers.modeling_utils"):
         try:

@@ -35,9 +35,10 @@ import contextlib
 import gc
 from typing import Any
 
-from .building import TraceError, add_vision, quantization_notes, readable_failures
+from .building import TraceError, quantization_notes, readable_failures
 from .tracking import fsdp_tracker, memory_tracker, restart_peaks
 from .training import optimizer, precision_dtypes, prepare
+from .vision import add_vision
 
 
 def _world(run: dict[str, Any]) -> int:

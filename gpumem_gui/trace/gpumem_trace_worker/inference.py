@@ -9,7 +9,6 @@ from typing import Any
 from .building import (
     DTYPES,
     WHOLE_MODEL,
-    add_vision,
     attn_used,
     build,
     check_torch,
@@ -21,7 +20,7 @@ from .building import (
 )
 from .seq2seq import is_seq2seq, trace_generate
 from .tracking import flat, memory_tracker
-from .vision import constant_grids, image_inputs, image_request
+from .vision import add_vision, constant_grids, image_inputs, image_request
 
 # DeepseekV4HCACache / DeepseekV4CSACache (models/deepseek_v4/modeling_deepseek_v4.py): the compressors'
 # state, dicts of tensors keyed by entry ("compressor", "indexer")

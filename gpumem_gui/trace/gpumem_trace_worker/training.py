@@ -8,7 +8,6 @@ from typing import Any
 from .building import (
     WHOLE_MODEL,
     TraceError,
-    add_vision,
     attn_used,
     build,
     check_torch,
@@ -23,7 +22,7 @@ from .building import (
 )
 from .tracking import memory_tracker
 from .tricks import LOSSES, Offload, checkpoint_every, op_sac_context, optimizers_in_backward, standard_loss
-from .vision import constant_grids, image_inputs, image_request
+from .vision import add_vision, constant_grids, image_inputs, image_request
 
 _OPTIM = {
     "adamw": {"foreach": True},
@@ -161,16 +160,20 @@ def prepare(
     finally:
         WHOLE_MODEL.reset(token)
     whole = is_multimodal(cfg) and run.get("task") is None and (images or whole_model(cfg))
-    if whole:  # built with its vision tower, kept frozen (TRL / LLaMA-Factory freeze_vision_tower default):
-        # no gradient or optimizer state for it, and its forward saves nothing for backward
+    trains_tower = images and bool(run.get("train_vision_tower")) and run.get("method", "full") == "full"
+    if whole and not trains_tower:  # built with its vision tower, kept frozen (TRL / LLaMA-Factory
+        # freeze_vision_tower default): no gradient or optimizer state for it, nothing saved for backward
         for name, p in model.named_parameters():
             if not _TEXT_PARTS & set(name.split(".")):
                 p.requires_grad_(False)
     if images:
         notes[:] = [n for n in notes if "run with text only" not in n]
         notes.append(
-            "images: the whole model with its vision tower frozen; the tower and projector get no gradient, "
-            "so torch's optimizers keep no state for them"
+            "images: the whole model with its vision tower trained (train_vision_tower): the tower and "
+            "projector get gradients and optimizer states"
+            if trains_tower
+            else "images: the whole model with its vision tower frozen; the tower and projector get no "
+            "gradient, so torch's optimizers keep no state for them"
         )
     elif is_multimodal(cfg):
         notes.append(

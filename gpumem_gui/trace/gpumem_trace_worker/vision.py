@@ -25,13 +25,14 @@ allocated changes: the same tensors of the same shapes exist, and they are count
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import inspect
 import sys
 from collections.abc import Iterator
 from typing import Any
 
-from .building import TraceError, text_config
+from .building import TraceError, is_multimodal, no_init_weights, same_device_to, text_config, whole_model
 
 # PixtralProcessor's break / end tokens: any id but the image token (only the count matters)
 _TEXT_ID = 1
@@ -263,3 +264,46 @@ def constant_grids() -> Iterator[None]:
         ft.CONSTANT_NUMEL_LIMIT = limit
         for mod, n, f in swapped:
             setattr(mod, n, f)
+
+
+def _outside_text(name: str) -> bool:
+    return not any(part in ("language_model", "lm_head") for part in name.split("."))
+
+
+def vision_params(cfg: Any, dtype: Any, world: int = 1) -> tuple[int, int, int]:
+    """(parameters, their bytes on rank 0, buffer bytes) of what a multimodal model holds besides its
+    language model (the vision tower and the projector): the whole model built with weight init off (init
+    reads values, e.g. SigLIP's truncated normal), its parameters and buffers outside ``language_model`` and
+    ``lm_head`` counted (the buffers by storage: SigLIP's ``position_ids`` is an expanded ``arange``);
+    ``world`` > 1: FSDP2's dim-0 shard of each parameter (``ceil(rows / world)`` rows, padded; buffers are
+    not sharded)."""
+    from transformers import AutoModel
+
+    if getattr(cfg, "vision_config", None) is None:
+        return 0, 0, 0
+    with same_device_to(), no_init_weights():
+        whole = AutoModel.from_config(copy.deepcopy(cfg), dtype=dtype)
+    extra = [p for name, p in whole.named_parameters() if _outside_text(name)]
+    nbytes = 0
+    for p in extra:
+        rows = p.shape[0] if p.dim() else 1
+        held = -(-rows // world) * (p.numel() // rows) if world > 1 and rows else p.numel()
+        nbytes += held * p.element_size()
+    buffers = sum(b.untyped_storage().nbytes() for name, b in whole.named_buffers() if _outside_text(name))
+    return sum(p.numel() for p in extra), nbytes, buffers
+
+
+def add_vision(out: dict[str, Any], cfg: Any, dtype: Any, world: int = 1) -> None:
+    """A multimodal model's vision tower and projector, which the text-only trace did not build, added to
+    every phase: its parameters (a text step gives them no gradient, so no optimizer state either) and its
+    buffers (the rotary tables, SigLIP's position ids)."""
+    if not is_multimodal(cfg):
+        return
+    n, nbytes, buffers = vision_params(cfg, dtype, world)
+    out["vision_params"] = n
+    if whole_model(cfg):
+        return  # built with the model (build): its bytes are in every phase already
+    for ph in out["phases"].values():
+        ph["Parameter"] = ph.get("Parameter", 0) + nbytes
+        ph["Buffer"] = ph.get("Buffer", 0) + buffers
+        ph["Total"] = ph.get("Total", 0) + nbytes + buffers

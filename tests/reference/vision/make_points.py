@@ -48,10 +48,30 @@ _STEPS = (
     {"method": "lora", "batch": 2, "seq": 100, "images": 1, "image_size": 448},
     {"method": "lora", "batch": 1, "seq": 200, "images": 2, "image_size": 336, "grad_ckpt": True},
 )
+# the vision tower trained (train_vision_tower: LLaMA-Factory freeze_vision_tower false;
+# replay/vision_train.py)
+_TOWER_STEPS = tuple(
+    {**step, "train_vision_tower": True}
+    for step in (
+        {"method": "full", "batch": 1, "seq": 64, "images": 2, "image_size": 224},
+        {"method": "full", "batch": 2, "seq": 100, "images": 1, "image_size": 448},
+        {"method": "full", "batch": 1, "seq": 200, "images": 2, "image_size": 336, "grad_ckpt": True},
+        {"method": "full", "batch": 1, "seq": 64, "images": 3, "image_size": 224, "precision": "bf16"},
+    )
+)
+_QWEN_TOWER_STEPS = tuple(
+    {**step, "train_vision_tower": True}
+    for step in (
+        {"method": "full", "batch": 1, "seq": 64, "images": 2, "image_size": 224},
+        {"method": "full", "batch": 1, "seq": 64, "images": 4, "image_size": 448},
+        {"method": "full", "batch": 1, "seq": 100, "images": 2, "image_size": 700, "grad_ckpt": True},
+        {"method": "full", "batch": 2, "seq": 64, "images": 1, "image_size": 448, "precision": "bf16"},
+    )
+)
 TRAIN_POINTS: dict[str, tuple[dict, ...]] = {
-    "gemma3-vision-tiny": _STEPS,
+    "gemma3-vision-tiny": _STEPS + _TOWER_STEPS,
     "llama4-vision-tiny": _STEPS[:1],  # LoRA on Llama 4 does not trace (PEFT, text-only too)
-    "qwen2_5_vl-vision-tiny": _STEPS[:2],
+    "qwen2_5_vl-vision-tiny": _STEPS[:2] + _QWEN_TOWER_STEPS,
     "qwen3_vl-vision-tiny": _STEPS[:1],
     "mistral3-vision-tiny": _STEPS[:1],
 }

@@ -1,0 +1,244 @@
+"""A trainable vision tower in a full fine-tune: the run's ``train_vision_tower`` (LLaMA-Factory
+``freeze_vision_tower: false``, 2U1/Qwen-VL-Series-Finetune ``--freeze_vision_tower False``).
+
+The tower's parameters are the model's own (one :class:`~.autograd.Param` each, so each gets its gradient and
+its optimizer state), and its forward runs under autograd where ``Gemma3Model.forward`` (transformers 5.24,
+``models/gemma3/modeling_gemma3.py``) and ``Qwen2_5_VLModel.forward`` run it: after the prompt's embedding,
+before ``masked_scatter``, so the backward reaches the tower after the language model and before the
+embedding (autograd runs the later node first). Gemma 3's SigLIP tower (``models/siglip/modeling_siglip.py``)
+and projector, op by op:
+
+* ``SiglipVisionEmbeddings``: the patch Conv2d on ``pixel_values.to(weight dtype)`` (under autocast a
+  lower-precision copy of the pixels, saved for the weight's gradient), ``flatten(2).transpose(1, 2)`` (a
+  view), plus ``position_embedding(position_ids)`` (the buffer's ids, a ``[1, patches, hidden]`` lookup);
+* per ``SiglipEncoderLayer`` (a GradientCheckpointingLayer, checkpointed with the text layers):
+  ``layer_norm1``, q/k/v (``view(...).transpose(1, 2)``), SDPA without mask, ``reshape`` (a view of the
+  kernel's output), ``out_proj``, the residual, ``layer_norm2``, ``fc1``, ``gelu_pytorch_tanh``, ``fc2``, the
+  residual;
+* ``post_layernorm``; ``Gemma3MultiModalProjector``: ``transpose(1, 2).reshape(b, hidden, g, g)`` (a copy),
+  ``AvgPool2d`` (saving its input), ``flatten(2).transpose(1, 2)``, ``Gemma3RMSNorm`` (``x * rsqrt(mean(x^2)
+  + eps) * (1 + w)`` in fp32), ``matmul`` with ``mm_input_projection_weight``, ``type_as`` the tower's output;
+* ``inputs_embeds.masked_scatter(special_image_mask, image_features)``: a new ``[b, q, hidden]``; its backward
+  saves the mask only. The vision outputs (``mm_encoder_outputs``: the last hidden state and the features)
+  are locals of the model's forward until it returns.
+
+Qwen2.5-VL's tower: :mod:`.vision_train_qwen`. Only these two are replayed trainable (the other towers:
+:func:`check_trainable` refuses in one line);
+LoRA on a tower is not modelled (PEFT 0.21's ``all-linear`` adapts the tower's linears too, since
+``_maybe_include_all_linear_layers`` excludes only the output embedding; LLaMA-Factory and the trace worker
+leave the tower out of the targets while ``freeze_vision_tower`` holds).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.replay.memory import DT_BYTES, T
+from gpumem_gui.core.replay.vision_tower import REGION
+from gpumem_gui.core.replay.vision_train_qwen import QwenTrainTower, qwen_tensors
+from gpumem_gui.core.spec.model import ModelSpec
+from gpumem_gui.core.spec.vision import VisionTower, image_grid
+
+_P = "vision_tower."
+
+
+def check_trainable(spec: ModelSpec, method: str) -> None:
+    """One-line error where a trainable tower is not modelled: adapters, or a tower of another kind."""
+    tower = spec.vision.tower if spec.vision is not None else None
+    if method != "full":
+        raise GpumemInputError(
+            "a trainable vision tower is modelled for full fine-tuning only (LoRA on the tower is not "
+            "modelled); turn train_vision_tower off",
+            field="train_vision_tower",
+        )
+    if tower is None or tower.kind not in TRAINABLE:
+        raise GpumemInputError(
+            "a trainable vision tower is modelled for Gemma 3's SigLIP and Qwen2.5-VL's towers only; turn "
+            "train_vision_tower off (the tower frozen)",
+            field="train_vision_tower",
+        )
+
+
+def tower_tensors(spec: ModelSpec) -> list[tuple[str, tuple[int, ...]]]:
+    """The trainable tower's and projector's parameters (names and shapes)."""
+    return _TENSORS[_tower(spec).kind](spec)
+
+
+def _siglip_tensors(spec: ModelSpec) -> list[tuple[str, tuple[int, ...]]]:
+    """SiglipVisionModel's and Gemma3MultiModalProjector's parameters (names and shapes)."""
+    v = _tower(spec)
+    h, i, p = v.hidden_size, v.intermediate_size, v.patch_size
+    out = [
+        ("embeddings.patch_embedding.weight", (h, v.in_channels, p, p)),
+        ("embeddings.patch_embedding.bias", (h,)),
+        ("embeddings.position_embedding.weight", ((v.fixed_side // p) ** 2, h)),
+    ]
+    for layer in range(v.depth):
+        pre = f"encoder.layers.{layer}."
+        out += [(f"{pre}layer_norm1.weight", (h,)), (f"{pre}layer_norm1.bias", (h,))]
+        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            out += [(f"{pre}self_attn.{proj}.weight", (h, h)), (f"{pre}self_attn.{proj}.bias", (h,))]
+        out += [(f"{pre}layer_norm2.weight", (h,)), (f"{pre}layer_norm2.bias", (h,))]
+        out += [(f"{pre}mlp.fc1.weight", (i, h)), (f"{pre}mlp.fc1.bias", (i,))]
+        out += [(f"{pre}mlp.fc2.weight", (h, i)), (f"{pre}mlp.fc2.bias", (h,))]
+    out += [("post_layernorm.weight", (h,)), ("post_layernorm.bias", (h,))]
+    out += [("mm_soft_emb_norm.weight", (h,)), ("mm_input_projection_weight", (h, v.out_hidden_size))]
+    return [(_P + name, shape) for name, shape in out]
+
+
+# the vision towers whose trainable forward is replayed (VisionTower.kind) and their parameters
+_TENSORS = {"siglip": _siglip_tensors, "qwen2_5_vl": qwen_tensors}
+TRAINABLE = tuple(_TENSORS)
+
+
+def _tower(spec: ModelSpec) -> VisionTower:
+    tower = spec.vision.tower if spec.vision is not None else None
+    assert tower is not None
+    return tower
+
+
+def add_params(m: Any) -> None:
+    """The vision tower and projector's parameters on the first stage: one per tensor when the tower trains
+    on this step's images, else one block that the text forward never uses (a text step: no gradient, so
+    torch's optimizers keep no state for it; or the frozen tower)."""
+    cfg, spec, s = m.cfg, m.spec, m.s
+    if spec.vision is None or not cfg.embedding:
+        return
+    if not cfg.train_tower:
+        n = spec.vision.params
+        full = round(n * DT_BYTES[cfg.param_dt])
+        # with images the tower is frozen (requires_grad off, LLaMA-Factory's freeze_vision_tower): not even
+        # flat-buffer frameworks (DeepSpeed, FSDP1) give it gradient or state room; text only, it trains but
+        # gets no gradient
+        trains = m._trainable(None) and not cfg.images
+        m.p["vision"] = s.param("vision", n, cfg.param_dt, trains, full, None)
+        m.unused.add("vision")
+        return
+    for name, shape in tower_tensors(spec):
+        n = 1
+        for d in shape:
+            n *= d
+        m.shape[name] = shape
+        m.p[name] = s.param(name, n, cfg.param_dt, True, round(n * DT_BYTES[cfg.param_dt]), None)
+
+
+class _Siglip:
+    """The trainable SigLIP tower's ops (``n``: the rows of all images' patches)."""
+
+    def __init__(self, m: Any, images: int) -> None:
+        self.m, self.o, self.s = m, m.o, m.s
+        self.v = v = _tower(m.spec)
+        self.g = image_grid(v, v.fixed_side)
+        self.images = images
+        self.n = images * self.g.patches
+        self.nd = self.n * v.hidden_size
+
+    def w(self, name: str) -> T:
+        return self.m.p[_P + name].tensor
+
+    def linear(self, x: T, name: str, n_out: int, n_in: int) -> T:
+        return self.o.linear(x, self.w(f"{name}.weight"), self.w(f"{name}.bias"), n_out, n_in)
+
+    def layer_norm(self, x: T, name: str) -> T:
+        """native_layer_norm: saves its input, weight, bias and the fp32 mean and rstd."""
+        s, rows = self.s, x.n // self.v.hidden_size
+        w, b = self.w(f"{name}.weight"), self.w(f"{name}.bias")
+        out = s.new(x.n, x.dt)
+        mean, rstd = s.new(rows, "f32"), s.new(rows, "f32")
+        s.node("multi", (x, w, b), (out,), (x, w, b, mean, rstd))
+        return out
+
+    def layer(self, i: int, hidden: T) -> T:
+        """SiglipEncoderLayer.forward (a method so checkpointing can recompute it)."""
+        o, s, v = self.o, self.s, self.v
+        h, pre = v.hidden_size, f"encoder.layers.{i}."
+        s.tr.where = f"vision block {i}"
+        normed = self.layer_norm(hidden, f"{pre}layer_norm1")
+        q, k, vv = (
+            o.view(self.linear(normed, f"{pre}self_attn.{p}", h, h), copy_grad=True)
+            for p in ("q_proj", "k_proj", "v_proj")
+        )
+        del normed
+        # SDPA's CPU flash kernel (no mask): its output, laid out so reshape is a view, and fp32 log-sum-exp
+        out = s.new(self.nd, q.dt)
+        lse = s.new(self.n * v.num_heads, "f32")
+        s.node("multi", (q, k, vv), (out, lse), (q, k, vv, out, lse))
+        del lse, q, k, vv
+        attn = self.linear(out, f"{pre}self_attn.out_proj", h, h)
+        del out
+        hidden = o.add(hidden, attn)
+        del attn
+        normed = self.layer_norm(hidden, f"{pre}layer_norm2")
+        act = o.gelu_tanh(self.linear(normed, f"{pre}mlp.fc1", v.intermediate_size, h))
+        del normed
+        mlp = self.linear(act, f"{pre}mlp.fc2", h, v.intermediate_size)
+        del act
+        return o.add(hidden, mlp)
+
+    def embeddings(self, pixels: T) -> T:
+        o, s, v = self.o, self.s, self.v
+        s.tr.where = "vision patch embedding"
+        patch = v.in_channels * v.patch_size**2
+        pixels = s.cast(pixels, self.w("embeddings.patch_embedding.weight").dt)  # pixel_values.to(dtype)
+        conv = self.linear(pixels, "embeddings.patch_embedding", v.hidden_size, patch)  # Conv2d as a matmul
+        w = self.w("embeddings.position_embedding.weight")
+        pos = s.new(self.g.patches * v.hidden_size, w.dt)  # position_embedding(position_ids)
+        s.node("copy", (w,), (pos,))
+        return o.add(conv, pos, self.nd)
+
+    def projector(self, last: T) -> T:
+        """Gemma3MultiModalProjector, ``type_as`` the tower's output."""
+        o, s, v = self.o, self.s, self.v
+        s.tr.where = "vision projector"
+        square = o.clone(last)  # transpose(1, 2).reshape(b, hidden, g, g): a copy
+        rows = self.images * self.g.features
+        pooled = s.new(rows * v.hidden_size, square.dt)  # AvgPool2d saves its input
+        s.node("copy", (square,), (pooled,), (square,))
+        del square
+        xf = s.cast(pooled, "f32")  # Gemma3RMSNorm: x.float(), x * rsqrt(mean(x^2) + eps), * (1 + w.float())
+        normed = o.mul(xf, o.rsqrt(o.add(o.mean_last(o.pow2(xf), v.hidden_size), None)))
+        del xf, pooled
+        w1 = o.add(s.cast(self.w("mm_soft_emb_norm.weight"), "f32"), None)
+        normed = o.mul(normed, w1, normed.n)
+        del w1
+        w = self.w("mm_input_projection_weight")
+        projected = o.linear(normed, w, None, v.out_hidden_size, v.hidden_size)  # torch.matmul
+        del normed
+        return s.cast(projected, last.dt)
+
+
+def embed_images(m: Any, hidden: T, keep: list[T], pixels: T, held: list[Any]) -> tuple[T, list[T]]:
+    """The model's forward between the prompt's embedding and the language model: the tower and projector on
+    ``pixels`` under autograd (Gemma 3's SigLIP: ``_Siglip``; Qwen2.5-VL: :mod:`.vision_train_qwen`, whose
+    features are concatenated), the placeholder masks and
+    ``masked_scatter``; ``held`` receives what the model's forward keeps until it returns (the vision
+    outputs, ``image_embeds``, Qwen's unused video mask)."""
+    cfg, s = m.cfg, m.s
+    prev, s.region = s.region, REGION
+    images = cfg.batch * cfg.images
+    if _tower(m.spec).kind == "qwen2_5_vl":
+        last, features = QwenTrainTower(m, images, cfg.image_size).forward(pixels, cfg.grad_ckpt)
+        held += [last, features]
+        s.tr.where = "vision masked_scatter"
+        # image_embeds = torch.cat(pooler_output, dim=0), in the tower's dtype as the frozen tower's replay
+        # holds it (vision.train_prefix; its .to(inputs_embeds.dtype) copy is not counted there either)
+        features = m.o.clone(features)
+        held += [features, s.new(cfg.batch * cfg.q, "bool")]  # image_embeds; the video mask (``_``)
+    else:
+        tw = _Siglip(m, images)
+        x = tw.embeddings(pixels)
+        for i in range(tw.v.depth):
+            x = s.checkpoint(tw.layer, i, x) if cfg.grad_ckpt else tw.layer(i, x)
+        s.tr.where = "vision post_layernorm"
+        last = tw.layer_norm(x, "post_layernorm")
+        del x
+        features = tw.projector(last)
+        held += [last, features]
+    s.tr.where = "vision masked_scatter"
+    mask = s.new(cfg.batch * cfg.q, "bool")  # input_ids == image_token_id, expanded as a view
+    s.region = "hidden_states"
+    scattered = s.new(hidden.n, hidden.dt)  # inputs_embeds.masked_scatter(mask, image_features)
+    s.node("copy", (hidden, features), (scattered,), (mask,))
+    s.region = prev
+    return scattered, [scattered if k is hidden else k for k in keep]
