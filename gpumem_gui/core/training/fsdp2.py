@@ -33,6 +33,10 @@ unit's post-backward starts ("Unsharded Grad" then), the reduce-scatter input an
 collective runs and post-backward returns ("Reduce Scatter", "Sharded Grad"); the 1/N clone of
 ``reshard_after_forward=N`` is made in forward and stays an "Activation".
 
+Streams (what the allocator model sees, :data:`AG_COPY_IN_STREAM`, :data:`RS_STREAM`): the flat all-gather
+input and output are made on the all-gather copy-in stream, the reduce-scatter output on the reduce-scatter
+stream, everything else on the default stream.
+
 Pipelining (``torch/distributed/pipelining/stage.py``, ``pipeline``: the micro-batches replayed): every
 micro-batch's backward runs with ``set_requires_gradient_sync(False)`` and
 ``set_reshard_after_backward(False)`` (``backward_maybe_with_nosync``), so PG ``post_backward`` neither
