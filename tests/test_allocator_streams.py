@@ -141,6 +141,10 @@ def test_fsdp2_all_gather_and_reduce_scatter_buffers_are_on_their_streams() -> N
     apart, together = run_events(events), run_events(_no_streams(events))
     assert apart.live_peak == together.live_peak and apart.allocated_peak == together.allocated_peak
     assert apart.reserved_peak > together.reserved_peak
+    # one rank: no all-gather (PG unshard returns before foreach_all_gather), the cast made on the default
+    # stream by wait_for_unshard; the reduce-scatter output is still made on its stream
+    one, _ = _events(fsdp="full_shard", dp=1, precision="mp-bf16")
+    assert set(_sizes_by_stream(one)) == {0, RS_STREAM}
 
 
 def test_runs_without_fsdp2_allocate_on_the_default_stream_only() -> None:

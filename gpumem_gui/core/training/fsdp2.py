@@ -75,8 +75,9 @@ ROOT = -1
 # FORWARD and PRE_BACKWARD without ``unshard_async_op``, the only unshards replayed); COLL ``foreach_reduce``
 # makes the reduce-scatter output under ``device_handle.stream(reduce_scatter_stream)``, while the
 # reduce-scatter input is made before it, on the current (default) stream. Neither is freed with
-# ``record_stream`` (PG ``AllGatherState`` / ``ReduceScatterState`` hold them instead), so a freed buffer is
-# cached for its own stream's next allocations only.
+# ``record_stream`` (PG ``AllGatherState`` holds the all-gather output until the next unit's copy-out; the
+# sharded gradients, views of the reduce-scatter output, hold it until zero_grad: COLL ``foreach_reduce``'s
+# closing comment), so a freed buffer is cached for its own stream's next allocations only.
 AG_COPY_IN_STREAM, RS_STREAM = 1, 2
 # the aggregate parameter the replay makes for a QLoRA model's 4-bit linears (model.py _build_params)
 BNB_AGGREGATE = "bnb 4-bit linears"
@@ -182,7 +183,8 @@ class Fsdp2Hooks(TrainingHooks):
             return
         pol = self.pol
         copy_in = None
-        sim.tr.on_stream(AG_COPY_IN_STREAM)
+        # one rank: no foreach_all_gather, the cast is made on the default stream (PG wait_for_unshard)
+        sim.tr.on_stream(AG_COPY_IN_STREAM if pol.world > 1 else DEFAULT_STREAM)
         if u in self.post_shard:
             if pol.store_scale != 1:
                 copy_in = sim.storage(self.post_shard[u].nbytes, "all-gather buffers")
