@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from gpumem_gui.core.allocator import ALLOC, FREE, GROW, PHASE
-from gpumem_gui.core.allocator.events import normalize
+from gpumem_gui.core.allocator.events import STREAM, normalize
 from gpumem_gui.core.readers.hf_config import spec_from_config
 from gpumem_gui.core.replay import forward, step_tape
 from gpumem_gui.core.replay.autograd import Sim
@@ -68,6 +68,7 @@ def test_the_tapes_stream_is_the_replays_at_every_admitted_point(layout: str) ->
         assert len(got) == len(want), (batch, seq)
         assert got == want, (batch, seq)
         assert {ALLOC, FREE, PHASE} <= {op for op, _, _ in got}
+        assert (STREAM in {op for op, _, _ in got}) == (layout == "FSDP2")  # its side streams' buffers
     assert admitted >= 3, f"{layout}: the tape admits {admitted} of the points"
 
 

@@ -3,7 +3,8 @@
 A training step is run ``steps`` times (from its first phase on; what the setup allocated stays): PyTorch's
 allocator reaches its steady state, with the blocks cached by one step reused (or not, when fragmented) by the
 next, after the first step, and ``max_memory_reserved`` is taken over the whole run. Storages a step leaves
-alive (states created by the first optimizer step) are allocated once.
+alive (states created by the first optimizer step) are allocated once. Each allocation is made on the stream
+in force (:data:`~.events.STREAM` events; the default stream where there are none).
 """
 
 from __future__ import annotations
@@ -14,7 +15,16 @@ from pydantic import Field
 
 from gpumem_gui.core.allocator.caching import CachingAllocator, OutOfMemory
 from gpumem_gui.core.allocator.config import AllocatorConfig
-from gpumem_gui.core.allocator.events import ALLOC, FREE, GROW, PHASE, Event, normalize
+from gpumem_gui.core.allocator.events import (
+    ALLOC,
+    DEFAULT_STREAM,
+    FREE,
+    GROW,
+    PHASE,
+    STREAM,
+    Event,
+    normalize,
+)
 from gpumem_gui.core.allocator.pool import Block
 from gpumem_gui.core.spec.base import Frozen
 
@@ -66,6 +76,7 @@ class _Driver:
         self.alloc = alloc
         self.pieces: dict[int, list[Block]] = {}
         self.live = 0
+        self.stream = DEFAULT_STREAM  # the stream allocations are made on (STREAM events set it)
         # the current phase's peaks: reserved, allocated, live, and pinned (reserved less the whole cached
         # segments release_cached_blocks would free: what the allocator cannot give back)
         self.phase = [0, 0, 0, 0]
@@ -78,11 +89,11 @@ class _Driver:
         a = self.alloc
         pieces, malloc, free, pools = self.pieces, a.malloc, a.free, (a.small, a.large)
         peak = self.phase
-        live = self.live
+        live, stream = self.live, self.stream
         try:
             for op, key, nbytes in events:
                 if op == ALLOC:
-                    pieces[key + offset] = [malloc(nbytes)] if nbytes > 0 else []  # type: ignore[operator]
+                    pieces[key + offset] = [malloc(nbytes, stream)] if nbytes > 0 else []  # type: ignore[operator]
                     live += nbytes
                     if a.reserved > peak[0]:
                         peak[0] = a.reserved
@@ -102,6 +113,8 @@ class _Driver:
                     self._grow(key + offset, nbytes)  # type: ignore[operator]
                     live = self.live
                     self._note(peak)
+                elif op == STREAM:
+                    stream = self.stream = key  # type: ignore[assignment]
                 else:
                     peak = self.phase = self.phases.setdefault(str(key), [0, 0, 0, 0])
                     self.live = live
@@ -130,10 +143,11 @@ class _Driver:
     def _grow(self, handle: int, delta: int) -> None:
         """A storage resized by ``delta``: growth is a new block beside the old ones (an all-gather's
         output); a shrink frees the newest blocks when they make up ``-delta`` exactly, else the storage is
-        reallocated at its new size (the new block before the old ones are freed, as a copy would)."""
+        reallocated at its new size (the new block before the old ones are freed, as a copy would). New
+        blocks are made on the stream in force, as any allocation."""
         pieces = self.pieces.setdefault(handle, [])
         if delta > 0:
-            pieces.append(self.alloc.malloc(delta))
+            pieces.append(self.alloc.malloc(delta, self.stream))
             self.live += delta
             return
         if delta == 0:
@@ -146,7 +160,7 @@ class _Driver:
         remaining = sum(b.requested for b in pieces) + delta
         keep = pieces[:cut] if total == -delta else []
         if total != -delta and remaining > 0:
-            keep = [self.alloc.malloc(remaining)]
+            keep = [self.alloc.malloc(remaining, self.stream)]
             self._note(self.phase)  # the copy and the old storage exist together
         for block in old:
             self.alloc.free(block)
@@ -177,7 +191,9 @@ def run_events(
     evs = _as_loaded(evs[:start]) + body
     born = {e[1] for e in body if e[0] == ALLOC}
     freed = {e[1] for e in body if e[0] == FREE}
-    again = [e for e in body if e[0] == PHASE or (e[1] in born and (e[0] != ALLOC or e[1] in freed))]
+    again = [e for e in body if e[0] in _MARKS or (e[1] in born and (e[0] != ALLOC or e[1] in freed))]
+    if any(e[0] == STREAM for e in evs):  # a repeated step starts on the stream the first one started on
+        again.insert(0, (STREAM, _stream_at_end(evs[: len(evs) - len(body)]), 0))
     # fresh handles for each repeated step's storages: step s moves its keys by s x (1 + the largest key),
     # past every key of the steps before it
     span = 1 + max((e[1] for e in evs if e[0] == ALLOC), default=0)  # type: ignore[type-var]
@@ -191,19 +207,42 @@ def run_events(
     return rep
 
 
+_MARKS = (PHASE, STREAM)  # events that name no storage
+
+
+def _stream_at_end(events: list[Event]) -> object:
+    """The stream in force after ``events``."""
+    return next((e[1] for e in reversed(events) if e[0] == STREAM), DEFAULT_STREAM)
+
+
 def _as_loaded(setup: list[Event]) -> list[Event]:
     """The setup as loaded: one allocation per storage alive at its end, at its final size, in the order
-    they were made. How the replay builds the model (whole parameters, then sharded) is no loading
-    history; the allocator sees the model and the states as they stand when the step begins."""
+    they were made, each on the stream it was made on (and the stream in force at the end kept). How the
+    replay builds the model (whole parameters, then sharded) is no loading history; the allocator sees the
+    model and the states as they stand when the step begins."""
     sizes: dict[object, int] = {}
+    made_on: dict[object, object] = {}
+    stream: object = DEFAULT_STREAM
     for op, key, nbytes in setup:
         if op == ALLOC:
             sizes[key] = nbytes
+            made_on[key] = stream
         elif op == GROW:
             sizes[key] += nbytes
         elif op == FREE:
             sizes.pop(key, None)
-    return [(ALLOC, key, n) for key, n in sizes.items()]
+        elif op == STREAM:
+            stream = key
+    out: list[Event] = []
+    on: object = DEFAULT_STREAM
+    for key, n in sizes.items():
+        if made_on[key] != on:
+            on = made_on[key]
+            out.append((STREAM, on, 0))
+        out.append((ALLOC, key, n))
+    if stream != on:
+        out.append((STREAM, stream, 0))
+    return out
 
 
 def _drive(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpumem_gui.core.allocator.events import ALLOC, FREE, GROW, PHASE, Event
+from gpumem_gui.core.allocator.events import ALLOC, FREE, GROW, PHASE, STREAM, Event
 
 # what made a tensor, and the parameter a tensor is (replay/autograd.py ``Node`` and ``Param``): the tensors
 # carry them without naming the graph that records them, which imports this module (no import circle)
@@ -80,6 +80,12 @@ class Tracker:
         if pk is None or self.cur > pk[0]:
             self.peaks[phase] = (self.cur, dict(self.by_kind), dict(self.by_tag), self.where)
         self.top = self.peaks[phase][0]
+
+    def on_stream(self, stream: int) -> None:
+        """The storages made from here on are allocated on CUDA stream ``stream`` (torch's current stream;
+        :data:`~gpumem_gui.core.allocator.events.STREAM`): only the allocator model sees it."""
+        if self.alloc_log is not None:
+            self.alloc_log.append((STREAM, stream, 0))
 
 
 class Storage:

@@ -23,8 +23,8 @@ from gpumem_gui.core.replay.tape_phases import EXACT, integer_sizes
 
 
 class StreamTable:
-    """The stream's operations and storage ordinals (phase names for phase starts), and its sizes as rows
-    over the tape's monomials."""
+    """The stream's operations and storage ordinals (phase names for phase starts, CUDA stream numbers for
+    the switches :meth:`~.memory.Tracker.on_stream` logs), and its sizes as rows over the tape's monomials."""
 
     def __init__(self, log: list[tuple[int, Any, Any]], monos: list[Mono]) -> None:
         self.ops = [e[0] for e in log]

@@ -60,7 +60,8 @@ def allocator_component(rep: AllocatorReport) -> Component:
             formula="reserve = needed - live: every allocation and free of the replayed step "
             f"(x{rep.steps}, the steady state) through PyTorch's caching allocator: sizes rounded up to "
             "512 B, small requests packed in 2 MiB segments, 1-10 MiB ones in 20 MiB, larger ones rounded to "
-            "2 MiB, freed blocks cached and reused best-fit, split and merged, segments never merged; "
+            "2 MiB, freed blocks cached and reused best-fit by the stream that made them (FSDP2's all-gather "
+            "and reduce-scatter streams keep their own), split and merged, segments never merged; "
             "needed = the most it held that it cannot give back (reserved less its whole cached segments, "
             "which it frees before an out-of-memory error). A GPU with more room keeps the cache: "
             "reserved_peak_bytes is then what torch.cuda.max_memory_reserved shows",

@@ -33,6 +33,10 @@ unit's post-backward starts ("Unsharded Grad" then), the reduce-scatter input an
 collective runs and post-backward returns ("Reduce Scatter", "Sharded Grad"); the 1/N clone of
 ``reshard_after_forward=N`` is made in forward and stays an "Activation".
 
+Streams (what the allocator model sees, :data:`AG_COPY_IN_STREAM`, :data:`RS_STREAM`): the flat all-gather
+input and output are made on the all-gather copy-in stream, the reduce-scatter output on the reduce-scatter
+stream, everything else on the default stream.
+
 Pipelining (``torch/distributed/pipelining/stage.py``, ``pipeline``: the micro-batches replayed): every
 micro-batch's backward runs with ``set_requires_gradient_sync(False)`` and
 ``set_reshard_after_backward(False)`` (``backward_maybe_with_nosync``), so PG ``post_backward`` neither
@@ -59,11 +63,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gpumem_gui.core.allocator.events import DEFAULT_STREAM
 from gpumem_gui.core.replay.autograd import Param, Sim
 from gpumem_gui.core.replay.memory import DT_BYTES, Storage
 from gpumem_gui.core.replay.step import TrainingHooks
 
 ROOT = -1
+# The side streams FSDP2 allocates on (PG ``FSDPCommContext.lazy_init``), as the allocator model tells streams
+# apart: COLL ``foreach_all_gather`` makes the flat all-gather input and output under
+# ``device_handle.stream(all_gather_copy_in_stream)`` (PG ``get_all_gather_streams``: the copy-in stream in
+# FORWARD and PRE_BACKWARD without ``unshard_async_op``, the only unshards replayed); COLL ``foreach_reduce``
+# makes the reduce-scatter output under ``device_handle.stream(reduce_scatter_stream)``, while the
+# reduce-scatter input is made before it, on the current (default) stream. Neither is freed with
+# ``record_stream`` (PG ``AllGatherState`` holds the all-gather output until the next unit's copy-out; the
+# sharded gradients, views of the reduce-scatter output, hold it until zero_grad: COLL ``foreach_reduce``'s
+# closing comment), so a freed buffer is cached for its own stream's next allocations only.
+AG_COPY_IN_STREAM, RS_STREAM = 1, 2
 # the aggregate parameter the replay makes for a QLoRA model's 4-bit linears (model.py _build_params)
 BNB_AGGREGATE = "bnb 4-bit linears"
 
@@ -168,6 +183,8 @@ class Fsdp2Hooks(TrainingHooks):
             return
         pol = self.pol
         copy_in = None
+        # one rank: no foreach_all_gather, the cast is made on the default stream (PG wait_for_unshard)
+        sim.tr.on_stream(AG_COPY_IN_STREAM if pol.world > 1 else DEFAULT_STREAM)
         if u in self.post_shard:
             if pol.store_scale != 1:
                 copy_in = sim.storage(self.post_shard[u].nbytes, "all-gather buffers")
@@ -175,6 +192,7 @@ class Fsdp2Hooks(TrainingHooks):
             copy_in = sim.storage(unit.shard_compute, "all-gather buffers")
         self.pending[u] = sim.storage(unit.full if pol.world > 1 else 0, "all-gather buffers", "param")
         del copy_in
+        sim.tr.on_stream(DEFAULT_STREAM)
 
     def _wait(self, sim: Sim, u: int, forward: bool) -> None:
         """PG ``wait_for_unshard``: copy-out into the unsharded parameters; in forward the flat output is
@@ -312,7 +330,9 @@ class Fsdp2Hooks(TrainingHooks):
             sim.tr.retag(g, "grad", "unsharded gradients")
         rs = sim.storage(unit.rs, "reduce-scatter buffers", "temp")
         grads.clear()
+        sim.tr.on_stream(RS_STREAM)
         out: Storage | None = sim.storage(unit.rs // self.pol.world, "gradients", "temp")
+        sim.tr.on_stream(DEFAULT_STREAM)
         sim.tr.retag(rs, "grad", "reduce-scatter buffers")
         sim.tr.retag(out, "grad", "gradients")
         first = unit.trainable[0]
