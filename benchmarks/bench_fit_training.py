@@ -20,7 +20,7 @@ from typing import Any
 
 from benchmarks.bench_training import TRAIN_EXAMPLES, clear_training_cache
 from gpumem_gui.core import load_model
-from gpumem_gui.core import estimate_document, gpu_target_from_text
+from gpumem_gui.core import GpumemInputError, estimate_document, gpu_target_from_text
 from gpumem_gui.core.fit.sweep import evenly_spaced, sweep
 from gpumem_gui.core.fit.training import fit_training
 from gpumem_gui.core.training import estimate_training, make_training_run
@@ -73,7 +73,10 @@ def time_cases() -> None:
 
 
 def _doc(spec: Any, run: Any, target: Any) -> dict[str, Any]:
-    est = estimate_training(spec, run)
+    try:
+        est = estimate_training(spec, run)
+    except GpumemInputError as e:
+        return {"error": str(e)}
     rep = fit_training(spec, run, target) if target is not None else None
     return estimate_document(MODEL, None, run, est, rep)
 
@@ -95,6 +98,8 @@ def dump(out: str) -> None:
             {"grad_ckpt": not run.grad_ckpt},
             {"grad_ckpt": not run.grad_ckpt, "seq": 1002 * run.tp},
             {"seq": 3 * run.tp},
+            {"allocator_model": True},
+            {"allocator_model": True, "seq": 998 * run.tp},
         ):
             r = make_training_run(**{**run.model_dump(), **upd})
             docs.append({"case": f"{name} {upd}", "doc": _doc(spec, r, None)})
