@@ -6,7 +6,7 @@ documents to compare two versions of the code to the byte.
 
 ``time`` prints, per case, the cold fit report, a warm one (the same run shape at a new sequence length) and a
 64-point sequence sweep; ``dump`` writes the estimate documents (with their fit reports) of every case and of
-a walk over points and shape changes, in one order, so that ``cmp`` of two dumps says whether any answer moved.
+a walk over points and shape changes, in one order, so that ``cmp`` of two dumps says whether an answer moved.
 Never run by the test suite.
 """
 
@@ -19,8 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks.bench_training import TRAIN_EXAMPLES, clear_training_cache
-from gpumem_gui.core import load_model
-from gpumem_gui.core import GpumemInputError, estimate_document, gpu_target_from_text
+from gpumem_gui.core import GpumemInputError, estimate_document, gpu_target_from_text, load_model
 from gpumem_gui.core.fit.sweep import evenly_spaced, sweep
 from gpumem_gui.core.fit.training import fit_training
 from gpumem_gui.core.training import estimate_training, make_training_run
