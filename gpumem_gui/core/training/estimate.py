@@ -60,9 +60,11 @@ def _stage_extras(
 
 
 def _stage_phases(
-    spec: ModelSpec, rx: RunExplained, stage: int, dp_rank: int | None = None
+    spec: ModelSpec, run: TrainingRun, stage: int, dp_rank: int | None = None, rx: RunExplained | None = None
 ) -> tuple[dict[str, Phase], StepResult, float]:
-    run = rx.run
+    """Each phase of pipeline stage ``stage`` explained (``rx``: what the explanations read of the run, when
+    the caller has it)."""
+    rx = rx or RunExplained(run)
     res, cfg, rspec = simulate(spec, run, stage, dp_rank)
     inflight, extras = _stage_extras(spec, run, stage, res, cfg, rspec)
     phases: dict[str, Phase] = {}
@@ -95,7 +97,7 @@ Share = tuple[GpuShare, dict[str, Phase], StepResult]
 def _stage_rank(spec: ModelSpec, rx: RunExplained, stage: int, dp_rank: int | None = None) -> Share:
     """One replayed rank of pipeline stage ``stage`` (``dp_rank``: see :func:`simulate`) as its GPU share."""
     run = rx.run
-    phases, res, _ = _stage_phases(spec, rx, stage, dp_rank)
+    phases, res, _ = _stage_phases(spec, run, stage, dp_rank, rx)
     peak_phase = max(phases.values(), key=lambda p: p.peak_bytes)
     # long-lived parameter blocks at the peak (sharded and gathered) do not fragment the allocator
     weights = sum(

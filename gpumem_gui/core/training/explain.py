@@ -281,10 +281,16 @@ _EXPLAIN: dict[str, Callable[[_Ctx], Explanation]] = {
 
 
 def components(
-    by_tag: dict[str, int], rx: RunExplained, res: StepResult, cfg: ReplayConfig, rspec: ModelSpec, where: str
+    by_tag: dict[str, int],
+    run: TrainingRun | RunExplained,
+    res: StepResult,
+    cfg: ReplayConfig,
+    rspec: ModelSpec,
+    where: str,
 ) -> list[Component]:
-    """The components of one phase's peak (bytes by replay tag), explained."""
-    ctx = _Ctx(rx, res, cfg, rspec, where)
+    """The components of one phase's peak (bytes by replay tag), explained (``run``: or what the
+    explanations read of it, worked out once for the estimate's phases and stages)."""
+    ctx = _Ctx(run if isinstance(run, RunExplained) else RunExplained(run), res, cfg, rspec, where)
     # the forward's regions (hidden states, attention, MLP, norms, rotary, masks, inputs) are its activations
     by_tag = {**by_tag, "activations": sum(by_tag.get(r, 0) for r in REGIONS)}
     out = []
