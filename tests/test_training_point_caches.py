@@ -102,3 +102,27 @@ def test_the_adapter_checks_read_the_run_as_it_is(spec, fields) -> None:  # type
             checks._check_adapters(spec, run)
         return
     assert checks._check_adapters(spec, run) == direct
+
+
+def test_a_sequence_sweep_records_its_shapes_tape_at_its_first_point(spec, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Within many_points (a sequence sweep, the fit's sequence search) a new shape records its tape at its
+    first point instead of replaying the first ones; the points are the replay's."""
+    from gpumem_gui.core.fit.sweep import sweep
+
+    monkeypatch.setattr(step_tape, "REPLAYED_FIRST", 2)
+    run = make_training_run(method="lora", batch=2, seq=128)
+    xs = [96, 128, 160, 192]
+    step_tape.STATS.clear()
+    taped = sweep(spec, run, "seq", xs)
+    assert step_tape.STATS["recorded"] == 1 and step_tape.STATS["replayed"] == 0
+    assert step_tape.STATS["evaluated"] == len(xs)
+    _cold()
+    monkeypatch.setattr(step_tape, "TAPES_ON", False)
+    assert sweep(spec, run, "seq", xs) == taped
+    # outside it, the first points of a new shape are replayed as before
+    monkeypatch.setattr(step_tape, "TAPES_ON", True)
+    _cold()
+    step_tape.STATS.clear()
+    for s in xs[:2]:
+        estimate_training(spec, run.model_copy(update={"seq": s}))
+    assert step_tape.STATS["replayed"] == 2 and step_tape.STATS["recorded"] == 0
