@@ -31,7 +31,8 @@ def clear_training_cache() -> None:
 
     rank._simulate_cached.cache_clear()
     step_tape.clear()
-    getattr(checks, "_adapter_checks", None) and checks._adapter_checks.cache_clear()  # kept per shape
+    for kept in ("_adapter_checks", "_unused_notes"):  # kept per run shape
+        getattr(checks, kept, None) and getattr(checks, kept).cache_clear()
 
 
 # issue 30's training examples (Llama-3.1-8B, b1): one GPU full; LoRA + checkpointing; ZeRO-3 dp 8; torchtitan

@@ -14,6 +14,7 @@ from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.readers.hf_config import spec_from_config
 from gpumem_gui.core.replay import step_tape
 from gpumem_gui.core.training import checks, estimate_training, make_training_run, rank
+from gpumem_gui.core.training.unused import unused_notes
 from tests.conftest import REPO
 
 CONFIG = REPO / "tests" / "reference" / "extra" / "configs" / "EleutherAI__pythia-160m.json"
@@ -28,6 +29,7 @@ def _cold() -> None:
     step_tape.clear()
     rank._simulate_cached.cache_clear()
     checks._adapter_checks.cache_clear()
+    checks._unused_notes.cache_clear()
 
 
 @pytest.fixture(autouse=True)
@@ -73,6 +75,7 @@ WALK = [
     {"method": "lora", "seq": 152, "precision": "megatron-bf16"},  # refused: a full fine-tuning regime
     {"method": "full", "seq": 152},
     {"method": "full", "seq": 160, "grad_accum": 3},
+    {"method": "full", "seq": 160, "grad_accum": 3, "pp_schedule": "gpipe"},  # unused: a note
     {"method": "full", "seq": 160, "zero": 2, "dp": 2},
     {"method": "full", "seq": 168, "zero": 2, "dp": 2, "optimizer": "adamw-8bit"},
     {"method": "full", "seq": 168, "fsdp": "full_shard", "dp": 4, "precision": "mp-bf16"},
@@ -87,6 +90,8 @@ def test_a_walk_of_points_and_shape_changes_answers_as_cold_estimates(spec) -> N
         _cold()
         cold.append(_doc(spec, make_training_run(**fields)))
     assert any(d.startswith("error") for d in cold) and step_tape.STATS["evaluated"] > 0
+    assert "pp_schedule: 'gpipe' applies to" in json.loads(cold[9])["warnings"][0]
+    assert not any("pp_schedule" in w for w in json.loads(cold[8])["warnings"])
     for fields, w, c in zip(WALK, warm, cold, strict=True):
         assert w == c, fields
 
@@ -126,3 +131,9 @@ def test_a_sequence_sweep_records_its_shapes_tape_at_its_first_point(spec, monke
     for s in xs[:2]:
         estimate_training(spec, run.model_copy(update={"seq": s}))
     assert step_tape.STATS["replayed"] == 2 and step_tape.STATS["recorded"] == 0
+
+
+@pytest.mark.parametrize("fields", WALK)
+def test_the_unused_notes_read_the_run_as_it_is(fields) -> None:  # type: ignore[no-untyped-def]
+    run = make_training_run(**fields)
+    assert checks._unused_notes(run.model_copy(update=checks.POINT_FREE)) == tuple(unused_notes(run))

@@ -88,6 +88,13 @@ POINT_FREE = {"batch": 1, "seq": 1, "grad_accum": 1}
 
 
 @lru_cache(maxsize=64)
+def _unused_notes(run: TrainingRun) -> tuple[str, ...]:
+    """:func:`~gpumem_gui.core.training.unused.unused_notes` (training/unused.py) once per run shape: it reads
+    no point field (keyed as :func:`_check_adapters` is)."""
+    return tuple(unused_notes(run))
+
+
+@lru_cache(maxsize=64)
 def _adapter_checks(spec: ModelSpec, run: TrainingRun) -> tuple[str, ...]:
     if precision(run).adapters is None:
         raise GpumemInputError(
@@ -265,7 +272,7 @@ def check_training(spec: ModelSpec, run: TrainingRun) -> tuple[str, ...]:
     # (torchtitan's dp_shard_cp mesh), so FSDP 1 x CP 8 has eight ranks to shard over
     warnings += framework(run).check(spec, shard_run(run))
     warnings += check_profile(run)  # the framework profile's offers and the tricks' limits
-    warnings += unused_notes(run)  # fields this run does not use (training/unused.py)
+    warnings += _unused_notes(run.model_copy(update=POINT_FREE))  # fields this run does not use
     if run.cp > 1 and run.seq % run.cp:
         warnings.append(
             f"cp: seq {run.seq} is not a multiple of cp={run.cp}; ranks get {ceil(run.seq / run.cp)}"
