@@ -27,10 +27,12 @@ def clear_training_cache() -> None:
     """estimate_training memoises the step per (spec, run) and keeps the step's tapes per model and run shape
     (core/replay/step_tape.py); a cold call (the first estimate of a new model x run shape) clears both."""
     from gpumem_gui.core.replay import step_tape
-    from gpumem_gui.core.training import rank
+    from gpumem_gui.core.training import checks, rank
 
     rank._simulate_cached.cache_clear()
     step_tape.clear()
+    for kept in ("_adapter_checks", "_unused_notes"):  # kept per run shape
+        getattr(checks, kept, None) and getattr(checks, kept).cache_clear()
 
 
 # issue 30's training examples (Llama-3.1-8B, b1): one GPU full; LoRA + checkpointing; ZeRO-3 dp 8; torchtitan

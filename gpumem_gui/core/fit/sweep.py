@@ -8,6 +8,7 @@ callback (the CLI's progress bar, the window's) and stop it by returning False.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Literal
 
@@ -17,6 +18,7 @@ from gpumem_gui.core.errors import GpumemInputError, describe_validation_error
 from gpumem_gui.core.fit import DEFAULT_MARGIN_BYTES, GpuTarget, verdicts
 from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.readers.weights import WeightsInventory
+from gpumem_gui.core.replay.step_tape import many_points
 from gpumem_gui.core.results.estimate import Estimate
 from gpumem_gui.core.runtimes.inference import InferenceRun, estimate_inference
 from gpumem_gui.core.spec.model import ModelSpec
@@ -119,16 +121,20 @@ def sweep(
     check_sweep_size(run, len(xs), spec.num_layers)
     out: list[SweepPoint] = []
     fields = run.model_dump()
+    validate = type(run).model_validate
     if progress is not None and progress(0, len(xs)) is False:
         return out
-    for i, x in enumerate(xs, 1):
-        try:
-            out.append(_point(spec, type(run).model_validate, fields, over, x, target, margin, file_weights))
-        except GpumemInputError:
-            if not skip_invalid:
-                raise
-        if progress is not None and progress(i, len(xs)) is False:
-            break
+    # one shape and micro-batch at many lengths: a training step's tape recorded at once (over the batch, the
+    # first points would be b = 1, whose guards (replay/step.py's loss) differ from the next ones)
+    with many_points() if over == "seq" else nullcontext():
+        for i, x in enumerate(xs, 1):
+            try:
+                out.append(_point(spec, validate, fields, over, x, target, margin, file_weights))
+            except GpumemInputError:
+                if not skip_invalid:
+                    raise
+            if progress is not None and progress(i, len(xs)) is False:
+                break
     return out
 
 

@@ -27,6 +27,7 @@ from gpumem_gui.core.fit import (
 )
 from gpumem_gui.core.fit.levers import ADAMW_FAMILY, levers
 from gpumem_gui.core.monotone import gallop
+from gpumem_gui.core.replay.step_tape import many_points
 from gpumem_gui.core.results.estimate import Estimate
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.training import TrainingRun, estimate_training, make_training_run
@@ -90,9 +91,11 @@ def fit_training(
 
     # searches stay inside the run fields' declared ranges (a value past them is no answer, not an error)
     max_batch = gallop(lambda b: fits(batch=b), run.batch, 1, min(1 << 14, field_max(TrainingRun, "batch")))
-    # sequences up to the model's context window (its position embeddings or rope were built for them)
+    # sequences up to the model's context window (its position embeddings or rope were built for them); the
+    # run's shape and micro-batch at a dozen lengths: its step's tape recorded at once (replay/step_tape.py)
     seq_hi = min(spec.max_position_embeddings, field_max(TrainingRun, "seq"))
-    max_seq = gallop(lambda s: fits(seq=s), run.seq, 1, seq_hi)
+    with many_points():
+        max_seq = gallop(lambda s: fits(seq=s), run.seq, 1, seq_hi)
     fewest = _fewest_gpus(spec, run, target, margin)
     return FitReport(
         target=target,

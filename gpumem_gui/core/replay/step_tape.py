@@ -20,8 +20,10 @@ every point, and so is a point beyond float64's exact range or where a size with
 from __future__ import annotations
 
 import gc
+import threading
 from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import fields, replace
 from typing import Any
 
@@ -141,13 +143,37 @@ def simulate_step_taped(
     return res
 
 
+class _Many(threading.local):
+    """Whether this thread's caller asks many points of one shape next (:func:`many_points`)."""
+
+    def __init__(self) -> None:
+        self.on = False
+
+
+_MANY = _Many()
+
+
+@contextmanager
+def many_points() -> Iterator[None]:
+    """Within: a shape without a tape records one at its first point instead of replaying ``REPLAYED_FIRST``
+    points first, for a caller about to ask many points of one shape that its guards will mostly admit (a
+    search or a sweep over the sequence length at one micro-batch: they would record on their third point
+    anyway); the answers are the same either way, only their cost moves."""
+    was = _MANY.on
+    _MANY.on = True
+    try:
+        yield
+    finally:
+        _MANY.on = was
+
+
 def _worth_recording(key: Any) -> bool:
     """Record a tape for a point no tape of ``key`` admits? After ``REPLAYED_FIRST`` replayed points of a new
-    shape; for a shape with tapes, unless its tapes served fewer than two points each (a guard that moves
-    with every point asked: a linear-attention model's chunk count over a coarse sweep, where recording
-    each point would cost more than replaying it)."""
+    shape (at once within :func:`many_points`); for a shape with tapes, unless its tapes served fewer than
+    two points each (a guard that moves with every point asked: a linear-attention model's chunk count over
+    a coarse sweep, where recording each point would cost more than replaying it)."""
     if not _TAPES.find_any(key):
-        return _TAPES.count(key, "replayed") >= REPLAYED_FIRST
+        return _MANY.on or _TAPES.count(key, "replayed") >= REPLAYED_FIRST
     recorded = _TAPES.count(key, "recorded")
     return recorded < 2 or _TAPES.count(key, "evaluated") >= 2 * recorded
 

@@ -52,7 +52,7 @@ RECORDING = _Recording()
 
 
 def poly(x: Sym | int | float) -> dict[Mono, float]:
-    if isinstance(x, Sym):
+    if type(x) is Sym:
         return x.c
     return {(0, 0, 0): x} if x else {}
 
@@ -99,13 +99,15 @@ class Sym:
         return Sym({k: -v for k, v in self.c.items()}, -self.v)
 
     def __mul__(self, other: Any) -> Sym:
-        if isinstance(other, Sym):
+        if type(other) is Sym:
             c: dict[Mono, float] = {}
             for k1, v1 in self.c.items():
                 for k2, v2 in other.c.items():
                     k = (k1[0] + k2[0], k1[1] + k2[1], k1[2] + k2[2])
                     c[k] = c.get(k, 0) + v1 * v2
             return Sym(c, self.v * other.v)
+        if type(other) is int and other == 1:
+            return self  # a size is never changed in place: times the int 1 it is itself
         return Sym({k: v * other for k, v in self.c.items()}, self.v * other)
 
     __rmul__ = __mul__

@@ -28,7 +28,7 @@ import numpy as np
 
 from gpumem_gui.core.allocator.events import PHASE, Event
 from gpumem_gui.core.replay.sym import RECORDING, Mono, Sym, TapeUnsupported, guard_sign, poly, whole
-from gpumem_gui.core.replay.tape_phases import EXACT, PhaseAt, PhaseTable
+from gpumem_gui.core.replay.tape_phases import EXACT, DistinctSizes, PhaseAt, PhaseTable, distinct_sizes
 from gpumem_gui.core.replay.tape_runtime import ENTRY, TapeSim, TapeTracker
 from gpumem_gui.core.replay.tape_stream import StreamTable
 
@@ -59,8 +59,9 @@ class Tape:
         phases: bool = False,
         stream: list[tuple[int, Any, Any]] | None = None,
     ) -> None:
-        monos = {m for e in tr.events for m in poly(e[1])} | {m for g in guards for m in g[0]}
-        monos |= {m for e in stream or () if e[0] != PHASE for m in poly(e[2])}
+        # each distinct size read once, for the monomials and the rows of the phases and the stream
+        sizes = DistinctSizes([e[1] for e in tr.events], [e[2] for e in stream or () if e[0] != PHASE])
+        monos = sizes.monos() | {m for g in guards for m in g[0]}
         monos |= {m for c in congruences for m in c[0]}
         self.mono_exps = sorted(monos | {m for v in named.values() for m in poly(v)}) or [(0, 0, 0)]
         self._index = {m: i for i, m in enumerate(self.mono_exps)}
@@ -79,8 +80,9 @@ class Tape:
         self._whole = np.array([self.row(w) for w, _ in wholes]).reshape(len(wholes), len(self.mono_exps))
         self._whole_abs = np.abs(self._whole)
         self._dens = [den for _, den in wholes]
-        self.table = PhaseTable(tr, self.mono_exps) if phases else None
-        self.stream = StreamTable(stream, self.mono_exps) if stream is not None else None
+        with distinct_sizes(sizes):
+            self.table = PhaseTable(tr, self.mono_exps) if phases else None
+            self.stream = StreamTable(stream, self.mono_exps) if stream is not None else None
         self.extra: Any = None  # what the recorded run knows beside its polynomials (the same at every point)
         # a step's tape is read by phase (:meth:`phase_peaks`), a forward's over all of it (phase entries and
         # empty storages carry no bytes)

@@ -20,6 +20,9 @@ checked per point against the sum of all coefficients' magnitudes).
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 from math import lcm
@@ -140,32 +143,93 @@ def _moments(events: list[Any], sizes: np.ndarray, no_p: np.ndarray) -> dict[str
     return {k: np.array(v, dtype=np.int64) for k, v in out.items()}
 
 
+class _Distinct(threading.local):
+    """The distinct sizes of the tape being built (:func:`distinct_sizes`), else None."""
+
+    def __init__(self) -> None:
+        self.sizes: DistinctSizes | None = None
+
+
+_DISTINCT = _Distinct()
+
+
+class DistinctSizes:
+    """The distinct sizes of a tape's events, each polynomial read once: a storage's size is one object at its
+    allocation and its free, in the tracker's events and in the allocator's stream alike, so the sizes are
+    told apart by identity (``id``: every one is alive while the tape is built, so no two share one)."""
+
+    def __init__(self, *sizes: list[Any]) -> None:
+        objs = [x for part in sizes for x in part]
+        self._keep = objs  # alive while these are: no other object can take one of their ids
+        self.ids, first = np.unique(_ids(objs), return_index=True)
+        self.polys = [poly(objs[i]) for i in first.tolist()]
+        self.dens: list[int] = []  # each polynomial's least common denominator (1: whole coefficients)
+        self.fracs = np.zeros(len(self.polys), dtype=bool)  # a coefficient that is not an int
+        for k, c in enumerate(self.polys):
+            den = 1
+            for v in c.values():
+                if type(v) is not int:
+                    self.fracs[k] = True
+                    den = lcm(den, Fraction(v).denominator)
+            self.dens.append(den)
+        self._rows: tuple[list[Mono], dict[int, np.ndarray]] | None = None
+
+    def monos(self) -> set[Mono]:
+        return {m for c in self.polys for m in c}
+
+    def index(self, sizes: list[Any]) -> np.ndarray | None:
+        """The index of each of ``sizes`` among the distinct ones; None where one is not among them."""
+        ids = _ids(sizes)
+        at = np.searchsorted(self.ids, ids)
+        if len(ids) and (at.max() >= len(self.ids) or (self.ids[at] != ids).any()):
+            return None
+        return at
+
+    def rows(self, monos: list[Mono], den: int) -> np.ndarray:
+        """Every distinct size as a row over ``monos``, times ``den`` (whole numbers when den > 1)."""
+        if self._rows is None or self._rows[0] is not monos:
+            self._rows = (monos, {})
+        done = self._rows[1].get(den)
+        if done is not None:
+            return done
+        index = {m: i for i, m in enumerate(monos)}
+        const = index.get((0, 0, 0), -1)  # an int size's column
+        out = np.zeros((len(self.polys), len(monos)))
+        for k, c in enumerate(self.polys):
+            for mono, v in c.items():
+                col = const if mono == (0, 0, 0) else index[mono]
+                out[k, col] = v if den == 1 else int(Fraction(v) * den)
+        self._rows[1][den] = out
+        return out
+
+
+def _ids(objs: list[Any]) -> np.ndarray:
+    return np.fromiter(map(id, objs), dtype=np.uint64, count=len(objs))
+
+
+@contextmanager
+def distinct_sizes(sizes: DistinctSizes) -> Iterator[DistinctSizes]:
+    """While a tape is built, :func:`integer_sizes` reads the distinct sizes of ``sizes`` once."""
+    _DISTINCT.sizes = sizes
+    try:
+        yield sizes
+    finally:
+        _DISTINCT.sizes = None
+
+
 def integer_sizes(events: list[Any], monos: list[Mono]) -> tuple[np.ndarray, int, list[int]]:
     """The signed sizes of ``events`` as rows over ``monos``, times the least common denominator of their
     coefficients (returned), and the events whose size has a fraction."""
-    index = {m: i for i, m in enumerate(monos)}
-    const = index.get((0, 0, 0), -1)
-    rows, cols, vals, frac = [], [], [], []
-    den = 1
-    for i, e in enumerate(events):
-        size = e[1]
-        if type(size) is int:
-            if size:
-                rows.append(i)
-                cols.append(const)
-                vals.append(e[0] * size)
-            continue
-        for mono, c in poly(size).items():
-            rows.append(i)
-            cols.append(index[mono])
-            vals.append(e[0] * c)
-            if type(c) is not int:
-                den = lcm(den, Fraction(c).denominator)
-                frac.append(i)
+    objs = [e[1] for e in events]
+    sizes = _DISTINCT.sizes
+    which = None if sizes is None else sizes.index(objs)
+    if sizes is None or which is None:
+        sizes = DistinctSizes(objs)
+        which = sizes.index(objs)
+        assert which is not None
+    sign = np.array([e[0] for e in events], dtype=np.float64)
+    den = lcm(*(sizes.dens[k] for k in np.unique(which).tolist()))
     if den > _MAX_DEN:
         raise TapeUnsupported(f"sizes with fractions of 1/{den} (a float factor)")
-    sizes = np.zeros((len(events), len(monos)))
-    if den > 1:
-        vals = [int(Fraction(v) * den) for v in vals]
-    sizes[rows, cols] = vals
-    return sizes, den, frac
+    frac = np.flatnonzero(sizes.fracs[which]).tolist()
+    return sizes.rows(monos, den)[which] * sign[:, None], den, frac

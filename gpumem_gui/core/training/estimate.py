@@ -17,7 +17,7 @@ from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.params import count_params
 from gpumem_gui.core.training.checks import check_training
 from gpumem_gui.core.training.comms import rank_nontorch
-from gpumem_gui.core.training.explain import components, extra_component
+from gpumem_gui.core.training.explain import RunExplained, components, extra_component
 from gpumem_gui.core.training.model_parallel import (
     Extra,
     cp_buffers,
@@ -60,8 +60,11 @@ def _stage_extras(
 
 
 def _stage_phases(
-    spec: ModelSpec, run: TrainingRun, stage: int, dp_rank: int | None = None
+    spec: ModelSpec, run: TrainingRun, stage: int, dp_rank: int | None = None, rx: RunExplained | None = None
 ) -> tuple[dict[str, Phase], StepResult, float]:
+    """Each phase of pipeline stage ``stage`` explained (``rx``: what the explanations read of the run, when
+    the caller has it)."""
+    rx = rx or RunExplained(run)
     res, cfg, rspec = simulate(spec, run, stage, dp_rank)
     inflight, extras = _stage_extras(spec, run, stage, res, cfg, rspec)
     phases: dict[str, Phase] = {}
@@ -69,7 +72,7 @@ def _stage_phases(
         pk = res.phases.get(name)
         if pk is None:
             continue
-        comps = components(pk.by_tag, run, res, cfg, rspec, pk.where)
+        comps = components(pk.by_tag, rx, res, cfg, rspec, pk.where)
         total = pk.total
         for e in extras:
             if name in e.phases:
@@ -91,9 +94,10 @@ def _stage_phases(
 Share = tuple[GpuShare, dict[str, Phase], StepResult]
 
 
-def _stage_rank(spec: ModelSpec, run: TrainingRun, stage: int, dp_rank: int | None = None) -> Share:
+def _stage_rank(spec: ModelSpec, rx: RunExplained, stage: int, dp_rank: int | None = None) -> Share:
     """One replayed rank of pipeline stage ``stage`` (``dp_rank``: see :func:`simulate`) as its GPU share."""
-    phases, res, _ = _stage_phases(spec, run, stage, dp_rank)
+    run = rx.run
+    phases, res, _ = _stage_phases(spec, run, stage, dp_rank, rx)
     peak_phase = max(phases.values(), key=lambda p: p.peak_bytes)
     # long-lived parameter blocks at the peak (sharded and gathered) do not fragment the allocator
     weights = sum(
@@ -105,20 +109,21 @@ def _stage_rank(spec: ModelSpec, run: TrainingRun, stage: int, dp_rank: int | No
     return share, phases, res
 
 
-def _dp_ranks(spec: ModelSpec, run: TrainingRun, stage: int, first: Share) -> list[Share]:
+def _dp_ranks(spec: ModelSpec, rx: RunExplained, stage: int, first: Share) -> list[Share]:
     """Every data-parallel rank of a stage where they differ (torch ``ZeroRedundancyOptimizer``: whole
     parameters' states per rank), the most-loaded ``first``, each other rank replayed (cached); else
     ``[first]``."""
     if first[2].state_owner is None:
         return [first]
     owner = first[2].state_owner[0]
-    return [first] + [_stage_rank(spec, run, stage, r) for r in range(run.dp) if r != owner]
+    return [first] + [_stage_rank(spec, rx, stage, r) for r in range(rx.run.dp) if r != owner]
 
 
 def estimate_training(spec: ModelSpec, run: TrainingRun) -> Estimate:
     """The training estimate of ``spec`` under ``run`` (see module docstring)."""
     warnings = check_training(spec, run)
-    shares = [_stage_rank(spec, run, stage) for stage in range(run.pp)]
+    rx = RunExplained(run)  # what the explanations read of the run alone, once
+    shares = [_stage_rank(spec, rx, stage) for stage in range(run.pp)]
     worst, worst_phases, worst_res = max(shares, key=lambda s: s[0].total_bytes)
     peak_phase = max(worst_phases.values(), key=lambda p: p.peak_bytes)
     per_gpu = tp_ranks((s for s, _, _ in shares), run.tp)
@@ -160,7 +165,7 @@ def estimate_training(spec: ModelSpec, run: TrainingRun) -> Estimate:
         kv_cache_bytes=0,
         warnings=[*warnings, *rank_notes(worst_res)],
         facts=facts,
-        ranks=stage_rank_classes(run, [_dp_ranks(spec, run, i, s) for i, s in enumerate(shares)]),
+        ranks=stage_rank_classes(run, [_dp_ranks(spec, rx, i, s) for i, s in enumerate(shares)]),
     )
 
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cached_property
 
 from gpumem_gui.core.replay.config import ReplayConfig
 from gpumem_gui.core.replay.memory import REGIONS
-from gpumem_gui.core.replay.optim import INFO, resolve
+from gpumem_gui.core.replay.optim import INFO, OptimizerInfo, resolve
 from gpumem_gui.core.replay.step import StepResult
 from gpumem_gui.core.results.estimate import Component, Explanation
 from gpumem_gui.core.spec.model import ModelSpec
@@ -63,13 +64,34 @@ _ACTIVATION_WHAT = {
 }
 
 
+class RunExplained:
+    """What the explanations read of the run alone, worked out once per estimate and shared by every phase
+    and stage (each read ~3-14 times an estimate before)."""
+
+    def __init__(self, run: TrainingRun) -> None:
+        self.run = run
+        self.sharding = rank_sharding(run)  # over the dp x cp ranks
+
+    @cached_property
+    def dtypes(self) -> tuple[str, str | None]:
+        return dtypes(self.run)
+
+    @cached_property
+    def tricks(self) -> str:
+        return trick_sources(self.run)  # the framework's loss and memory tricks (training/profiles.py)
+
+    @cached_property
+    def optimizer(self) -> OptimizerInfo:
+        return INFO[resolve(self.run.optimizer)]
+
+
 class _Ctx:
     """What every explanation of one phase reads."""
 
-    def __init__(self, run: TrainingRun, res: StepResult, cfg: ReplayConfig, rspec: ModelSpec, where: str):
-        self.run, self.res, self.cfg, self.rspec = run, res, cfg, rspec
+    def __init__(self, rx: RunExplained, res: StepResult, cfg: ReplayConfig, rspec: ModelSpec, where: str):
+        self.rx, self.run, self.res, self.cfg, self.rspec = rx, rx.run, res, cfg, rspec
         self.base: dict[str, object] = {"phase_where": where}
-        self.sharding = rank_sharding(run)  # over the dp x cp ranks
+        self.sharding = rx.sharding
 
 
 # the quantized base's formula and source, by whether it is bitsandbytes' 8-bit format
@@ -101,7 +123,7 @@ def _parameters(c: _Ctx) -> Explanation:
         ),
         inputs={
             **c.base,
-            "dtype": c.sharding.model_dtype or dtypes(run)[0],
+            "dtype": c.sharding.model_dtype or c.rx.dtypes[0],
             "param_shard": c.sharding.param_shard,
             "bytes": c.res.param_bytes,
             "method": run.method,
@@ -155,7 +177,7 @@ def _gradients(c: _Ctx) -> Explanation:
 
 
 def _states(c: _Ctx) -> Explanation:
-    opt = INFO[resolve(c.run.optimizer)]
+    opt = c.rx.optimizer
     return Explanation(
         formula=opt.states
         + ("; + fp32 master weights 4 B/param" if c.run.precision == "megatron-bf16" else "")
@@ -182,7 +204,7 @@ def _states(c: _Ctx) -> Explanation:
 
 
 def _temporaries(c: _Ctx) -> Explanation:
-    opt = INFO[resolve(c.run.optimizer)]
+    opt = c.rx.optimizer
     flat = c.sharding.flat_step is not None
     return Explanation(
         formula=opt.temporaries + (f"; {FLAT_STEP_WHAT}" if flat else ""),
@@ -193,7 +215,7 @@ def _temporaries(c: _Ctx) -> Explanation:
 
 def _activations(tag: str) -> Callable[[_Ctx], Explanation]:
     def explain(c: _Ctx) -> Explanation:
-        param_dt, autocast = dtypes(c.run)
+        param_dt, autocast = c.rx.dtypes
         return Explanation(
             formula=_ACTIVATION_WHAT[tag],
             inputs={
@@ -210,7 +232,7 @@ def _activations(tag: str) -> Callable[[_Ctx], Explanation]:
             source="transformers 5.24 modeling code replayed on symbolic tensors "
             "(gpumem_gui.core.replay.model); saving rules of torch tools/autograd/derivatives.yaml; "
             "checked byte for byte against PyTorch MemTracker (shared/reference/groundtruth.json grid)"
-            + trick_sources(c.run),  # the framework's loss and memory tricks (training/profiles.py)
+            + c.rx.tricks,  # the framework's loss and memory tricks (training/profiles.py)
         )
 
     return explain
@@ -266,10 +288,16 @@ _EXPLAIN: dict[str, Callable[[_Ctx], Explanation]] = {
 
 
 def components(
-    by_tag: dict[str, int], run: TrainingRun, res: StepResult, cfg: ReplayConfig, rspec: ModelSpec, where: str
+    by_tag: dict[str, int],
+    run: TrainingRun | RunExplained,
+    res: StepResult,
+    cfg: ReplayConfig,
+    rspec: ModelSpec,
+    where: str,
 ) -> list[Component]:
-    """The components of one phase's peak (bytes by replay tag), explained."""
-    ctx = _Ctx(run, res, cfg, rspec, where)
+    """The components of one phase's peak (bytes by replay tag), explained (``run``: or what the
+    explanations read of it, worked out once for the estimate's phases and stages)."""
+    ctx = _Ctx(run if isinstance(run, RunExplained) else RunExplained(run), res, cfg, rspec, where)
     # the forward's regions (hidden states, attention, MLP, norms, rotary, masks, inputs) are its activations
     by_tag = {**by_tag, "activations": sum(by_tag.get(r, 0) for r in REGIONS)}
     out = []

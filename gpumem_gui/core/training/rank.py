@@ -44,9 +44,29 @@ def held_layers(spec: ModelSpec, run: TrainingRun, stage: int) -> range | tuple[
     return stage_layers(spec, run.pp, stage)
 
 
-def step_config(spec: ModelSpec, run: TrainingRun, stage: int = 0) -> tuple[ReplayConfig, ModelSpec]:
+def step_config(
+    spec: ModelSpec, run: TrainingRun, stage: int = 0, shape: TrainingRun | None = None
+) -> tuple[ReplayConfig, ModelSpec]:
     """What pipeline stage ``stage`` (one TP rank of it) replays: its forward's config and its slice of the
-    model."""
+    model. ``shape``: ``run`` with its point (micro-batch, sequence) set to 1, a key under which all but the
+    point's micro-batch and tokens per rank are kept (:func:`_shape_config`)."""
+    cfg, rspec = _config(spec, run, stage) if shape is None else _shape_config(spec, shape, stage)
+    return replace(cfg, batch=run.batch, q=_tokens_per_rank(spec, run)), rspec
+
+
+def _tokens_per_rank(spec: ModelSpec, run: TrainingRun) -> int:
+    """The tokens of one sequence on a rank: the sequence and its images' tokens (replay/vision.py, joining
+    every sequence) over the context-parallel degree."""
+    image_tok = image_tokens(spec, run.images, run.image_size) if has_tower(spec) else 0
+    return ceil((run.seq + image_tok) / run.cp)
+
+
+@lru_cache(maxsize=256)
+def _shape_config(spec: ModelSpec, shape: TrainingRun, stage: int) -> tuple[ReplayConfig, ModelSpec]:
+    return _config(spec, shape, stage)
+
+
+def _config(spec: ModelSpec, run: TrainingRun, stage: int) -> tuple[ReplayConfig, ModelSpec]:
     layers = held_layers(spec, run, stage)
     rspec = rank_spec(
         spec, Degrees(tp=run.tp, pp=run.pp, ep=run.ep), stage, None if isinstance(layers, range) else layers
@@ -61,7 +81,7 @@ def step_config(spec: ModelSpec, run: TrainingRun, stage: int = 0) -> tuple[Repl
     images = run.images if image_tok and stage == 0 else 0
     cfg = ReplayConfig(
         batch=run.batch,
-        q=ceil((run.seq + image_tok) / run.cp),
+        q=_tokens_per_rank(spec, run),
         images=images,
         image_size=run.image_size if images else 0,
         train_tower=run.train_vision_tower and images > 0,  # replay/vision_train.py
@@ -183,10 +203,11 @@ def _taped_rank(
     and run shape, the run's ``batch`` and ``seq`` being the point (``seq`` as the tokens a rank trains);
     more than two micro-batches only repeat the second (the step replays ``min(grad_accum, 2)``, FSDP's
     pipelined units the same: frameworks/fsdp.py), so they share its tape."""
-    cfg, rspec = step_config(spec, run, stage)
     shape = {"batch": 1, "seq": 1, "grad_accum": replayed_microbatches(run.grad_accum)}
     shape |= {"allocator_model": False, "alloc_conf": ""}  # one tape (with its stream) for either
-    key = (spec, run.model_copy(update=shape), stage, dp_rank)
+    shape_run = run.model_copy(update=shape)
+    cfg, rspec = step_config(spec, run, stage, shape_run)
+    key = (spec, shape_run, stage, dp_rank)
     opts = step_options(run, dp_rank)
     hooks = lambda: sharding_hooks(run)  # noqa: E731
     res = simulate_step_taped(key, rspec, cfg, run.optimizer, opts, hooks, run.allocator_model)

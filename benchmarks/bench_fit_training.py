@@ -1,0 +1,123 @@
+"""The training fit report and sweep of issue 30's examples: time them cold (no tape, no memo), and dump their
+documents to compare two versions of the code to the byte.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_fit_training.py time
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_fit_training.py dump OUT.json
+
+``time`` prints, per case, the cold fit report, a warm one (the same run shape at a new sequence length) and a
+64-point sequence sweep; ``dump`` writes the estimate documents (with their fit reports) of every case and of
+a walk over points and shape changes, in one order, so that ``cmp`` of two dumps says whether an answer moved.
+Never run by the test suite.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from benchmarks.bench_training import TRAIN_EXAMPLES, clear_training_cache
+from gpumem_gui.core import GpumemInputError, estimate_document, gpu_target_from_text, load_model
+from gpumem_gui.core.fit.sweep import evenly_spaced, sweep
+from gpumem_gui.core.fit.training import fit_training
+from gpumem_gui.core.training import estimate_training, make_training_run
+
+MODEL = "meta-llama/Llama-3.1-8B"
+# (name, run fields, target): issue 30's examples, the full fine-tune of the brief on an RTX 4090, and the
+# README's torchtitan 3D run on 16 H100s
+CASES: list[tuple[str, dict[str, Any], str]] = [
+    ("full b2 s2176, RTX-4090", {"method": "full", "seq": 2176, "batch": 2}, "RTX-4090"),
+    ("LoRA + ckpt s4096, RTX-4090", {**TRAIN_EXAMPLES["LoRA + ckpt"], "seq": 4096}, "RTX-4090"),
+    ("ZeRO-3 dp8 s4096, H100:8", {**TRAIN_EXAMPLES["ZeRO-3 dp8"], "seq": 4096}, "H100-SXM-80GB:8"),
+    (
+        "torchtitan dp2 tp2 pp2 + SP, H100:8",
+        {**TRAIN_EXAMPLES["torchtitan FSDP2 x TP2 + SP x PP2"], "dp": 2, "seq": 4096},
+        "H100-SXM-80GB:8",
+    ),
+    (
+        "torchtitan dp4 tp2 pp2 + SP (README), H100:16",
+        {**TRAIN_EXAMPLES["torchtitan FSDP2 x TP2 + SP x PP2"], "seq": 4096},
+        "H100-SXM-80GB:16",
+    ),
+]
+
+
+def _spec() -> Any:
+    spec = load_model(MODEL).spec
+    assert spec is not None
+    return spec
+
+
+def _ms(fn: Callable[[], object]) -> float:
+    """CPU milliseconds of one call (the process's CPU time: steadier than the wall clock on shared cores)."""
+    t = time.process_time()
+    fn()
+    return (time.process_time() - t) * 1e3
+
+
+def time_cases(repeat: int = 3) -> None:
+    """Per case the least of ``repeat`` runs: a cold fit (no tape, memo or cache), a warm one (the same shape
+    at a new sequence length), a 64-point sequence sweep after them."""
+    spec = _spec()
+    head = f"case (CPU ms, least of {repeat})"
+    print(f"{head:48} {'fit cold':>10} {'fit warm':>10} {'sweep 64':>10}")
+    for name, fields, gpu in CASES:
+        target = gpu_target_from_text(gpu)
+        run = make_training_run(**fields)
+        best = [float("inf")] * 3
+        for k in range(repeat):
+            clear_training_cache()
+            cold = _ms(lambda: fit_training(spec, run, target))  # noqa: B023
+            warm_run = run.model_copy(update={"seq": run.seq + 2 * run.tp * (k + 1)})
+            warm = _ms(lambda: fit_training(spec, warm_run, target))  # noqa: B023
+            xs = [8 * x + 2 * k for x in evenly_spaced(64, 1024, 64)]  # multiples of tp x cp
+            sw = _ms(lambda: sweep(spec, run, "seq", xs, target))  # noqa: B023
+            best = [min(a, b) for a, b in zip(best, (cold, warm, sw), strict=True)]
+        print(f"{name:48} {best[0]:9.0f}ms {best[1]:9.0f}ms {best[2]:9.0f}ms", flush=True)
+
+
+def _doc(spec: Any, run: Any, target: Any) -> dict[str, Any]:
+    try:
+        est = estimate_training(spec, run)
+    except GpumemInputError as e:
+        return {"error": str(e)}
+    rep = fit_training(spec, run, target) if target is not None else None
+    return estimate_document(MODEL, None, run, est, rep)
+
+
+def dump(out: str) -> None:
+    spec = _spec()
+    docs = []
+    clear_training_cache()
+    for name, fields, gpu in CASES:
+        target = gpu_target_from_text(gpu)
+        run = make_training_run(**fields)
+        docs.append({"case": name, "doc": _doc(spec, run, target)})
+        # a walk of points and shape changes after the fit: seq, batch, accumulation, then a shape field
+        for upd in (
+            {"seq": run.seq + 2 * run.tp},
+            {"batch": run.batch + 1},
+            {"grad_accum": run.grad_accum + 3},
+            {"seq": 1000 * run.tp, "batch": 3},
+            {"grad_ckpt": not run.grad_ckpt},
+            {"grad_ckpt": not run.grad_ckpt, "seq": 1002 * run.tp},
+            {"seq": 3 * run.tp},
+            {"allocator_model": True},
+            {"allocator_model": True, "seq": 998 * run.tp},
+        ):
+            r = make_training_run(**{**run.model_dump(), **upd})
+            docs.append({"case": f"{name} {upd}", "doc": _doc(spec, r, None)})
+        xs = [8 * x for x in evenly_spaced(64, 1024, 16)]
+        pts = sweep(spec, run, "seq", xs, target)
+        docs.append({"case": f"{name} sweep", "points": [p.__dict__ for p in pts]})
+    with open(out, "w") as f:
+        json.dump(docs, f, indent=1, sort_keys=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "time":
+        time_cases()
+    else:
+        dump(sys.argv[2])
