@@ -35,6 +35,7 @@ Python API::
 Bad input raises :class:`GpumemInputError` with one line naming the file/field and the problem.
 """
 
+from gpumem_gui.core.cancel import Superseded, cancellable
 from gpumem_gui.core.diagnosis.document import DIAGNOSIS_SCHEMA, OBSERVED_KEYS, diagnosis_document
 from gpumem_gui.core.diagnosis.explain import Compared, Diagnosis, Prediction, diagnose
 from gpumem_gui.core.errors import GpumemError, GpumemInputError, describe_validation_error, short
@@ -255,6 +256,7 @@ __all__ = [
     "Runtime",
     "SizeUnit",
     "Stack",
+    "Superseded",
     "SweepPoint",
     "TaskHead",
     "TrainingRun",
@@ -268,6 +270,7 @@ __all__ = [
     "calibration_for",
     "calibration_from",
     "calibration_note",
+    "cancellable",
     "catalog_target",
     "check_sweep_size",
     "cluster_document",

@@ -28,6 +28,7 @@ from gpumem_gui.core import (
     TrainingRun,
     Verdict,
     calibration_for,
+    cancellable,
     fit_report,
     fit_training,
     fmt_bytes,
@@ -317,10 +318,13 @@ def background_job(
     over: str,
     serial: int,
     progress: Callable[[int, int], object] | None = None,
+    stop: Callable[[], bool] = lambda: False,
 ) -> Callable[[], BackgroundResult]:
     """The fit report and the sweep for one plan, as a job for the worker thread (it captures only immutable
     values: the spec, the weights, the run, the target; ``progress`` is the core sweep's callback, called in
-    that thread: see :func:`progress_gate`)."""
+    that thread: see :func:`progress_gate`). Once ``stop()`` says newer inputs replaced the plan, the fit
+    report's solvers stop at their next estimate and the job raises :class:`Superseded` (core/cancel.py),
+    which the worker drops (ui/workers.py)."""
     spec, weights = model.spec, model.weights
     assert spec is not None
     run = with_target_arch(run, target)  # sized for the target's GPU generation, as resolve_for's estimate
@@ -330,10 +334,11 @@ def background_job(
         rep, err = None, None
         if target is not None:
             try:
-                if isinstance(run, TrainingRun):
-                    rep = fit_training(spec, run, target, margin_bytes)
-                else:
-                    rep = fit_report(spec, run, target, margin_bytes, weights)
+                with cancellable(stop):
+                    if isinstance(run, TrainingRun):
+                        rep = fit_training(spec, run, target, margin_bytes)
+                    else:
+                        rep = fit_report(spec, run, target, margin_bytes, weights)
             except GpumemInputError as e:
                 err = str(e)
         xs = sweep_xs(spec, run, over)

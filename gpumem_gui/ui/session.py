@@ -329,11 +329,10 @@ class Session(QObject):
         m, run, resolved = self._model, self._run, self._resolved
         if m is None or m.spec is None or run is None:
             return None
-        target = resolved.target if resolved else None
-        margin = self._choice.margin_bytes
         self._job_token = token = self._job_token + 1
         progress = progress_gate(lambda: token == self._job_token, self.sweep_progress.emit)
-        return background_job(m, run, target, margin, self.sweep_over, self._inputs_serial, progress)
+        plan = (m, run, resolved.target if resolved else None, self._choice.margin_bytes, self.sweep_over)
+        return background_job(*plan, self._inputs_serial, progress, lambda: token != self._job_token)
 
     @Slot()
     def start_background(self) -> None:

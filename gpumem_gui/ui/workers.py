@@ -4,7 +4,7 @@
 the GUI thread as ``finished(job_id, result)`` or ``failed(job_id, message)``. The window keeps the id of its
 latest job and ignores older ones, so a slow answer never overwrites a newer one. The runnable is a plain
 ``QRunnable`` (no ``QObject`` multiple inheritance); it emits on a relay object that lives in the GUI
-thread.
+thread. A job that raises :class:`~gpumem_gui.core.Superseded` (its answer no longer wanted) emits nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal, Slot
 
+from gpumem_gui.core import Superseded
 from gpumem_gui.ui.messages import error_line
 
 
@@ -34,6 +35,8 @@ class _Job(QRunnable):
     def run(self) -> None:
         try:
             result = self._fn()
+        except Superseded:  # stopped because newer inputs replaced it (core/cancel.py): no answer, no error
+            return
         except Exception as e:  # a bug must not kill the worker thread silently; one line, never raw pydantic
             self._emit_failed(error_line(e))
         else:

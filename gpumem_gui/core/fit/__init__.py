@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import Field, ValidationError
 
+from gpumem_gui.core.cancel import checkpoint
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.fields import run_fields
 from gpumem_gui.core.fit.gpu_target import GpuTarget
@@ -127,6 +128,7 @@ class _Problem:
     def check(self, run: InferenceRun, target: GpuTarget | None = None) -> tuple[bool, Estimate | None]:
         """(fits, estimate) for ``run``; a run the model rejects (a value outside its field's range, tp not
         dividing the heads) does not fit."""
+        checkpoint()  # every solver step passes here (core/cancel.py)
         t = target or self.target
         try:
             run = InferenceRun.model_validate(run.model_dump())

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from math import ceil
 
+from gpumem_gui.core.cancel import checkpoint
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.fit import (
     DEFAULT_MARGIN_BYTES,
@@ -44,6 +45,7 @@ def _fits(spec: ModelSpec, run: TrainingRun, target: GpuTarget, margin: int) -> 
     never negative (results/reserve.py allocator_component: needed - live, needed >= allocated >= live)
     and nothing else of the estimate depends on it, so the verdict is the same and the caching
     allocator's run (core/allocator, ~0.1 s a point for an 8B model) is saved on the searches' misses."""
+    checkpoint()  # every search step and candidate change passes here or through _check
     lower_bound = run.allocator_model and target.calibration is None  # a calibration may scale the total
     if lower_bound and _misses_without_reserve(spec, run, target, margin):
         return False
@@ -65,6 +67,7 @@ def _misses_without_reserve(spec: ModelSpec, run: TrainingRun, target: GpuTarget
 
 def _check(spec: ModelSpec, run: TrainingRun, target: GpuTarget, margin: int) -> tuple[bool, Estimate | None]:
     """(fits, estimate); a run the model or the rules reject does not fit."""
+    checkpoint()
     try:
         run = make_training_run(**run.model_dump())
         est = target.calibrated(estimate_training(spec, run))
