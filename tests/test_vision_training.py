@@ -123,11 +123,11 @@ TOWER = [p for p in POINTS if p["run"].get("train_vision_tower")]
 
 
 def test_trainable_tower_points_are_traced() -> None:
-    """gemma3-vision-tiny (SigLIP) and qwen2_5_vl-vision-tiny with their towers trained: full fine-tuning,
-    with checkpointing, in bf16 (each within the tolerance in
+    """gemma3-vision-tiny (SigLIP), qwen2_5_vl-vision-tiny and qwen3_vl-vision-tiny (deepstack mergers) with
+    their towers trained: full fine-tuning, with checkpointing, in bf16 (each within the tolerance in
     test_training_step_with_images_matches_the_trace); the frozen tower's estimate of the same step is far
     below the trace (the tower's gradients, optimizer states and saved activations)."""
-    for model in ("gemma3-vision-tiny", "qwen2_5_vl-vision-tiny"):
+    for model in ("gemma3-vision-tiny", "qwen2_5_vl-vision-tiny", "qwen3_vl-vision-tiny"):
         steps = [p["run"] for p in TOWER if p["model"] == model]
         assert len(steps) >= 4 and any(r.get("grad_ckpt") for r in steps)
         assert any(r.get("precision") == "bf16" for r in steps)
@@ -154,8 +154,11 @@ def test_trainable_tower_adds_its_states_on_a_real_size_gemma3() -> None:
     ("config", "fields"),
     [
         ("gemma3-vision-tiny", {"method": "lora"}),  # LoRA on the tower: not modelled
-        ("qwen3_vl-vision-tiny", {}),  # only the SigLIP and Qwen2.5-VL towers are replayed trainable
-        ("mistral3-vision-tiny", {}),
+        ("qwen3_vl-vision-tiny", {"method": "lora"}),
+        (
+            "mistral3-vision-tiny",
+            {},
+        ),  # only the SigLIP, Qwen2.5-VL and Qwen3-VL towers are replayed trainable
     ],
 )
 def test_trainable_tower_refusals_are_one_line(config: str, fields: dict) -> None:
@@ -220,3 +223,15 @@ def test_a_frozen_tower_gets_no_state_room_in_deepspeed() -> None:
     text, frozen, trained = states(), states(images=1), states(images=1, train_vision_tower=True)
     assert text - frozen >= 8 * spec.vision.params // 8  # AdamW's two fp32 states, 1/8 of them a rank
     assert trained == text
+
+
+@pytest.mark.parametrize("config", ["gemma3-vision-tiny", "qwen2_5_vl-vision-tiny", "qwen3_vl-vision-tiny"])
+def test_trainable_tower_tensors_add_up_to_the_read_tower(config: str) -> None:
+    """The replayed trainable tower's tensors (Qwen3-VL: the learned position table and every deepstack
+    merger included) are exactly the parameters the reader counts for the tower and projector."""
+    from math import prod
+
+    from gpumem_gui.core.replay.vision_train import tower_tensors
+
+    spec = _spec(config)
+    assert sum(prod(shape) for _, shape in tower_tensors(spec)) == spec.vision.params

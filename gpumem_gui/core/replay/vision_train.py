@@ -22,7 +22,8 @@ and projector, op by op:
   saves the mask only. The vision outputs (``mm_encoder_outputs``: the last hidden state and the features)
   are locals of the model's forward until it returns.
 
-Qwen2.5-VL's tower: :mod:`.vision_train_qwen`. Only these two are replayed trainable (the other towers:
+Qwen2.5-VL's tower: :mod:`.vision_train_qwen`; Qwen3-VL's (and its deepstack features in the text model):
+:mod:`.vision_train_qwen3`. Only these three are replayed trainable (the other towers:
 :func:`check_trainable` refuses in one line);
 LoRA on a tower is not modelled (PEFT 0.21's ``all-linear`` adapts the tower's linears too, since
 ``_maybe_include_all_linear_layers`` excludes only the output embedding; LLaMA-Factory and the trace worker
@@ -37,6 +38,12 @@ from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.replay.memory import DT_BYTES, T
 from gpumem_gui.core.replay.vision_tower import REGION
 from gpumem_gui.core.replay.vision_train_qwen import QwenTrainTower, qwen_tensors
+from gpumem_gui.core.replay.vision_train_qwen3 import (
+    Qwen3TrainTower,
+    embed_deepstack,
+    inner_locals,
+    qwen3_tensors,
+)
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.vision import VisionTower, image_grid
 
@@ -54,8 +61,8 @@ def check_trainable(spec: ModelSpec, method: str) -> None:
         )
     if tower is None or tower.kind not in TRAINABLE:
         raise GpumemInputError(
-            "a trainable vision tower is modelled for Gemma 3's SigLIP and Qwen2.5-VL's towers only; turn "
-            "train_vision_tower off (the tower frozen)",
+            "a trainable vision tower is modelled for Gemma 3's SigLIP, Qwen2.5-VL's and Qwen3-VL's towers "
+            "only; turn train_vision_tower off (the tower frozen)",
             field="train_vision_tower",
         )
 
@@ -88,7 +95,7 @@ def _siglip_tensors(spec: ModelSpec) -> list[tuple[str, tuple[int, ...]]]:
 
 
 # the vision towers whose trainable forward is replayed (VisionTower.kind) and their parameters
-_TENSORS = {"siglip": _siglip_tensors, "qwen2_5_vl": qwen_tensors}
+_TENSORS = {"siglip": _siglip_tensors, "qwen2_5_vl": qwen_tensors, "qwen3_vl": qwen3_tensors}
 TRAINABLE = tuple(_TENSORS)
 
 
@@ -217,14 +224,24 @@ def embed_images(m: Any, hidden: T, keep: list[T], pixels: T, held: list[Any]) -
     cfg, s = m.cfg, m.s
     prev, s.region = s.region, REGION
     images = cfg.batch * cfg.images
-    if _tower(m.spec).kind == "qwen2_5_vl":
-        last, features = QwenTrainTower(m, images, cfg.image_size).forward(pixels, cfg.grad_ckpt)
-        held += [last, features]
+    kind, deep, local = _tower(m.spec).kind, [], []
+    if kind in ("qwen2_5_vl", "qwen3_vl"):
+        if kind == "qwen3_vl":
+            tower = Qwen3TrainTower(m, images, cfg.image_size)
+            last, features, deep = tower.forward_deep(pixels, cfg.grad_ckpt)
+        else:
+            last, features = QwenTrainTower(m, images, cfg.image_size).forward(pixels, cfg.grad_ckpt)
+        held += [last, features, *deep]  # mm_encoder_outputs (split views of the features)
         s.tr.where = "vision masked_scatter"
-        # image_embeds = torch.cat(pooler_output, dim=0), in the tower's dtype as the frozen tower's replay
-        # holds it (vision.train_prefix; its .to(inputs_embeds.dtype) copy is not counted there either)
-        features = m.o.clone(features)
-        held += [features, s.new(cfg.batch * cfg.q, "bool")]  # image_embeds; the video mask (``_``)
+        if deep:  # Qwen3-VL: image_embeds, the video mask and the deepstack features are locals of the
+            # inner model's forward (vision_train_qwen3.py)
+            features = inner_locals(m, features, hidden, local)
+        else:
+            # image_embeds = torch.cat(pooler_output, dim=0), in the tower's dtype as the frozen tower's
+            # replay holds it (vision.train_prefix; its .to(inputs_embeds.dtype) copy is not counted there
+            # either)
+            features = m.o.clone(features)
+            held += [features, s.new(cfg.batch * cfg.q, "bool")]  # image_embeds; the video mask (``_``)
     else:
         tw = _Siglip(m, images)
         x = tw.embeddings(pixels)
@@ -240,5 +257,8 @@ def embed_images(m: Any, hidden: T, keep: list[T], pixels: T, held: list[Any]) -
     s.region = "hidden_states"
     scattered = s.new(hidden.n, hidden.dt)  # inputs_embeds.masked_scatter(mask, image_features)
     s.node("copy", (hidden, features), (scattered,), (mask,))
+    s.region = REGION
+    if deep:  # Qwen3-VL: the deepstack features, added after the first text layers
+        embed_deepstack(m, deep, mask, local)
     s.region = prev
     return scattered, [scattered if k is hidden else k for k in keep]

@@ -72,7 +72,7 @@ TRAIN_POINTS: dict[str, tuple[dict, ...]] = {
     "gemma3-vision-tiny": _STEPS + _TOWER_STEPS,
     "llama4-vision-tiny": _STEPS[:1],  # LoRA on Llama 4 does not trace (PEFT, text-only too)
     "qwen2_5_vl-vision-tiny": _STEPS[:2] + _QWEN_TOWER_STEPS,
-    "qwen3_vl-vision-tiny": _STEPS[:1],
+    "qwen3_vl-vision-tiny": _STEPS[:1] + _QWEN_TOWER_STEPS,
     "mistral3-vision-tiny": _STEPS[:1],
 }
 
