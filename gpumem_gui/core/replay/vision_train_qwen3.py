@@ -148,16 +148,6 @@ class Qwen3TrainTower(QwenTrainTower):
         return hidden, merged, deep
 
 
-def inner_locals(m: Any, features: T, hidden: T, local: list[T]) -> T:
-    """``image_embeds = torch.cat(image_embeds, dim=0).to(inputs_embeds.dtype)`` and the unused video mask
-    (``_``): locals of ``Qwen3VLModel.forward``, gone when it returns, before the LM head (``local``)."""
-    cat = m.o.clone(features)
-    image_embeds = m.s.cast(cat, hidden.dt)
-    del cat
-    local += [image_embeds, m.s.new(m.cfg.batch * m.cfg.q, "bool")]
-    return image_embeds
-
-
 def embed_deepstack(m: Any, deep: list[T], mask: T, local: list[T]) -> None:
     """Qwen3VLModel.forward after ``masked_scatter``: ``torch.cat`` of each deepstack feature
     (``deepstack_visual_embeds``) and the text model's hook adding them after its first layers. The hook holds
