@@ -61,6 +61,7 @@ def test_every_replayed_tower_is_traced_in_training() -> None:
         "llama4-vision-tiny",
         "qwen2_5_vl-vision-tiny",
         "qwen3_vl-vision-tiny",
+        "qwen3_vl_moe-vision-tiny",  # the tower trained only (the MoE text model with deepstack)
         "mistral3-vision-tiny",
     }
     assert any(p["run"]["method"] == "lora" and not _gap(p) for p in POINTS)
@@ -123,11 +124,13 @@ TOWER = [p for p in POINTS if p["run"].get("train_vision_tower")]
 
 
 def test_trainable_tower_points_are_traced() -> None:
-    """gemma3-vision-tiny (SigLIP) and qwen2_5_vl-vision-tiny with their towers trained: full fine-tuning,
-    with checkpointing, in bf16 (each within the tolerance in
-    test_training_step_with_images_matches_the_trace); the frozen tower's estimate of the same step is far
-    below the trace (the tower's gradients, optimizer states and saved activations)."""
-    for model in ("gemma3-vision-tiny", "qwen2_5_vl-vision-tiny"):
+    """gemma3-vision-tiny (SigLIP), qwen2_5_vl-vision-tiny, qwen3_vl-vision-tiny (deepstack mergers) and
+    mistral3-vision-tiny (Pixtral, its block mask) with their towers trained: full fine-tuning, with
+    checkpointing, in bf16 (each within the tolerance in test_training_step_with_images_matches_the_trace);
+    the frozen tower's estimate of the same step is far below the trace (the tower's gradients, optimizer
+    states and saved activations)."""
+    models = ("gemma3-vision-tiny", "qwen2_5_vl-vision-tiny", "qwen3_vl-vision-tiny", "mistral3-vision-tiny")
+    for model in models:
         steps = [p["run"] for p in TOWER if p["model"] == model]
         assert len(steps) >= 4 and any(r.get("grad_ckpt") for r in steps)
         assert any(r.get("precision") == "bf16" for r in steps)
@@ -154,8 +157,9 @@ def test_trainable_tower_adds_its_states_on_a_real_size_gemma3() -> None:
     ("config", "fields"),
     [
         ("gemma3-vision-tiny", {"method": "lora"}),  # LoRA on the tower: not modelled
-        ("qwen3_vl-vision-tiny", {}),  # only the SigLIP and Qwen2.5-VL towers are replayed trainable
-        ("mistral3-vision-tiny", {}),
+        ("qwen3_vl-vision-tiny", {"method": "lora"}),
+        ("mistral3-vision-tiny", {"method": "lora"}),
+        ("llama4-vision-tiny", {}),  # Llama 4's tower is not replayed trainable
     ],
 )
 def test_trainable_tower_refusals_are_one_line(config: str, fields: dict) -> None:
@@ -220,3 +224,34 @@ def test_a_frozen_tower_gets_no_state_room_in_deepspeed() -> None:
     text, frozen, trained = states(), states(images=1), states(images=1, train_vision_tower=True)
     assert text - frozen >= 8 * spec.vision.params // 8  # AdamW's two fp32 states, 1/8 of them a rank
     assert trained == text
+
+
+@pytest.mark.parametrize(
+    "config", ["gemma3-vision-tiny", "qwen2_5_vl-vision-tiny", "qwen3_vl-vision-tiny", "mistral3-vision-tiny"]
+)
+def test_trainable_tower_tensors_add_up_to_the_read_tower(config: str) -> None:
+    """The replayed trainable tower's tensors (Qwen3-VL: the learned position table and every deepstack
+    merger included; Mistral 3: the projector's biases as multimodal_projector_bias says) are exactly the
+    parameters the reader counts for the tower and projector."""
+    from math import prod
+
+    from gpumem_gui.core.replay.vision_train import tower_tensors
+
+    spec = _spec(config)
+    assert sum(prod(shape) for _, shape in tower_tensors(spec)) == spec.vision.params
+
+
+def test_mistral3_projector_biases_follow_the_config(tmp_path: Path) -> None:
+    """multimodal_projector_bias: true gives linear_1 and linear_2 their biases in the trainable tensors (the
+    tiny config has none), still equal to the reader's count."""
+    from math import prod
+
+    from gpumem_gui.core.replay.vision_train import tower_tensors
+
+    cfg = json.loads((HERE / "configs" / "mistral3-vision-tiny.json").read_text())
+    p = tmp_path / "mistral3-biased.json"
+    p.write_text(json.dumps({**cfg, "multimodal_projector_bias": True}))
+    spec = load_config_file(p)
+    names = {name for name, _ in tower_tensors(spec)}
+    assert {"multi_modal_projector.linear_1.bias", "multi_modal_projector.linear_2.bias"} <= names
+    assert sum(prod(shape) for _, shape in tower_tensors(spec)) == spec.vision.params

@@ -76,6 +76,7 @@ class CausalLM:
         self.quantized: set[str] = set()
         self.unused: set[str] = set()  # trainable parameters the text forward never uses
         self.embed_images: Callable[..., tuple[T, list[T]]] | None = None  # set by replay/step.py
+        self.after_layer: Callable[[int, T], T] | None = None  # after each text layer (vision_train_qwen3.py)
         self._by_name = {t.name: t for t in model_tensors(spec)}
         self._lora = _lora_weights(spec, cfg.lora_targets) if cfg.method != "full" else frozenset()
         self._logits: T | None = None
@@ -220,8 +221,8 @@ class CausalLM:
         return block.decoder_layer(self, i, hidden_states, cos, sin, mask)
 
     def _first_hidden_states(self, ids: T) -> tuple[T, list[T]]:
-        """The first layer's input (the embedding's output, or the previous pipeline stage's) and what the
-        model's forward still holds of it."""
+        """The first layer's input (the embedding's output, or the previous pipeline stage's; with a trainable
+        vision tower, the images scattered in) and what the model's forward still holds of it."""
         s, cfg = self.s, self.cfg
         if cfg.embedding:
             hidden_states, keep = block.sp_embedding(self, *inputs.embed(self, ids))
@@ -238,6 +239,8 @@ class CausalLM:
         else:  # activations received from the previous pipeline stage: a leaf that needs a gradient
             hidden_states = received_leaf(s, block.sp_residual(self), cfg.param_dt)
             keep = [hidden_states]
+        if self.embed_images is not None:  # a trainable vision tower on the prompt's images (vision_train.py)
+            hidden_states, keep = self.embed_images(self, hidden_states, keep)
         return hidden_states, keep
 
     # ---- whole model --------------------------------------------------------------------------------------
@@ -253,8 +256,6 @@ class CausalLM:
         if s.offload is not None:  # torchtune: `with activations_handling_ctx: outputs = model(**batch)`
             s.offload.active = True
         hidden_states, keep = self._first_hidden_states(ids)
-        if self.embed_images is not None:  # a trainable vision tower on the prompt's images (vision_train.py)
-            hidden_states, keep = self.embed_images(self, hidden_states, keep)
         s.region = "mask"
         alibi = self.alibi_bias = inputs.alibi(self, hidden_states.dt)
         masks = inputs.masks(self, hidden_states.dt)
@@ -306,6 +307,8 @@ class CausalLM:
                 hidden_states, weights = self.layer(i, hidden_states, cos, sin, masks.get(kind))
             _previous = weights if keeps_outputs else None
             del weights
+            if self.after_layer is not None:  # Qwen3VLTextModel._deepstack_process (vision_train_qwen3.py)
+                hidden_states = self.after_layer(i, hidden_states)
         self.alibi_bias = None
         for hook in registry.AFTER_LAYERS:  # GlmMoeDsaModel's last top-k dies here (replay/dsa.py)
             hook(self)
@@ -364,6 +367,7 @@ class CausalLM:
         for narrow in registry.TEXT_LAYERS:  # Llama 3.2 Vision: no cross-attention without images
             layers = narrow(self, layers)
         last_hidden_state = self.model(ids, every_layer(layers))
+        self.after_layer = None  # the inner model returned: its locals (Qwen3-VL's deepstack embeds) die
         if s.offload is not None:  # the head and the loss run outside the offloading hooks
             s.offload.active = False
         if not cfg.lm_head:

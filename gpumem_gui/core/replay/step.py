@@ -301,7 +301,7 @@ def _microbatches(
         if cfg.train_tower:
             model.embed_images = partial(vision_train.embed_images, pixels=pixels, held=held)
         loss = model.forward_loss(ids, layer_ids)
-        model.embed_images = None
+        model.embed_images = model.after_layer = None
         del held
         if not cfg.lm_head:
             out, loss = loss, sim.new(1, "f32")

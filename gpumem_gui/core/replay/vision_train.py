@@ -22,7 +22,9 @@ and projector, op by op:
   saves the mask only. The vision outputs (``mm_encoder_outputs``: the last hidden state and the features)
   are locals of the model's forward until it returns.
 
-Qwen2.5-VL's tower: :mod:`.vision_train_qwen`. Only these two are replayed trainable (the other towers:
+Qwen2.5-VL's tower: :mod:`.vision_train_qwen`; Qwen3-VL's (and its deepstack features in the text model):
+:mod:`.vision_train_qwen3`; Mistral 3's Pixtral tower and projector: :mod:`.vision_train_pixtral`. Only these
+four are replayed trainable (Llama 4's tower:
 :func:`check_trainable` refuses in one line);
 LoRA on a tower is not modelled (PEFT 0.21's ``all-linear`` adapts the tower's linears too, since
 ``_maybe_include_all_linear_layers`` excludes only the output embedding; LLaMA-Factory and the trace worker
@@ -31,12 +33,15 @@ leave the tower out of the targets while ``freeze_vision_tower`` holds).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.replay.memory import DT_BYTES, T
 from gpumem_gui.core.replay.vision_tower import REGION
+from gpumem_gui.core.replay.vision_train_pixtral import embed_pixtral, pixtral_tensors
 from gpumem_gui.core.replay.vision_train_qwen import QwenTrainTower, qwen_tensors
+from gpumem_gui.core.replay.vision_train_qwen3 import Qwen3TrainTower, embed_deepstack, qwen3_tensors
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.vision import VisionTower, image_grid
 
@@ -54,8 +59,8 @@ def check_trainable(spec: ModelSpec, method: str) -> None:
         )
     if tower is None or tower.kind not in TRAINABLE:
         raise GpumemInputError(
-            "a trainable vision tower is modelled for Gemma 3's SigLIP and Qwen2.5-VL's towers only; turn "
-            "train_vision_tower off (the tower frozen)",
+            "a trainable vision tower is modelled for Gemma 3's SigLIP, Qwen2.5-VL's, Qwen3-VL's and Mistral "
+            "3's Pixtral towers only; turn train_vision_tower off (the tower frozen)",
             field="train_vision_tower",
         )
 
@@ -88,7 +93,12 @@ def _siglip_tensors(spec: ModelSpec) -> list[tuple[str, tuple[int, ...]]]:
 
 
 # the vision towers whose trainable forward is replayed (VisionTower.kind) and their parameters
-_TENSORS = {"siglip": _siglip_tensors, "qwen2_5_vl": qwen_tensors}
+_TENSORS = {
+    "siglip": _siglip_tensors,
+    "qwen2_5_vl": qwen_tensors,
+    "qwen3_vl": qwen3_tensors,
+    "pixtral": pixtral_tensors,
+}
 TRAINABLE = tuple(_TENSORS)
 
 
@@ -208,16 +218,47 @@ class _Siglip:
         return s.cast(projected, last.dt)
 
 
+def inner_locals(m: Any, features: T, hidden: T, local: list[T], video: bool) -> T:
+    """``image_embeds = torch.cat(pooler_output, dim=0).to(inputs_embeds.dtype)`` (Qwen3VLModel.forward;
+    Mistral3Model.forward's ``image_features``) and Qwen's unused video mask (``_``): locals of the inner
+    model's forward, gone when it returns, before the LM head (``local``; held by ``m.after_layer``, which
+    :meth:`.model.CausalLM.forward_loss` drops then)."""
+    cat = m.o.clone(features)
+    image_embeds = m.s.cast(cat, hidden.dt)
+    del cat
+    local += [image_embeds, *([m.s.new(m.cfg.batch * m.cfg.q, "bool")] if video else [])]
+    return image_embeds
+
+
+def _holding(local: list[T], i: int, hidden: T) -> T:
+    """An after-layer hook that changes nothing and holds the inner model's locals (``local``)."""
+    return hidden
+
+
+def _siglip_forward(m: Any, images: int, pixels: T) -> tuple[T, T]:
+    """Gemma 3: the SigLIP tower (checkpointed with the text layers), post_layernorm and the projector."""
+    s = m.s
+    tw = _Siglip(m, images)
+    x = tw.embeddings(pixels)
+    for i in range(tw.v.depth):
+        x = s.checkpoint(tw.layer, i, x) if m.cfg.grad_ckpt else tw.layer(i, x)
+    s.tr.where = "vision post_layernorm"
+    last = tw.layer_norm(x, "post_layernorm")
+    del x
+    return last, tw.projector(last)
+
+
 def embed_images(m: Any, hidden: T, keep: list[T], pixels: T, held: list[Any]) -> tuple[T, list[T]]:
     """The model's forward between the prompt's embedding and the language model: the tower and projector on
-    ``pixels`` under autograd (Gemma 3's SigLIP: ``_Siglip``; Qwen2.5-VL: :mod:`.vision_train_qwen`, whose
-    features are concatenated), the placeholder masks and
+    ``pixels`` under autograd (Gemma 3's SigLIP: ``_Siglip``; Qwen2.5-VL: :mod:`.vision_train_qwen`;
+    Qwen3-VL: :mod:`.vision_train_qwen3`; Mistral 3: :mod:`.vision_train_pixtral`), the placeholder masks and
     ``masked_scatter``; ``held`` receives what the model's forward keeps until it returns (the vision
-    outputs, ``image_embeds``, Qwen's unused video mask)."""
+    outputs; Qwen2.5-VL's ``image_embeds`` and unused video mask)."""
     cfg, s = m.cfg, m.s
     prev, s.region = s.region, REGION
     images = cfg.batch * cfg.images
-    if _tower(m.spec).kind == "qwen2_5_vl":
+    kind, deep, local = _tower(m.spec).kind, [], []
+    if kind == "qwen2_5_vl":
         last, features = QwenTrainTower(m, images, cfg.image_size).forward(pixels, cfg.grad_ckpt)
         held += [last, features]
         s.tr.where = "vision masked_scatter"
@@ -225,20 +266,27 @@ def embed_images(m: Any, hidden: T, keep: list[T], pixels: T, held: list[Any]) -
         # holds it (vision.train_prefix; its .to(inputs_embeds.dtype) copy is not counted there either)
         features = m.o.clone(features)
         held += [features, s.new(cfg.batch * cfg.q, "bool")]  # image_embeds; the video mask (``_``)
+    elif kind in ("qwen3_vl", "pixtral"):
+        if kind == "qwen3_vl":
+            tower = Qwen3TrainTower(m, images, cfg.image_size)
+            last, features, deep = tower.forward_deep(pixels, cfg.grad_ckpt)
+        else:
+            last, features = embed_pixtral(m, images, pixels)
+        held += [last, features, *deep]  # mm_encoder_outputs (split views of the features)
+        s.tr.where = "vision masked_scatter"
+        features = inner_locals(m, features, hidden, local, video=kind == "qwen3_vl")
     else:
-        tw = _Siglip(m, images)
-        x = tw.embeddings(pixels)
-        for i in range(tw.v.depth):
-            x = s.checkpoint(tw.layer, i, x) if cfg.grad_ckpt else tw.layer(i, x)
-        s.tr.where = "vision post_layernorm"
-        last = tw.layer_norm(x, "post_layernorm")
-        del x
-        features = tw.projector(last)
+        last, features = _siglip_forward(m, images, pixels)
         held += [last, features]
     s.tr.where = "vision masked_scatter"
     mask = s.new(cfg.batch * cfg.q, "bool")  # input_ids == image_token_id, expanded as a view
     s.region = "hidden_states"
     scattered = s.new(hidden.n, hidden.dt)  # inputs_embeds.masked_scatter(mask, image_features)
     s.node("copy", (hidden, features), (scattered,), (mask,))
+    s.region = REGION
+    if deep:  # Qwen3-VL: the deepstack features, added after the first text layers
+        embed_deepstack(m, deep, mask, local)
+    elif local:
+        m.after_layer = partial(_holding, local)
     s.region = prev
     return scattered, [scattered if k is hidden else k for k in keep]

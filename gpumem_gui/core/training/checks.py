@@ -222,7 +222,7 @@ def _check_images(spec: ModelSpec, run: TrainingRun) -> list[str]:
     frozen tower runs under autograd (not modelled)."""
     if not run.images:
         return []  # a train_vision_tower without images is noted as ignored (training/unused.py)
-    if run.train_vision_tower:  # replay/vision_train.py: full fine-tuning of the SigLIP / Qwen2.5-VL tower
+    if run.train_vision_tower:  # replay/vision_train.py: full fine-tuning of a replayed tower
         check_trainable(spec, run.method)
     if not has_tower(spec):
         return ["images: the model's vision tower is not replayed in training; the images are not counted"]

@@ -72,8 +72,10 @@ TRAIN_POINTS: dict[str, tuple[dict, ...]] = {
     "gemma3-vision-tiny": _STEPS + _TOWER_STEPS,
     "llama4-vision-tiny": _STEPS[:1],  # LoRA on Llama 4 does not trace (PEFT, text-only too)
     "qwen2_5_vl-vision-tiny": _STEPS[:2] + _QWEN_TOWER_STEPS,
-    "qwen3_vl-vision-tiny": _STEPS[:1],
-    "mistral3-vision-tiny": _STEPS[:1],
+    "qwen3_vl-vision-tiny": _STEPS[:1] + _QWEN_TOWER_STEPS,
+    # the same tower (and deepstack) under the MoE text model: trained, without and with checkpointing
+    "qwen3_vl_moe-vision-tiny": _QWEN_TOWER_STEPS[0:3:2],
+    "mistral3-vision-tiny": _STEPS[:1] + _QWEN_TOWER_STEPS,  # dynamic resolution as the Qwen towers
 }
 
 
