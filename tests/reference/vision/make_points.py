@@ -50,23 +50,24 @@ _STEPS = (
 )
 # the vision tower trained (train_vision_tower: LLaMA-Factory freeze_vision_tower false;
 # replay/vision_train.py)
-_TOWER_STEPS = tuple(
-    {**step, "train_vision_tower": True}
-    for step in (
-        {"method": "full", "batch": 1, "seq": 64, "images": 2, "image_size": 224},
-        {"method": "full", "batch": 2, "seq": 100, "images": 1, "image_size": 448},
-        {"method": "full", "batch": 1, "seq": 200, "images": 2, "image_size": 336, "grad_ckpt": True},
-        {"method": "full", "batch": 1, "seq": 64, "images": 3, "image_size": 224, "precision": "bf16"},
-    )
+
+
+def _trained(*steps: dict) -> tuple[dict, ...]:
+    """Full fine-tuning steps with the vision tower trained."""
+    return tuple({"method": "full", **step, "train_vision_tower": True} for step in steps)
+
+
+_TOWER_STEPS = _trained(
+    {"batch": 1, "seq": 64, "images": 2, "image_size": 224},
+    {"batch": 2, "seq": 100, "images": 1, "image_size": 448},
+    {"batch": 1, "seq": 200, "images": 2, "image_size": 336, "grad_ckpt": True},
+    {"batch": 1, "seq": 64, "images": 3, "image_size": 224, "precision": "bf16"},
 )
-_QWEN_TOWER_STEPS = tuple(
-    {**step, "train_vision_tower": True}
-    for step in (
-        {"method": "full", "batch": 1, "seq": 64, "images": 2, "image_size": 224},
-        {"method": "full", "batch": 1, "seq": 64, "images": 4, "image_size": 448},
-        {"method": "full", "batch": 1, "seq": 100, "images": 2, "image_size": 700, "grad_ckpt": True},
-        {"method": "full", "batch": 2, "seq": 64, "images": 1, "image_size": 448, "precision": "bf16"},
-    )
+_QWEN_TOWER_STEPS = _trained(
+    {"batch": 1, "seq": 64, "images": 2, "image_size": 224},
+    {"batch": 1, "seq": 64, "images": 4, "image_size": 448},
+    {"batch": 1, "seq": 100, "images": 2, "image_size": 700, "grad_ckpt": True},
+    {"batch": 2, "seq": 64, "images": 1, "image_size": 448, "precision": "bf16"},
 )
 TRAIN_POINTS: dict[str, tuple[dict, ...]] = {
     "gemma3-vision-tiny": _STEPS + _TOWER_STEPS,
