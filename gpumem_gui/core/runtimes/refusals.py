@@ -66,14 +66,11 @@ OLLAMA_STATE = MappingProxyType(
     }
 )
 
-# --- compressed attention (DeepSeek-V4, spec/compressed.py): no engine's profile models it yet; what the
-# engine itself does with such a model (Runtime.check_layer_kinds prefixes the engine and the mode) ---
+# --- compressed attention (DeepSeek-V4, spec/compressed.py): vLLM models it (runtimes/vllm_dsv4.py);
+# what each other engine itself does with such a model (Runtime.check_layer_kinds prefixes the engine and the
+# mode) ---
 
 COMPRESSED_ATTENTION = "its profile does not model DeepSeek-V4's compressed attention"
-VLLM_COMPRESSED_ATTENTION = (
-    "vLLM serves DeepSeek-V4 (vllm/model_executor/models/deepseek_v4.py) with a compressed-cache layout "
-    "of its own, which this profile does not model yet"
-)
 SGLANG_COMPRESSED_ATTENTION = (
     "SGLang serves DeepSeek-V4 (python/sglang/srt/models/deepseek_v4.py) with a compressed-cache pool of "
     "its own, which this profile does not model yet"
