@@ -98,7 +98,8 @@ def _kv_pool(
         )
     per_request = lay.blocks_per_request(max_len, bs, batched)
     facts["max_concurrency"] = round(blocks / per_request, 2) if per_request else 0
-    facts["kv_request_bytes"] = lay.request_bytes(per_request)  # what vLLM's start-up check needs
+    if lay.request_bytes(per_request) != per_request * lay.block_bytes:  # a block priced above its stride
+        facts["kv_request_bytes"] = lay.request_bytes(per_request)  # what vLLM's start-up check needs
     refusal = lay.start_refusal(pool, per_request, max_len)
     return blocks * lay.block_bytes, head + lay.pool_formula(bs), facts, (refusal,) if refusal else ()
 
