@@ -54,7 +54,7 @@ class Runtime(ABC):
     state_tp: bool = False  # shards the state layers by (attention) tensor parallelism (SGLang's mamba pool)
     cross_attention_cache: bool = False
     mixed_head_shapes: bool = False
-    # DeepSeek-V4's compressed attention (spec/compressed.py): no engine's profile models it yet
+    # DeepSeek-V4's compressed attention (spec/compressed.py): whether this engine's profile models its cache
     compressed_attention: bool = False
     # the one-line refusals of what this engine does not run or gpumem does not model for it (refusals.py)
     cross_attention_refusal: str = ""

@@ -22,12 +22,13 @@ from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase
 from gpumem_gui.core.runtimes import refusals
 from gpumem_gui.core.runtimes import state_pools as sp
+from gpumem_gui.core.runtimes import vllm_dsv4 as vd
 from gpumem_gui.core.runtimes import vllm_kv as vk
 from gpumem_gui.core.runtimes import vllm_profile as vp
 from gpumem_gui.core.runtimes.base import Runtime, component, load_phase, weights_per_rank
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.vllm_command import vllm_command, vllm_expresses
-from gpumem_gui.core.spec.kinds import STATE_MIXERS, LatentAttention
+from gpumem_gui.core.spec.kinds import STATE_MIXERS, CompressedAttention, LatentAttention
 from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees
@@ -52,7 +53,12 @@ def kv_per_token(spec: ModelSpec, kv_elem: float, tp: int, layers: int | None = 
 
 
 def _kv_pool(
-    run: InferenceRun, capacity: int | None, non_kv: int, lay: vk.KvLayout, max_len: int, batched: int
+    run: InferenceRun,
+    capacity: int | None,
+    non_kv: int,
+    lay: vk.KvLayout | vd.Dsv4Layout,
+    max_len: int,
+    batched: int,
 ) -> tuple[int, str, dict[str, object], tuple[str, ...]]:
     """(KV bytes, formula, facts, warnings): with a GPU capacity, the pool vLLM allocates from what the
     profiling run leaves of the budget, in whole blocks; without one, the blocks the batch needs."""
@@ -92,27 +98,24 @@ def _kv_pool(
         )
     per_request = lay.blocks_per_request(max_len, bs, batched)
     facts["max_concurrency"] = round(blocks / per_request, 2) if per_request else 0
-    warnings = ()
-    if blocks < per_request:
-        warnings = (
-            f"max_model_len: vLLM would refuse to start: the KV pool holds {blocks} blocks, fewer than the "
-            f"{per_request} one request of max_model_len {max_len} takes over its {lay.groups} KV "
-            "groups",
-        )
-    formula = head + (
-        f"in whole blocks of {bs} tokens x {lay.group_size} layers (one page per layer of a KV group; "
-        f"{lay.groups} groups share the blocks)"
-    )
-    return blocks * lay.block_bytes, formula, facts, warnings
+    if lay.request_bytes(per_request) != per_request * lay.block_bytes:  # a block priced above its stride
+        facts["kv_request_bytes"] = lay.request_bytes(per_request)  # what vLLM's start-up check needs
+    refusal = lay.start_refusal(pool, per_request, max_len)
+    return blocks * lay.block_bytes, head + lay.pool_formula(bs), facts, (refusal,) if refusal else ()
 
 
-def _layout(spec: ModelSpec, run: InferenceRun, kv_elem: float, per_tok: int) -> vk.KvLayout:
+def _layout(
+    spec: ModelSpec, run: InferenceRun, kv_elem: float, per_tok: int, max_len: int, batched: int
+) -> vk.KvLayout | vd.Dsv4Layout:
     """The rank's KV groups: vLLM's hybrid allocator when some layers slide or attend within chunks (Llama 4),
     else one group of the fullest stage's layers (also with the hybrid manager off, ``--no-hybrid-kv-cache``:
     ``unify_hybrid_kv_cache_specs`` turns the sliding and chunked layers of a mixed model into full-attention
     ones; an all-sliding model stays one group). vLLM turns the manager off for chunked models itself when
     ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` is 0 (``VllmConfig.__post_init__``; the default
-    up to v0.12, 1 since v0.16) or with EAGLE drafts: model those with ``--no-hybrid-kv-cache``."""
+    up to v0.12, 1 since v0.16) or with EAGLE drafts: model those with ``--no-hybrid-kv-cache``. DeepSeek-V4's
+    compressed attention: its packed groups (:mod:`.vllm_dsv4`)."""
+    if model_kinds(spec).of(CompressedAttention):
+        return vd.layout(spec, run, max_len, batched)
     if has_state(spec):  # state layers: their own groups, pages padded to the raised attention page
         page = run.block_size * kv_per_token(spec, kv_elem, run.tp, 1)
         return vk.state_layout(spec, run.pp, page)
@@ -144,7 +147,7 @@ def _state_run(spec: ModelSpec, run: InferenceRun, kv_elem: float) -> tuple[Infe
 
 
 def _batch_need(
-    lay: vk.KvLayout,
+    lay: vk.KvLayout | vd.Dsv4Layout,
     run: InferenceRun,
     batched: int,
     max_len: int,
@@ -172,7 +175,7 @@ def _batch_need(
 
 
 def _kv_component(
-    run: InferenceRun, lay: vk.KvLayout, per_tok: int, kv_bytes: int, formula: str
+    run: InferenceRun, lay: vk.KvLayout | vd.Dsv4Layout, per_tok: int, kv_bytes: int, formula: str
 ) -> Component:
     """The KV pool's breakdown entry (with the KV groups' shape when some layers slide)."""
     windowed = lay.windowed
@@ -226,7 +229,7 @@ def _phases(weights_c: Component, activation: Component, kv_c: Component) -> dic
 
 class Vllm(Runtime):
     name = "vllm"
-    compressed_attention_refusal = refusals.VLLM_COMPRESSED_ATTENTION  # DeepSeek-V4: its own cache
+    compressed_attention = True  # DeepSeek-V4: vLLM's packed compressed-cache groups (runtimes/vllm_dsv4.py)
     label = "vLLM"
     state_mixers = STATE_MIXERS  # the hybrid KV-cache manager's state groups (runtimes/state_pools.py)
     # the state pages split by TP as the mixers' weights are (vllm/model_executor/layers/mamba/mamba_utils.py
@@ -253,13 +256,15 @@ class Vllm(Runtime):
     def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
         """A vision tower: its own activations in the profiling run (all profiled images at once) are not
         modelled, only the encoder cache its outputs fill (the ModelSpec has no tower dimensions)."""
+        warnings = vd.check(spec, run)  # DeepSeek-V4: what vLLM's path takes
         if spec.vision is not None and run.images_per_prompt != 0:
             return [
+                *warnings,
                 "vllm: the vision encoder's own activations in the profiling run are not modelled (its "
                 "weights and the encoder cache are); --limit-mm-per-prompt image=0 skips them for text-only "
-                "serving"
+                "serving",
             ]
-        return []
+        return warnings
 
     def estimate(
         self,
@@ -273,17 +278,21 @@ class Vllm(Runtime):
         # MemorySnapshot().total_memory (torch.cuda.mem_get_info()[1]) x gpu_memory_utilization, and its batch
         # defaults read current_platform.get_device_total_memory (the same total)
         capacity = gpu.cuda_bytes if gpu else None
+        run = vd.dsv4_run(spec, run)  # DeepSeek-V4: vLLM's own block size when --block-size is not given
         layers = vp.stage_layers(spec, run.pp)
         kv_elem = kv_bytes_per_element(run.kv_dtype_resolved)
         run, state_facts = _state_run(spec, run, kv_elem)
         kv_layers = state_facts.get("attention_layers", vk.kv_stage_layers(spec, run.pp))
         per_tok = kv_per_token(spec, kv_elem, run.tp, kv_layers)
-        lay = _layout(spec, run, kv_elem, per_tok)
         max_len = run.max_model_len or run.tokens
         tokens, seqs = vp.batch_defaults(run, capacity, max_len, any(model_kinds(spec).bounds().values()))
+        lay = _layout(spec, run, kv_elem, per_tok, max_len, tokens)
+        per_tok = lay.per_token_bytes or per_tok
         weights_c = _weights(spec, run, wb)
         w = weights_c.bytes
         activation = vp.activation(spec, run, tokens, seqs, last_stage=True, max_len=max_len)
+        if isinstance(lay, vd.Dsv4Layout):  # the prefill workspace its dummy run reserves
+            activation = vd.profiled(activation, spec, lay)
         non_torch = vp.non_torch(run, capacity)
         graphs = vp.cudagraphs(spec, run, seqs, layers)
         non_kv = w + activation.bytes + non_torch.bytes + (0 if vp.graphs_after_kv(run) else graphs.bytes)
@@ -349,7 +358,8 @@ class Vllm(Runtime):
         if "kv_blocks_per_request" in est.facts:  # sliding-window layers: blocks over the KV groups
             blocks = int(est.facts["gpu_blocks"])  # type: ignore[call-overload]
             need = max(int(est.facts["kv_blocks_per_request"]), int(est.facts["kv_blocks_needed"]))  # type: ignore[call-overload]
-            return blocks >= need
+            guard = int(est.facts.get("kv_request_bytes", 0))  # type: ignore[call-overload]
+            return blocks >= need and int(est.facts["kv_pool_bytes"]) >= guard  # type: ignore[call-overload]
         kv_tokens = int(est.facts["kv_tokens"])  # type: ignore[call-overload]
         need_tokens = int(est.facts.get("kv_tokens_needed", 0))  # type: ignore[call-overload]
         return kv_tokens >= int(est.facts.get("max_model_len", 0)) and kv_tokens >= need_tokens  # type: ignore[call-overload]

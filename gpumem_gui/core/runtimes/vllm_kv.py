@@ -58,6 +58,7 @@ class KvLayout:
     group_size: int  # layers of the rank per group (tensors sharing each block id)
     layer_page_bytes: int  # one page (block_size tokens) of one layer on the rank
     state_groups: int = 0  # groups of state layers (MambaSpec): one page per request each
+    per_token_bytes: int = 0  # 0: the engine's per-token figure (a DeepSeek-V4 layout has its own)
 
     @property
     def hybrid(self) -> bool:
@@ -106,6 +107,26 @@ class KvLayout:
             return min(full, bound) if held else bound
 
         return sum(group(w) for w in self.windows) + self.state_groups  # MambaSpec: one page per request
+
+    def request_bytes(self, per_request: int) -> int:
+        """What vLLM's start-up check needs for one ``max_model_len`` request of ``per_request`` blocks."""
+        return per_request * self.block_bytes
+
+    def start_refusal(self, pool: int, per_request: int, max_len: int) -> str | None:
+        """The warning when vLLM would not start: one ``max_model_len`` request does not fit the pool."""
+        blocks = self.blocks(pool)
+        if blocks >= per_request:
+            return None
+        return (
+            f"max_model_len: vLLM would refuse to start: the KV pool holds {blocks} blocks, fewer than the "
+            f"{per_request} one request of max_model_len {max_len} takes over its {self.groups} KV groups"
+        )
+
+    def pool_formula(self, block_size: int) -> str:
+        return (
+            f"in whole blocks of {block_size} tokens x {self.group_size} layers (one page per layer of a KV "
+            f"group; {self.groups} groups share the blocks)"
+        )
 
 
 def kv_stage_layers(spec: ModelSpec, pp: int) -> int:
