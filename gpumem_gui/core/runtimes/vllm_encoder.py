@@ -40,13 +40,14 @@ comes 5 % over the logged one. With tensor parallelism vLLM shards the tower's h
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from gpumem_gui.core.replay.config import ReplayConfig
 from gpumem_gui.core.replay.memory import DT_BYTES
-from gpumem_gui.core.replay.vision import pixel_bytes, tower_peak
+from gpumem_gui.core.replay.vision import TowerPeak, pixel_bytes, tower_peak
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.spec.model import ModelSpec
-from gpumem_gui.core.spec.vision import image_grid
+from gpumem_gui.core.spec.vision import VisionTower, image_grid
 
 # vllm/config/multimodal.py: --limit-mm-per-prompt defaults to 999 items of each modality
 MM_LIMIT_DEFAULT = 999
@@ -109,9 +110,17 @@ def encoder_profile(
         return EncoderProfile(items, per_item, 0, 0, out, 0, "")
     side = tower.max_side
     grid = image_grid(tower, side)
-    # the tower's replay on the dummy batch: ``items`` sequences of one image each and no text (q = 0)
-    cfg = ReplayConfig(batch=items, q=0, param_dt=dt, images=1, image_size=side, weights_counted=False)
-    peak = tower_peak(spec, cfg)
+    peak = _tower_peak(spec, tower, items, dt)
     inputs = items * pixel_bytes(tower, grid)  # the processor's pixel_values, moved to the GPU as they are
     outputs = items * grid.features * tower.out_hidden_size * round(DT_BYTES[dt])
     return EncoderProfile(items, per_item, side, inputs, outputs, peak.peak, peak.where)
+
+
+@lru_cache(maxsize=64)
+def _tower_peak(spec: ModelSpec, tower: VisionTower, items: int, dt: str) -> TowerPeak:
+    """The tower's replay on the dummy batch: ``items`` sequences of one image of the largest size each and no
+    text (q = 0); kept per model, batch and dtype (a fit's searches ask the same one at every point)."""
+    cfg = ReplayConfig(
+        batch=items, q=0, param_dt=dt, images=1, image_size=tower.max_side, weights_counted=False
+    )
+    return tower_peak(spec, cfg)
