@@ -28,12 +28,13 @@ So the profiled peak is ``max(tower peak, inputs + outputs + max(dummy forward, 
 
 The tower's own activations are the transformers tower's replay (:func:`gpumem_gui.core.replay.vision.
 tower_peak`, the one ``--images`` runs in the transformers engine) on ``items`` images of the dummy size and
-no text. vLLM's towers compute the same layers with their own kernels (``vllm/model_executor/models/
-qwen2_5_vl.py``: fused ``qkv`` and ``gate_up`` projections, the windowed and full blocks as one varlen
-attention call over ``cu_seqlens``, no ``S x S`` scores, as the replay's SDPA flash kernel; the rotary in the
-model dtype where the transformers tower keeps fp32 copies): the replay stands for them, not measured on a GPU
-here; on the one published log it decides (Qwen2.5-VL-3B on an L4, tests/test_vllm_encoder.py) the KV pool
-comes 5 % over the logged one. With tensor parallelism vLLM shards the tower's heads and MLP
+no text. vLLM's towers compute the same layers with their own modules (``vllm/model_executor/models/
+qwen2_5_vl.py``: ``Qwen2_5_VisionMLP`` a fused ``gate_up_proj`` in vLLM main, separate gate and up
+projections up to v0.8.5; the windowed and full blocks as varlen attention over ``cu_seqlens``, no ``S x S``
+scores, as the replay's SDPA flash kernel; the rotary's fp32 copies of q and k in the older
+``apply_rotary_pos_emb_vision``, as the transformers tower keeps them): the replay stands for them, not
+measured on a GPU here; on the one published log it decides (Qwen2.5-VL-3B on an L4,
+tests/test_vllm_encoder.py) the KV pool comes 5 % over the logged one. With tensor parallelism vLLM shards the tower's heads and MLP
 (``mm_encoder_tp_mode="weights"``); the replay is of the whole tower, an upper side there (the engine warns).
 """
 
