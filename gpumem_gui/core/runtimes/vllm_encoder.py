@@ -34,8 +34,9 @@ projections up to v0.8.5; the windowed and full blocks as varlen attention over 
 scores, as the replay's SDPA flash kernel; the rotary's fp32 copies of q and k in the older
 ``apply_rotary_pos_emb_vision``, as the transformers tower keeps them): the replay stands for them, not
 measured on a GPU here; on the one published log it decides (Qwen2.5-VL-3B on an L4,
-tests/test_vllm_encoder.py) the KV pool comes 5 % over the logged one. With tensor parallelism vLLM shards the tower's heads and MLP
-(``mm_encoder_tp_mode="weights"``); the replay is of the whole tower, an upper side there (the engine warns).
+tests/test_vllm_encoder.py) the KV pool comes 5 % over the logged one. With tensor parallelism vLLM shards
+the tower's heads and MLP (``mm_encoder_tp_mode="weights"``); the replay is of the whole tower, an upper
+side there (the engine warns).
 """
 
 from __future__ import annotations
