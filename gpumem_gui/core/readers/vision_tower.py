@@ -64,6 +64,7 @@ def _tower(
         kind=kind,
         hidden_size=v.int("hidden_size"),
         depth=v.int("num_hidden_layers"),
+        config_layers=v.int("num_hidden_layers"),
         num_heads=v.int("num_attention_heads"),
         intermediate_size=v.int("intermediate_size"),
         patch_size=v.int("patch_size"),

@@ -25,12 +25,13 @@ from typing import Any
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.replay.autograd import Sim
 from gpumem_gui.core.replay.config import ReplayConfig
+from gpumem_gui.core.replay.memory import DT_BYTES
 from gpumem_gui.core.replay.vision_llama4 import Llama4Tower
 from gpumem_gui.core.replay.vision_pixtral import PixtralTower
 from gpumem_gui.core.replay.vision_siglip import SiglipTower
 from gpumem_gui.core.replay.vision_tower import REGION, Tower
 from gpumem_gui.core.spec.model import ModelSpec
-from gpumem_gui.core.spec.vision import VisionTower, image_grid
+from gpumem_gui.core.spec.vision import ImageGrid, VisionTower, image_grid
 
 # the tower class of each kind (the Qwen kinds: Tower itself)
 _TOWERS: dict[str, type[Tower]] = {"pixtral": PixtralTower, "siglip": SiglipTower, "llama4": Llama4Tower}
@@ -62,6 +63,13 @@ def tower_buffer_bytes(spec: ModelSpec) -> int:
     return _TOWERS.get(tower.kind, Tower).buffer_bytes(tower) if tower is not None else 0
 
 
+def pixel_bytes(tower: VisionTower, grid: ImageGrid) -> int:
+    """Bytes of one image's ``pixel_values`` as its processor returns them: every tile's ``in_channels x
+    temporal_patch_size x side^2`` values, in the tower kind's pixel dtype (fp32; Llama 4's bf16)."""
+    per_image = grid.tiles * tower.in_channels * tower.temporal_patch_size * grid.side**2
+    return round(per_image * DT_BYTES[_TOWERS.get(tower.kind, Tower).pixel_dtype])
+
+
 def has_tower(spec: ModelSpec) -> bool:
     """Whether the model's vision tower is replayed (its images are counted)."""
     return spec.vision is not None and spec.vision.tower is not None
@@ -88,9 +96,10 @@ class _Inputs:
     def __init__(self, s: Sim, spec: ModelSpec, cfg: ReplayConfig, b: Any, q: Any) -> None:
         tower = _tower(spec, cfg)
         grid = image_grid(tower, cfg.image_size)
-        per_image = grid.tiles * tower.in_channels * tower.temporal_patch_size * grid.side**2
+        kind = _TOWERS.get(tower.kind, Tower)
+        per_image = pixel_bytes(tower, grid) // round(DT_BYTES[kind.pixel_dtype])
         prev, s.region = s.region, REGION
-        self.pixel_values = s.new(b * cfg.images * per_image, _TOWERS.get(tower.kind, Tower).pixel_dtype)
+        self.pixel_values = s.new(b * cfg.images * per_image, kind.pixel_dtype)
         s.region = "inputs"
         if tower.kind == "pixtral":  # PixtralProcessor: image_sizes [images, 2]
             self.grid = s.new(b * cfg.images * 2, "i64")

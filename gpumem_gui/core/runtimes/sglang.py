@@ -36,6 +36,8 @@ from gpumem_gui.core.runtimes.cross_attention import with_encoder_tokens
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.sglang_command import SGLANG_ONLINE_QUANT, sglang_command
 from gpumem_gui.core.runtimes.sglang_defaults import ServerDefaults, server_defaults
+from gpumem_gui.core.runtimes.sglang_mm import vlm_fraction_factor
+from gpumem_gui.core.runtimes.sglang_mm import warnings as mm_warnings
 from gpumem_gui.core.runtimes.sglang_pool import (
     Pool,
     StageMemory,
@@ -195,7 +197,8 @@ class Sglang(Runtime):
         # free memory torch reports before loading (model_runner.py get_available_gpu_memory:
         # torch.cuda.mem_get_info()[0]), i.e. from CUDA's total less the CUDA context
         run = with_encoder_tokens(spec, run)  # Llama 3.2 Vision: each request's vision tokens in the pool
-        sd = server_defaults(run, gpu.driver_bytes if gpu else None)
+        # a multimodal model: SGLang's default fraction lowered for its vision tower (runtimes/sglang_mm.py)
+        sd = server_defaults(run, gpu.driver_bytes if gpu else None, vlm_fraction_factor(spec) or 1.0)
         capacity = gpu.cuda_bytes if gpu else None
         context_len = run.max_model_len or spec.max_position_embeddings
         stages = [_stage(spec, run, wb, s, self.quantizes_experts(run)) for s in range(run.pp)]
@@ -211,7 +214,11 @@ class Sglang(Runtime):
             shares.append(self._share(s, weights, mem, act))
         worst = max(range(run.pp), key=lambda s: shares[s].total_bytes)
         dyn = per_stage[worst].dynamic_bytes + act.bytes
-        warnings = (*warnings, *_warnings(spec, run, pool, dyn, context_len))
+        warnings = (
+            *warnings,
+            *_warnings(spec, run, pool, dyn, context_len),
+            *mm_warnings(spec, sd.fraction_is_default),
+        )
         result = self._result(run, sd, pool, shares, worst, stages[worst], per_stage[worst], act, warnings)
         # a sliding layer keeps at most the window of each sequence once SGLang evicts the older tokens
         seqs = ceil(run.batch / run.dp_size)

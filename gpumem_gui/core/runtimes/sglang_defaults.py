@@ -38,15 +38,21 @@ class ServerDefaults:
     chunked_prefill_size: int
     cuda_graph_max_bs: int
     capture_sizes: tuple[int, ...]  # decode batch sizes captured as CUDA graphs (empty: none)
+    vlm_factor: float = 1.0  # a multimodal model's factor on the default fraction (runtimes/sglang_mm.py)
 
     def explain(self) -> str:
         if not self.fraction_is_default:
             return f"mem_fraction_static {self.mem_fraction_static:g} (set by the run)"
+        vlm = (
+            f" x {self.vlm_factor:.4g} for the vision tower (adjust_mem_fraction_for_vlm)"
+            if self.vlm_factor != 1.0
+            else ""
+        )
         if self.reserved_mib is None:
-            return f"mem_fraction_static {self.mem_fraction_static:g} (SGLang's fallback without a GPU)"
+            return f"mem_fraction_static {self.mem_fraction_static:g} (SGLang's fallback without a GPU{vlm})"
         return (
-            f"mem_fraction_static {self.mem_fraction_static:g} = round((gpu_mem - reserved) / gpu_mem, 3), "
-            f"reserved = {self.reserved_mib:,.0f} MiB (SGLang's default, {_SRC})"
+            f"mem_fraction_static {self.mem_fraction_static:g} = round((gpu_mem - reserved) / gpu_mem, 3)"
+            f"{vlm}, reserved = {self.reserved_mib:,.0f} MiB (SGLang's default, {_SRC})"
         )
 
 
@@ -72,8 +78,9 @@ def _reserved_mib(run: InferenceRun, gpu_mib: float, chunk: int, max_bs: int) ->
     return reserved
 
 
-def server_defaults(run: InferenceRun, capacity: int | None) -> ServerDefaults:
-    """The settings SGLang runs ``run`` with on a GPU of ``capacity`` bytes (None: unknown)."""
+def server_defaults(run: InferenceRun, capacity: int | None, vlm_factor: float = 1.0) -> ServerDefaults:
+    """The settings SGLang runs ``run`` with on a GPU of ``capacity`` bytes (None: unknown); a multimodal
+    model's default fraction times ``vlm_factor`` (runtimes/sglang_mm.py)."""
     if capacity:
         gpu_mib = capacity / 2**20
         _, chunk_d, bs_small, bs_large = next(b for b in _BUCKETS if gpu_mib < b[0])
@@ -86,7 +93,7 @@ def server_defaults(run: InferenceRun, capacity: int | None) -> ServerDefaults:
     if run.mem_fraction_static is not None:
         return ServerDefaults(run.mem_fraction_static, False, None, chunk, max_bs, sizes)
     if not capacity:
-        return ServerDefaults(_NO_GPU[2], True, None, chunk, max_bs, sizes)
+        return ServerDefaults(_NO_GPU[2] * vlm_factor, True, None, chunk, max_bs, sizes, vlm_factor)
     reserved = _reserved_mib(run, gpu_mib, chunk, max_bs)
     fraction = round((gpu_mib - reserved) / gpu_mib, 3)
-    return ServerDefaults(fraction, True, reserved, chunk, max_bs, sizes)
+    return ServerDefaults(fraction * vlm_factor, True, reserved, chunk, max_bs, sizes, vlm_factor)

@@ -254,15 +254,24 @@ class Vllm(Runtime):
     sizes_from_capacity = True
 
     def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
-        """A vision tower: its own activations in the profiling run (all profiled images at once) are not
-        modelled, only the encoder cache its outputs fill (the ModelSpec has no tower dimensions)."""
+        """DeepSeek-V4's path (runtimes/vllm_dsv4.py), and a vision tower in the profiling run
+        (runtimes/vllm_encoder.py): a tower that is not replayed counts only its encoder cache; a replayed one
+        is the whole tower's replay, which vLLM shards over TP."""
         warnings = vd.check(spec, run)  # DeepSeek-V4: what vLLM's path takes
-        if spec.vision is not None and run.images_per_prompt != 0:
+        if spec.vision is None or run.images_per_prompt == 0:
+            return warnings
+        if spec.vision.tower is None:
             return [
                 *warnings,
-                "vllm: the vision encoder's own activations in the profiling run are not modelled (its "
-                "weights and the encoder cache are); --limit-mm-per-prompt image=0 skips them for text-only "
-                "serving",
+                "vllm: the vision encoder's own activations in the profiling run are not modelled for this "
+                "tower (its weights and the encoder cache are); --limit-mm-per-prompt image=0 skips them for "
+                "text-only serving",
+            ]
+        if run.tp > 1:
+            return [
+                *warnings,
+                "vllm: the vision encoder's profiling activations are the unsharded tower's (vLLM splits its "
+                "heads and MLP over the TP ranks): an upper side",
             ]
         return warnings
 

@@ -14,6 +14,7 @@ from math import ceil
 from gpumem_gui.core.results.estimate import Component
 from gpumem_gui.core.runtimes.base import component
 from gpumem_gui.core.runtimes.run import InferenceRun
+from gpumem_gui.core.runtimes.vllm_encoder import encoder_profile
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.units import GiB
 
@@ -128,36 +129,19 @@ def _forward_bytes(spec: ModelSpec, run: InferenceRun, tokens: int) -> int:
     return tokens * per_token
 
 
-# vllm/config/multimodal.py: --limit-mm-per-prompt defaults to 999 items of each modality
-MM_LIMIT_DEFAULT = 999
-
-
-def encoder_items(spec: ModelSpec, run: InferenceRun, tokens: int, seqs: int, max_len: int) -> int:
-    """Images the profiling run feeds the vision encoder at once (``vllm/multimodal/encoder_budget.py``
-    ``_get_max_items``): the encoder budget ``max(max_num_batched_tokens, tokens per image)`` over the
-    tokens per image, at most ``max_num_seqs x`` the images one prompt can hold; 0 for a text model or
-    ``--limit-mm-per-prompt image=0``."""
-    per_item = spec.vision.image_tokens if spec.vision else 0
-    limit = MM_LIMIT_DEFAULT if run.images_per_prompt is None else run.images_per_prompt
-    if not per_item or not limit:
-        return 0
-    budget = max(tokens, per_item)
-    per_prompt = max(1, min(limit, max_len // per_item))
-    return max(1, min(budget // per_item, seqs * per_prompt))
-
-
 def activation(
     spec: ModelSpec, run: InferenceRun, tokens: int, seqs: int, last_stage: bool, max_len: int = 0
 ) -> Component:
     """The profiled torch peak of one rank: the larger of the dummy forward and (on the last pipeline stage)
     the sampler's dummy run over ``min(max_num_seqs, max_num_batched_tokens)`` requests of the full vocabulary
-    (logits are gathered to every TP rank, so the sampler is not split); for a vision model, plus the
-    encoder outputs of the profiled images, held in the encoder cache through both runs (first stage)."""
+    (logits are gathered to every TP rank, so the sampler is not split); for a vision model, the encoder
+    profile before them (first stage, :mod:`.vllm_encoder`): the tower's own peak, and its inputs and outputs
+    held through both runs."""
     forward = _forward_bytes(spec, run, tokens)
     reqs = min(seqs, tokens)
     sampler = reqs * spec.vocab_size * (run.dt + SAMPLER_BYTES_PER_LOGIT) if last_stage else 0
-    items = encoder_items(spec, run, tokens, seqs, max_len or run.tokens)
-    if not items:
+    enc = encoder_profile(spec, run, tokens, seqs, max_len or run.tokens)
+    if enc is None:
         return component(
             "activations",
             "profiled activation peak",
@@ -171,26 +155,34 @@ def activation(
             sampler_bytes=sampler,
             vocab=spec.vocab_size,
         )
-    per_item = spec.vision.image_tokens if spec.vision else 0
-    encoder = items * per_item * spec.hidden_size * run.dt
-    peak = max(forward, sampler) + encoder if run.pp == 1 else max(forward + encoder, sampler)
+    # pp 1: one rank runs the encoder, the forward and the sampler; pp > 1: the first stage the encoder and
+    # the forward, the last the sampler (the estimate takes the fuller)
+    lm = max(forward, sampler) if run.pp == 1 else forward
+    peak = max(enc.tower_peak, enc.held + lm, sampler)
     return component(
         "activations",
-        "profiled activation peak (with the encoder cache)",
+        "profiled activation peak (with the vision encoder's profile)",
         peak,
-        "max(dummy forward, sampler run) + encoder cache; the encoder cache is images x tokens per image x "
-        "h x dt, images = min(max(T, tokens per image) // tokens per image, max_num_seqs x images per "
-        "prompt) (first pipeline stage; the sampler runs on the last)",
-        "vllm/v1/worker/gpu_model_runner.py profile_run (encoder_cache['tmp'] holds the dummy encoder "
-        "outputs until after the sampler run); vllm/multimodal/encoder_budget.py _get_max_items",
+        "max(tower peak, pixel inputs + encoder outputs + max(dummy forward, sampler run)): images = "
+        "min(max(T, tokens per image) // tokens per image, max_num_seqs x images per prompt) of the largest "
+        "image the processor passes, run through the tower at once (the transformers tower's replay for "
+        "vLLM's kernels; unsharded with tp > 1, an upper side); their inputs and "
+        "outputs stay allocated through the text model's dummy forward and the sampler run (first pipeline "
+        "stage; the sampler runs on the last)",
+        "vllm/v1/worker/gpu_model_runner.py profile_run (batched_dummy_mm_inputs, embed_multimodal, "
+        "encoder_cache tmp_i until after the sampler run); vllm/multimodal/encoder_budget.py _get_max_items",
         T=tokens,
         max_num_seqs=seqs,
         forward_bytes=forward,
         sampler_bytes=sampler,
         vocab=spec.vocab_size,
-        images=items,
-        image_tokens=per_item,
-        encoder_cache_bytes=encoder,
+        images=enc.items,
+        image_tokens=enc.item_tokens,
+        image_side=enc.image_side,
+        pixel_input_bytes=enc.inputs,
+        encoder_cache_bytes=enc.outputs,
+        tower_peak_bytes=enc.tower_peak,
+        tower_peak_at=enc.tower_where or "not modelled",
     )
 
 

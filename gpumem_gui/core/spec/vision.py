@@ -66,6 +66,11 @@ class VisionTower(Frozen):
         "model's causal and sliding masks are OR-ed with a block mask, so SDPA gets every mask materialised "
         "(Gemma3Model.forward: create_masks_for_vision_model, allow_is_causal_skip off)",
     )
+    config_layers: NonNegInt = Field(
+        0,
+        description="the vision config's num_hidden_layers (SiglipVisionConfig, PixtralVisionConfig, "
+        "Llama4VisionConfig); 0: the config names its depth otherwise (the Qwen towers' depth)",
+    )
     extra_tokens: NonNegInt = Field(
         2,
         description="text tokens around each image's features besides Pixtral's row breaks: Qwen's "
