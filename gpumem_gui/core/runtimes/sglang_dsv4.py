@@ -1,8 +1,9 @@
-"""SGLang's pools for DeepSeek-V4's compressed attention, at the byte (sglang main at 003fca8, the newest
-source read: ``model_executor/pool_configurator.py`` ``DSV4PoolConfigurator``, ``mem_cache/
-kv_cache_configurator.py`` ``_build_dsv4_kv_pool``, ``mem_cache/deepseek_v4_memory_pool.py``
-``DeepSeekV4TokenToKVPool`` and ``deepseek_v4_compress_state.py`` ``CompressStatePool``; the server defaults
-of ``apply_deepseek_v4_defaults``).
+"""SGLang's pools for DeepSeek-V4's compressed attention, at the byte (sglang main, the newest versions read:
+``model_executor/pool_configurator.py`` ``DSV4PoolConfigurator`` and ``mem_cache/kv_cache_configurator.py``
+``_build_dsv4_kv_pool`` at 003fca8, ``mem_cache/deepseek_v4_memory_pool.py`` ``DeepSeekV4TokenToKVPool`` at
+007bddd, ``mem_cache/deepseek_v4_compress_state.py`` ``CompressStatePool`` at 067c8c8; the server defaults
+of ``apply_deepseek_v4_defaults``). CUDA's fp8 layout only: not the ROCm unified KV, HiSparse, the
+trtllm uniform-fp8 pool, speculative decoding's rings or ``SGLANG_OPT_USE_ONLINE_COMPRESS``.
 
 SGLang forces ``--page-size 256``, an fp8_e4m3 KV cache when it is ``auto``, ``--max-running-requests 256``
 and ``--swa-full-tokens-ratio 0.1`` when they are left unset. ``max_total_num_tokens`` (the "full" tokens)
@@ -55,8 +56,8 @@ RING = {4: 8, 128: 128}
 # SGLANG_DSV4_COMPRESS_STATE_DTYPE default "float32" (_get_dsv4_compress_state_dtype_sizes)
 STATE_BYTES = 4
 _SRC = (
-    "sglang main 003fca8 pool_configurator.py DSV4PoolConfigurator; deepseek_v4_memory_pool.py "
-    "DeepSeekV4TokenToKVPool; deepseek_v4_compress_state.py CompressStatePool"
+    "sglang main 003fca8 pool_configurator.py DSV4PoolConfigurator; 007bddd deepseek_v4_memory_pool.py "
+    "DeepSeekV4TokenToKVPool; 067c8c8 deepseek_v4_compress_state.py CompressStatePool"
 )
 
 
