@@ -150,7 +150,8 @@ def _swa_facts(spec: ModelSpec, run: InferenceRun, pool: Pool) -> dict[str, obje
         }
     return {
         "swa_pool": f"separate: {pool.swa_tokens} tokens = int(max_total_num_tokens x "
-        f"{run.swa_full_tokens_ratio:g}) in whole pages (HybridSWAPoolConfigurator)",
+        f"{run.swa_full_tokens_ratio:g}) in whole pages "
+        + ("(DSV4PoolConfigurator)" if spec.deepseek_v4 is not None else "(HybridSWAPoolConfigurator)"),
         "swa_full_tokens_ratio": run.swa_full_tokens_ratio,
     }
 
