@@ -119,6 +119,7 @@ def test_estimate_on_eight_h200() -> None:
     assert f["swa_max_total_num_tokens"] == s.swa
     assert f["kv_pool_bytes"] == sum(s4.buffers(sh, s, 256).values())
     assert any("fp8_e4m3" in w for w in est.warnings)  # auto: SGLang's fp8_e4m3, said once
+    assert "DSV4PoolConfigurator" in str(f["swa_pool"])
     capped = estimate_inference(
         entry.spec,
         make_run(engine="sglang", tp=8, seq=2048, max_total_tokens=100_000),
