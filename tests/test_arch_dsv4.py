@@ -128,12 +128,13 @@ def test_legacy_keys_read_as_post_init_folds_them() -> None:
 
 def test_serving_engines_refuse_in_one_line() -> None:
     """The serving engines whose profile does not model the compressed cache say so in one line each;
-    transformers (its forward is replayed: replay/dsv4.py) and vLLM (runtimes/vllm_dsv4.py,
-    tests/test_dsv4_engines.py) estimate it."""
+    transformers (its forward is replayed: replay/dsv4.py), vLLM, SGLang and llama.cpp (runtimes/vllm_dsv4.py,
+    sglang_dsv4.py, llamacpp_dsv4.py; tests/test_dsv4_engines.py, test_sglang_dsv4.py, test_llamacpp_dsv4.py)
+    estimate it."""
     spec = load_model(str(EXTRA / "configs" / "synthetic__deepseek_v4-tiny.json")).spec
     assert spec is not None
     said = set()
-    modelled = ("transformers", "vllm")
+    modelled = ("transformers", "vllm", "sglang", "llama.cpp")
     for engine, rt in RUNTIMES.items():
         if engine in modelled:
             assert all(rt.supports(k) for k in model_kinds(spec).of(CompressedAttention))
@@ -208,7 +209,10 @@ def test_cli_exit_status_2_and_inspect() -> None:
     cfg = str(EXTRA / "configs" / "synthetic__deepseek_v4-tiny.json")
     cli = [sys.executable, "-m", "gpumem_gui"]
     env_ok = subprocess.run(
-        [*cli, "estimate", cfg, "--seq", "64", "--engine", "sglang"], capture_output=True, text=True, cwd=REPO
+        [*cli, "estimate", cfg, "--seq", "64", "--engine", "ollama"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
     )
     assert env_ok.returncode == 2 and "Traceback" not in env_ok.stderr
     out = subprocess.run(

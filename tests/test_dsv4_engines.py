@@ -144,13 +144,14 @@ def test_vllm_refuses_what_it_cannot_run(change: dict, field: str) -> None:
 
 
 def test_other_engines_refuse_in_one_line() -> None:
-    """SGLang, llama.cpp and Ollama do not model the compressed cache yet: one line each, saying what the
-    engine itself does with the model; vLLM and transformers estimate it."""
+    """Ollama does not model the compressed cache: one line, saying what the engine itself does with the
+    model; vLLM, SGLang (tests/test_sglang_dsv4.py), llama.cpp (tests/test_llamacpp_dsv4.py) and
+    transformers estimate it."""
     spec = load_model(str(EXTRA / "configs" / "synthetic__deepseek_v4-tiny.json")).spec
     assert spec is not None
     kinds = model_kinds(spec).of(CompressedAttention)
     for engine, rt in RUNTIMES.items():
-        if engine in ("transformers", "vllm"):
+        if engine in ("transformers", "vllm", "sglang", "llama.cpp"):
             assert all(rt.supports(k) for k in kinds)
             continue
         with pytest.raises(GpumemInputError) as e:

@@ -18,7 +18,7 @@ from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase
 from gpumem_gui.core.results.nontorch import context_bytes
-from gpumem_gui.core.runtimes import refusals
+from gpumem_gui.core.runtimes import llamacpp_dsv4, refusals
 from gpumem_gui.core.runtimes.base import Lever, Runtime, component
 from gpumem_gui.core.runtimes.llamacpp_compute import OP_OFFLOAD_MIN_BATCH, compute_buffer
 from gpumem_gui.core.runtimes.ollama_models import gguf_weights_id
@@ -131,6 +131,8 @@ def kv_buffers(spec: ModelSpec, run: InferenceRun, offloaded: int, chunked: bool
     where the layer runs (the last ``offloaded`` layers on the GPU), or all of it in host memory with
     ``--no-kv-offload`` (``kv_offload`` off) (src/llama-kv-cache.cpp, offload_kqv)."""
     k_type, v_type = kv_types(run)
+    if spec.deepseek_v4 is not None:  # DeepSeek-V4: llama_kv_cache_dsv4 (llamacpp_dsv4.py)
+        return llamacpp_dsv4.kv_buffers(spec, run, offloaded, k_type)
     k_w, v_w = kv_row_widths(spec, run)
     row = k_w * kv_bytes_per_element(k_type) + v_w * kv_bytes_per_element(v_type)
     first_gpu = spec.num_layers - offloaded
@@ -204,7 +206,7 @@ def _state_facts(rs: dict[str, int]) -> dict[str, int]:
 
 class LlamaCpp(Runtime):
     name = "llama.cpp"
-    compressed_attention_refusal = refusals.LLAMACPP_COMPRESSED_ATTENTION  # DeepSeek-V4: its own cache
+    compressed_attention = True  # DeepSeek-V4: llama_kv_cache_dsv4 (runtimes/llamacpp_dsv4.py)
     label = "llama.cpp"
     # llama_memory_recurrent's r / s widths (runtimes/state_pools.py llamacpp_state_widths)
     state_mixers = frozenset({"gated_deltanet", "kda", "lightning", "mamba1", "mamba2", "short_conv"})
@@ -227,7 +229,7 @@ class LlamaCpp(Runtime):
                     raise GpumemInputError(
                         str(e).replace("the KV cache", f"the {field[-1].upper()} cache"), field=field
                     ) from None
-        warnings = []
+        warnings = llamacpp_dsv4.check(spec)  # DeepSeek-V4: what is not measured
         if v_type not in _FLOAT_KV and not run.flash_attn:
             warnings.append(
                 f"cache_type_v: llama.cpp refuses a quantized V cache ({v_type}) without flash attention "

@@ -66,23 +66,12 @@ OLLAMA_STATE = MappingProxyType(
     }
 )
 
-# --- compressed attention (DeepSeek-V4, spec/compressed.py): vLLM models it (runtimes/vllm_dsv4.py);
-# what each other engine itself does with such a model (Runtime.check_layer_kinds prefixes the engine and the
-# mode) ---
+# --- compressed attention (DeepSeek-V4, spec/compressed.py): vLLM, SGLang and llama.cpp model it
+# (runtimes/vllm_dsv4.py, sglang_dsv4.py, llamacpp_dsv4.py); what each other engine itself does with such a
+# model (Runtime.check_layer_kinds prefixes the engine and the mode) ---
 
 COMPRESSED_ATTENTION = "its profile does not model DeepSeek-V4's compressed attention"
-SGLANG_COMPRESSED_ATTENTION = (
-    "SGLang serves DeepSeek-V4 (python/sglang/srt/models/deepseek_v4.py) with its DeepSeekV4TokenToKVPool "
-    "(mem_cache/deepseek_v4_memory_pool.py: a sliding-window ring per request slot, the ratio-4 / 128 "
-    "compressed pools, the indexer pool and the compress-state rings), whose sizing from "
-    "max_total_num_tokens this profile does not model yet; use vllm or the transformers engine"
-)
-LLAMACPP_COMPRESSED_ATTENTION = (
-    "llama.cpp runs DeepSeek-V4 with a cache of its own (src/llama-kv-cache-dsv4.cpp, ggml-org/llama.cpp "
-    "PR #24162: the CSA and HCA compressed caches and the window beside them), which this profile does not "
-    "model yet; use vllm or the transformers engine"
-)
 OLLAMA_COMPRESSED_ATTENTION = (
     "Ollama v0.12.10's llama runner (the version modelled) predates llama.cpp's DeepSeek-V4 support "
-    "(ggml-org/llama.cpp PR #24162)"
+    "(ggml-org/llama.cpp PR #24162); use llama.cpp, vllm or sglang"
 )

@@ -31,6 +31,7 @@ from gpumem_gui.core.formats import WeightBytes, kv_bytes_per_element
 from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase, tp_ranks
 from gpumem_gui.core.runtimes import refusals
+from gpumem_gui.core.runtimes import sglang_dsv4 as s4
 from gpumem_gui.core.runtimes.base import Lever, Runtime, load_phase, server_weights_refusal
 from gpumem_gui.core.runtimes.cross_attention import with_encoder_tokens
 from gpumem_gui.core.runtimes.run import InferenceRun
@@ -74,6 +75,8 @@ def _stage(
     degrees = Degrees(tp=run.tp, pp=run.pp, ep=run.ep, remainder="last")  # as _stage_ranges
     weights, _ = load_phase(spec, run, quantize_experts, degrees, stage, wb)
     kv_elem = kv_bytes_per_element(run.kv_dtype_resolved)
+    if spec.deepseek_v4 is not None:  # DeepSeek-V4: its compressed pools (sglang_dsv4.py)
+        return weights, len(layers), s4.cells(spec)
     cell = hybrid_cells if has_state(spec) else stage_cells  # a hybrid's pool holds its attention layers
     return weights, len(layers), cell(spec, kv_elem, _attn_tp(run), layers)
 
@@ -149,14 +152,15 @@ def _swa_facts(spec: ModelSpec, run: InferenceRun, pool: Pool) -> dict[str, obje
         }
     return {
         "swa_pool": f"separate: {pool.swa_tokens} tokens = int(max_total_num_tokens x "
-        f"{run.swa_full_tokens_ratio:g}) in whole pages (HybridSWAPoolConfigurator)",
+        f"{run.swa_full_tokens_ratio:g}) in whole pages "
+        + ("(DSV4PoolConfigurator)" if spec.deepseek_v4 is not None else "(HybridSWAPoolConfigurator)"),
         "swa_full_tokens_ratio": run.swa_full_tokens_ratio,
     }
 
 
 class Sglang(Runtime):
     name = "sglang"
-    compressed_attention_refusal = refusals.SGLANG_COMPRESSED_ATTENTION  # DeepSeek-V4: its own cache
+    compressed_attention = True  # DeepSeek-V4: DeepSeekV4TokenToKVPool (runtimes/sglang_dsv4.py)
     label = "SGLang"
     sizes_from_capacity = True
     state_mixers = SGLANG_STATE_MIXERS  # the mamba pool (runtimes/sglang_state.py)
@@ -168,6 +172,8 @@ class Sglang(Runtime):
     cross_attention_cache = True
 
     def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
+        warnings = s4.check(spec, run)  # DeepSeek-V4: what SGLang's path takes
+        run = s4.dsv4_run(spec, run)
         if run.enable_dp_attention and (run.dp_size < 2 or run.tp % run.dp_size):
             raise GpumemInputError(
                 f"DP attention needs dp_size (now {run.dp_size}) of at least 2 dividing tp ({run.tp})",
@@ -182,7 +188,7 @@ class Sglang(Runtime):
                 f"{kv!r} with compute dtype {run.compute_dtype}",
                 field="kv_dtype",
             )
-        return []
+        return warnings
 
     def estimate(
         self,
@@ -197,6 +203,7 @@ class Sglang(Runtime):
         # free memory torch reports before loading (model_runner.py get_available_gpu_memory:
         # torch.cuda.mem_get_info()[0]), i.e. from CUDA's total less the CUDA context
         run = with_encoder_tokens(spec, run)  # Llama 3.2 Vision: each request's vision tokens in the pool
+        run = s4.dsv4_run(spec, run)  # DeepSeek-V4: the server defaults SGLang imposes
         # a multimodal model: SGLang's default fraction lowered for its vision tower (runtimes/sglang_mm.py)
         sd = server_defaults(run, gpu.driver_bytes if gpu else None, vlm_fraction_factor(spec) or 1.0)
         capacity = gpu.cuda_bytes if gpu else None
@@ -204,12 +211,17 @@ class Sglang(Runtime):
         stages = [_stage(spec, run, wb, s, self.quantizes_experts(run)) for s in range(run.pp)]
         ranges = _stage_ranges(spec, run)  # a stage's state: the state layers of its own slice
         state = staged_state(spec, _attn_tp(run), ssm_dtype(run), ranges) if has_state(spec) else None
-        pool = size_pool(run, capacity, sd, [(w.bytes, cells) for w, _, cells in stages], context_len, state)
+        if spec.deepseek_v4 is not None:  # DeepSeek-V4: DSV4PoolConfigurator (sglang_dsv4.py)
+            pool = s4.size_pool(spec, run, capacity, sd, stages[0][0].bytes, context_len)
+        else:
+            pool = size_pool(run, capacity, sd, [(w.bytes, c) for w, _, c in stages], context_len, state)
         act = activation(spec, run, sd.chunked_prefill_size, pool.max_running_requests)
         shares, per_stage = [], []
         for s, (weights, layers, cells) in enumerate(stages):
             own = state.stages[s] if state is not None else None
             mem = dynamic_components(run, pool, sd, cells, layers, context_len, own)
+            if spec.deepseek_v4 is not None:
+                mem = s4.with_pools(spec, run, mem, pool)
             per_stage.append(mem)
             shares.append(self._share(s, weights, mem, act))
         worst = max(range(run.pp), key=lambda s: shares[s].total_bytes)
