@@ -12,24 +12,39 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
+from types import MappingProxyType
 
-from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.formats import WeightBytes
 from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.results.estimate import Estimate
 from gpumem_gui.core.runtimes import refusals
 from gpumem_gui.core.runtimes.base import Lever, Runtime
-from gpumem_gui.core.runtimes.llamacpp import LlamaCpp
-from gpumem_gui.core.runtimes.ollama_models import OLLAMA_FAMILIES
-from gpumem_gui.core.runtimes.ollama_options import OLLAMA_DEFAULT_NUM_BATCH, OLLAMA_DEFAULT_NUM_CTX
+from gpumem_gui.core.runtimes.llamacpp import LLAMA_CPP, LlamaCpp, kv_label, kv_types
+from gpumem_gui.core.runtimes.llamacpp_options import LLAMA_FIT_TARGET_MIB
+from gpumem_gui.core.runtimes.ollama_models import ollama_tag
+from gpumem_gui.core.runtimes.ollama_options import (
+    OLLAMA_DEFAULT_NUM_CTX,
+    OLLAMA_LLAMA_CPP,
+    OLLAMA_SERVER_ERA,
+)
 from gpumem_gui.core.runtimes.ollama_predict import (
-    FLASH_BY_DEFAULT,
     Placement,
     Prediction,
     predict,
     recurrent_note,
+)
+from gpumem_gui.core.runtimes.ollama_server import (
+    check_gpus,
+    check_parallelism,
+    server_kv_type,
+    server_settings,
+)
+from gpumem_gui.core.runtimes.ollama_settings import (
+    KV_OLLAMA,
+    OllamaSettings,
+    flash_supported,
+    ollama_settings,
 )
 from gpumem_gui.core.runtimes.ollama_split import choose_gpus, split_estimate
 from gpumem_gui.core.runtimes.run import InferenceRun
@@ -41,86 +56,11 @@ from gpumem_gui.core.units import MiB
 # llama.cpp's default n_ubatch (common/common.h), which Ollama's runner leaves as is (llama/llama.go
 # NewContextParams sets n_batch only)
 LLAMA_DEFAULT_UBATCH = 512
-# the KV types Ollama passes on (fs/ggml/ggml.go SupportsKVCacheType) as the run's kv_dtype ids
-_KV_OLLAMA = {"auto": "f16", "fp16": "f16", "f16": "f16", "q8_0": "q8_0", "q4_0": "q4_0"}
 _KV_LLAMA = {"f16": "fp16", "q8_0": "q8_0", "q4_0": "q4_0"}
+_SERVER_SRC = "ollama v0.33 llm/llama_server.go startLlamaServer, server/sched.go, server/routes.go"
 _SRC = (
     "ollama v0.12.10 llm/server.go NewLlamaServer, llm/memory.go estimateGPULayers, fs/ggml/ggml.go GraphSize"
 )
-
-
-@dataclass(frozen=True)
-class OllamaSettings:
-    """What Ollama hands llama.cpp for a run, and the warnings of how it got there."""
-
-    num_ctx: int  # per request slot, after the clamp to the model's training context
-    parallel: int
-    batch: int  # min(num_batch, num_ctx)
-    flash: bool
-    kv_type: str  # Ollama's spelling: f16, q8_0, q4_0
-    warnings: tuple[str, ...]
-
-
-def _flash_supported(spec: ModelSpec) -> bool:
-    """fs/ggml/ggml.go SupportsFlashAttention: K and V head sizes equal, not gemma2."""
-    if spec.traits.gguf_arch == "gemma2":
-        return False
-    mla = model_kinds(spec).latent
-    if mla is not None:
-        return mla.qk_nope_head_dim + mla.qk_rope_head_dim == mla.v_head_dim
-    return True
-
-
-def ollama_settings(spec: ModelSpec, run: InferenceRun) -> OllamaSettings:
-    """Ollama's context, batch, flash attention and KV type for ``run`` (llm/server.go NewLlamaServer)."""
-    warns: list[str] = []
-    num_ctx = run.num_ctx or max(OLLAMA_DEFAULT_NUM_CTX, run.tokens)
-    if run.num_ctx is None and run.tokens > OLLAMA_DEFAULT_NUM_CTX:
-        warns.append(
-            f"num_ctx: Ollama's default is {OLLAMA_DEFAULT_NUM_CTX}; the run's {run.tokens} tokens need "
-            f"num_ctx {run.tokens} (OLLAMA_CONTEXT_LENGTH), which the estimate assumes"
-        )
-    parallel = run.num_parallel or run.batch
-    if run.num_parallel is None and run.batch > 1:
-        warns.append(
-            f"num_parallel: Ollama's default is 1; {run.batch} requests at once need OLLAMA_NUM_PARALLEL="
-            f"{run.batch}, which the estimate assumes"
-        )
-    train = spec.max_position_embeddings
-    if num_ctx > train:
-        warns.append(f"num_ctx: {num_ctx} exceeds the model's training context {train}; Ollama uses {train}")
-        num_ctx = train
-    want = {"auto": (spec.traits.gguf_arch or "") in FLASH_BY_DEFAULT, "on": True, "off": False}
-    flash = want[run.flash_attention]
-    if flash and not _flash_supported(spec):
-        warns.append(
-            "flash_attention: the model's K and V head sizes differ (or gemma2); Ollama turns it off"
-        )
-        flash = False
-    asked = _KV_OLLAMA.get(run.kv_dtype.lower())
-    if asked is None:
-        warns.append(
-            f"kv_dtype: Ollama's OLLAMA_KV_CACHE_TYPE takes f16, q8_0, q4_0, not {run.kv_dtype!r}: f16"
-        )
-        asked = "f16"
-    if asked != "f16" and not flash:
-        warns.append(
-            f"kv_dtype: {asked} needs flash attention, which is off; Ollama keeps the KV cache in f16"
-        )
-        asked = "f16"
-    if run.tokens > num_ctx:
-        warns.append(
-            f"seq: prompt + new tokens ({run.tokens}) exceed num_ctx ({num_ctx}); Ollama keeps num_ctx "
-            "tokens per request (set num_ctx to hold them)"
-        )
-    if run.batch > parallel:
-        warns.append(
-            f"batch: {run.batch} sequences but OLLAMA_NUM_PARALLEL={parallel}; Ollama queues the rest"
-        )
-    if spec.vision is not None:
-        warns.append("Ollama's vision projector (weights and image graph) is not counted")
-    batch = min(run.num_batch, num_ctx)
-    return OllamaSettings(num_ctx, parallel, batch, flash, asked, tuple(warns))
 
 
 def ollama_plan(
@@ -132,18 +72,6 @@ def ollama_plan(
     pred = predict(spec, wb, s.num_ctx * s.parallel, s.batch, s.parallel, s.kv_type, s.flash)
     plc = choose_gpus(pred, free, run.pp, run.gpu_overhead_mib * MiB, run.num_gpu, run.sched_spread)
     return s, pred, plc
-
-
-def ollama_tag(model: str, weights: str) -> str:
-    """The Ollama name of a model and GGUF type: a library tag where the table has one, else Ollama's
-    ``hf.co/<repo>:<type>`` form."""
-    quant = weights.removeprefix("gguf-")
-    for family, fam in OLLAMA_FAMILIES.items():
-        for size, hf in fam.sizes.items():
-            if hf == model and not size.isalpha():
-                default_q = dict(fam.quant_by_size).get(size, fam.quant)
-                return f"{family}:{size}" if quant == default_q else f"{family}:{size}-{quant.lower()}"
-    return f"hf.co/{model}:{quant}"
 
 
 class _OllamaBuffers(LlamaCpp):
@@ -173,16 +101,19 @@ class Ollama(Runtime):
     state_refusals = refusals.OLLAMA_STATE  # the gated DeltaNet, KDA, lightning: not in v0.12.10
     cross_attention_refusal = refusals.OLLAMA_CROSS_ATTENTION  # mllama: its Go engine
 
+    def for_run(self, run: InferenceRun) -> Runtime:
+        """The profile of the run's Ollama version: v0.12.10's llama runner, or v0.30+'s llama-server."""
+        return OLLAMA_SERVER if run.ollama_version == OLLAMA_SERVER_ERA else OLLAMA
+
     def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
-        if run.tp * run.ep > 1:
-            raise GpumemInputError(
-                "Ollama has no tensor or expert parallelism (it splits the layers over GPUs by free memory: "
-                "give the GPUs as pp): use tp=1, ep=1",
-                field="tp" if run.tp > 1 else "ep",
-            )
+        check_parallelism(run)
         warns = list(ollama_settings(spec, run).warnings)
         if run.sched_spread and run.pp == 1:
             warns.append("sched_spread: one GPU (pp 1); OLLAMA_SCHED_SPREAD changes nothing")
+        if run.fit_target_mib != LLAMA_FIT_TARGET_MIB:
+            warns.append(
+                "fit_target_mib: v0.12.10 places the layers itself (llm/memory.go), no --fit: ignored"
+            )
         return warns
 
     def estimate(
@@ -257,9 +188,10 @@ class Ollama(Runtime):
         """Flash attention with a q8_0 KV cache (Ollama's own advice for a model that does not fit), and
         num_gpu: the most layers on the GPU that fit, the rest on the CPU."""
         out: list[Lever] = []
+        server = run.ollama_version == OLLAMA_SERVER_ERA
         if (
-            _flash_supported(spec)
-            and not ollama_settings(spec, run).flash
+            flash_supported(spec)
+            and not (run.flash_attention != "off" if server else ollama_settings(spec, run).flash)
             and fits(flash_attention="on", kv_dtype="q8_0")
         ):
             upd: dict[str, object] = {"flash_attention": "on", "kv_dtype": "q8_0"}
@@ -271,7 +203,9 @@ class Ollama(Runtime):
         return out
 
     def kv_cache_dtype(self, spec: ModelSpec, run: InferenceRun) -> str:
-        """OLLAMA_KV_CACHE_TYPE where Ollama honours it (flash attention on), else f16."""
+        """OLLAMA_KV_CACHE_TYPE where Ollama honours it (v0.12.10: flash attention on), else f16."""
+        if run.ollama_version == OLLAMA_SERVER_ERA:
+            return kv_label(*kv_types(run.model_copy(update={"kv_dtype": server_kv_type(run)})))
         return ollama_settings(spec, run).kv_type
 
     def batch_limit(self, run: InferenceRun) -> tuple[int, str] | None:
@@ -286,7 +220,10 @@ class Ollama(Runtime):
         """A fit means every layer on the GPU (Ollama would run the others on the CPU), unless num_gpu asked
         for fewer."""
         done, _, total = str(est.facts.get("offloaded", "0/1")).partition("/")
-        return done == total or est.facts.get("layers_requested", -1) != -1
+        on_gpu = done == total and not est.facts.get(
+            "fit_cpu_expert_layers"
+        )  # v0.30+: experts in host memory
+        return on_gpu or est.facts.get("layers_requested", -1) != -1
 
     def expresses(
         self, spec: ModelSpec, run: InferenceRun, source: str, checkpoint: str | None = None
@@ -313,6 +250,7 @@ class Ollama(Runtime):
         ("compute_dtype", "Ollama has no compute dtype option (its kernels choose)"),
         ("cuda_context_mib", "the driver's CUDA context"),
         ("gpu_arch", "the GPU the driver runs on"),
+        ("ollama_version", "the Ollama release installed"),
     )
 
     def command(self, model: str, run: InferenceRun, est: Estimate) -> str:
@@ -325,13 +263,15 @@ class Ollama(Runtime):
         if run.flash_attention != "auto":
             env.append(f"OLLAMA_FLASH_ATTENTION={int(run.flash_attention == 'on')}")
         if run.kv_dtype != "auto":  # a type the run names, f16 too (read back as named, not as auto)
-            env.append(f"OLLAMA_KV_CACHE_TYPE={_KV_OLLAMA.get(run.kv_dtype.lower(), run.kv_dtype)}")
+            env.append(f"OLLAMA_KV_CACHE_TYPE={KV_OLLAMA.get(run.kv_dtype.lower(), run.kv_dtype)}")
         if run.gpu_overhead_mib:
             env.append(f"OLLAMA_GPU_OVERHEAD={run.gpu_overhead_mib * MiB}")
         if run.pp > 1:  # the GPUs Ollama may split the layers over
             env.append("CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(run.pp)))
         if run.sched_spread:
             env.append("OLLAMA_SCHED_SPREAD=1")
+        if run.ollama_version == OLLAMA_SERVER_ERA and run.fit_target_mib != LLAMA_FIT_TARGET_MIB:
+            env.append(f"LLAMA_ARG_FIT_TARGET={run.fit_target_mib}")  # passed on to llama-server
         lines = [shlex.join([*env, "ollama", "serve"])]
         if run.weights == "file":  # a GGUF file: a Modelfile names it (docs/modelfile.md FROM)
             base = model.replace("\\", "/").rsplit("/", 1)[-1]
@@ -346,7 +286,7 @@ class Ollama(Runtime):
             lines.append(shlex.join(["ollama", "run", ollama_tag(model, run.weights)]))
         if run.num_gpu is not None:
             lines.append(f"/set parameter num_gpu {run.num_gpu}")
-        if run.num_batch != OLLAMA_DEFAULT_NUM_BATCH:
+        if run.num_batch is not None:
             lines.append(f"/set parameter num_batch {run.num_batch}")
         return self.with_unsaid(run, lines)
 
@@ -377,3 +317,73 @@ def _placement_notes(
             f"{','.join(str(k) for k in plc.split)} (--tensor-split)"
         )
     return notes
+
+
+class OllamaServer(Ollama):
+    """Ollama v0.30+ (``ollama_version`` 0.30+): llama-server under Ollama's arguments and defaults
+    (:mod:`.ollama_server`), sized by the llama.cpp profile, so it runs what llama.cpp runs: every hybrid
+    whose state llama.cpp sizes, Llama 4's chunked layers in llama.cpp's SWA cache; not mllama."""
+
+    state_mixers = LlamaCpp.state_mixers
+    state_refusals = MappingProxyType({})
+    cross_attention_refusal = refusals.OLLAMA_SERVER_CROSS_ATTENTION  # no mllama in llama.cpp
+    compressed_attention_refusal = refusals.OLLAMA_SERVER_COMPRESSED_ATTENTION
+
+    def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
+        check_parallelism(run)
+        lightning = any(k.mixer == "lightning" for k in model_kinds(spec).state)
+        return [refusals.OLLAMA_SERVER_LIGHTNING] if lightning else []
+
+    def estimate(
+        self,
+        spec: ModelSpec,
+        run: InferenceRun,
+        warnings: tuple[str, ...],
+        gpu: GpuMemory | None,
+        wb: WeightBytes,
+    ) -> Estimate:
+        s = server_settings(spec, run, gpu, wb)
+        gpus_note = check_gpus(spec, run, gpu, wb, s.num_ctx * s.parallel)
+        n = spec.num_layers + 1  # -ngl counts the output layer
+        lrun = run.model_copy(
+            update={
+                "engine": "llama.cpp",
+                "batch": s.parallel,
+                "seq": s.num_ctx,
+                "new_tokens": 0,
+                "pp": 1,
+                "n_gpu_layers": -1 if run.num_gpu is None else run.num_gpu,  # -ngl only when num_gpu is set
+                "fit": "on" if run.num_gpu is None else "off",
+                "n_batch": s.batch,
+                "n_ubatch": s.batch,
+                "flash_attn": s.flash,
+                "kv_dtype": s.kv_dtype,
+                "cache_type_k": None,  # one type for K and V
+                "cache_type_v": None,
+                "kv_offload": True,
+                # Ollama's library DeepSeek GGUFs predate key_length_mla
+                "mla_cache": "full" if model_kinds(spec).latent else "latent",
+            }
+        )
+        notes = (*warnings, *s.warnings, *([gpus_note] if gpus_note else []), *LLAMA_CPP.check(spec, lrun))
+        est = LLAMA_CPP.estimate(spec, lrun, notes, gpu, wb)
+        ngl = int(est.facts.get("fit_n_gpu_layers", lrun.n_gpu_layers))
+        layers = n if ngl < 0 else min(ngl, n)
+        facts = {
+            **est.facts,
+            "offloaded": f"{layers}/{n}",
+            "layers_requested": -1 if run.num_gpu is None else run.num_gpu,
+            "num_ctx": s.num_ctx,
+            "num_parallel": s.parallel,
+            "kv_cells": s.num_ctx * s.parallel,
+            "num_batch": s.batch,
+            "flash_attention": s.flash,
+            "kv_cache_type": kv_label(*kv_types(lrun)),
+            "ollama_version": OLLAMA_SERVER_ERA,
+            "llama_cpp_build": OLLAMA_LLAMA_CPP,
+            "ollama_source": _SERVER_SRC,
+        }
+        return est.model_copy(update={"engine": self.name, "facts": facts})
+
+
+OLLAMA_SERVER = OllamaServer()
