@@ -160,3 +160,58 @@ def test_kv_type_is_passed_on() -> None:
     )
     off = _est(gpu=24 * GiB, kv_dtype="q8_0", flash_attention="off")
     assert any("quantized V cache" in w for w in off.warnings)
+
+
+HYBRIDS = [
+    "Qwen/Qwen3-Next-80B-A3B-Instruct",
+    "Qwen/Qwen3.5-9B",
+    "Qwen/Qwen3.5-35B-A3B",
+    "Qwen/Qwen3.6-35B-A3B",
+    "LiquidAI/LFM2-700M",
+    "LiquidAI/LFM2-8B-A1B",
+    "ibm-granite/granite-4.0-h-small",
+    "ibm-granite/granite-4.0-h-tiny",
+    "nvidia/Nemotron-H-8B-Base-8K",
+    "nvidia/NVIDIA-Nemotron-Nano-9B-v2",
+    "tiiuae/Falcon-H1-7B-Instruct",
+    "ai21labs/Jamba-v0.1",
+    "moonshotai/Kimi-Linear-48B-A3B-Instruct",
+    "MiniMaxAI/MiniMax-Text-01-hf",
+]
+
+
+@pytest.mark.parametrize("model", HYBRIDS)
+def test_every_hybrid_is_sized_with_llama_cpps_recurrent_memory(model: str) -> None:
+    """The hybrids Ollama v0.30+ runs through llama-server: the RS buffer (R and S, f32, one cell per slot) and
+    the KV of the attention layers are the llama.cpp profile's for the same llama-server command."""
+    spec = load_model(model).spec
+    est = _est(spec, gpu=80 * GiB, num_ctx=8192)
+    f = est.facts
+    lrun = make_run(
+        engine="llama.cpp",
+        weights="gguf-Q4_K_M",
+        seq=8192,
+        n_batch=f["num_batch"],
+        n_ubatch=f["num_batch"],
+        fit="on",
+        mla_cache="full" if spec.mla else "latent",
+    )
+    ref = estimate_inference(spec, lrun, 80 * GiB)
+    assert f["rs_cells"] == 1 and (f["rs_r_bytes"], f["rs_s_bytes"]) == (
+        ref.facts["rs_r_bytes"],
+        ref.facts["rs_s_bytes"],
+    )
+    assert [(c.key, c.bytes) for c in est.components] == [(c.key, c.bytes) for c in ref.components]
+
+
+def test_refusals_are_worded_per_version() -> None:
+    mllama = load_model("meta-llama/Llama-3.2-11B-Vision-Instruct").spec
+    with pytest.raises(GpumemInputError, match=r"ollama v0\.30\+: .*no mllama architecture") as e:
+        _est(mllama)
+    assert "\n" not in str(e.value)
+    with pytest.raises(GpumemInputError, match=r"ollama v0\.12\.10: .*Go engine"):
+        estimate_inference(mllama, make_run(engine="ollama", weights="gguf-Q4_K_M"))
+    with pytest.raises(GpumemInputError, match=r"v0\.12\.10.*use ollama_version 0\.30\+"):
+        estimate_inference(QWEN35, make_run(engine="ollama", weights="gguf-Q4_K_M"))
+    minimax = load_model("MiniMaxAI/MiniMax-Text-01-hf").spec
+    assert any("b10488" in w and "not verified" in w for w in _est(minimax, gpu=80 * GiB, num_ctx=4096).warnings)
