@@ -144,3 +144,16 @@ def test_no_gpu_memory_given_keeps_every_layer() -> None:
     est = _est(LLAMA8, None, fit="on")
     assert est.facts["offloaded_layers"] == LLAMA8.num_layers
     assert any("no GPU memory given" in w for w in est.warnings)
+
+
+def test_llama_server_commands_import_the_fit() -> None:
+    """-ngl auto turns --fit on (llama.cpp's default); --fit off keeps it off; -fitt takes the first GPU's."""
+    from gpumem_gui.core.imports import import_command
+
+    auto = import_command("llama-server -m m.gguf -ngl auto -c 8192").run
+    assert (auto.n_gpu_layers, auto.fit) == (-1, "on")
+    off = import_command("llama-server -m m.gguf -ngl auto --fit off").run
+    assert off.fit == "off"
+    target = import_command("llama-server -m m.gguf --fit on -fitt 2048,1024").run
+    assert (target.fit, target.fit_target_mib) == ("on", 2048)
+    assert import_command("llama-server -m m.gguf -ngl all").run.fit == "off"

@@ -182,8 +182,8 @@ HYBRIDS = [
 
 @pytest.mark.parametrize("model", HYBRIDS)
 def test_every_hybrid_is_sized_with_llama_cpps_recurrent_memory(model: str) -> None:
-    """The hybrids Ollama v0.30+ runs through llama-server: the RS buffer (R and S, f32, one cell per slot) and
-    the KV of the attention layers are the llama.cpp profile's for the same llama-server command."""
+    """The hybrids Ollama v0.30+ runs through llama-server: the RS buffer (R and S, f32, one cell per slot)
+    and the KV of the attention layers are the llama.cpp profile's for the same llama-server command."""
     spec = load_model(model).spec
     est = _est(spec, gpu=80 * GiB, num_ctx=8192)
     f = est.facts
@@ -214,4 +214,13 @@ def test_refusals_are_worded_per_version() -> None:
     with pytest.raises(GpumemInputError, match=r"v0\.12\.10.*use ollama_version 0\.30\+"):
         estimate_inference(QWEN35, make_run(engine="ollama", weights="gguf-Q4_K_M"))
     minimax = load_model("MiniMaxAI/MiniMax-Text-01-hf").spec
-    assert any("b10488" in w and "not verified" in w for w in _est(minimax, gpu=80 * GiB, num_ctx=4096).warnings)
+    warns = _est(minimax, gpu=80 * GiB, num_ctx=4096).warnings
+    assert any("b10488" in w and "not verified" in w for w in warns)
+
+
+def test_the_fit_target_env_imports_the_llama_server_era() -> None:
+    """LLAMA_ARG_FIT_TARGET is passed on to llama-server (llm/llama_server.go extraEnvsForStart): v0.30+."""
+    from gpumem_gui.core.imports import import_command
+
+    run = import_command("LLAMA_ARG_FIT_TARGET=3000 OLLAMA_CONTEXT_LENGTH=8192 ollama run llama3.1:8b").run
+    assert (run.fit_target_mib, run.ollama_version, run.num_ctx) == (3000, "0.30+", 8192)
