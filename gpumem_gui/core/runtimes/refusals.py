@@ -55,8 +55,8 @@ OLLAMA_STATE = MappingProxyType(
     {
         "gated_deltanet": (
             "ollama v0.12.10: its llama runner has no gated DeltaNet (Qwen3-Next / Qwen3.5: no qwen3next in "
-            "its vendored llama/llama.cpp/src/llama-arch.cpp); Ollama ran Qwen3-Next from v0.15.5 and Qwen3.5 "
-            "from v0.17.1 on its Go engine (model/models/qwen3next, not modelled), and both from v0.30 on "
+            "its vendored llama/llama.cpp/src/llama-arch.cpp); Ollama ran Qwen3-Next from v0.15.5 and "
+            "Qwen3.5 from v0.17.1 on its Go engine (model/models/qwen3next, not modelled), and both from v0.30 on "
             "llama-server: use ollama_version 0.30+ or llama.cpp"
         ),
         "kda": (
@@ -94,8 +94,8 @@ OLLAMA_COMPRESSED_ATTENTION = (
     "Ollama v0.12.10's llama runner predates llama.cpp's DeepSeek-V4 support (ggml-org/llama.cpp PR #24162)"
 )
 OLLAMA_SERVER_COMPRESSED_ATTENTION = (
-    "Ollama v0.30+ serves DeepSeek-V4 with llama-server, whose cache of its own (src/llama-kv-cache-dsv4.cpp, "
-    "ggml-org/llama.cpp PR #24162) this profile does not model yet"
+    "Ollama v0.30+ serves DeepSeek-V4 with llama-server, whose cache of its own "
+    "(src/llama-kv-cache-dsv4.cpp, ggml-org/llama.cpp PR #24162) this profile does not model yet"
 )
 
 # --- Ollama v0.30+: what it runs through llama-server but gpumem's profile flags ---
