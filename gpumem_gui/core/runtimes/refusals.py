@@ -56,8 +56,8 @@ OLLAMA_STATE = MappingProxyType(
         "gated_deltanet": (
             "ollama v0.12.10: its llama runner has no gated DeltaNet (Qwen3-Next / Qwen3.5: no qwen3next in "
             "its vendored llama/llama.cpp/src/llama-arch.cpp); Ollama ran Qwen3-Next from v0.15.5 and "
-            "Qwen3.5 from v0.17.1 on its Go engine (model/models/qwen3next, not modelled), and both from v0.30 on "
-            "llama-server: use ollama_version 0.30+ or llama.cpp"
+            "Qwen3.5 from v0.17.1 on its Go engine (model/models/qwen3next, not modelled), and both from "
+            "v0.30 on llama-server: use ollama_version 0.30+ or llama.cpp"
         ),
         "kda": (
             "ollama: v0.12.10 does not run Kimi-Linear (KDA): no kimi-linear in its vendored "
