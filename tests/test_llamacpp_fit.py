@@ -157,3 +157,14 @@ def test_llama_server_commands_import_the_fit() -> None:
     target = import_command("llama-server -m m.gguf --fit on -fitt 2048,1024").run
     assert (target.fit, target.fit_target_mib) == ("on", 2048)
     assert import_command("llama-server -m m.gguf -ngl all").run.fit == "off"
+
+
+def test_the_fit_verdict_needs_the_whole_projection() -> None:
+    """With --fit on, a GPU fits the run when llama.cpp's fit changes nothing: a verdict needs its first
+    projection (every layer and expert on the GPU) plus the CUDA context; with nothing moved, the total."""
+    rt = runtime("llama.cpp")
+    small = _est(LLAMA8, 6 * GiB, fit="on")
+    full = _est(LLAMA8, None)
+    assert rt.needed_bytes(small, small.per_gpu[0]) == full.total_bytes > small.total_bytes
+    big = _est(LLAMA8, 24 * GiB, fit="on")
+    assert rt.needed_bytes(big, big.per_gpu[0]) == big.total_bytes

@@ -20,7 +20,7 @@ from gpumem_gui.core.results.nontorch import context_bytes
 from gpumem_gui.core.runtimes import refusals
 from gpumem_gui.core.runtimes.base import Lever, Runtime, component
 from gpumem_gui.core.runtimes.llamacpp_compute import OP_OFFLOAD_MIN_BATCH, compute_buffer
-from gpumem_gui.core.runtimes.llamacpp_fit import fit_single_gpu
+from gpumem_gui.core.runtimes.llamacpp_fit import fit_needed_bytes, fit_single_gpu
 from gpumem_gui.core.runtimes.llamacpp_kv import (  # noqa: F401 (kv_types, kv_label: re-exported)
     KV_FLAGS,
     LLAMA_DEFAULT_KV,
@@ -292,6 +292,7 @@ class LlamaCpp(Runtime):
 
         plc = fit_single_gpu(spec.num_layers, spec.moe is not None, free, run.fit_target_mib, used)
         facts: dict[str, object] = {
+            "fit_projected_bytes": plc.projected,
             "fit_n_gpu_layers": plc.n_gpu_layers,
             "fit_cpu_expert_layers": len(plc.cpu_experts),
         }
@@ -304,6 +305,12 @@ class LlamaCpp(Runtime):
         if best is None or best >= n:
             return []
         return [(6, "offload", f"offload {n - best} layers to the CPU (-ngl {best})", {"n_gpu_layers": best})]
+
+    def needed_bytes(self, est: Estimate, share: GpuShare) -> int:
+        """With --fit on, what the GPU needs for llama.cpp's fit to change nothing (every layer and expert on
+        it); else the estimate's total."""
+        ctx = sum(c.bytes for c in share.components if c.key == "cuda_context")
+        return fit_needed_bytes(est.facts, ctx) or share.total_bytes
 
     def kv_cache_dtype(self, spec: ModelSpec, run: InferenceRun) -> str:
         """-ctk / -ctv as given, else llama.cpp's f16 (not the compute dtype)."""

@@ -24,7 +24,7 @@ GPU too), at most one layer's share of experts (said in the estimate's note).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gpumem_gui.core.monotone import largest
@@ -42,6 +42,7 @@ class FitPlacement:
     n_gpu_layers: int
     cpu_experts: frozenset[int]
     note: str
+    projected: int  # the device bytes with every layer and expert on the GPU (fit's first projection)
 
 
 def cpu_expert_blocks(n_layer: int, n_part: int, hp_ngl: int) -> frozenset[int]:
@@ -59,7 +60,7 @@ def fit_single_gpu(hp_ngl: int, moe: bool, free: int, target_mib: int, used: Usa
     target = free - target_mib * MiB
     full = used(-1, frozenset())
     if full <= target:
-        return FitPlacement(-1, frozenset(), f"--fit: {full // MiB} MiB projected, no changes needed")
+        return FitPlacement(-1, frozenset(), f"--fit: {full // MiB} MiB projected, no changes needed", full)
     total = hp_ngl + 1
 
     def dense_only(k: int) -> frozenset[int]:
@@ -72,6 +73,7 @@ def fit_single_gpu(hp_ngl: int, moe: bool, free: int, target_mib: int, used: Usa
             frozenset(),
             f"--fit: nothing fits {target_mib} MiB below the free memory; llama.cpp keeps every layer in "
             "host memory (-ngl 0) and the GPU still holds its compute buffer",
+            full,
         )
     parts = dense_only(k)
     if moe and free - used(-1, frozenset(range(hp_ngl))) - target_mib * MiB > 0:
@@ -82,6 +84,13 @@ def fit_single_gpu(hp_ngl: int, moe: bool, free: int, target_mib: int, used: Usa
     where = "every layer" if k == total else f"{k} of {total} layers (the output layer counted)"
     experts = f", the routed experts of {len(parts)} layers in host memory" if parts else ""
     extra = " (llama.cpp's one extra split layer, LAYER_FRACTION_UP/GATE, not modelled)" if parts else ""
-    return FitPlacement(
-        k, parts, f"--fit: {full // MiB} MiB projected above the target; {where} on the GPU{experts}{extra}"
-    )
+    note = f"--fit: {full // MiB} MiB projected above the target; {where} on the GPU{experts}{extra}"
+    return FitPlacement(k, parts, note, full)
+
+
+def fit_needed_bytes(facts: Mapping[str, object], context: int) -> int | None:
+    """What a GPU must have for every layer and expert to stay there when ``--fit`` moved some to host memory
+    (its first projection plus the CUDA context), for a fit verdict; None when it moved nothing."""
+    moved = facts.get("fit_n_gpu_layers", -1) != -1 or facts.get("fit_cpu_expert_layers")
+    projected = facts.get("fit_projected_bytes")
+    return int(projected) + context if moved and isinstance(projected, int) else None

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from gpumem_gui.core.formats import WeightBytes
 from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.monotone import largest
-from gpumem_gui.core.results.estimate import Estimate
+from gpumem_gui.core.results.estimate import Estimate, GpuShare
 from gpumem_gui.core.runtimes import refusals
 from gpumem_gui.core.runtimes.base import Lever, Runtime
 from gpumem_gui.core.runtimes.llamacpp import LLAMA_CPP, LlamaCpp, kv_label, kv_types
@@ -215,6 +215,10 @@ class Ollama(Runtime):
         if run.num_parallel is None:
             return None
         return run.num_parallel, f"OLLAMA_NUM_PARALLEL={run.num_parallel}: Ollama queues more requests"
+
+    def needed_bytes(self, est: Estimate, share: GpuShare) -> int:
+        """v0.30+: what the GPU needs for llama-server's --fit to keep every layer and expert on it."""
+        return LLAMA_CPP.needed_bytes(est, share)
 
     def admits(self, est: Estimate) -> bool:
         """A fit means every layer on the GPU (Ollama would run the others on the CPU), unless num_gpu asked
