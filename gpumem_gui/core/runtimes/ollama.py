@@ -181,7 +181,7 @@ class Ollama(Runtime):
                 "ollama_split": ",".join(str(k) for k in plc.split),
                 "ollama_allocations": ",".join(str(a) for a in plc.allocations),
             }
-            est = split_estimate(spec, lrun, wb, est, plc, layers)
+            est = split_estimate(spec, lrun, wb, est, plc.split, layers)
         return est.model_copy(update={"engine": self.name, "facts": facts})
 
     def fit_levers(self, spec: ModelSpec, run: InferenceRun, fits: Callable[..., bool]) -> list[Lever]:
