@@ -11,11 +11,13 @@ import pytest
 
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.readers.loader import load_model
+from gpumem_gui.core.results.nontorch import context_bytes
 from gpumem_gui.core.runtimes.base import run_weight_bytes
 from gpumem_gui.core.runtimes.inference import estimate_inference, make_run, runtime
 from gpumem_gui.core.runtimes.ollama_server import auto_num_batch, default_num_ctx, predict_server_vram
+from gpumem_gui.core.runtimes.ollama_split import gpu_share, head_bytes
 from gpumem_gui.core.runtimes.run import InferenceRun
-from gpumem_gui.core.units import GiB
+from gpumem_gui.core.units import GiB, MiB
 
 LLAMA8 = load_model("meta-llama/Llama-3.1-8B").spec
 QWEN35 = load_model("Qwen/Qwen3.5-9B").spec
@@ -121,14 +123,37 @@ def test_families_ollama_serves_one_request_at_a_time() -> None:
 
 def test_several_gpus() -> None:
     """server/sched.go selectLlamaServerPlacement: a model predicted within 80 % of one GPU loads there; one
-    that needs several is split by llama-server's multi-GPU fit (not modelled: one line)."""
+    that needs several goes to all of them, where llama-server splits the layers (by free memory, equal on
+    equal GPUs) or, when that leaves a GPU short of its target, its --fit fills them back to front."""
     one = _est(gpu=24 * GiB, pp=2, num_ctx=4096)
-    assert any("on one of the 2 GPUs" in w for w in one.warnings)
-    with pytest.raises(GpumemInputError, match="multi-GPU --fit") as e:
-        _est(gpu=24 * GiB, pp=2)  # 262144 tokens (48 GiB): 16 GiB of KV predicted
+    assert any("on one of the 2 GPUs" in w for w in one.warnings) and len(one.per_gpu) == 1
+    both = _est(gpu=24 * GiB, pp=2, num_ctx=4096, sched_spread=True)
+    assert [s.index for s in both.per_gpu] == [0, 1] and both.facts["llama_split"] == "1,1"
+    assert sum(s.peak_bytes for s in both.per_gpu) > one.peak_bytes  # a compute buffer on each
+    big = load_model("meta-llama/Llama-3.1-70B-Instruct").spec
+    fit = _est(big, gpu=24 * GiB, pp=2)  # 131072 tokens: 40 GiB of KV, so not every layer fits
+    counts = [int(k) for k in fit.facts["llama_split"].split(",")]
+    layers = sum(counts)
+    assert fit.facts["offloaded"] == f"{layers}/81" and 0 < layers < 81
+    free = 24 * GiB - context_bytes("auto", None)
+    assert all(s.peak_bytes <= free - 1024 * MiB for s in fit.per_gpu)
+    # one more layer on the last GPU (the first filled) would leave less than the target free there
+    lrun = make_run(
+        engine="llama.cpp",
+        weights="gguf-Q4_K_M",
+        seq=fit.facts["num_ctx"],
+        n_batch=fit.facts["num_batch"],
+        n_ubatch=fit.facts["num_batch"],
+        n_gpu_layers=counts[1] + 1,
+    )
+    wb = run_weight_bytes(big, lrun, True)
+    head = head_bytes(big, lrun, wb)
+    last = gpu_share(big, lrun, wb, 1, range(80 - counts[1] - 1, 80), head, True)
+    assert last.peak_bytes > free - 1024 * MiB
+    moe = load_model("Qwen/Qwen3-30B-A3B").spec
+    with pytest.raises(GpumemInputError, match="MoE model over several GPUs") as e:
+        _est(moe, gpu=12 * GiB, pp=2, num_ctx=65536)
     assert e.value.field == "pp"
-    with pytest.raises(GpumemInputError, match="multi-GPU --fit"):
-        _est(gpu=24 * GiB, pp=2, num_ctx=4096, sched_spread=True)
 
 
 def test_the_command_and_the_fit_target() -> None:

@@ -18,10 +18,12 @@ from gpumem_gui.core.formats import WeightBytes
 from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.results.estimate import Estimate, GpuShare
+from gpumem_gui.core.results.nontorch import context_bytes
 from gpumem_gui.core.runtimes import refusals
 from gpumem_gui.core.runtimes.base import Lever, Runtime
 from gpumem_gui.core.runtimes.llamacpp import LLAMA_CPP, LlamaCpp, kv_label, kv_types
 from gpumem_gui.core.runtimes.llamacpp_options import LLAMA_FIT_TARGET_MIB
+from gpumem_gui.core.runtimes.llamacpp_split_fit import fit_split
 from gpumem_gui.core.runtimes.ollama_models import ollama_tag
 from gpumem_gui.core.runtimes.ollama_options import (
     OLLAMA_DEFAULT_NUM_CTX,
@@ -35,8 +37,8 @@ from gpumem_gui.core.runtimes.ollama_predict import (
     recurrent_note,
 )
 from gpumem_gui.core.runtimes.ollama_server import (
-    check_gpus,
     check_parallelism,
+    server_gpus,
     server_kv_type,
     server_settings,
 )
@@ -46,12 +48,18 @@ from gpumem_gui.core.runtimes.ollama_settings import (
     flash_supported,
     ollama_settings,
 )
-from gpumem_gui.core.runtimes.ollama_split import choose_gpus, split_estimate
+from gpumem_gui.core.runtimes.ollama_split import choose_gpus, placement_notes, split_estimate
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.state import has_state
 from gpumem_gui.core.units import MiB
+
+
+def _context(run: InferenceRun) -> int:
+    """The process's CUDA context on each GPU, which llama.cpp's free memory leaves out."""
+    return context_bytes(run.gpu_arch, run.cuda_context_mib)
+
 
 # llama.cpp's default n_ubatch (common/common.h), which Ollama's runner leaves as is (llama/llama.go
 # NewContextParams sets n_batch only)
@@ -133,7 +141,7 @@ class Ollama(Runtime):
         # a num_gpu the user sets goes to llama.cpp as is (llm/server.go: the estimate's count only replaces
         # num_gpu = -1), so it may exceed what Ollama predicts fits
         layers = plc.layers if run.num_gpu is None else min(run.num_gpu, n)
-        notes = [*warnings, *_placement_notes(run, plc, layers, n, capacity)]
+        notes = [*warnings, *placement_notes(run, plc, layers, n, capacity)]
         lrun = run.model_copy(
             update={
                 "engine": "llama.cpp",
@@ -298,31 +306,6 @@ class Ollama(Runtime):
 OLLAMA = Ollama()
 
 
-def _placement_notes(
-    run: InferenceRun, plc: Placement, layers: int, n: int, capacity: int | None
-) -> list[str]:
-    """What the estimate says about where Ollama puts the layers (``n`` with the output layer)."""
-    notes = []
-    if capacity is None and run.num_gpu is None:
-        notes.append("no GPU memory given: Ollama's placement is taken as every layer on the GPU")
-    elif run.num_gpu is None and layers < n:
-        notes.append(
-            f"Ollama offloads {layers}/{n} layers (it predicts {plc.total / 2**30:.1f} GiB for "
-            "all of them); the rest run on the CPU"
-        )
-    elif run.num_gpu is not None and layers > plc.layers and capacity is not None:
-        notes.append(
-            f"num_gpu {layers}: more layers than Ollama predicts fit ({plc.layers}); it loads them "
-            "anyway and may run out of memory"
-        )
-    if run.pp > 1 and capacity is not None:
-        notes.append(
-            f"Ollama loads the model on {len(plc.split)} of the {run.pp} GPUs, layers split "
-            f"{','.join(str(k) for k in plc.split)} (--tensor-split)"
-        )
-    return notes
-
-
 class OllamaServer(Ollama):
     """Ollama v0.30+ (``ollama_version`` 0.30+): llama-server under Ollama's arguments and defaults
     (:mod:`.ollama_server`), sized by the llama.cpp profile, so it runs what llama.cpp runs: every hybrid
@@ -347,7 +330,7 @@ class OllamaServer(Ollama):
         wb: WeightBytes,
     ) -> Estimate:
         s = server_settings(spec, run, gpu, wb)
-        gpus_note = check_gpus(spec, run, gpu, wb, s.num_ctx * s.parallel)
+        gpus, gpus_note = server_gpus(spec, run, gpu, wb, s.num_ctx * s.parallel)
         n = spec.num_layers + 1  # -ngl counts the output layer
         lrun = run.model_copy(
             update={
@@ -370,7 +353,18 @@ class OllamaServer(Ollama):
             }
         )
         notes = (*warnings, *s.warnings, *([gpus_note] if gpus_note else []), *LLAMA_CPP.check(spec, lrun))
+        split: tuple[int, ...] = ()
+        if gpus > 1:  # llama-server's layer split over the GPUs (and its --fit when num_gpu is not set)
+            split, ngl, fit_note = (
+                fit_split(spec, lrun, wb, gpus, gpu.cuda_bytes - _context(lrun), run.fit_target_mib)
+                if run.num_gpu is None and gpu is not None
+                else ((1,) * gpus, n if run.num_gpu is None else min(run.num_gpu, n), "")
+            )
+            lrun = lrun.model_copy(update={"n_gpu_layers": ngl, "fit": "off"})
+            notes = (*notes, *([fit_note] if fit_note else []))
         est = LLAMA_CPP.estimate(spec, lrun, notes, gpu, wb)
+        if split:
+            est = split_estimate(spec, lrun, wb, est, split, lrun.n_gpu_layers, chunked=True)
         ngl = int(est.facts.get("fit_n_gpu_layers", lrun.n_gpu_layers))
         layers = n if ngl < 0 else min(ngl, n)
         facts = {
@@ -386,6 +380,7 @@ class OllamaServer(Ollama):
             "ollama_version": OLLAMA_SERVER_ERA,
             "llama_cpp_build": OLLAMA_LLAMA_CPP,
             "ollama_source": _SERVER_SRC,
+            **({"llama_split": ",".join(str(k) for k in split)} if split else {}),
         }
         return est.model_copy(update={"engine": self.name, "facts": facts})
 

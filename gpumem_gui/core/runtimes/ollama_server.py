@@ -161,20 +161,21 @@ def check_parallelism(run: InferenceRun) -> None:
         )
 
 
-def check_gpus(spec: ModelSpec, run: InferenceRun, gpu: GpuMemory | None, wb: WeightBytes, ctx: int) -> str:
-    """server/sched.go selectLlamaServerPlacement: with several GPUs and no OLLAMA_SCHED_SPREAD, a model
-    predicted within 80 % of one GPU's free memory loads on that GPU alone (``--split-mode none``); the note
-    saying so; otherwise llama-server splits it by its multi-GPU fit, not modelled (an error)."""
+def server_gpus(
+    spec: ModelSpec, run: InferenceRun, gpu: GpuMemory | None, wb: WeightBytes, ctx: int
+) -> tuple[int, str]:
+    """server/sched.go selectLlamaServerPlacement: how many of the ``pp`` GPUs llama-server gets, and a note.
+    With several GPUs and no OLLAMA_SCHED_SPREAD, a model predicted within 80 % of one GPU's free memory loads
+    on that GPU alone (``--split-mode none --main-gpu 0``, bestSingleGPUFit); otherwise on all of them
+    (bestGPUGroupByAvailableMemory), where llama-server splits the layers."""
     if run.pp == 1:
-        return ""
+        return 1, ""
     predicted = predict_server_vram(spec, wb, ctx)
-    if gpu is not None and not run.sched_spread and predicted <= gpu.cuda_bytes * FIT_SHARE // 100:
-        return (
+    if gpu is None:
+        return run.pp, f"no GPU memory given: Ollama's choice of GPUs is taken as all {run.pp}"
+    if not run.sched_spread and predicted <= gpu.cuda_bytes * FIT_SHARE // 100:
+        return 1, (
             f"Ollama loads the model on one of the {run.pp} GPUs: its prediction, {predicted / GiB:.1f} GiB, "
             "is within 80 % of one GPU's free memory (server/sched.go bestSingleGPUFit)"
         )
-    raise GpumemInputError(
-        "ollama v0.30+: a model Ollama spreads over several GPUs is placed by llama-server's multi-GPU --fit "
-        "(a tensor split by layers), which gpumem does not model yet; use pp 1 or ollama_version 0.12.10",
-        field="pp",
-    )
+    return run.pp, f"Ollama gives llama-server all {run.pp} GPUs (its prediction: {predicted / GiB:.1f} GiB)"

@@ -182,3 +182,28 @@ def split_estimate(
             "kv_cache_bytes": kv.bytes,
         }
     )
+
+
+def placement_notes(
+    run: InferenceRun, plc: Placement, layers: int, n: int, capacity: int | None
+) -> list[str]:
+    """What the estimate says about where Ollama puts the layers (``n`` with the output layer)."""
+    notes = []
+    if capacity is None and run.num_gpu is None:
+        notes.append("no GPU memory given: Ollama's placement is taken as every layer on the GPU")
+    elif run.num_gpu is None and layers < n:
+        notes.append(
+            f"Ollama offloads {layers}/{n} layers (it predicts {plc.total / 2**30:.1f} GiB for "
+            "all of them); the rest run on the CPU"
+        )
+    elif run.num_gpu is not None and layers > plc.layers and capacity is not None:
+        notes.append(
+            f"num_gpu {layers}: more layers than Ollama predicts fit ({plc.layers}); it loads them "
+            "anyway and may run out of memory"
+        )
+    if run.pp > 1 and capacity is not None:
+        notes.append(
+            f"Ollama loads the model on {len(plc.split)} of the {run.pp} GPUs, layers split "
+            f"{','.join(str(k) for k in plc.split)} (--tensor-split)"
+        )
+    return notes
