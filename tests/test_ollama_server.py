@@ -41,7 +41,9 @@ def test_default_num_ctx_by_total_vram(vram: int, ctx: int) -> None:
 
 def test_the_estimate_uses_the_tier_of_all_gpus_less_the_overhead() -> None:
     assert _est(gpu=24 * GiB).facts["num_ctx"] == 32768
-    assert _est(gpu=24 * GiB, gpu_overhead_mib=2048).facts["num_ctx"] == 4096  # 22 GiB after the overhead
+    over = _est(gpu=24 * GiB, gpu_overhead_mib=2048)
+    assert over.facts["num_ctx"] == 4096  # 22 GiB after the overhead
+    assert any("OLLAMA_GPU_OVERHEAD off the VRAM behind the default num_ctx only" in w for w in over.warnings)
     assert _est(gpu=80 * GiB).facts["num_ctx"] == 131072  # 262144 clamped to the training context
     assert _est(gpu=80 * GiB, num_ctx=8192).facts["num_ctx"] == 8192  # num_ctx / OLLAMA_CONTEXT_LENGTH set
     assert _est().facts["num_ctx"] == 4096  # no GPU memory: no VRAM found

@@ -147,6 +147,11 @@ def server_settings(
         )
     if spec.vision is not None:
         warns.append("the vision projector (--mmproj, and its fit-target raise) is not counted")
+    if run.gpu_overhead_mib:
+        warns.append(
+            "gpu_overhead_mib: v0.30+ takes OLLAMA_GPU_OVERHEAD off the VRAM behind the default num_ctx only "
+            "(server/routes.go); llama-server's --fit leaves the fit target free instead"
+        )
     # --flash-attn auto: llama.cpp turns it on where the GPU backend runs the model's attention (CUDA does)
     return ServerSettings(num_ctx, parallel, batch, run.flash_attention != "off", kv, tuple(warns))
 
