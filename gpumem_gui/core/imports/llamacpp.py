@@ -101,10 +101,6 @@ _UNMODELLED = {
     "-mm": "the multimodal projector is not modelled",
     "--lora": "LoRA adapters are not modelled",
     "--lora-scaled": "LoRA adapters are not modelled",
-    "-fit": "llama.cpp's automatic fitting of layers and context is not modelled",
-    "--fit": "llama.cpp's automatic fitting of layers and context is not modelled",
-    "-fitt": "llama.cpp's automatic fitting of layers and context is not modelled",
-    "--fit-target": "llama.cpp's automatic fitting of layers and context is not modelled",
     "--embedding": "embedding mode (pooled outputs) is not modelled",
     "--embeddings": "embedding mode (pooled outputs) is not modelled",
     "--reranking": "reranking mode is not modelled",
@@ -230,12 +226,10 @@ def _list_int(r: Reading, arg: Arg, bench: bool, lo: int, hi: int) -> int:
 def _option(r: Reading, arg: Arg, state: dict[str, Any]) -> None:
     key, where, bench = arg.key or "", arg.where, state["bench"]
     if key in _INT_OPTS and str(arg.value).lower() in ("all", "auto"):
-        how = (
-            "every layer"
-            if str(arg.value).lower() == "all"
-            else "auto: as many as fit; gpumem puts all there"
-        )
-        r.set("n_gpu_layers", -1, where, arg.text, f"n_gpu_layers = -1 ({how})")
+        auto = str(arg.value).lower() == "auto"
+        r.set("n_gpu_layers", -1, where, arg.text, f"n_gpu_layers = -1 ({'auto' if auto else 'every layer'})")
+        if auto and "fit" not in r.fields:  # -ngl auto: llama.cpp's --fit places the layers (on by default)
+            r.set("fit", "on", where, arg.text)
     elif key in _INT_OPTS:
         field, lo, hi = _INT_OPTS[key]
         n = _list_int(r, arg, bench, lo - 1000 if field == "n_gpu_layers" else lo, hi)
@@ -256,6 +250,17 @@ def _option(r: Reading, arg: Arg, state: dict[str, Any]) -> None:
         _flash(r, arg, bench)
     elif key in ("-ctk", "--cache-type-k", "-ctv", "--cache-type-v"):
         _cache_type(r, arg, state)
+    elif key in ("-fit", "--fit"):  # common/arg.cpp: -fit, --fit [on|off]
+        r.set("fit", "off" if (arg.value or "on").lower() in ("off", "0", "false") else "on", where, arg.text)
+    elif key in ("-fitt", "--fit-target"):  # MiB per device, comma-separated: one GPU takes the first
+        if "," in (arg.value or ""):
+            r.warn(arg.text, "one GPU is modelled: the first device's target is used")
+        r.set(
+            "fit_target_mib",
+            to_int((arg.value or "").split(",")[0], where, lo=0, hi=1 << 20),
+            where,
+            arg.text,
+        )
     elif key == "--swa-full":
         r.set("swa_full", True, where, arg.text)
     elif key in ("-nkvo", "--no-kv-offload"):

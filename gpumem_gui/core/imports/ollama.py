@@ -63,7 +63,7 @@ _ENV_UNMODELLED = {
     "OLLAMA_LLM_LIBRARY": "the backend library choice is not modelled",
 }
 _VISIBLE = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
-_ENV_PREFIXES = ("OLLAMA_", "CUDA_", "HIP_", "ROCR_", "GGML_")
+_ENV_PREFIXES = ("OLLAMA_", "CUDA_", "HIP_", "ROCR_", "GGML_", "LLAMA_ARG_FIT_TARGET")
 _RUN_FLAGS = frozenset("--verbose --nowordwrap --insecure --hidethinking --think --help -h".split())  # noqa: SIM905
 _RUN_VALUED = frozenset("--format --keepalive --dimensions".split())  # noqa: SIM905
 
@@ -109,6 +109,10 @@ class _Ollama:
             elif name == "OLLAMA_SCHED_SPREAD":
                 on = to_bool(value, where) if value.strip() else False
                 self.r.set("sched_spread", on, where, written)
+            elif name == "LLAMA_ARG_FIT_TARGET":  # llm/llama_server.go: passed on to llama-server (v0.30+)
+                mib = to_int(value.split(",")[0], where, lo=0, hi=1 << 20)
+                self.r.set("fit_target_mib", mib, where, written)
+                self.r.set("ollama_version", "0.30+", where, written, "ollama_version = 0.30+ (llama-server)")
             elif name in _VISIBLE:
                 self.visible(value, where, written)
             elif name in _ENV_UNMODELLED:

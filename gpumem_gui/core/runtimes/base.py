@@ -61,6 +61,11 @@ class Runtime(ABC):
     state_refusals: Mapping[str, str] = MappingProxyType({})
     compressed_attention_refusal: str = refusals.COMPRESSED_ATTENTION  # after "<engine> <mode>: "
 
+    def for_run(self, run: InferenceRun) -> Runtime:
+        """The profile that sizes ``run``: this one, or the one of the engine version the run names (Ollama's
+        ``ollama_version``); its capabilities decide what the run's model may be."""
+        return self
+
     def serves(self, model_kind: str) -> bool:
         """Whether this engine runs a model of ``model_kind`` (ModelKinds.model)."""
         return model_kind in self.model_kinds

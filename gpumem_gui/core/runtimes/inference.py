@@ -47,7 +47,7 @@ def runtime(engine: str) -> Runtime:
         ) from None
 
 
-def check_recurrent_state(spec: ModelSpec, engine: str, tp: int, pp: int = 1) -> None:
+def check_recurrent_state(spec: ModelSpec, engine: str | Runtime, tp: int, pp: int = 1) -> None:
     """Hybrid models (linear-attention layers with a fixed state per sequence) are modelled for transformers
     and for the engines whose state pools are modelled (:mod:`.state_pools`: vLLM's hybrid allocator,
     llama.cpp's recurrent cells, which Ollama v0.12.10's llama runner allocates; :mod:`.sglang_state`:
@@ -55,7 +55,7 @@ def check_recurrent_state(spec: ModelSpec, engine: str, tp: int, pp: int = 1) ->
     (``Runtime.state_tp``: vLLM, SGLang)."""
     if not has_state(spec):
         return
-    rt = runtime(engine)
+    rt = engine if isinstance(engine, Runtime) else runtime(engine)
     check_engine_state(spec, rt, pp, RUNTIMES.values())
     if tp > 1 and not rt.state_tp:
         raise GpumemInputError(
@@ -66,7 +66,7 @@ def check_recurrent_state(spec: ModelSpec, engine: str, tp: int, pp: int = 1) ->
 def check_run(spec: ModelSpec, run: InferenceRun) -> tuple[str, ...]:
     """Cross-checks of run against model: errors raise, soft problems come back as warnings."""
     warnings: list[str] = [f"approximate: {spec.approximate}"] if spec.approximate else []
-    rt = runtime(run.engine)
+    rt = runtime(run.engine).for_run(run)
     rt.check_layer_kinds(spec)  # DeepSeek-V4's compressed attention: refused by each engine in one line
     model = model_kinds(spec).model
     if model == "encoder":  # one transformers forward, no cache (runtimes/encoder.py)
@@ -75,7 +75,7 @@ def check_run(spec: ModelSpec, run: InferenceRun) -> tuple[str, ...]:
         check_seq2seq_inference(spec, run, rt)
     check_kv_dtype(run.engine, run.kv_dtype)  # one of the engine's own choices, or auto (its default)
     check_degrees(spec, Degrees(tp=run.tp, pp=run.pp, ep=run.ep))
-    check_recurrent_state(spec, run.engine, run.tp, run.pp)
+    check_recurrent_state(spec, rt, run.tp, run.pp)
     # Gemma 4: transformers, one GPU
     gemma4.check_run(spec, run.engine, heads_ok=rt.mixed_head_shapes, tp=run.tp, pp=run.pp, ep=run.ep)
     warnings += check_cross_attention(spec, run, rt)  # Llama 3.2 Vision (runtimes/cross_attention.py)
@@ -110,6 +110,6 @@ def estimate_inference(
     ``file_weights`` (a model's header inventory) is used when ``run.weights == 'file'``.
     """
     warnings = check_run(spec, run)
-    rt = runtime(run.engine)
+    rt = runtime(run.engine).for_run(run)
     wb = run_weight_bytes(spec, run, rt.quantizes_experts(run), file_weights)
     return rt.estimate(spec, run, warnings, GpuMemory.of(capacity), wb)

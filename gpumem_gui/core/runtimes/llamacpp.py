@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
-from math import ceil
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.formats import WeightBytes, check_kv_dtype, kv_bytes_per_element
+from gpumem_gui.core.formats import WeightBytes, check_kv_dtype
 from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase
@@ -21,6 +20,17 @@ from gpumem_gui.core.results.nontorch import context_bytes
 from gpumem_gui.core.runtimes import llamacpp_dsv4, refusals
 from gpumem_gui.core.runtimes.base import Lever, Runtime, component
 from gpumem_gui.core.runtimes.llamacpp_compute import OP_OFFLOAD_MIN_BATCH, compute_buffer
+from gpumem_gui.core.runtimes.llamacpp_fit import fit_needed_bytes, fit_single_gpu
+from gpumem_gui.core.runtimes.llamacpp_kv import (  # noqa: F401 (kv_types, kv_label: re-exported)
+    KV_FLAGS,
+    LLAMA_DEFAULT_KV,
+    kv_buffers,
+    kv_caches,
+    kv_label,
+    kv_row_widths,
+    kv_types,
+)
+from gpumem_gui.core.runtimes.llamacpp_state import state_component, state_facts
 from gpumem_gui.core.runtimes.ollama_models import gguf_weights_id
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.state_pools import llamacpp_state_buffers
@@ -28,9 +38,6 @@ from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.params import count_params
 from gpumem_gui.core.spec.state import has_state
-
-# llama-server's -ctk/-ctv spell the float types f16/f32 (common/arg.cpp kv_cache_types)
-_KV_FLAGS = {"fp16": "f16", "fp32": "f32", "bf16": "bf16"}
 
 
 def hf_gguf_weights(tag: str) -> str | None:
@@ -63,93 +70,30 @@ def _head_bytes(spec: ModelSpec, wb: WeightBytes) -> int:
     return head + (wb.by_component.get("embedding", 0) if spec.tie_word_embeddings else 0)
 
 
-def _offload(spec: ModelSpec, run: InferenceRun, wb: WeightBytes) -> tuple[int, int, int]:
+def _experts_bytes(spec: ModelSpec, wb: WeightBytes, blocks: frozenset[int]) -> int:
+    """The routed experts of ``blocks`` (``--fit``'s ffn_*_exps overrides), each MoE layer an equal share."""
+    n = spec.num_moe_layers
+    share = wb.by_component.get("routed_experts", 0) // n if n else 0
+    return share * sum(1 for i in blocks if spec.is_moe_layer(i))
+
+
+def _offload(
+    spec: ModelSpec, run: InferenceRun, wb: WeightBytes, cpu_experts: frozenset[int] = frozenset()
+) -> tuple[int, int, int]:
     """(offloaded layers, model bytes on the GPU, model bytes in host memory): llama.cpp offloads the last
-    layers first and the output layer (and norm) only when every layer is offloaded."""
+    layers first and the output layer (and norm) only when every layer is offloaded; ``cpu_experts``: the
+    offloaded blocks whose routed experts ``--fit`` keeps in host memory."""
     n_layers = spec.num_layers
     ngl = run.n_gpu_layers
     offloaded = n_layers if ngl < 0 or ngl > n_layers else ngl
     on_gpu = output_on_gpu(spec, run)
     model_gpu = sum(wb.per_layer[n_layers - offloaded :]) + (_head_bytes(spec, wb) if on_gpu else 0)
+    model_gpu -= _experts_bytes(spec, wb, frozenset(i for i in cpu_experts if i >= n_layers - offloaded))
     # a tied output layer on the GPU is a copy: token_embd itself stays in host memory (published Ollama log
     # of llama3.2:3b: CPU model buffer 308.23 MiB = token_embd, CHANGELOG.md, 0.1.0-dev.3); with the output
     # layer in host memory too, the duplicate maps the same file range (CPU_Mapped counts it once)
     copy = wb.by_component.get("embedding", 0) if spec.tie_word_embeddings and on_gpu else 0
     return offloaded, model_gpu, wb.total_bytes - model_gpu + copy
-
-
-# llama.cpp's own KV cache type when -ctk/-ctv are not given, whatever the model's dtype (common/common.h
-# common_params cache_type_k / cache_type_v = GGML_TYPE_F16; llama_context_default_params type_k / type_v)
-LLAMA_DEFAULT_KV = "fp16"
-
-
-def kv_types(run: InferenceRun) -> tuple[str, str]:
-    """(K type, V type): ``-ctk``/``-ctv`` when given, else the run's KV cache type for both (``auto``:
-    llama.cpp's default, f16)."""
-    kv = LLAMA_DEFAULT_KV if run.kv_dtype == "auto" else run.kv_dtype
-    return run.cache_type_k or kv, run.cache_type_v or kv
-
-
-def kv_label(k_type: str, v_type: str) -> str:
-    """The K and V cache types in llama.cpp's spelling: ``f16``, or ``K q8_0, V f16`` when they differ."""
-    k, v = (_KV_FLAGS.get(t, t) for t in (k_type, v_type))
-    return k if k == v else f"K {k}, V {v}"
-
-
-def kv_row_widths(spec: ModelSpec, run: InferenceRun) -> tuple[int, int]:
-    """(K, V) elements one token stores per layer: GQA heads x head size; MLA models store the latent
-    (K = kv_lora_rank + rope, V = kv_lora_rank, published log) or, with an older GGUF conversion, full
-    per-head K (nope + rope) and V (``n_embd_k_gqa = 24576, n_embd_v_gqa = 16384`` for DeepSeek-R1)."""
-    latent = model_kinds(spec).latent
-    if latent is None:
-        w = spec.num_kv_heads * spec.head_dim
-        return w, w
-    return latent.llamacpp_elems(full=run.mla_cache == "full")
-
-
-def kv_caches(spec: ModelSpec, run: InferenceRun, chunked: bool = True) -> list[tuple[tuple[int, ...], int]]:
-    """(layers, cells) of each attention kind: ``n_ctx`` cells for full attention; llama_kv_cache_iswa gives
-    an SWA layer min(n_ctx, pad(n_swa x n_seq + n_ubatch, 256)) cells, Llama 4's chunked layers too
-    (LLAMA_SWA_TYPE_CHUNKED, n_swa 8192 = its attention_chunk_size: load_hparams), and with ``--swa-full``
-    n_ctx (src/llama-kv-cache-iswa.cpp: size_swa = size_base). llama_memory_hybrid gives KV cells to the
-    attention layers only, and a layer reading another's cache has none (llama_hparams::has_kv: Gemma 3n's
-    n_layer_kv_from_start). ``chunked`` False: chunked layers keep every token (Ollama v0.12.10's own engine,
-    ``kvcache.NewChunkedAttentionCache``: the chunk only masks)."""
-    n_ctx = run.batch * run.tokens
-    bounds = model_kinds(spec).bounds(chunked)
-    out = []
-    for kind in model_kinds(spec).attention:
-        b = bounds[kind.layers[0]]
-        swa = b is not None and not run.swa_full
-        cells = min(n_ctx, ceil((b[1] * run.batch + run.n_ubatch) / 256) * 256) if swa and b else n_ctx
-        out.append((tuple(kind.layers), cells))
-    return out
-
-
-def kv_buffers(spec: ModelSpec, run: InferenceRun, offloaded: int, chunked: bool = True) -> tuple[int, int]:
-    """(GPU bytes, host bytes) of the KV cache (the cells of :func:`kv_caches`); each layer's KV lives
-    where the layer runs (the last ``offloaded`` layers on the GPU), or all of it in host memory with
-    ``--no-kv-offload`` (``kv_offload`` off) (src/llama-kv-cache.cpp, offload_kqv)."""
-    k_type, v_type = kv_types(run)
-    if spec.deepseek_v4 is not None:  # DeepSeek-V4: llama_kv_cache_dsv4 (llamacpp_dsv4.py)
-        return llamacpp_dsv4.kv_buffers(spec, run, offloaded, k_type)
-    k_w, v_w = kv_row_widths(spec, run)
-    row = k_w * kv_bytes_per_element(k_type) + v_w * kv_bytes_per_element(v_type)
-    first_gpu = spec.num_layers - offloaded
-    gpu = host = 0
-    for layers, cells in kv_caches(spec, run, chunked):
-        size = round(cells * row)
-        for i in layers:
-            if i >= first_gpu and run.kv_offload:
-                gpu += size
-            else:
-                host += size
-    return gpu, host
-
-
-def _kv_buffer(spec: ModelSpec, run: InferenceRun, offloaded: int) -> int:
-    """The KV bytes on the GPU (see :func:`kv_buffers`)."""
-    return kv_buffers(spec, run, offloaded)[0]
 
 
 def _compute_buffer(
@@ -158,19 +102,21 @@ def _compute_buffer(
     output: bool = True,
     wb: WeightBytes | None = None,
     chunked: bool = True,
+    host_experts: int = 0,
 ) -> Component:
     """The GPU's compute buffer (:func:`.llamacpp_compute.compute_buffer`), one KQ mask per KV cache (the
     full-attention one and llama_kv_cache_iswa's SWA one). ``output`` False: a GPU of a layer split that
     does not hold the output layer (no logits stage). ``wb`` given: a single GPU under ``-ngl``, where the
     output layer and the layers left in host memory are copied in for a micro-batch of at least
-    OP_OFFLOAD_MIN_BATCH tokens (ggml_backend_sched op offload)."""
+    OP_OFFLOAD_MIN_BATCH tokens (ggml_backend_sched op offload); ``host_experts``: one layer's routed experts
+    that ``--fit`` left in host memory, copied in the same way."""
     cells = kv_caches(spec, run, chunked)
     full = [c for layers, c in cells if model_kinds(spec).bounds(chunked)[layers[0]] is None]
     swa = [c for layers, c in cells if model_kinds(spec).bounds(chunked)[layers[0]] is not None]
     caches = tuple(max(group) for group in (full, swa) if group)
-    if wb is None or output_on_gpu(spec, run):
-        return compute_buffer(spec, run, caches, output=output)
     offload = min(run.n_ubatch, run.batch * run.tokens) >= OP_OFFLOAD_MIN_BATCH
+    if wb is None or output_on_gpu(spec, run):
+        return compute_buffer(spec, run, caches, output=output, host_layer=host_experts if offload else 0)
     host_layers = wb.per_layer[: spec.num_layers - max(run.n_gpu_layers, 0)]
     return compute_buffer(
         spec,
@@ -178,30 +124,25 @@ def _compute_buffer(
         caches,
         output=offload,
         output_weight=_head_bytes(spec, wb) if offload else 0,
-        host_layer=max(host_layers, default=0) if offload else 0,
+        host_layer=max(*host_layers, host_experts, 0) if offload else 0,
     )
 
 
-def _state_component(rs: dict[str, int]) -> Component:
-    """llama_memory_recurrent's RS buffer on the GPU (the recurrent layers offloaded, with KV offload)."""
-    return component(
-        "recurrent_state",
-        "recurrent state (RS buffer)",
-        rs["gpu_bytes"],
-        "max(1, n_seq_max) cells x (n_embd_r + n_embd_s) x 4 B (f32) per recurrent layer on the GPU",
-        "llama.cpp src/llama-memory-recurrent.cpp (r_l, s_l); llama-hparams.cpp n_embd_r / n_embd_s; "
-        "llama-model.cpp create_memory (llama_memory_hybrid, recurrent types F32)",
-        cells=rs["cells"],
-        r_bytes=rs["r_bytes"],
-        s_bytes=rs["s_bytes"],
-        host_bytes=rs["host_bytes"],
-    )
+def _one(spec: ModelSpec, wb: WeightBytes, experts: frozenset[int]) -> int:
+    """One MoE layer's routed experts when ``--fit`` left some in host memory (op offload copies it)."""
+    return _experts_bytes(spec, wb, frozenset([min(experts)])) if experts else 0
 
 
-def _state_facts(rs: dict[str, int]) -> dict[str, int]:
-    """The RS buffer as llama.cpp logs it (R and S over all recurrent layers) and its host part."""
-    out = {"rs_cells": rs["cells"], "rs_r_bytes": rs["r_bytes"], "rs_s_bytes": rs["s_bytes"]}
-    return out | ({"rs_host_bytes": rs["host_bytes"]} if rs["host_bytes"] else {})
+def _device_bytes(
+    spec: ModelSpec, run: InferenceRun, wb: WeightBytes, experts: frozenset[int], chunked: bool
+) -> int:
+    """What llama.cpp's no-alloc probe projects on the GPU (common/fit.cpp
+    common_get_device_memory_data: model + context + compute of ``llama_memory_breakdown``)."""
+    offloaded, model_gpu, _ = _offload(spec, run, wb, experts)
+    kv_gpu = kv_buffers(spec, run, offloaded, chunked)[0]
+    rs = llamacpp_state_buffers(spec, run.batch, spec.num_layers - offloaded, run.kv_offload)["gpu_bytes"]
+    compute = _compute_buffer(spec, run, wb=wb, chunked=chunked, host_experts=_one(spec, wb, experts)).bytes
+    return model_gpu + kv_gpu + rs + compute
 
 
 class LlamaCpp(Runtime):
@@ -235,6 +176,12 @@ class LlamaCpp(Runtime):
                 f"cache_type_v: llama.cpp refuses a quantized V cache ({v_type}) without flash attention "
                 "(V cache quantization requires flash_attn); turn -fa on"
             )
+        if run.fit == "on" and run.n_gpu_layers >= 0:
+            warnings.append(
+                f"fit: -ngl {run.n_gpu_layers} is set, so llama.cpp's --fit changes no layers "
+                "(common/fit.cpp common_params_fit_impl: n_gpu_layers already set by user); set GPU layers "
+                "to all for -ngl auto"
+            )
         if run.mla_cache == "full" and model_kinds(spec).latent is None:
             warnings.append("mla_cache: the model has no MLA layers; 'full' changes nothing")
         if any(k.mixer in ("kda", "lightning") for k in model_kinds(spec).state):
@@ -253,7 +200,9 @@ class LlamaCpp(Runtime):
         gpu: GpuMemory | None,
         wb: WeightBytes,
     ) -> Estimate:
-        offloaded, model_gpu, model_cpu = _offload(spec, run, wb)
+        run, experts, fit_facts, fit_notes = self._fit(spec, run, gpu, wb)
+        warnings = (*warnings, *fit_notes)
+        offloaded, model_gpu, model_cpu = _offload(spec, run, wb, experts)
         kv_gpu, kv_host = kv_buffers(spec, run, offloaded, self.chunked_local)
         k_type, v_type = kv_types(run)
         weights_c = component(
@@ -277,9 +226,11 @@ class LlamaCpp(Runtime):
             type_v=v_type,
             host_bytes=kv_host,
         )
-        compute_c = _compute_buffer(spec, run, wb=wb, chunked=self.chunked_local)
+        compute_c = _compute_buffer(
+            spec, run, wb=wb, chunked=self.chunked_local, host_experts=_one(spec, wb, experts)
+        )
         rs = llamacpp_state_buffers(spec, run.batch, spec.num_layers - offloaded, run.kv_offload)
-        state_c = _state_component(rs) if has_state(spec) else None
+        state_c = state_component(rs) if has_state(spec) else None
         ctx = component(
             "cuda_context",
             "CUDA context",
@@ -312,9 +263,40 @@ class LlamaCpp(Runtime):
                 "params_total": count_params(spec).total,
                 # the KV of layers left on the CPU (or all of it with --no-kv-offload), when there is any
                 **({"kv_host_bytes": kv_host} if kv_host else {}),
-                **(_state_facts(rs) if state_c is not None else {}),
+                **(state_facts(rs) if state_c is not None else {}),
+                **fit_facts,
             },
         )
+
+    def _fit(
+        self, spec: ModelSpec, run: InferenceRun, gpu: GpuMemory | None, wb: WeightBytes
+    ) -> tuple[InferenceRun, frozenset[int], dict[str, object], tuple[str, ...]]:
+        """``--fit on`` with ``-ngl auto``: the run with the layers llama.cpp's fit picks in the GPU's free
+        memory (CUDA's total less the process's CUDA context), the blocks whose routed experts it keeps in
+        host memory, its facts and its note (:mod:`.llamacpp_fit`)."""
+        if run.fit == "off" or run.n_gpu_layers >= 0:
+            return run, frozenset(), {}, ()
+        if gpu is None:
+            return (
+                run,
+                frozenset(),
+                {},
+                ("--fit: no GPU memory given; every layer is taken to be on the GPU",),
+            )
+        free = gpu.cuda_bytes - context_bytes(run.gpu_arch, run.cuda_context_mib)
+
+        def used(ngl: int, cpu: frozenset[int]) -> int:
+            return _device_bytes(
+                spec, run.model_copy(update={"n_gpu_layers": ngl}), wb, cpu, self.chunked_local
+            )
+
+        plc = fit_single_gpu(spec.num_layers, spec.moe is not None, free, run.fit_target_mib, used)
+        facts: dict[str, object] = {
+            "fit_projected_bytes": plc.projected,
+            "fit_n_gpu_layers": plc.n_gpu_layers,
+            "fit_cpu_expert_layers": len(plc.cpu_experts),
+        }
+        return run.model_copy(update={"n_gpu_layers": plc.n_gpu_layers}), plc.cpu_experts, facts, (plc.note,)
 
     def fit_levers(self, spec: ModelSpec, run: InferenceRun, fits: Callable[..., bool]) -> list[Lever]:
         """Leave layers in host memory: the most layers on the GPU that still fit (``-ngl``)."""
@@ -323,6 +305,12 @@ class LlamaCpp(Runtime):
         if best is None or best >= n:
             return []
         return [(6, "offload", f"offload {n - best} layers to the CPU (-ngl {best})", {"n_gpu_layers": best})]
+
+    def needed_bytes(self, est: Estimate, share: GpuShare) -> int:
+        """With --fit on, what the GPU needs for llama.cpp's fit to change nothing (every layer and expert on
+        it); else the estimate's total."""
+        ctx = sum(c.bytes for c in share.components if c.key == "cuda_context")
+        return fit_needed_bytes(est.facts, ctx) or share.total_bytes
 
     def kv_cache_dtype(self, spec: ModelSpec, run: InferenceRun) -> str:
         """-ctk / -ctv as given, else llama.cpp's f16 (not the compute dtype)."""
@@ -362,7 +350,7 @@ class LlamaCpp(Runtime):
         return None
 
     def command(self, model: str, run: InferenceRun, est: Estimate) -> str:
-        k_type, v_type = (_KV_FLAGS.get(t, t) for t in kv_types(run))
+        k_type, v_type = (KV_FLAGS.get(t, t) for t in kv_types(run))
         file = run.weights == "file" or model.lower().endswith(".gguf")  # else a GGUF repository's type
         where = ["-m", model] if file else ["-hf", f"{model}:{run.weights.removeprefix('gguf-')}"]
         args = [
@@ -371,7 +359,7 @@ class LlamaCpp(Runtime):
             "-c",
             str(run.batch * run.tokens),
             "-ngl",  # common/arg.cpp -ngl: an exact number, 'auto' or 'all'
-            "all" if run.n_gpu_layers < 0 else str(run.n_gpu_layers),
+            ("auto" if run.fit == "on" else "all") if run.n_gpu_layers < 0 else str(run.n_gpu_layers),
             "-ctk",
             k_type,
             "-ctv",
@@ -389,6 +377,8 @@ class LlamaCpp(Runtime):
             args.append("-nkvo")
         if run.swa_full:
             args.append("--swa-full")
+        if run.fit == "on":
+            args += ["--fit", "on", "--fit-target", str(run.fit_target_mib)]
         return self.with_unsaid(run, [shlex.join(args)])
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, Field
 
 from gpumem_gui.core.fields import UI
 
@@ -89,5 +89,39 @@ LlamaMlaCache = Annotated[
         "older GGUF conversion without it, which caches full per-head K (nope + rope) and V",
         choices=(("latent (current GGUF)", "latent"), ("full K/V (older GGUF)", "full")),
         engines=_E,
+    ),
+]
+
+# common/common.h common_params: fit_params = true, fit_params_target = 1024 MiB per device,
+# fit_params_min_ctx = 4096; common/arg.cpp -fit / -fitt; the fit itself: common/fit.cpp
+# common_params_fit_impl (:mod:`.llamacpp_fit`)
+LLAMA_FIT_TARGET_MIB = 1024
+
+LlamaFit = Annotated[
+    Literal["off", "on"],
+    UI(
+        "Automatic placement (--fit)",
+        _G,
+        "on: -ngl auto with --fit on (llama-server's own default): llama.cpp projects the model, KV, RS and "
+        "compute buffers on the GPU and, when they leave less than the fit target free, keeps routed MoE "
+        "experts and then whole layers in host memory until they do (common/fit.cpp "
+        "common_params_fit_impl; -c is given, so it never lowers the context); off: the GPU layers field "
+        "as given (-ngl all: every layer)",
+        choices=(("off (-ngl as given)", "off"), ("on (-ngl auto --fit on)", "on")),
+        engines=_E,
+    ),
+]
+
+LlamaFitTargetMiB = Annotated[
+    int,
+    Field(ge=0, le=1 << 20),
+    UI(
+        "Fit target (--fit-target)",
+        _G,
+        "memory --fit leaves free on each GPU (-fitt, LLAMA_ARG_FIT_TARGET; llama.cpp's default 1024 MiB)",
+        aliases=("-fitt",),
+        unit=" MiB",
+        step=256,
+        engines=("llama.cpp", "ollama"),
     ),
 ]

@@ -1,6 +1,9 @@
-"""The Ollama runtime: llama.cpp's buffers under Ollama's defaults, knobs and layer placement.
+"""The Ollama runtime: llama.cpp's buffers under Ollama's defaults, knobs and layer placement, per version
+(``ollama_version``): :class:`Ollama` is v0.12.10's llama runner (the default), :class:`OllamaServer` v0.30+'s
+upstream llama-server (:mod:`.ollama_server`: Ollama v0.33's arguments and defaults, placed by llama.cpp's
+``--fit``, :mod:`.llamacpp_fit` / :mod:`.llamacpp_split_fit`); ``Ollama.for_run`` picks one for a run.
 
-Ollama runs llama.cpp with ``n_ctx = num_ctx x OLLAMA_NUM_PARALLEL`` (``llm/server.go`` ``KvSize``),
+Ollama v0.12.10 runs llama.cpp with ``n_ctx = num_ctx x OLLAMA_NUM_PARALLEL`` (``llm/server.go`` ``KvSize``),
 ``n_batch = min(num_batch, num_ctx)``, flash attention when ``OLLAMA_FLASH_ATTENTION`` (or the model's
 default) asks and the model allows it, the KV type of ``OLLAMA_KV_CACHE_TYPE`` only with flash attention, and
 ``-ngl`` = the layers its own prediction (:mod:`.ollama_predict`) fits into the GPU's free memory. The bytes
@@ -12,115 +15,63 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
+from types import MappingProxyType
 
-from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.formats import WeightBytes
 from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.monotone import largest
-from gpumem_gui.core.results.estimate import Estimate
+from gpumem_gui.core.results.estimate import Estimate, GpuShare
+from gpumem_gui.core.results.nontorch import context_bytes
 from gpumem_gui.core.runtimes import refusals
 from gpumem_gui.core.runtimes.base import Lever, Runtime
-from gpumem_gui.core.runtimes.llamacpp import LlamaCpp
-from gpumem_gui.core.runtimes.ollama_models import OLLAMA_FAMILIES
-from gpumem_gui.core.runtimes.ollama_options import OLLAMA_DEFAULT_NUM_BATCH, OLLAMA_DEFAULT_NUM_CTX
+from gpumem_gui.core.runtimes.llamacpp import LLAMA_CPP, LlamaCpp, kv_label, kv_types
+from gpumem_gui.core.runtimes.llamacpp_options import LLAMA_FIT_TARGET_MIB
+from gpumem_gui.core.runtimes.llamacpp_split_fit import fit_split
+from gpumem_gui.core.runtimes.ollama_models import ollama_tag
+from gpumem_gui.core.runtimes.ollama_options import (
+    OLLAMA_DEFAULT_NUM_CTX,
+    OLLAMA_LLAMA_CPP,
+    OLLAMA_SERVER_ERA,
+)
 from gpumem_gui.core.runtimes.ollama_predict import (
-    FLASH_BY_DEFAULT,
     Placement,
     Prediction,
     predict,
     recurrent_note,
 )
-from gpumem_gui.core.runtimes.ollama_split import choose_gpus, split_estimate
+from gpumem_gui.core.runtimes.ollama_server import (
+    check_parallelism,
+    server_gpus,
+    server_kv_type,
+    server_settings,
+)
+from gpumem_gui.core.runtimes.ollama_settings import (
+    KV_OLLAMA,
+    OllamaSettings,
+    flash_supported,
+    ollama_settings,
+)
+from gpumem_gui.core.runtimes.ollama_split import choose_gpus, placement_notes, split_estimate
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.state import has_state
 from gpumem_gui.core.units import MiB
 
+
+def _context(run: InferenceRun) -> int:
+    """The process's CUDA context on each GPU, which llama.cpp's free memory leaves out."""
+    return context_bytes(run.gpu_arch, run.cuda_context_mib)
+
+
 # llama.cpp's default n_ubatch (common/common.h), which Ollama's runner leaves as is (llama/llama.go
 # NewContextParams sets n_batch only)
 LLAMA_DEFAULT_UBATCH = 512
-# the KV types Ollama passes on (fs/ggml/ggml.go SupportsKVCacheType) as the run's kv_dtype ids
-_KV_OLLAMA = {"auto": "f16", "fp16": "f16", "f16": "f16", "q8_0": "q8_0", "q4_0": "q4_0"}
 _KV_LLAMA = {"f16": "fp16", "q8_0": "q8_0", "q4_0": "q4_0"}
+_SERVER_SRC = "ollama v0.33 llm/llama_server.go startLlamaServer, server/sched.go, server/routes.go"
 _SRC = (
     "ollama v0.12.10 llm/server.go NewLlamaServer, llm/memory.go estimateGPULayers, fs/ggml/ggml.go GraphSize"
 )
-
-
-@dataclass(frozen=True)
-class OllamaSettings:
-    """What Ollama hands llama.cpp for a run, and the warnings of how it got there."""
-
-    num_ctx: int  # per request slot, after the clamp to the model's training context
-    parallel: int
-    batch: int  # min(num_batch, num_ctx)
-    flash: bool
-    kv_type: str  # Ollama's spelling: f16, q8_0, q4_0
-    warnings: tuple[str, ...]
-
-
-def _flash_supported(spec: ModelSpec) -> bool:
-    """fs/ggml/ggml.go SupportsFlashAttention: K and V head sizes equal, not gemma2."""
-    if spec.traits.gguf_arch == "gemma2":
-        return False
-    mla = model_kinds(spec).latent
-    if mla is not None:
-        return mla.qk_nope_head_dim + mla.qk_rope_head_dim == mla.v_head_dim
-    return True
-
-
-def ollama_settings(spec: ModelSpec, run: InferenceRun) -> OllamaSettings:
-    """Ollama's context, batch, flash attention and KV type for ``run`` (llm/server.go NewLlamaServer)."""
-    warns: list[str] = []
-    num_ctx = run.num_ctx or max(OLLAMA_DEFAULT_NUM_CTX, run.tokens)
-    if run.num_ctx is None and run.tokens > OLLAMA_DEFAULT_NUM_CTX:
-        warns.append(
-            f"num_ctx: Ollama's default is {OLLAMA_DEFAULT_NUM_CTX}; the run's {run.tokens} tokens need "
-            f"num_ctx {run.tokens} (OLLAMA_CONTEXT_LENGTH), which the estimate assumes"
-        )
-    parallel = run.num_parallel or run.batch
-    if run.num_parallel is None and run.batch > 1:
-        warns.append(
-            f"num_parallel: Ollama's default is 1; {run.batch} requests at once need OLLAMA_NUM_PARALLEL="
-            f"{run.batch}, which the estimate assumes"
-        )
-    train = spec.max_position_embeddings
-    if num_ctx > train:
-        warns.append(f"num_ctx: {num_ctx} exceeds the model's training context {train}; Ollama uses {train}")
-        num_ctx = train
-    want = {"auto": (spec.traits.gguf_arch or "") in FLASH_BY_DEFAULT, "on": True, "off": False}
-    flash = want[run.flash_attention]
-    if flash and not _flash_supported(spec):
-        warns.append(
-            "flash_attention: the model's K and V head sizes differ (or gemma2); Ollama turns it off"
-        )
-        flash = False
-    asked = _KV_OLLAMA.get(run.kv_dtype.lower())
-    if asked is None:
-        warns.append(
-            f"kv_dtype: Ollama's OLLAMA_KV_CACHE_TYPE takes f16, q8_0, q4_0, not {run.kv_dtype!r}: f16"
-        )
-        asked = "f16"
-    if asked != "f16" and not flash:
-        warns.append(
-            f"kv_dtype: {asked} needs flash attention, which is off; Ollama keeps the KV cache in f16"
-        )
-        asked = "f16"
-    if run.tokens > num_ctx:
-        warns.append(
-            f"seq: prompt + new tokens ({run.tokens}) exceed num_ctx ({num_ctx}); Ollama keeps num_ctx "
-            "tokens per request (set num_ctx to hold them)"
-        )
-    if run.batch > parallel:
-        warns.append(
-            f"batch: {run.batch} sequences but OLLAMA_NUM_PARALLEL={parallel}; Ollama queues the rest"
-        )
-    if spec.vision is not None:
-        warns.append("Ollama's vision projector (weights and image graph) is not counted")
-    batch = min(run.num_batch, num_ctx)
-    return OllamaSettings(num_ctx, parallel, batch, flash, asked, tuple(warns))
 
 
 def ollama_plan(
@@ -132,18 +83,6 @@ def ollama_plan(
     pred = predict(spec, wb, s.num_ctx * s.parallel, s.batch, s.parallel, s.kv_type, s.flash)
     plc = choose_gpus(pred, free, run.pp, run.gpu_overhead_mib * MiB, run.num_gpu, run.sched_spread)
     return s, pred, plc
-
-
-def ollama_tag(model: str, weights: str) -> str:
-    """The Ollama name of a model and GGUF type: a library tag where the table has one, else Ollama's
-    ``hf.co/<repo>:<type>`` form."""
-    quant = weights.removeprefix("gguf-")
-    for family, fam in OLLAMA_FAMILIES.items():
-        for size, hf in fam.sizes.items():
-            if hf == model and not size.isalpha():
-                default_q = dict(fam.quant_by_size).get(size, fam.quant)
-                return f"{family}:{size}" if quant == default_q else f"{family}:{size}-{quant.lower()}"
-    return f"hf.co/{model}:{quant}"
 
 
 class _OllamaBuffers(LlamaCpp):
@@ -173,16 +112,19 @@ class Ollama(Runtime):
     state_refusals = refusals.OLLAMA_STATE  # the gated DeltaNet, KDA, lightning: not in v0.12.10
     cross_attention_refusal = refusals.OLLAMA_CROSS_ATTENTION  # mllama: its Go engine
 
+    def for_run(self, run: InferenceRun) -> Runtime:
+        """The profile of the run's Ollama version: v0.12.10's llama runner, or v0.30+'s llama-server."""
+        return OLLAMA_SERVER if run.ollama_version == OLLAMA_SERVER_ERA else OLLAMA
+
     def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
-        if run.tp * run.ep > 1:
-            raise GpumemInputError(
-                "Ollama has no tensor or expert parallelism (it splits the layers over GPUs by free memory: "
-                "give the GPUs as pp): use tp=1, ep=1",
-                field="tp" if run.tp > 1 else "ep",
-            )
+        check_parallelism(run)
         warns = list(ollama_settings(spec, run).warnings)
         if run.sched_spread and run.pp == 1:
             warns.append("sched_spread: one GPU (pp 1); OLLAMA_SCHED_SPREAD changes nothing")
+        if run.fit_target_mib != LLAMA_FIT_TARGET_MIB:
+            warns.append(
+                "fit_target_mib: v0.12.10 places the layers itself (llm/memory.go), no --fit: ignored"
+            )
         return warns
 
     def estimate(
@@ -202,7 +144,7 @@ class Ollama(Runtime):
         # a num_gpu the user sets goes to llama.cpp as is (llm/server.go: the estimate's count only replaces
         # num_gpu = -1), so it may exceed what Ollama predicts fits
         layers = plc.layers if run.num_gpu is None else min(run.num_gpu, n)
-        notes = [*warnings, *_placement_notes(run, plc, layers, n, capacity)]
+        notes = [*warnings, *placement_notes(run, plc, layers, n, capacity)]
         lrun = run.model_copy(
             update={
                 "engine": "llama.cpp",
@@ -250,16 +192,17 @@ class Ollama(Runtime):
                 "ollama_split": ",".join(str(k) for k in plc.split),
                 "ollama_allocations": ",".join(str(a) for a in plc.allocations),
             }
-            est = split_estimate(spec, lrun, wb, est, plc, layers)
+            est = split_estimate(spec, lrun, wb, est, plc.split, layers)
         return est.model_copy(update={"engine": self.name, "facts": facts})
 
     def fit_levers(self, spec: ModelSpec, run: InferenceRun, fits: Callable[..., bool]) -> list[Lever]:
         """Flash attention with a q8_0 KV cache (Ollama's own advice for a model that does not fit), and
         num_gpu: the most layers on the GPU that fit, the rest on the CPU."""
         out: list[Lever] = []
+        server = run.ollama_version == OLLAMA_SERVER_ERA
         if (
-            _flash_supported(spec)
-            and not ollama_settings(spec, run).flash
+            flash_supported(spec)
+            and not (run.flash_attention != "off" if server else ollama_settings(spec, run).flash)
             and fits(flash_attention="on", kv_dtype="q8_0")
         ):
             upd: dict[str, object] = {"flash_attention": "on", "kv_dtype": "q8_0"}
@@ -271,7 +214,9 @@ class Ollama(Runtime):
         return out
 
     def kv_cache_dtype(self, spec: ModelSpec, run: InferenceRun) -> str:
-        """OLLAMA_KV_CACHE_TYPE where Ollama honours it (flash attention on), else f16."""
+        """OLLAMA_KV_CACHE_TYPE where Ollama honours it (v0.12.10: flash attention on), else f16."""
+        if run.ollama_version == OLLAMA_SERVER_ERA:
+            return kv_label(*kv_types(run.model_copy(update={"kv_dtype": server_kv_type(run)})))
         return ollama_settings(spec, run).kv_type
 
     def batch_limit(self, run: InferenceRun) -> tuple[int, str] | None:
@@ -282,11 +227,18 @@ class Ollama(Runtime):
             return None
         return run.num_parallel, f"OLLAMA_NUM_PARALLEL={run.num_parallel}: Ollama queues more requests"
 
+    def needed_bytes(self, est: Estimate, share: GpuShare) -> int:
+        """v0.30+: what the GPU needs for llama-server's --fit to keep every layer and expert on it."""
+        return LLAMA_CPP.needed_bytes(est, share)
+
     def admits(self, est: Estimate) -> bool:
         """A fit means every layer on the GPU (Ollama would run the others on the CPU), unless num_gpu asked
         for fewer."""
         done, _, total = str(est.facts.get("offloaded", "0/1")).partition("/")
-        return done == total or est.facts.get("layers_requested", -1) != -1
+        on_gpu = done == total and not est.facts.get(
+            "fit_cpu_expert_layers"
+        )  # v0.30+: experts in host memory
+        return on_gpu or est.facts.get("layers_requested", -1) != -1
 
     def expresses(
         self, spec: ModelSpec, run: InferenceRun, source: str, checkpoint: str | None = None
@@ -313,6 +265,7 @@ class Ollama(Runtime):
         ("compute_dtype", "Ollama has no compute dtype option (its kernels choose)"),
         ("cuda_context_mib", "the driver's CUDA context"),
         ("gpu_arch", "the GPU the driver runs on"),
+        ("ollama_version", "the Ollama release installed"),
     )
 
     def command(self, model: str, run: InferenceRun, est: Estimate) -> str:
@@ -325,13 +278,15 @@ class Ollama(Runtime):
         if run.flash_attention != "auto":
             env.append(f"OLLAMA_FLASH_ATTENTION={int(run.flash_attention == 'on')}")
         if run.kv_dtype != "auto":  # a type the run names, f16 too (read back as named, not as auto)
-            env.append(f"OLLAMA_KV_CACHE_TYPE={_KV_OLLAMA.get(run.kv_dtype.lower(), run.kv_dtype)}")
+            env.append(f"OLLAMA_KV_CACHE_TYPE={KV_OLLAMA.get(run.kv_dtype.lower(), run.kv_dtype)}")
         if run.gpu_overhead_mib:
             env.append(f"OLLAMA_GPU_OVERHEAD={run.gpu_overhead_mib * MiB}")
         if run.pp > 1:  # the GPUs Ollama may split the layers over
             env.append("CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(run.pp)))
         if run.sched_spread:
             env.append("OLLAMA_SCHED_SPREAD=1")
+        if run.ollama_version == OLLAMA_SERVER_ERA and run.fit_target_mib != LLAMA_FIT_TARGET_MIB:
+            env.append(f"LLAMA_ARG_FIT_TARGET={run.fit_target_mib}")  # passed on to llama-server
         lines = [shlex.join([*env, "ollama", "serve"])]
         if run.weights == "file":  # a GGUF file: a Modelfile names it (docs/modelfile.md FROM)
             base = model.replace("\\", "/").rsplit("/", 1)[-1]
@@ -346,7 +301,7 @@ class Ollama(Runtime):
             lines.append(shlex.join(["ollama", "run", ollama_tag(model, run.weights)]))
         if run.num_gpu is not None:
             lines.append(f"/set parameter num_gpu {run.num_gpu}")
-        if run.num_batch != OLLAMA_DEFAULT_NUM_BATCH:
+        if run.num_batch is not None:
             lines.append(f"/set parameter num_batch {run.num_batch}")
         return self.with_unsaid(run, lines)
 
@@ -354,26 +309,84 @@ class Ollama(Runtime):
 OLLAMA = Ollama()
 
 
-def _placement_notes(
-    run: InferenceRun, plc: Placement, layers: int, n: int, capacity: int | None
-) -> list[str]:
-    """What the estimate says about where Ollama puts the layers (``n`` with the output layer)."""
-    notes = []
-    if capacity is None and run.num_gpu is None:
-        notes.append("no GPU memory given: Ollama's placement is taken as every layer on the GPU")
-    elif run.num_gpu is None and layers < n:
-        notes.append(
-            f"Ollama offloads {layers}/{n} layers (it predicts {plc.total / 2**30:.1f} GiB for "
-            "all of them); the rest run on the CPU"
+class OllamaServer(Ollama):
+    """Ollama v0.30+ (``ollama_version`` 0.30+): llama-server under Ollama's arguments and defaults
+    (:mod:`.ollama_server`), sized by the llama.cpp profile, so it runs what llama.cpp runs: every hybrid
+    whose state llama.cpp sizes, Llama 4's chunked layers in llama.cpp's SWA cache; not mllama."""
+
+    state_mixers = LlamaCpp.state_mixers
+    state_refusals = MappingProxyType({})
+    cross_attention_refusal = refusals.OLLAMA_SERVER_CROSS_ATTENTION  # no mllama in llama.cpp
+    # DeepSeek-V4: llama.cpp's llama_kv_cache_dsv4 (PR #24162, merged by June 2026, before the pinned b10488)
+    compressed_attention = LlamaCpp.compressed_attention
+
+    def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
+        check_parallelism(run)
+        lightning = any(k.mixer == "lightning" for k in model_kinds(spec).state)
+        return [refusals.OLLAMA_SERVER_LIGHTNING] if lightning else []
+
+    def estimate(
+        self,
+        spec: ModelSpec,
+        run: InferenceRun,
+        warnings: tuple[str, ...],
+        gpu: GpuMemory | None,
+        wb: WeightBytes,
+    ) -> Estimate:
+        s = server_settings(spec, run, gpu, wb)
+        gpus, gpus_note = server_gpus(spec, run, gpu, wb, s.num_ctx * s.parallel)
+        n = spec.num_layers + 1  # -ngl counts the output layer
+        lrun = run.model_copy(
+            update={
+                "engine": "llama.cpp",
+                "batch": s.parallel,
+                "seq": s.num_ctx,
+                "new_tokens": 0,
+                "pp": 1,
+                "n_gpu_layers": -1 if run.num_gpu is None else run.num_gpu,  # -ngl only when num_gpu is set
+                "fit": "on" if run.num_gpu is None else "off",
+                "n_batch": s.batch,
+                "n_ubatch": s.batch,
+                "flash_attn": s.flash,
+                "kv_dtype": s.kv_dtype,
+                "cache_type_k": None,  # one type for K and V
+                "cache_type_v": None,
+                "kv_offload": True,
+                # Ollama's library DeepSeek GGUFs predate key_length_mla
+                "mla_cache": "full" if model_kinds(spec).latent else "latent",
+            }
         )
-    elif run.num_gpu is not None and layers > plc.layers and capacity is not None:
-        notes.append(
-            f"num_gpu {layers}: more layers than Ollama predicts fit ({plc.layers}); it loads them "
-            "anyway and may run out of memory"
-        )
-    if run.pp > 1 and capacity is not None:
-        notes.append(
-            f"Ollama loads the model on {len(plc.split)} of the {run.pp} GPUs, layers split "
-            f"{','.join(str(k) for k in plc.split)} (--tensor-split)"
-        )
-    return notes
+        notes = (*warnings, *s.warnings, *([gpus_note] if gpus_note else []), *LLAMA_CPP.check(spec, lrun))
+        split: tuple[int, ...] = ()
+        if gpus > 1:  # llama-server's layer split over the GPUs (and its --fit when num_gpu is not set)
+            split, ngl, fit_note = (
+                fit_split(spec, lrun, wb, gpus, gpu.cuda_bytes - _context(lrun), run.fit_target_mib)
+                if run.num_gpu is None and gpu is not None
+                else ((1,) * gpus, n if run.num_gpu is None else min(run.num_gpu, n), "")
+            )
+            lrun = lrun.model_copy(update={"n_gpu_layers": ngl, "fit": "off"})
+            notes = (*notes, *([fit_note] if fit_note else []))
+        est = LLAMA_CPP.estimate(spec, lrun, notes, gpu, wb)
+        if split:
+            est = split_estimate(spec, lrun, wb, est, split, lrun.n_gpu_layers, chunked=True)
+        ngl = int(est.facts.get("fit_n_gpu_layers", lrun.n_gpu_layers))
+        layers = n if ngl < 0 else min(ngl, n)
+        facts = {
+            **est.facts,
+            "offloaded": f"{layers}/{n}",
+            "layers_requested": -1 if run.num_gpu is None else run.num_gpu,
+            "num_ctx": s.num_ctx,
+            "num_parallel": s.parallel,
+            "kv_cells": s.num_ctx * s.parallel,
+            "num_batch": s.batch,
+            "flash_attention": s.flash,
+            "kv_cache_type": kv_label(*kv_types(lrun)),
+            "ollama_version": OLLAMA_SERVER_ERA,
+            "llama_cpp_build": OLLAMA_LLAMA_CPP,
+            "ollama_source": _SERVER_SRC,
+            **({"llama_split": ",".join(str(k) for k in split)} if split else {}),
+        }
+        return est.model_copy(update={"engine": self.name, "facts": facts})
+
+
+OLLAMA_SERVER = OllamaServer()

@@ -197,3 +197,15 @@ def resolve_ollama_model(name: str) -> OllamaModel:
         variant="-".join(parts),
         source=fam.source,
     )
+
+
+def ollama_tag(model: str, weights: str) -> str:
+    """The Ollama name of a model and GGUF type: a library tag where the table has one, else Ollama's
+    ``hf.co/<repo>:<type>`` form."""
+    quant = weights.removeprefix("gguf-")
+    for family, fam in OLLAMA_FAMILIES.items():
+        for size, hf in fam.sizes.items():
+            if hf == model and not size.isalpha():
+                default_q = dict(fam.quant_by_size).get(size, fam.quant)
+                return f"{family}:{size}" if quant == default_q else f"{family}:{size}-{quant.lower()}"
+    return f"hf.co/{model}:{quant}"

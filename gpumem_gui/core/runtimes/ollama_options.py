@@ -80,14 +80,18 @@ OllamaNumGpu = Annotated[
     ),
 ]
 OllamaNumBatch = Annotated[
-    int,
+    int | None,
     Field(ge=1, le=1 << 20),
     UI(
         "Batch (num_batch)",
         _O,
-        "num_batch: tokens per llama.cpp batch (the micro-batch is at most 512); sizes the compute graph",
+        "num_batch: tokens per llama.cpp batch; sizes the compute graph (v0.12.10: the micro-batch is at "
+        "most 512; v0.30+: -b and -ub both); auto: 512 (api/types.go DefaultOptions), v0.30+: Ollama's own "
+        "512 / 1024 / 2048 by context and predicted memory (server/sched.go automaticGenerationBatch)",
         unit=" tokens",
         step=128,
+        special="auto",
+        none=0,
         engines=_E,
     ),
 ]
@@ -111,6 +115,26 @@ OllamaSchedSpread = Annotated[
         _O,
         "OLLAMA_SCHED_SPREAD: load the model on every GPU (pp of them) rather than the fewest that hold "
         "every layer (Ollama's default, llm/server.go pickBestFullFitByLibrary)",
+        engines=_E,
+    ),
+]
+
+# the llama.cpp build Ollama v0.30+ fetches for llama-server (LLAMA_CPP_VERSION, read by
+# llama/server/CMakeLists.txt FetchContent; v0.33.0-rc2)
+OLLAMA_LLAMA_CPP = "b10488"
+OLLAMA_RUNNER_ERA = "0.12.10"
+OLLAMA_SERVER_ERA = "0.30+"
+
+OllamaVersion = Annotated[
+    Literal["0.12.10", "0.30+"],
+    UI(
+        "Ollama version",
+        _O,
+        "0.12.10: Ollama's llama runner (vendored llama.cpp) with Ollama's own layer placement "
+        "(llm/memory.go); 0.30+: Ollama launches upstream llama-server (llama.cpp "
+        f"{OLLAMA_LLAMA_CPP} at v0.33; commit 9db4bdbad, #16031) with -c num_ctx x parallel, -b/-ub "
+        "num_batch, --flash-attn auto, and llama.cpp's own --fit placement unless num_gpu is set",
+        choices=(("v0.12.10 (llama runner)", "0.12.10"), ("v0.30+ (llama-server)", "0.30+")),
         engines=_E,
     ),
 ]

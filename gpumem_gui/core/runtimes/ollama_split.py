@@ -69,16 +69,24 @@ def gpu_layers(split: tuple[int, ...], blocks: int, num_gpu: int) -> list[range]
     return [range(o[0], o[-1] + 1) if o else range(0) for o in owner]
 
 
-def _share(
-    spec: ModelSpec, run: InferenceRun, wb: WeightBytes, gpu: int, layers: range, head: int
+def gpu_share(
+    spec: ModelSpec,
+    run: InferenceRun,
+    wb: WeightBytes,
+    gpu: int,
+    layers: range,
+    head: int,
+    chunked: bool = False,
 ) -> GpuShare:
-    """GPU ``gpu``'s llama.cpp buffers for its ``layers`` (``spec.num_layers`` = the output layer)."""
+    """GPU ``gpu``'s llama.cpp buffers for its ``layers`` (``spec.num_layers`` = the output layer);
+    ``chunked``: chunked-local layers keep a chunk (llama.cpp; Ollama v0.12.10's engine: every token)."""
     n = spec.num_layers
     blocks = range(layers.start, min(layers.stop, n))
     has_output = n in layers
     model = sum(wb.per_layer[i] for i in blocks) + (head if has_output else 0)
     kv = (
-        kv_buffers(spec, run, n - blocks.start, False)[0] - kv_buffers(spec, run, n - blocks.stop, False)[0]
+        kv_buffers(spec, run, n - blocks.start, chunked)[0]
+        - kv_buffers(spec, run, n - blocks.stop, chunked)[0]
         if blocks
         else 0
     )
@@ -104,7 +112,7 @@ def _share(
         n_ctx=run.batch * run.tokens,
         blocks=len(blocks),
     )
-    compute_c = _compute_buffer(spec, run, output=has_output, chunked=False)
+    compute_c = _compute_buffer(spec, run, output=has_output, chunked=chunked)
     ctx = component(
         "cuda_context",
         "CUDA context",
@@ -134,15 +142,26 @@ def _share(
     )
 
 
+def head_bytes(spec: ModelSpec, run: InferenceRun, wb: WeightBytes) -> int:
+    """The output layer's (and norm's) bytes on the GPU that holds it."""
+    return _offload(spec, run.model_copy(update={"n_gpu_layers": -1}), wb)[1] - sum(wb.per_layer)
+
+
 def split_estimate(
-    spec: ModelSpec, run: InferenceRun, wb: WeightBytes, est: Estimate, plc: Placement, layers: int
+    spec: ModelSpec,
+    run: InferenceRun,
+    wb: WeightBytes,
+    est: Estimate,
+    split: tuple[int, ...],
+    layers: int,
+    chunked: bool = False,
 ) -> Estimate:
     """``est`` (llama.cpp's estimate of ``run`` with ``layers`` offloaded, as on one GPU) with one share per
-    GPU Ollama loads the model on; the headline figures are the most-loaded GPU's."""
+    GPU of the layer ``split`` (--tensor-split); the headline figures are the most-loaded GPU's."""
     n = spec.num_layers
-    head = _offload(spec, run.model_copy(update={"n_gpu_layers": -1}), wb)[1] - sum(wb.per_layer)
-    ranges = gpu_layers(plc.split, n, layers)
-    shares = tuple(_share(spec, run, wb, g, r, head) for g, r in enumerate(ranges))
+    head = head_bytes(spec, run, wb)
+    ranges = gpu_layers(split, n, layers)
+    shares = tuple(gpu_share(spec, run, wb, g, r, head, chunked) for g, r in enumerate(ranges))
     top = max(shares, key=lambda s: s.total_bytes)
     w, kv, compute = (
         next(c for c in top.components if c.key == k) for k in ("weights", "kv_cache", "compute_buffer")
@@ -163,3 +182,28 @@ def split_estimate(
             "kv_cache_bytes": kv.bytes,
         }
     )
+
+
+def placement_notes(
+    run: InferenceRun, plc: Placement, layers: int, n: int, capacity: int | None
+) -> list[str]:
+    """What the estimate says about where Ollama puts the layers (``n`` with the output layer)."""
+    notes = []
+    if capacity is None and run.num_gpu is None:
+        notes.append("no GPU memory given: Ollama's placement is taken as every layer on the GPU")
+    elif run.num_gpu is None and layers < n:
+        notes.append(
+            f"Ollama offloads {layers}/{n} layers (it predicts {plc.total / 2**30:.1f} GiB for "
+            "all of them); the rest run on the CPU"
+        )
+    elif run.num_gpu is not None and layers > plc.layers and capacity is not None:
+        notes.append(
+            f"num_gpu {layers}: more layers than Ollama predicts fit ({plc.layers}); it loads them "
+            "anyway and may run out of memory"
+        )
+    if run.pp > 1 and capacity is not None:
+        notes.append(
+            f"Ollama loads the model on {len(plc.split)} of the {run.pp} GPUs, layers split "
+            f"{','.join(str(k) for k in plc.split)} (--tensor-split)"
+        )
+    return notes

@@ -23,9 +23,14 @@ LLAMACPP_CROSS_ATTENTION = (
     "Ollama's llama/patches/0007-add-mllama-support.patch, up to Ollama v0.6); use the transformers engine"
 )
 OLLAMA_CROSS_ATTENTION = (
-    "ollama: Ollama runs Llama 3.2 Vision on its own Go engine, not the llama runner gpumem models (v0.12.10 "
-    "fs/ggml/ggml.go OllamaEngineRequired lists mllama; model/models/mllama, since #10637); its cache there "
+    "ollama v0.12.10: Ollama runs Llama 3.2 Vision on its own Go engine, not the llama runner gpumem models "
+    "(fs/ggml/ggml.go OllamaEngineRequired lists mllama; model/models/mllama, since #10637); its cache there "
     "is not modelled; use the transformers engine"
+)
+OLLAMA_SERVER_CROSS_ATTENTION = (
+    "ollama v0.30+: Ollama no longer runs Llama 3.2 Vision: it serves every GGUF model with upstream "
+    "llama-server (commit 9db4bdbad, #16031, removed its Go engine for GGML models), and llama.cpp has no "
+    "mllama architecture (src/llama-arch.cpp); use the transformers engine"
 )
 
 # --- recurrent-state mixers an engine does not size ---
@@ -49,19 +54,22 @@ SGLANG_STATE = MappingProxyType(
 OLLAMA_STATE = MappingProxyType(
     {
         "gated_deltanet": (
-            "ollama: v0.12.10 does not run the gated DeltaNet (Qwen3-Next / Qwen3.5: no qwen3next in its "
-            "vendored llama/llama.cpp/src/llama-arch.cpp); Ollama runs Qwen3-Next from v0.15.5 and Qwen3.5 "
-            "from v0.17.1 on its Go engine (model/models/qwen3next, not modelled): use llama.cpp"
+            "ollama v0.12.10: its llama runner has no gated DeltaNet (Qwen3-Next / Qwen3.5: no qwen3next in "
+            "its vendored llama/llama.cpp/src/llama-arch.cpp); Ollama ran Qwen3-Next from v0.15.5 and "
+            "Qwen3.5 from v0.17.1 on its Go engine (model/models/qwen3next, not modelled), and both from "
+            "v0.30 on llama-server: use ollama_version 0.30+ or llama.cpp"
         ),
         "kda": (
             "ollama: v0.12.10 does not run Kimi-Linear (KDA): no kimi-linear in its vendored "
             "llama/llama.cpp/src/llama-arch.cpp nor a Go model in model/models (llama.cpp added it in PR "
-            "#18755, January 2026): use llama.cpp"
+            "#18755, January 2026, which Ollama v0.30+ runs through llama-server): use ollama_version 0.30+ "
+            "or llama.cpp"
         ),
         "lightning": (
             "ollama: v0.12.10 does not run MiniMax-Text-01 (lightning attention): no minimax-01 in its "
             "vendored llama/llama.cpp/src/llama-arch.cpp nor a Go model in model/models (llama.cpp added it "
-            "in PR #27018, August 2026): use llama.cpp"
+            "in PR #27018, August 2026; ollama_version 0.30+ sizes it as llama.cpp does, unverified for its "
+            "pinned build b10488): use llama.cpp"
         ),
     }
 )
@@ -72,6 +80,13 @@ OLLAMA_STATE = MappingProxyType(
 
 COMPRESSED_ATTENTION = "its profile does not model DeepSeek-V4's compressed attention"
 OLLAMA_COMPRESSED_ATTENTION = (
-    "Ollama v0.12.10's llama runner (the version modelled) predates llama.cpp's DeepSeek-V4 support "
-    "(ggml-org/llama.cpp PR #24162); use llama.cpp, vllm or sglang"
+    "Ollama v0.12.10's llama runner predates llama.cpp's DeepSeek-V4 support (ggml-org/llama.cpp PR #24162); "
+    "use llama.cpp, vllm or sglang (or ollama_version 0.30+)"
+)
+
+# --- Ollama v0.30+: what it runs through llama-server but gpumem's profile flags ---
+
+OLLAMA_SERVER_LIGHTNING = (
+    "ollama v0.30+: MiniMax-Text-01's lightning layers are sized as llama.cpp's (PR #27018, August 2026); "
+    "whether Ollama's pinned llama.cpp b10488 (LLAMA_CPP_VERSION, August 18, 2026) has them is not verified"
 )

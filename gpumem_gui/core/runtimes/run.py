@@ -16,6 +16,8 @@ from gpumem_gui.core.replay.vision import has_tower
 from gpumem_gui.core.runtimes.llamacpp_options import (
     LlamaCacheTypeK,
     LlamaCacheTypeV,
+    LlamaFit,
+    LlamaFitTargetMiB,
     LlamaKvOffload,
     LlamaMlaCache,
     LlamaSwaFull,
@@ -28,6 +30,7 @@ from gpumem_gui.core.runtimes.ollama_options import (
     OllamaNumGpu,
     OllamaNumParallel,
     OllamaSchedSpread,
+    OllamaVersion,
 )
 from gpumem_gui.core.runtimes.sglang_options import (
     ChunkedPrefillSize,
@@ -337,13 +340,16 @@ class InferenceRun(Frozen):
     kv_offload: LlamaKvOffload = True
     swa_full: LlamaSwaFull = False  # common/arg.cpp --swa-full (common_params::swa_full = false)
     mla_cache: LlamaMlaCache = "latent"
+    fit: LlamaFit = "off"  # gpumem's -ngl all, which llama.cpp's fit leaves alone (common/fit.cpp)
+    fit_target_mib: LlamaFitTargetMiB = 1024  # LLAMA_FIT_TARGET_MIB: common/common.h fit_params_target
     num_ctx: OllamaNumCtx = None
     num_parallel: OllamaNumParallel = None
     flash_attention: OllamaFlashAttention = "auto"
     num_gpu: OllamaNumGpu = None
-    num_batch: OllamaNumBatch = 512
+    num_batch: OllamaNumBatch = None
     gpu_overhead_mib: OllamaGpuOverheadMiB = 0
     sched_spread: OllamaSchedSpread = False
+    ollama_version: OllamaVersion = "0.12.10"
     cuda_context_mib: CudaContextMiB = None
     gpu_arch: GpuArchField = "auto"
     nccl_channels: NcclChannels
