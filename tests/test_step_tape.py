@@ -321,3 +321,19 @@ def test_the_training_estimate_is_the_same_with_tapes(example: str, monkeypatch:
     rank._simulate_cached.cache_clear()
     assert [estimate_training(spec, r).model_dump_json() for r in runs] == taped
     assert step_tape.STATS["evaluated"] >= len(points) - 1
+
+
+def test_one_polynomial_compared_with_itself_keeps_no_guard() -> None:
+    """Two sizes with the same polynomial (a gradient's bytes against its input's, the backward engine's
+    validate_outputs) compare the same way at every point: no guard, the other comparisons kept."""
+
+    def run(sim: TapeSim, b: Sym, q: Sym, p: Sym) -> dict:  # type: ignore[type-arg]
+        x, y = b * q * 4, q * b * 4  # one polynomial, two objects
+        assert x == y and (x != y) is False and x >= y
+        assert x > q * 3
+        return {}
+
+    tape = record(run, (2, 8, 0))
+    assert tape.guard_rows is not None and len(tape.guard_rows) == 1
+    assert tape.admits(tape.monomials((1, 1, 0)), (1, 1, 0))
+    assert not tape.admits(tape.monomials((0, 5, 0)), (0, 5, 0))
