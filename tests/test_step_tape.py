@@ -337,3 +337,21 @@ def test_one_polynomial_compared_with_itself_keeps_no_guard() -> None:
     assert tape.guard_rows is not None and len(tape.guard_rows) == 1
     assert tape.admits(tape.monomials((1, 1, 0)), (1, 1, 0))
     assert not tape.admits(tape.monomials((0, 5, 0)), (0, 5, 0))
+
+
+def test_the_log_is_freed_once_the_tape_is_built() -> None:
+    """The run's parameters and their AccumulateGrad nodes point at each other, so the tracker they reach
+    stays until the cyclic garbage collector runs: its log (every event and size) is dropped when the tape
+    is built, not walked by that collector; the tape reads the same."""
+    trackers = []
+
+    def run(sim: TapeSim, b: Sym, q: Sym, p: Sym) -> dict:  # type: ignore[type-arg]
+        trackers.append(sim.tr)
+        x = sim.storage(b * q * 4, "x")
+        sim.storage(q * 8, "y")  # freed at once
+        del x
+        return {}
+
+    tape = record(run, (2, 8, 0), phases=True)
+    assert trackers[0].events == []
+    assert tape.phase_peaks(tape.monomials((3, 5, 0)), ("setup",))["setup"].total == 3 * 5 * 4 + 5 * 8
