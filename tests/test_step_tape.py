@@ -355,3 +355,16 @@ def test_the_log_is_freed_once_the_tape_is_built() -> None:
     tape = record(run, (2, 8, 0), phases=True)
     assert trackers[0].events == []
     assert tape.phase_peaks(tape.monomials((3, 5, 0)), ("setup",))["setup"].total == 3 * 5 * 4 + 5 * 8
+
+
+def test_a_size_times_a_whole_number_is_made_once() -> None:
+    """A tensor's elements times its dtype's width, asked again (each gradient the backward engine checks
+    against it), is the same size object: one row of the tape, never a stale one."""
+    n = Sym.var(0, 3) * Sym.var(1, 5)
+    twice = n * 2
+    assert n * 2 is twice and 2 * n is twice and (twice.c, twice.v) == ({(1, 1, 0): 2}, 30)
+    four = n * 4
+    assert (four.c, four.v) == ({(1, 1, 0): 4}, 60) and n * 4 is four
+    assert (n * 2) is not twice and (n * 2).c == twice.c  # the last factor only is kept
+    half = n * 0.5  # a float factor: a new size each time
+    assert half.v == 7.5 and n * 0.5 is not half
