@@ -2,11 +2,17 @@
 documents to compare two versions of the code to the byte.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_fit_training.py time
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_fit_training.py cold
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_fit_training.py window
     PYTHONPATH=. .venv/bin/python benchmarks/bench_fit_training.py dump OUT.json
 
 ``time`` prints, per case, the cold fit report, a warm one (the same run shape at a new sequence length) and a
-64-point sequence sweep; ``dump`` writes the estimate documents (with their fit reports) of every case and of
-a walk over points and shape changes, in one order, so that ``cmp`` of two dumps says whether an answer moved.
+64-point sequence sweep; ``cold`` the first estimate of a new model x run shape (replayed) and the recording
+of its step tape (the first point within ``many_points``) for issue 30's examples and a MoE model; ``window``
+the fit reports of four successive sequence lengths, as the window asks them while a field is edited (the
+candidate changes' shapes are replayed twice, then recorded); ``dump`` writes the estimate documents (with
+their fit reports) of every case and of a walk over points and shape changes, in one order, so that ``cmp`` of
+two dumps says whether an answer moved.
 Never run by the test suite.
 """
 
@@ -16,6 +22,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 from benchmarks.bench_training import TRAIN_EXAMPLES, clear_training_cache
@@ -78,6 +85,51 @@ def time_cases(repeat: int = 3) -> None:
         print(f"{name:48} {best[0]:9.0f}ms {best[1]:9.0f}ms {best[2]:9.0f}ms", flush=True)
 
 
+# the first estimate of a new model x run shape: issue 30's four examples and a MoE model with LoRA
+COLD: list[tuple[str, str, dict[str, Any]]] = [
+    *((name, MODEL, TRAIN_EXAMPLES[name]) for name in ("one GPU full", "LoRA + ckpt", "ZeRO-3 dp8")),
+    ("torchtitan FSDP2 x TP2 + SP x PP2", MODEL, TRAIN_EXAMPLES["torchtitan FSDP2 x TP2 + SP x PP2"]),
+    ("Qwen3-30B-A3B LoRA", "Qwen/Qwen3-30B-A3B", {"method": "lora"}),
+]
+
+
+def time_cold(repeat: int = 3) -> None:
+    """Per case the least of ``repeat`` runs: the first estimate of its shape (no tape, no memo: replayed) and
+    the same within ``many_points`` (its step tape recorded, then read)."""
+    from gpumem_gui.core.replay.step_tape import many_points
+
+    head = f"first of its shape, b1 s4096 (CPU ms, least of {repeat})"
+    print(f"{head:48} {'replay':>10} {'record':>10}")
+    for name, model, fields in COLD:
+        spec = load_model(model).spec
+        run = make_training_run(batch=1, seq=4096, **fields)
+        estimate_training(spec, run)  # the model's own caches (its tensors, its adapters' targets) filled
+        best = [float("inf")] * 2
+        for k in range(repeat):
+            for j, many in enumerate((False, True)):
+                clear_training_cache()
+                r = run.model_copy(update={"seq": 4096 + 2 * run.tp * (2 * k + j + 1)})
+                with many_points() if many else nullcontext():
+                    best[j] = min(best[j], _ms(lambda: estimate_training(spec, r)))  # noqa: B023
+        print(f"{name:48} {best[0]:8.1f}ms {best[1]:8.1f}ms", flush=True)
+
+
+def time_window(fits: int = 4) -> None:
+    """Per case the fit reports of ``fits`` successive sequence lengths from cold (the window's edits)."""
+    spec = _spec()
+    print(
+        f"{'case (CPU ms per fit report, in order)':48} "
+        + " ".join(f"{'fit ' + str(i + 1):>9}" for i in range(fits))
+    )
+    for name, fields, gpu in CASES:
+        target = gpu_target_from_text(gpu)
+        run = make_training_run(**fields)
+        clear_training_cache()
+        runs = [run.model_copy(update={"seq": run.seq + 2 * run.tp * k}) for k in range(fits)]
+        ms = [_ms(lambda r=r: fit_training(spec, r, target)) for r in runs]  # type: ignore[misc]  # noqa: B023
+        print(f"{name:48} " + " ".join(f"{x:7.0f}ms" for x in ms), flush=True)
+
+
 def _doc(spec: Any, run: Any, target: Any) -> dict[str, Any]:
     try:
         est = estimate_training(spec, run)
@@ -119,5 +171,9 @@ def dump(out: str) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "time":
         time_cases()
+    elif sys.argv[1] == "cold":
+        time_cold()
+    elif sys.argv[1] == "window":
+        time_window()
     else:
         dump(sys.argv[2])

@@ -321,3 +321,50 @@ def test_the_training_estimate_is_the_same_with_tapes(example: str, monkeypatch:
     rank._simulate_cached.cache_clear()
     assert [estimate_training(spec, r).model_dump_json() for r in runs] == taped
     assert step_tape.STATS["evaluated"] >= len(points) - 1
+
+
+def test_one_polynomial_compared_with_itself_keeps_no_guard() -> None:
+    """Two sizes with the same polynomial (a gradient's bytes against its input's, the backward engine's
+    validate_outputs) compare the same way at every point: no guard, the other comparisons kept."""
+
+    def run(sim: TapeSim, b: Sym, q: Sym, p: Sym) -> dict:  # type: ignore[type-arg]
+        x, y = b * q * 4, q * b * 4  # one polynomial, two objects
+        assert x == y and (x != y) is False and x >= y
+        assert x > q * 3
+        return {}
+
+    tape = record(run, (2, 8, 0))
+    assert tape.guard_rows is not None and len(tape.guard_rows) == 1
+    assert tape.admits(tape.monomials((1, 1, 0)), (1, 1, 0))
+    assert not tape.admits(tape.monomials((0, 5, 0)), (0, 5, 0))
+
+
+def test_the_log_is_freed_once_the_tape_is_built() -> None:
+    """The run's parameters and their AccumulateGrad nodes point at each other, so the tracker they reach
+    stays until the cyclic garbage collector runs: its log (every event and size) is dropped when the tape
+    is built, not walked by that collector; the tape reads the same."""
+    trackers = []
+
+    def run(sim: TapeSim, b: Sym, q: Sym, p: Sym) -> dict:  # type: ignore[type-arg]
+        trackers.append(sim.tr)
+        x = sim.storage(b * q * 4, "x")
+        sim.storage(q * 8, "y")  # freed at once
+        del x
+        return {}
+
+    tape = record(run, (2, 8, 0), phases=True)
+    assert trackers[0].events == []
+    assert tape.phase_peaks(tape.monomials((3, 5, 0)), ("setup",))["setup"].total == 3 * 5 * 4 + 5 * 8
+
+
+def test_a_size_times_a_whole_number_is_made_once() -> None:
+    """A tensor's elements times its dtype's width, asked again (each gradient the backward engine checks
+    against it), is the same size object: one row of the tape, never a stale one."""
+    n = Sym.var(0, 3) * Sym.var(1, 5)
+    twice = n * 2
+    assert n * 2 is twice and 2 * n is twice and (twice.c, twice.v) == ({(1, 1, 0): 2}, 30)
+    four = n * 4
+    assert (four.c, four.v) == ({(1, 1, 0): 4}, 60) and n * 4 is four
+    assert (n * 2) is not twice and (n * 2).c == twice.c  # the last factor only is kept
+    half = n * 0.5  # a float factor: a new size each time
+    assert half.v == 7.5 and n * 0.5 is not half

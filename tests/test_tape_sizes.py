@@ -65,3 +65,49 @@ def test_a_size_not_among_the_shared_ones_is_read_on_its_own() -> None:
         rows, den, frac = integer_sizes([(1, a), (-1, b)], MONOS)
     assert den == 2 and frac == [1]
     assert rows.tolist() == [[0, 8, 0, 0, 0], [0, 0, -1, 0, 0]]
+
+
+def _moments_by_loop(events: list, positive: np.ndarray) -> dict[str, list[int]]:
+    """The moments the tracker compares with its peak, read event by event (the reading before it was one
+    array expression)."""
+    out: dict[str, list[int]] = {}
+    for i, e in enumerate(events):
+        nxt = events[i + 1] if i + 1 < len(events) else None
+        if e[6] and not (nxt is not None and nxt[6] and nxt[5] == e[5] and positive[i + 1]):
+            out.setdefault(e[5], []).append(i)
+    return out
+
+
+_event = st.tuples(
+    st.sampled_from([1, -1]),
+    st.integers(0, 10**6),
+    st.sampled_from(["act", "temp", "grad", ""]),
+    st.sampled_from(["hidden_states", "mlp", "gradients"]),
+    st.just("here"),
+    st.sampled_from(["forward", "backward", "optimizer"]),
+    st.booleans(),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(events=st.lists(_event, max_size=700))
+def test_phase_table_moments_and_checkpoints_match_a_loop(events: list) -> None:
+    # more than two _EVERY blocks of events at the largest: the checkpoints' running sums cross blocks
+    from types import SimpleNamespace
+
+    from gpumem_gui.core.replay.tape_phases import _EVERY, PhaseTable
+
+    table = PhaseTable(SimpleNamespace(events=events, seen={}), [(0, 0, 0)])  # type: ignore[arg-type]
+    sizes = np.array([[s * n] for s, n, *_ in events], dtype=np.float64).reshape(len(events), 1)
+    positive = (sizes >= 0).all(axis=1) & (sizes > 0).any(axis=1)
+    want = _moments_by_loop(events, positive)
+    assert list(table.phases) == list(want)
+    for name, (idx, _) in table.phases.items():
+        assert idx.tolist() == want[name]
+    classes = list(dict.fromkeys((e[2], e[3]) for e in events))
+    assert table.cls.tolist() == [classes.index((e[2], e[3])) for e in events]
+    for k in range(len(table.checkpoints)):
+        run = np.zeros((len(classes), 1))
+        for i in range(min(k * _EVERY, len(events))):
+            run[classes.index((events[i][2], events[i][3]))] += sizes[i]
+        assert (table.checkpoints[k] == run).all()

@@ -13,6 +13,7 @@ fit, each listed only where it lowers the memory of the most-loaded rank.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from math import ceil
 
 from gpumem_gui.core.cancel import checkpoint
@@ -88,14 +89,20 @@ def fit_training(
             field="gpu",
         )
     vs = verdicts(est, target, margin)
+    fits_now = all(v.fits for v in vs)
 
     def fits(**upd: object) -> bool:
         return _fits(spec, run.model_copy(update=upd), target, margin)
 
     # searches stay inside the run fields' declared ranges (a value past them is no answer, not an error)
-    max_batch = gallop(lambda b: fits(batch=b), run.batch, 1, min(1 << 14, field_max(TrainingRun, "batch")))
-    # sequences up to the model's context window (its position embeddings or rope were built for them); the
-    # run's shape and micro-batch at a dozen lengths: its step's tape recorded at once (replay/step_tape.py)
+    # sequences up to the model's context window (its position embeddings or rope were built for them). The
+    # sequence search asks the run's shape at a dozen lengths, and so does the batch search when the run fits
+    # (it doubles the micro-batch, then bisects; one that misses halves it a few times): the shape's step
+    # tape is recorded at their first new point (replay/step_tape.py many_points), not after two replays
+    with many_points() if fits_now else nullcontext():
+        max_batch = gallop(
+            lambda b: fits(batch=b), run.batch, 1, min(1 << 14, field_max(TrainingRun, "batch"))
+        )
     seq_hi = min(spec.max_position_embeddings, field_max(TrainingRun, "seq"))
     with many_points():
         max_seq = gallop(lambda s: fits(seq=s), run.seq, 1, seq_hi)
@@ -105,7 +112,7 @@ def fit_training(
         margin_bytes=margin,
         estimate=est,
         verdicts=vs,
-        fits=all(v.fits for v in vs),
+        fits=fits_now,
         max_batch=max_batch,
         max_context=max_seq,
         context_window=window_bound(spec, max_seq),
@@ -113,7 +120,7 @@ def fit_training(
         fewest_gpus=fewest[0] if fewest else None,
         smallest_weights=None,
         smallest_kv_dtype=None,
-        changes=_changes(spec, run, target, margin, max_batch, max_seq, fewest, est, all(v.fits for v in vs)),
+        changes=_changes(spec, run, target, margin, max_batch, max_seq, fewest, est, fits_now),
     )
 
 

@@ -60,12 +60,16 @@ def poly(x: Sym | int | float) -> dict[Mono, float]:
 class Sym:
     """A size as a polynomial in (b, q, p) with its value at the recorded point; comparisons become guards."""
 
-    __slots__ = ("c", "v")
+    __slots__ = ("_times", "c", "v")
     __hash__ = None  # type: ignore[assignment]
 
     def __init__(self, c: dict[Mono, float], v: float) -> None:
         self.c = c
         self.v = v
+        # the last product with a whole number, kept: a size is never changed in place, and a tensor's
+        # elements are multiplied by its dtype's width again and again (its storage, each gradient the
+        # backward engine makes for it and checks against it)
+        self._times: tuple[int, Sym] | None = None
 
     @staticmethod
     def var(index: int, value: int) -> Sym:
@@ -106,9 +110,16 @@ class Sym:
                     k = (k1[0] + k2[0], k1[1] + k2[1], k1[2] + k2[2])
                     c[k] = c.get(k, 0) + v1 * v2
             return Sym(c, self.v * other.v)
-        if type(other) is int and other == 1:
+        if type(other) is not int:
+            return Sym({k: v * other for k, v in self.c.items()}, self.v * other)
+        if other == 1:
             return self  # a size is never changed in place: times the int 1 it is itself
-        return Sym({k: v * other for k, v in self.c.items()}, self.v * other)
+        times = self._times
+        if times is not None and times[0] == other:
+            return times[1]
+        out = Sym({k: v * other for k, v in self.c.items()}, self.v * other)
+        self._times = (other, out)
+        return out
 
     __rmul__ = __mul__
 
@@ -151,8 +162,11 @@ class Sym:
     def __round__(self, ndigits: int | None = None) -> Sym:
         # an inference tape rounds each size when it is evaluated; a step's tape (``RECORDING.whole``) serves
         # only the points where a size with a fraction is a whole number, as it is here (a congruence guard)
-        if RECORDING.whole and any(type(v) is not int and v != int(v) for v in self.c.values()):
-            self % 1
+        if RECORDING.whole:
+            for v in self.c.values():
+                if type(v) is not int and v != int(v):
+                    self % 1
+                    break
         return self
 
     def _unsupported(self) -> int:
@@ -162,7 +176,9 @@ class Sym:
 
     def _guard(self, other: Any, op: str) -> bool:
         res = _OPS[op](self.v, other.v if isinstance(other, Sym) else other)
-        if RECORDING.guards is not None:
+        # the same polynomial on both sides (a gradient's bytes against its input's: the backward engine's
+        # validate_outputs) compares the same way at every point: no guard
+        if RECORDING.guards is not None and not (type(other) is Sym and other.c == self.c):
             diff = self._add(other, -1) if isinstance(other, Sym) or other else self
             RECORDING.guards.append((dict(diff.c), op, bool(res)))
         return bool(res)

@@ -183,7 +183,12 @@ def record(
         tr = s.tr
         tr.alloc_log = None  # what is freed after the run is no part of it
         del s
-        return Tape(tr, guards, congruences, named, phases, log)  # type: ignore[arg-type]
+        tape = Tape(tr, guards, congruences, named, phases, log)  # type: ignore[arg-type]
+        # the log is read: free it now (a parameter and its AccumulateGrad node point at each other, so the
+        # run's parameters, their storages and through them this tracker wait for the cyclic garbage
+        # collector, which would walk every event and size of the log first)
+        tr.drop_log()
+        return tape
     finally:
         RECORDING.guards = None
         RECORDING.congruences = None

@@ -72,8 +72,9 @@ class PhaseTable:
 
     def _classes(self, events: list[Any]) -> None:
         """(kind, tag) of every event, and the running bytes of each at every ``_EVERY``-th event."""
-        classes: dict[tuple[str, str], int] = {}
-        cls = np.array([classes.setdefault((e[2], e[3]), len(classes)) for e in events], dtype=np.int64)
+        pairs = [(e[2], e[3]) for e in events]
+        classes = {k: i for i, k in enumerate(dict.fromkeys(pairs))}  # in order of first appearance
+        cls = np.fromiter(map(classes.__getitem__, pairs), np.int64, len(pairs))
         self.cls = cls
         self.n_cls = len(classes)
         keys = list(classes)
@@ -82,14 +83,13 @@ class PhaseTable:
         self.tag_names = tags
         self.tag_of = np.array([tags.index(t) for _, t in keys], dtype=np.int64)
         n = len(events)
-        width = self.sizes.shape[1]
-        ck = np.zeros((n // _EVERY + 1, self.n_cls, width))
-        run = np.zeros((self.n_cls, width))
-        for k in range(n // _EVERY + 1):
-            ck[k] = run
-            lo, hi = k * _EVERY, min((k + 1) * _EVERY, n)
-            if lo < hi:
-                np.add.at(run, cls[lo:hi], self.sizes[lo:hi])
+        # checkpoint k: the bytes of each class over the events before k * _EVERY (each block's sums, then
+        # a running sum over the blocks: whole numbers below 2**53, exact in any order)
+        ck = np.zeros((n // _EVERY + 1, self.n_cls, self.sizes.shape[1]))
+        block = np.arange(n) // _EVERY + 1
+        inside = block < len(ck)
+        np.add.at(ck, (block[inside], cls[inside]), self.sizes[inside])
+        np.cumsum(ck, axis=0, out=ck)
         self.checkpoints = ck
 
     def peaks(self, m: np.ndarray, only: tuple[str, ...]) -> dict[str, PhaseAt]:
@@ -131,16 +131,17 @@ def _moments(events: list[Any], sizes: np.ndarray, no_p: np.ndarray) -> dict[str
     those an always-positive allocation right after in the same phase outdoes (``no_p``: 1 on the monomials
     without the cached tokens ``p``, at least 1 at every point)."""
     positive = (sizes >= 0).all(axis=1) & ((sizes * no_p) > 0).any(axis=1)
-    out: dict[str, list[int]] = {}
     n = len(events)
-    for i, e in enumerate(events):
-        if not e[6]:
-            continue
-        nxt = events[i + 1] if i + 1 < n else None
-        if nxt is not None and nxt[6] and nxt[5] == e[5] and positive[i + 1]:
-            continue
-        out.setdefault(e[5], []).append(i)
-    return {k: np.array(v, dtype=np.int64) for k, v in out.items()}
+    peak = np.fromiter((e[6] for e in events), bool, n)
+    names = [e[5] for e in events]
+    codes = {name: i for i, name in enumerate(dict.fromkeys(names))}
+    phase = np.fromiter(map(codes.__getitem__, names), np.int64, n)
+    outdone = np.zeros(n, dtype=bool)
+    outdone[:-1] = peak[1:] & (phase[1:] == phase[:-1]) & positive[1:]
+    idx = np.flatnonzero(peak & ~outdone)
+    kept = phase[idx]
+    name_of = list(codes)
+    return {name_of[c]: idx[kept == c] for c in dict.fromkeys(kept.tolist())}
 
 
 class _Distinct(threading.local):
@@ -162,16 +163,22 @@ class DistinctSizes:
         objs = [x for part in sizes for x in part]
         self._keep = objs  # alive while these are: no other object can take one of their ids
         self.ids, first = np.unique(_ids(objs), return_index=True)
-        self.polys = [poly(objs[i]) for i in first.tolist()]
-        self.dens: list[int] = []  # each polynomial's least common denominator (1: whole coefficients)
-        self.fracs = np.zeros(len(self.polys), dtype=bool)  # a coefficient that is not an int
-        for k, c in enumerate(self.polys):
-            den = 1
-            for v in c.values():
-                if type(v) is not int:
-                    self.fracs[k] = True
-                    den = lcm(den, Fraction(v).denominator)
-            self.dens.append(den)
+        self.polys = polys = [poly(objs[i]) for i in first.tolist()]
+        # every coefficient once, flattened (which size, monomial, value): the rows are one scatter
+        self._owner = np.repeat(np.arange(len(polys), dtype=np.int64), [len(c) for c in polys])
+        self._flat_monos = [m for c in polys for m in c]
+        self._flat_values = [v for c in polys for v in c.values()]
+        self.dens: list[int] = [1] * len(polys)  # each polynomial's least common denominator (1: whole)
+        self.fracs = np.zeros(len(polys), dtype=bool)  # a coefficient that is not an int
+        if set(map(type, self._flat_values)) - {int}:  # a fraction or a float somewhere: find whose
+            for k, c in enumerate(polys):
+                den = 1
+                for v in c.values():
+                    if type(v) is not int:
+                        self.fracs[k] = True
+                        den = lcm(den, Fraction(v).denominator)
+                self.dens[k] = den
+        self._dens = np.array(self.dens, dtype=object)
         self._rows: tuple[list[Mono], dict[int, np.ndarray]] | None = None
 
     def monos(self) -> set[Mono]:
@@ -193,14 +200,19 @@ class DistinctSizes:
         if done is not None:
             return done
         index = {m: i for i, m in enumerate(monos)}
-        const = index.get((0, 0, 0), -1)  # an int size's column
+        index.setdefault((0, 0, 0), -1)  # an int size's column (the last when the tape has no constant)
+        cols = np.fromiter(map(index.__getitem__, self._flat_monos), np.int64, len(self._flat_monos))
+        vals = self._flat_values if den == 1 else [int(Fraction(v) * den) for v in self._flat_values]
         out = np.zeros((len(self.polys), len(monos)))
-        for k, c in enumerate(self.polys):
-            for mono, v in c.items():
-                col = const if mono == (0, 0, 0) else index[mono]
-                out[k, col] = v if den == 1 else int(Fraction(v) * den)
+        out[self._owner, cols] = np.array(vals, dtype=np.float64)  # one coefficient per (size, monomial)
         self._rows[1][den] = out
         return out
+
+    def lcm_of(self, which: np.ndarray) -> int:
+        """The least common denominator of the sizes ``which`` (indices)."""
+        if not self.fracs.any():
+            return 1
+        return lcm(*set(self._dens[which].tolist()))
 
 
 def _ids(objs: list[Any]) -> np.ndarray:
@@ -220,15 +232,19 @@ def distinct_sizes(sizes: DistinctSizes) -> Iterator[DistinctSizes]:
 def integer_sizes(events: list[Any], monos: list[Mono]) -> tuple[np.ndarray, int, list[int]]:
     """The signed sizes of ``events`` as rows over ``monos``, times the least common denominator of their
     coefficients (returned), and the events whose size has a fraction."""
-    objs = [e[1] for e in events]
+    return integer_rows([e[0] for e in events], [e[1] for e in events], monos)
+
+
+def integer_rows(signs: list[int], objs: list[Any], monos: list[Mono]) -> tuple[np.ndarray, int, list[int]]:
+    """:func:`integer_sizes` of the events of signs ``signs`` and sizes ``objs``."""
     sizes = _DISTINCT.sizes
     which = None if sizes is None else sizes.index(objs)
     if sizes is None or which is None:
         sizes = DistinctSizes(objs)
         which = sizes.index(objs)
         assert which is not None
-    sign = np.array([e[0] for e in events], dtype=np.float64)
-    den = lcm(*(sizes.dens[k] for k in np.unique(which).tolist()))
+    sign = np.array(signs, dtype=np.float64)
+    den = sizes.lcm_of(which)
     if den > _MAX_DEN:
         raise TapeUnsupported(f"sizes with fractions of 1/{den} (a float factor)")
     frac = np.flatnonzero(sizes.fracs[which]).tolist()

@@ -47,6 +47,12 @@ class TapeTracker(Tracker):
         if peak or (size.c if type(size) is Sym else size):
             self.events.append((sign, size, kind, tag, self.where, self.phase, peak))
 
+    def drop_log(self) -> None:
+        """Free the log and the live polynomials summed from it (the tape is built)."""
+        self.events = []
+        self._classes = {}
+        self._upto = 0
+
     def retag(self, st: Storage, kind: str, tag: str) -> None:
         self.log(-1, st.nbytes, st.kind, st.tag, False)
         self.log(1, st.nbytes, kind, tag, False)

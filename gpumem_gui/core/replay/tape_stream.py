@@ -19,7 +19,7 @@ import numpy as np
 
 from gpumem_gui.core.allocator.events import PHASE, Event
 from gpumem_gui.core.replay.sym import Mono, TapeUnsupported
-from gpumem_gui.core.replay.tape_phases import EXACT, integer_sizes
+from gpumem_gui.core.replay.tape_phases import EXACT, integer_rows
 
 
 class StreamTable:
@@ -29,7 +29,8 @@ class StreamTable:
     def __init__(self, log: list[tuple[int, Any, Any]], monos: list[Mono]) -> None:
         self.ops = [e[0] for e in log]
         self.keys = [e[1] for e in log]
-        self.sizes, self.den, frac = integer_sizes([(1, 0 if e[0] == PHASE else e[2]) for e in log], monos)
+        sizes = [0 if e[0] == PHASE else e[2] for e in log]
+        self.sizes, self.den, frac = integer_rows([1] * len(log), sizes, monos)
         self.frac = np.array(sorted(set(frac)), dtype=np.int64)
         self.bound = np.abs(self.sizes).sum(axis=0)
 
