@@ -281,3 +281,32 @@ def test_trainable_parameters_equal_peft_on_the_meta_device(config: str, fields:
         _spec(config), make_training_run(method="lora", seq=64, images=1, image_size=224, **fields)
     )
     assert est.facts["trainable_params"] == peft_count
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize(
+    ("model", "count"),
+    [
+        ("Qwen/Qwen2.5-VL-7B-Instruct", 51_824_640),  # 40,370,176 with the tower left out
+        ("google/gemma-3-4b-it", 38_497_792),  # 29,802,496 with the tower left out
+    ],
+)
+def test_real_size_all_linear_counts_equal_peft(model: str, count: int) -> None:
+    """``all-linear`` on the published configs (resources/configs): the estimate's trainable parameters
+    equal ``get_peft_model`` on the whole model built on the meta device (also checked this way:
+    Qwen3-VL-8B-Instruct 52,493,824, Mistral-Small-3.1-24B 101,793,792)."""
+    from gpumem_gui.core import load_model
+
+    est = estimate_training(load_model(model).spec, make_training_run(method="lora", seq=512, images=1))
+    assert est.facts["trainable_params"] == count
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    raw = json.loads((REPO / "resources" / "configs" / f"{model.replace('/', '__')}.json").read_text())
+    cfg = transformers.AutoConfig.for_model(**{k: v for k, v in raw.items() if k != "transformers_version"})
+    with torch.device("meta"):
+        built = transformers.AutoModelForImageTextToText.from_config(cfg)
+    conf = peft.LoraConfig(r=16, target_modules="all-linear", task_type="CAUSAL_LM")
+    peft_model = peft.get_peft_model(built, conf)
+    assert sum(p.numel() for p in peft_model.parameters() if p.requires_grad) == count
