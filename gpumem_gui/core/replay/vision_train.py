@@ -119,6 +119,7 @@ _PROJECTOR = {
     "siglip": "vision_tower.mm_",
     "pixtral": "multi_modal_projector.",
     "qwen2_5_vl": "visual.merger.",
+    "qwen3_vl": "visual.merger.",
 }
 # 2-D tower weights that are nn.Embedding tables, not nn.Linear (SiglipVisionEmbeddings.position_embedding,
 # Qwen3VLVisionModel.pos_embed): all-linear leaves them out
@@ -139,7 +140,7 @@ def tower_linears(spec: ModelSpec, reach: str) -> tuple[Tensor, ...]:
     if reach == "excluded" or not adapts_tower(spec):
         return ()
     kind = _tower(spec).kind
-    projector = _PROJECTOR.get(kind, "visual.merger.")
+    projector = _PROJECTOR[kind]
     return tuple(
         Tensor(name, shape, "vision")
         for name, shape in tower_tensors(spec)
@@ -162,7 +163,7 @@ def under_autograd(m: Any) -> bool:
     if cfg.method == "full":
         return False
     hooked = cfg.grad_ckpt and _tower(spec).kind in INPUT_EMBEDDINGS
-    return hooked or any(t.name in m._lora for t in tower_linears(spec, cfg.tower_targets))
+    return hooked or any(t.name in m.lora_names for t in tower_linears(spec, cfg.tower_targets))
 
 
 def _tower(spec: ModelSpec) -> VisionTower:
@@ -194,7 +195,7 @@ def add_params(m: Any) -> None:
             n *= d
         m.shape[name] = shape
         m.p[name] = s.param(name, n, cfg.param_dt, cfg.train_tower, round(n * DT_BYTES[cfg.param_dt]), None)
-        if name in m._lora:
+        if name in m.lora_names:
             adapters.add_lora(m, Tensor(name, shape, "vision"))
 
 
