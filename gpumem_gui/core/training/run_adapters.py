@@ -72,7 +72,11 @@ LoraDropout = Annotated[
 # (check_target_module_exists); TRL's VLM SFT examples pass all-linear. LLaMA-Factory
 # (model/model_utils/misc.py find_all_linear_modules, model/model_utils/visual.py patch_target_modules)
 # always leaves a composite model's projector out of all-linear and leaves the tower out too while
-# freeze_vision_tower holds (its default).
+# freeze_vision_tower holds (its default). Axolotl's lora_target_linear (src/axolotl/loaders/adapter.py
+# find_all_linear_names: the last name of every Linear, the tower's included) is targets. unsloth's
+# FastVisionModel.get_peft_model (finetune_vision_layers=True by default; unsloth_zoo peft_utils.py
+# get_peft_regex: linears under vision-tagged modules whose path names attention or an MLP) adapts the tower
+# and, by those tags, some projectors (Qwen2.5-VL's merger.mlp) but not others: tower is the nearest value.
 LoraVisionTower = Annotated[
     Literal[TOWER_TARGETS],
     UI(
