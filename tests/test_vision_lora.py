@@ -159,9 +159,9 @@ def test_the_estimate_says_how_far_the_adapters_reach() -> None:
     for reach in ("targets", "tower", "excluded"):
         est = estimate_training(spec, make_training_run(**base, lora_vision_tower=reach))
         notes[reach] = next(w for w in est.warnings if w.startswith("vision tower:"))
-    assert "on 22 of" in notes["targets"] and "PEFT" in notes["targets"]
-    assert "on 20 of" in notes["tower"] and "projector left out" in notes["tower"]  # merger.mlp.0 and .2
-    assert "on 0 of" in notes["excluded"]
+    assert "on 22 linears" in notes["targets"] and "PEFT" in notes["targets"]
+    assert "on 20 linears" in notes["tower"] and "projector left out" in notes["tower"]  # merger.mlp.0 and .2
+    assert "on 0 linears" in notes["excluded"]
     full = estimate_training(
         spec, make_training_run(seq=64, images=1, image_size=224, lora_vision_tower="tower")
     )
@@ -310,3 +310,14 @@ def test_real_size_all_linear_counts_equal_peft(model: str, count: int) -> None:
     conf = peft.LoraConfig(r=16, target_modules="all-linear", task_type="CAUSAL_LM")
     peft_model = peft.get_peft_model(built, conf)
     assert sum(p.numel() for p in peft_model.parameters() if p.requires_grad) == count
+
+
+def test_a_text_step_says_the_tower_adapters_are_not_counted() -> None:
+    """Text only: PEFT still builds the tower's adapters (303,104 parameters on qwen2_5_vl-vision-tiny: PEFT's
+    811,008 minus the language model's 507,904), which get no gradient; the estimate names them and leaves
+    them out, the same bytes as with the tower left out of the targets."""
+    spec = _spec("qwen2_5_vl-vision-tiny")
+    est = estimate_training(spec, make_training_run(method="lora", seq=64))
+    assert any("a text-only step" in w and "(303104 parameters)" in w for w in est.warnings)
+    out = estimate_training(spec, make_training_run(method="lora", seq=64, lora_vision_tower="excluded"))
+    assert est.peak_bytes == out.peak_bytes and not any("text-only" in w for w in out.warnings)

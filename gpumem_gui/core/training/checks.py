@@ -243,10 +243,8 @@ def _tower_lora(spec: ModelSpec, run: TrainingRun) -> list[str]:
     tower = vision_train.tower_linears(spec, reach)
     adapted = lora_weights(spec, lora_targets(run), reach)
     n = sum(1 for t in tower if t.name in adapted)
-    note = (
-        f"vision tower: LoRA adapters on {n} of its and the projector's linears (lora_vision_tower {reach}: "
-    )
-    note += f"{_REACH[reach]})"
+    note = f"vision tower: LoRA adapters on {n} linears of the tower and projector "
+    note += f"(lora_vision_tower {reach}: {_REACH[reach]})"
     if not n and run.grad_ckpt and spec.vision.tower.kind in INPUT_EMBEDDINGS:  # type: ignore[union-attr]
         note += "; with checkpointing enable_input_require_grads runs the frozen tower under autograd"
     return [note]

@@ -201,7 +201,9 @@ def prepare(
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         if int(run.get("ckpt_every", 1)) > 1:
             checkpoint_every(model, int(run["ckpt_every"]))
-    if run.get("method") == "lora":  # a text step keeps the tower out (it has no gradient there)
+    # a text step keeps the tower out: it gets no gradient there, and the estimate does not count a text
+    # step's tower adapters (it says so: core/training/checks.py _text_step_tower)
+    if run.get("method") == "lora":
         reach = str(run.get("lora_vision_tower", "targets")) if images else "excluded"
         if reach not in _TOWER_EXCLUDE:
             raise TraceError(
