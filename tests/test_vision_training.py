@@ -130,13 +130,14 @@ TOWER = [p for p in POINTS if p["run"].get("train_vision_tower")]
 
 
 def test_trainable_tower_points_are_traced() -> None:
-    """gemma3-vision-tiny (SigLIP), qwen2_5_vl-vision-tiny, qwen3_vl-vision-tiny (deepstack mergers) and
-    mistral3-vision-tiny (Pixtral, its block mask) with their towers trained: full fine-tuning, with
+    """gemma3-vision-tiny (SigLIP), qwen2_5_vl-vision-tiny, qwen3_vl-vision-tiny (deepstack mergers),
+    mistral3-vision-tiny (Pixtral, its block mask) and llama4-vision-tiny (tiles, the pixel-shuffle adapter)
+    with their towers trained: full fine-tuning, with
     checkpointing, in bf16 (each within the tolerance in test_training_step_with_images_matches_the_trace);
     the frozen tower's estimate of the same step is far below the trace (the tower's gradients, optimizer
     states and saved activations)."""
     models = ("gemma3-vision-tiny", "qwen2_5_vl-vision-tiny", "qwen3_vl-vision-tiny", "mistral3-vision-tiny")
-    for model in models:
+    for model in (*models, "llama4-vision-tiny"):
         steps = [p["run"] for p in TOWER if p["model"] == model]
         assert len(steps) >= 4 and any(r.get("grad_ckpt") for r in steps)
         assert any(r.get("precision") == "bf16" for r in steps)
@@ -165,7 +166,7 @@ def test_trainable_tower_adds_its_states_on_a_real_size_gemma3() -> None:
         ("gemma3-vision-tiny", {"method": "lora"}),  # LoRA reaches the tower by lora_vision_tower instead
         ("qwen3_vl-vision-tiny", {"method": "lora"}),
         ("mistral3-vision-tiny", {"method": "lora"}),
-        ("llama4-vision-tiny", {}),  # Llama 4's tower is not replayed trainable
+        ("llama4-vision-tiny", {"method": "lora"}),
     ],
 )
 def test_trainable_tower_refusals_are_one_line(config: str, fields: dict) -> None:
@@ -233,7 +234,14 @@ def test_a_frozen_tower_gets_no_state_room_in_deepspeed() -> None:
 
 
 @pytest.mark.parametrize(
-    "config", ["gemma3-vision-tiny", "qwen2_5_vl-vision-tiny", "qwen3_vl-vision-tiny", "mistral3-vision-tiny"]
+    "config",
+    [
+        "gemma3-vision-tiny",
+        "qwen2_5_vl-vision-tiny",
+        "qwen3_vl-vision-tiny",
+        "mistral3-vision-tiny",
+        "llama4-vision-tiny",
+    ],
 )
 def test_trainable_tower_tensors_add_up_to_the_read_tower(config: str) -> None:
     """The replayed trainable tower's tensors (Qwen3-VL: the learned position table and every deepstack

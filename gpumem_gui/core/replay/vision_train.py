@@ -23,9 +23,9 @@ and projector, op by op:
   are locals of the model's forward until it returns.
 
 Qwen2.5-VL's tower: :mod:`.vision_train_qwen`; Qwen3-VL's (and its deepstack features in the text model):
-:mod:`.vision_train_qwen3`; Mistral 3's Pixtral tower and projector: :mod:`.vision_train_pixtral`. Only these
-four are replayed trainable (Llama 4's tower:
-:func:`check_trainable` refuses in one line).
+:mod:`.vision_train_qwen3`; Mistral 3's Pixtral tower and projector: :mod:`.vision_train_pixtral`; Llama 4's
+tower, pixel-shuffle adapter and projector: :mod:`.vision_train_llama4`. Any other tower:
+:func:`check_trainable` refuses in one line.
 
 LoRA: the targets reach the tower as the run's ``lora_vision_tower`` says (:func:`tower_linears`): PEFT 0.21
 resolves them over the whole model (``_maybe_include_all_linear_layers`` excludes only the output embedding,
@@ -45,6 +45,7 @@ from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.replay import adapters
 from gpumem_gui.core.replay.memory import DT_BYTES, T
 from gpumem_gui.core.replay.vision_tower import REGION
+from gpumem_gui.core.replay.vision_train_llama4 import embed_llama4, llama4_tensors
 from gpumem_gui.core.replay.vision_train_lora import INPUT_EMBEDDINGS, adapted, input_hook
 from gpumem_gui.core.replay.vision_train_pixtral import embed_pixtral, pixtral_tensors
 from gpumem_gui.core.replay.vision_train_qwen import QwenTrainTower, qwen_tensors
@@ -67,8 +68,8 @@ def check_trainable(spec: ModelSpec, method: str) -> None:
         )
     if tower is None or tower.kind not in TRAINABLE:
         raise GpumemInputError(
-            "a trainable vision tower is modelled for Gemma 3's SigLIP, Qwen2.5-VL's, Qwen3-VL's and Mistral "
-            "3's Pixtral towers only; turn train_vision_tower off (the tower frozen)",
+            "a trainable vision tower is modelled for Gemma 3's SigLIP, Qwen2.5-VL's, Qwen3-VL's, Mistral "
+            "3's Pixtral and Llama 4's towers only; turn train_vision_tower off (the tower frozen)",
             field="train_vision_tower",
         )
 
@@ -106,6 +107,7 @@ _TENSORS = {
     "qwen2_5_vl": qwen_tensors,
     "qwen3_vl": qwen3_tensors,
     "pixtral": pixtral_tensors,
+    "llama4": llama4_tensors,
 }
 TRAINABLE = tuple(_TENSORS)
 
@@ -126,10 +128,15 @@ _PROJECTOR = {
 _EMBEDDINGS = ("position_embedding", "pos_embed")
 
 
+# the towers replayed with LoRA adapters (traced: tests/reference/vision/lora_tower_points.json); not Llama
+# 4's (PEFT fails on the Llama 4 model under fake tensors, so LoRA there is untraced: its tower runs frozen)
+LORA_TOWERS = ("siglip", "qwen2_5_vl", "qwen3_vl", "pixtral")
+
+
 def adapts_tower(spec: ModelSpec) -> bool:
     """Whether the model's tower is replayed with adapters (a LoRA run's lora_vision_tower applies)."""
     tower = spec.vision.tower if spec.vision is not None else None
-    return tower is not None and tower.kind in TRAINABLE
+    return tower is not None and tower.kind in LORA_TOWERS
 
 
 @lru_cache(maxsize=64)
@@ -156,11 +163,11 @@ def under_autograd(m: Any) -> bool:
     (LoRA targets among its linears), or hooked by ``enable_input_require_grads`` (LoRA with checkpointing,
     :data:`.vision_train_lora.INPUT_EMBEDDINGS`)."""
     cfg, spec = m.cfg, m.spec
-    if not cfg.images or not cfg.embedding or not adapts_tower(spec):
+    if not cfg.images or not cfg.embedding or spec.vision is None or spec.vision.tower is None:
         return False
-    if cfg.train_tower:
+    if cfg.train_tower:  # check_trainable: a tower of TRAINABLE
         return True
-    if cfg.method == "full":
+    if cfg.method == "full" or not adapts_tower(spec):
         return False
     hooked = cfg.grad_ckpt and _tower(spec).kind in INPUT_EMBEDDINGS
     return hooked or any(t.name in m.lora_names for t in tower_linears(spec, cfg.tower_targets))
@@ -338,6 +345,12 @@ def embed_images(m: Any, hidden: T, keep: list[T], pixels: T, held: list[Any]) -
         # holds it (vision.train_prefix; its .to(inputs_embeds.dtype) copy is not counted there either)
         features = m.o.clone(features)
         held += [features, s.new(cfg.batch * cfg.q, "bool")]  # image_embeds; the video mask (``_``)
+    elif kind == "llama4":  # Llama4ForConditionalGeneration: the projected features .to(inputs_embeds.dtype)
+        last, projected = embed_llama4(m, images, pixels)
+        held.append(last)  # mm_encoder_outputs
+        features = s.cast(projected, hidden.dt)
+        del projected
+        local.append(features)
     elif kind in ("qwen3_vl", "pixtral"):
         if kind == "qwen3_vl":
             tower = Qwen3TrainTower(m, images, cfg.image_size)

@@ -87,7 +87,8 @@ _QWEN_TOWER_STEPS = _trained(
 )
 TRAIN_POINTS: dict[str, tuple[dict, ...]] = {
     "gemma3-vision-tiny": _STEPS + _TOWER_STEPS,
-    "llama4-vision-tiny": _STEPS[:1],  # LoRA on Llama 4 does not trace (PEFT, text-only too)
+    # LoRA on Llama 4 does not trace (PEFT, text-only too); its tower trained: replay/vision_train_llama4.py
+    "llama4-vision-tiny": _STEPS[:1] + _TOWER_STEPS,
     "qwen2_5_vl-vision-tiny": _STEPS[:2] + _QWEN_TOWER_STEPS,
     "qwen3_vl-vision-tiny": _STEPS[:1] + _QWEN_TOWER_STEPS,
     # the same tower (and deepstack) under the MoE text model: trained, without and with checkpointing
