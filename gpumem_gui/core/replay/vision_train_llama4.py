@@ -146,8 +146,9 @@ class Llama4TrainTower:
         s.node("copy", (post,), (first,))
         shuffled = o.clone(first)  # the second permute(...).contiguous()
         del first
-        feats = self.tiles * self.g.grid * self.g.grid // 4
-        wide = v.hidden_size * 4
+        feats = self.tiles * self.g.grid * self.g.grid // v.spatial_merge_size**2
+        # Llama4VisionMLP2.fc1 takes intermediate_size inputs: the shuffled rows' hidden / ratio^2
+        wide = v.intermediate_size
         act = o.gelu_tanh(self.linear(shuffled, f"{_V}vision_adapter.mlp.fc1", v.adapter_size, wide))
         del shuffled
         out = o.gelu_tanh(self.linear(act, f"{_V}vision_adapter.mlp.fc2", v.adapter_size, v.adapter_size))
