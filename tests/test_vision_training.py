@@ -269,3 +269,21 @@ def test_mistral3_projector_biases_follow_the_config(tmp_path: Path) -> None:
     names = {name for name, _ in tower_tensors(spec)}
     assert {"multi_modal_projector.linear_1.bias", "multi_modal_projector.linear_2.bias"} <= names
     assert sum(prod(shape) for _, shape in tower_tensors(spec)) == spec.vision.params
+
+
+def test_llama4_scout_tower_tensors_add_up_and_train() -> None:
+    """Llama-4-Scout's published config: the trainable tower's tensors (the unfold patch linear, class and
+    position embeddings, 34 layers, the pixel-shuffle adapter, the projector) are exactly the parameters the
+    reader counts; training it adds at least its fp32 gradients and two AdamW states."""
+    from math import prod
+
+    from gpumem_gui.core import load_model
+    from gpumem_gui.core.replay.vision_train import tower_tensors
+
+    spec = load_model("meta-llama/Llama-4-Scout-17B-16E-Instruct").spec
+    assert sum(prod(shape) for _, shape in tower_tensors(spec)) == spec.vision.params == 871_932_416
+    run = {"seq": 512, "images": 1, "grad_ckpt": True}
+    frozen = estimate_training(spec, make_training_run(**run))
+    trained = estimate_training(spec, make_training_run(**run, train_vision_tower=True))
+    grown = trained.phases["optimizer"].peak_bytes - frozen.phases["optimizer"].peak_bytes
+    assert grown >= 12 * spec.vision.params
