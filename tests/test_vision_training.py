@@ -3,8 +3,10 @@
 ``tests/reference/vision/training_points.json`` holds training steps with images traced by
 ``tests/reference/vision/make_points.py --mode train`` (the real transformers model under FakeTensorMode fed
 the processor's tensors, the vision tower and projector frozen as LLaMA-Factory's ``freeze_vision_tower``
-leaves them, ``gpumem_trace_worker/training.py``). Each phase must match within 3 % (training tolerance),
-except LoRA with activation checkpointing, whose tower runs under autograd (not modelled: a warning says so).
+leaves them, ``gpumem_trace_worker/training.py``; LoRA with the tower left out of the targets,
+``lora_vision_tower excluded``). Each phase must match within 3 % (training tolerance), except the optimizer
+phase of LoRA with activation checkpointing (:func:`_gap`). LoRA reaching the tower:
+tests/test_vision_lora.py.
 """
 
 from __future__ import annotations
@@ -36,7 +38,10 @@ def _spec(key: str) -> ModelSpec:
 
 
 def _gap(point: dict) -> bool:
-    """LoRA with checkpointing: the tower under autograd (training/checks.py IMAGES_ADAPTER_CKPT)."""
+    """LoRA with checkpointing: the frozen tower hooked by enable_input_require_grads runs under autograd
+    (replay/vision_train_lora.py: forward and backward within 0.9 %, -15 % before); the optimizer phase is
+    -10.9 % on gemma3-vision-tiny, as it was before (something of the step, the size of the prompt's
+    embeddings, is still alive in the trace's optimizer phase; not the step's peak)."""
     return point["run"]["method"] != "full" and bool(point["run"].get("grad_ckpt"))
 
 
@@ -48,8 +53,9 @@ def test_training_step_with_images_matches_the_trace(point: dict) -> None:
     errs = {ph: (est.phases[ph].peak_bytes - v["Total"]) / v["Total"] for ph, v in point["phases"].items()}
     if _gap(point):
         assert any("enable_input_require_grads" in w for w in est.warnings)
-        assert errs["forward"] < -TRACED_TRAINING_TOLERANCE  # the known gap: low, and said so
-        return
+        assert errs["optimizer"] < -TRACED_TRAINING_TOLERANCE  # the known gap, outside the peak phase
+        errs = {ph: e for ph, e in errs.items() if ph != "optimizer"}
+        assert est.peak_bytes == pytest.approx(max(v["Total"] for v in point["phases"].values()), rel=0.01)
     assert all(abs(e) < TRACED_TRAINING_TOLERANCE for e in errs.values()), errs
     assert not any("images" in w for w in est.warnings)
 
@@ -124,13 +130,14 @@ TOWER = [p for p in POINTS if p["run"].get("train_vision_tower")]
 
 
 def test_trainable_tower_points_are_traced() -> None:
-    """gemma3-vision-tiny (SigLIP), qwen2_5_vl-vision-tiny, qwen3_vl-vision-tiny (deepstack mergers) and
-    mistral3-vision-tiny (Pixtral, its block mask) with their towers trained: full fine-tuning, with
+    """gemma3-vision-tiny (SigLIP), qwen2_5_vl-vision-tiny, qwen3_vl-vision-tiny (deepstack mergers),
+    mistral3-vision-tiny (Pixtral, its block mask) and llama4-vision-tiny (tiles, the pixel-shuffle adapter)
+    with their towers trained: full fine-tuning, with
     checkpointing, in bf16 (each within the tolerance in test_training_step_with_images_matches_the_trace);
     the frozen tower's estimate of the same step is far below the trace (the tower's gradients, optimizer
     states and saved activations)."""
     models = ("gemma3-vision-tiny", "qwen2_5_vl-vision-tiny", "qwen3_vl-vision-tiny", "mistral3-vision-tiny")
-    for model in models:
+    for model in (*models, "llama4-vision-tiny"):
         steps = [p["run"] for p in TOWER if p["model"] == model]
         assert len(steps) >= 4 and any(r.get("grad_ckpt") for r in steps)
         assert any(r.get("precision") == "bf16" for r in steps)
@@ -156,10 +163,10 @@ def test_trainable_tower_adds_its_states_on_a_real_size_gemma3() -> None:
 @pytest.mark.parametrize(
     ("config", "fields"),
     [
-        ("gemma3-vision-tiny", {"method": "lora"}),  # LoRA on the tower: not modelled
+        ("gemma3-vision-tiny", {"method": "lora"}),  # LoRA reaches the tower by lora_vision_tower instead
         ("qwen3_vl-vision-tiny", {"method": "lora"}),
         ("mistral3-vision-tiny", {"method": "lora"}),
-        ("llama4-vision-tiny", {}),  # Llama 4's tower is not replayed trainable
+        ("llama4-vision-tiny", {"method": "lora"}),
     ],
 )
 def test_trainable_tower_refusals_are_one_line(config: str, fields: dict) -> None:
@@ -186,7 +193,7 @@ def test_train_vision_tower_flag_on_the_cli(capsys: pytest.CaptureFixture[str]) 
 
 def test_llama_factory_freeze_vision_tower_false(tmp_path: Path) -> None:
     """LLaMA-Factory's FinetuningArguments.freeze_vision_tower: false trains the tower in a full fine-tune
-    (train_vision_tower), and with LoRA (adapters on the tower) is said to be estimated frozen."""
+    (train_vision_tower), and with LoRA puts adapters on the tower's linears (lora_vision_tower tower)."""
     from gpumem_gui.core import import_file
 
     base = "model_name_or_path: google/gemma-3-4b-it\nstage: sft\ncutoff_len: 1024\n"
@@ -195,8 +202,8 @@ def test_llama_factory_freeze_vision_tower_false(tmp_path: Path) -> None:
     assert import_file(str(p)).run.train_vision_tower is True
     p.write_text(base + "finetuning_type: lora\nfreeze_vision_tower: false\n")
     imp = import_file(str(p))
-    assert imp.run.train_vision_tower is False
-    assert any(w.startswith("freeze_vision_tower") and "not modelled" in w for w in imp.warnings)
+    assert imp.run.train_vision_tower is False and imp.run.lora_vision_tower == "tower"
+    assert not any("not modelled" in w for w in imp.warnings)
     p.write_text(base + "finetuning_type: full\nfreeze_vision_tower: true\n")
     imp = import_file(str(p))
     assert imp.run.train_vision_tower is False and not any("freeze_vision_tower" in w for w in imp.warnings)
@@ -227,7 +234,14 @@ def test_a_frozen_tower_gets_no_state_room_in_deepspeed() -> None:
 
 
 @pytest.mark.parametrize(
-    "config", ["gemma3-vision-tiny", "qwen2_5_vl-vision-tiny", "qwen3_vl-vision-tiny", "mistral3-vision-tiny"]
+    "config",
+    [
+        "gemma3-vision-tiny",
+        "qwen2_5_vl-vision-tiny",
+        "qwen3_vl-vision-tiny",
+        "mistral3-vision-tiny",
+        "llama4-vision-tiny",
+    ],
 )
 def test_trainable_tower_tensors_add_up_to_the_read_tower(config: str) -> None:
     """The replayed trainable tower's tensors (Qwen3-VL: the learned position table and every deepstack
@@ -255,3 +269,21 @@ def test_mistral3_projector_biases_follow_the_config(tmp_path: Path) -> None:
     names = {name for name, _ in tower_tensors(spec)}
     assert {"multi_modal_projector.linear_1.bias", "multi_modal_projector.linear_2.bias"} <= names
     assert sum(prod(shape) for _, shape in tower_tensors(spec)) == spec.vision.params
+
+
+def test_llama4_scout_tower_tensors_add_up_and_train() -> None:
+    """Llama-4-Scout's published config: the trainable tower's tensors (the unfold patch linear, class and
+    position embeddings, 34 layers, the pixel-shuffle adapter, the projector) are exactly the parameters the
+    reader counts; training it adds at least its fp32 gradients and two AdamW states."""
+    from math import prod
+
+    from gpumem_gui.core import load_model
+    from gpumem_gui.core.replay.vision_train import tower_tensors
+
+    spec = load_model("meta-llama/Llama-4-Scout-17B-16E-Instruct").spec
+    assert sum(prod(shape) for _, shape in tower_tensors(spec)) == spec.vision.params == 871_932_416
+    run = {"seq": 512, "images": 1, "grad_ckpt": True}
+    frozen = estimate_training(spec, make_training_run(**run))
+    trained = estimate_training(spec, make_training_run(**run, train_vision_tower=True))
+    grown = trained.phases["optimizer"].peak_bytes - frozen.phases["optimizer"].peak_bytes
+    assert grown >= 12 * spec.vision.params

@@ -77,15 +77,30 @@ class LlamaFactoryConfig:
 
 def _vision_tower(top: Keys, r: Reading) -> None:
     """FinetuningArguments.freeze_vision_tower (default true): false trains the tower in a full fine-tune
-    (train_vision_tower); with LoRA it puts adapters on the tower's linears, which is not modelled."""
-    if top.bool("freeze_vision_tower") is not False:
-        top.note("freeze_vision_tower", "the vision tower frozen (LLaMA-Factory's default)")
-        return
+    (train_vision_tower). With LoRA it decides how far the targets reach (lora_vision_tower):
+    model/model_utils/misc.py find_all_linear_modules leaves a composite model's projector (projector_key)
+    out of ``lora_target: all`` always and its tower (vision_model_keys) while freeze_vision_tower holds;
+    model/model_utils/visual.py patch_target_modules filters a named target list the same way, the
+    projector by freeze_multi_modal_projector (default true)."""
+    frozen = top.bool("freeze_vision_tower") is not False
     if r.fields.get("method") == "full":
-        top.set("train_vision_tower", "freeze_vision_tower", True, "train_vision_tower = on")
-    else:
-        why = "LoRA on the vision tower is not modelled: estimated frozen"
-        r.warn(top.written("freeze_vision_tower"), why)
+        if frozen:
+            top.note("freeze_vision_tower", "the vision tower frozen (LLaMA-Factory's default)")
+        else:
+            top.set("train_vision_tower", "freeze_vision_tower", True, "train_vision_tower = on")
+        return
+    top.note("freeze_multi_modal_projector", "the projector left out of the LoRA targets unless false")
+    if frozen:
+        r.fields["lora_vision_tower"] = "excluded"
+        r.note(
+            top.written("freeze_vision_tower") if top.has("freeze_vision_tower") else "freeze_vision_tower",
+            "lora_vision_tower = excluded (LLaMA-Factory leaves the vision tower and projector out of the "
+            "LoRA targets)",
+        )
+        return
+    every = (top.str("lora_target") or "all").strip().lower() == "all"
+    reach = "tower" if every or top.bool("freeze_multi_modal_projector") is not False else "targets"
+    top.set("lora_vision_tower", "freeze_vision_tower", reach, f"lora_vision_tower = {reach}")
 
 
 def _method(top: Keys) -> None:

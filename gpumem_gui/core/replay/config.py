@@ -79,6 +79,8 @@ class ReplayConfig:
     images: int = 0  # images in each sequence's prompt, run through the vision tower (replay/vision.py)
     image_size: int = 0  # their side in pixels
     train_tower: bool = False  # the vision tower trains on the images (replay/vision_train.py)
+    # how far the LoRA targets reach into the vision tower (run field lora_vision_tower; vision_train.py)
+    tower_targets: str = "excluded"
 
     @property
     def kv_len(self) -> int:

@@ -48,9 +48,16 @@ def model_tensors(spec: ModelSpec) -> tuple[Tensor, ...]:
 
 
 @lru_cache(maxsize=256)
-def _lora_weights(spec: ModelSpec, targets: tuple[str, ...]) -> frozenset[str]:
+def lora_tensors(spec: ModelSpec, tower: str) -> tuple[Tensor, ...]:
+    """The tensors LoRA targets are resolved over: the text model's and, as far as ``tower`` (the run's
+    lora_vision_tower) reaches, the vision tower's linears (:func:`vision_train.tower_linears`)."""
+    return model_tensors(spec) + vision_train.tower_linears(spec, tower)
+
+
+@lru_cache(maxsize=256)
+def lora_weights(spec: ModelSpec, targets: tuple[str, ...], tower: str) -> frozenset[str]:
     """The weights PEFT wraps with adapters for ``targets`` (see :func:`adapters.lora_targets`)."""
-    return adapters.lora_targets(spec, model_tensors(spec), targets)
+    return adapters.lora_targets(spec, lora_tensors(spec, tower), targets)
 
 
 def received_leaf(sim: Sim, n: int, dt: str) -> T:
@@ -78,7 +85,8 @@ class CausalLM:
         self.embed_images: Callable[..., tuple[T, list[T]]] | None = None  # set by replay/step.py
         self.after_layer: Callable[[int, T], T] | None = None  # after each text layer (vision_train_qwen3.py)
         self._by_name = {t.name: t for t in model_tensors(spec)}
-        self._lora = _lora_weights(spec, cfg.lora_targets) if cfg.method != "full" else frozenset()
+        full = cfg.method == "full"
+        self._lora = frozenset() if full else lora_weights(spec, cfg.lora_targets, cfg.tower_targets)
         self._logits: T | None = None
         self.alibi_bias: T | None = None
         self._last: T | None = None
@@ -88,6 +96,11 @@ class CausalLM:
             sim.offload = tricks.Offloader(inputs_only=not cfg.activation_offload)
 
     # ---- parameters ----------------------------------------------------------------------------------------
+    @property
+    def lora_names(self) -> frozenset[str]:
+        """The weights PEFT wraps with adapters in this run (the vision tower's included, vision_train.py)."""
+        return self._lora
+
     def _trainable(self, layer: int | None) -> bool:
         if self.cfg.method != "full":
             return False

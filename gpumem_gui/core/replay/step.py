@@ -297,8 +297,10 @@ def _microbatches(
         prev = sim.enter_autocast(cfg.autocast)
         # images: the frozen vision tower, its outputs alive through the language model (replay/vision.py),
         # or a trainable one, run after the prompt's embedding (replay/vision_train.py)
-        held = vision.train_prefix(sim, model.spec, cfg) if cfg.images and not cfg.train_tower else []
-        if cfg.train_tower:
+        # (trained, adapted, or hooked by enable_input_require_grads: vision_train.under_autograd)
+        tower_grad = vision_train.under_autograd(model)
+        held = vision.train_prefix(sim, model.spec, cfg) if cfg.images and not tower_grad else []
+        if tower_grad:
             model.embed_images = partial(vision_train.embed_images, pixels=pixels, held=held)
         loss = model.forward_loss(ids, layer_ids)
         model.embed_images = model.after_layer = None

@@ -23,26 +23,35 @@ and projector, op by op:
   are locals of the model's forward until it returns.
 
 Qwen2.5-VL's tower: :mod:`.vision_train_qwen`; Qwen3-VL's (and its deepstack features in the text model):
-:mod:`.vision_train_qwen3`; Mistral 3's Pixtral tower and projector: :mod:`.vision_train_pixtral`. Only these
-four are replayed trainable (Llama 4's tower:
-:func:`check_trainable` refuses in one line);
-LoRA on a tower is not modelled (PEFT 0.21's ``all-linear`` adapts the tower's linears too, since
-``_maybe_include_all_linear_layers`` excludes only the output embedding; LLaMA-Factory and the trace worker
-leave the tower out of the targets while ``freeze_vision_tower`` holds).
+:mod:`.vision_train_qwen3`; Mistral 3's Pixtral tower and projector: :mod:`.vision_train_pixtral`; Llama 4's
+tower, pixel-shuffle adapter and projector: :mod:`.vision_train_llama4`. Any other tower:
+:func:`check_trainable` refuses in one line.
+
+LoRA: the targets reach the tower as the run's ``lora_vision_tower`` says (:func:`tower_linears`): PEFT 0.21
+resolves them over the whole model (``_maybe_include_all_linear_layers`` excludes only the output embedding,
+so ``all-linear`` adapts every ``nn.Linear`` of the tower and projector; the patch Conv2d / Conv3d and the
+position tables are no ``nn.Linear``), LLaMA-Factory leaves the projector, and while ``freeze_vision_tower``
+holds the tower, out. An adapted tower runs here under autograd with its base weights frozen (adapters:
+:mod:`.vision_train_lora`), and so does a frozen one that ``enable_input_require_grads`` hooks (LoRA with
+checkpointing); otherwise it runs without autograd (:func:`.vision.train_prefix`).
 """
 
 from __future__ import annotations
 
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any
 
 from gpumem_gui.core.errors import GpumemInputError
+from gpumem_gui.core.replay import adapters
 from gpumem_gui.core.replay.memory import DT_BYTES, T
 from gpumem_gui.core.replay.vision_tower import REGION
+from gpumem_gui.core.replay.vision_train_llama4 import embed_llama4, llama4_tensors
+from gpumem_gui.core.replay.vision_train_lora import INPUT_EMBEDDINGS, adapted, input_hook
 from gpumem_gui.core.replay.vision_train_pixtral import embed_pixtral, pixtral_tensors
 from gpumem_gui.core.replay.vision_train_qwen import QwenTrainTower, qwen_tensors
 from gpumem_gui.core.replay.vision_train_qwen3 import Qwen3TrainTower, embed_deepstack, qwen3_tensors
 from gpumem_gui.core.spec.model import ModelSpec
+from gpumem_gui.core.spec.params import Tensor
 from gpumem_gui.core.spec.vision import VisionTower, image_grid
 
 _P = "vision_tower."
@@ -53,14 +62,14 @@ def check_trainable(spec: ModelSpec, method: str) -> None:
     tower = spec.vision.tower if spec.vision is not None else None
     if method != "full":
         raise GpumemInputError(
-            "a trainable vision tower is modelled for full fine-tuning only (LoRA on the tower is not "
-            "modelled); turn train_vision_tower off",
+            "train_vision_tower unfreezes the tower in a full fine-tune; with LoRA the adapters reach the "
+            "tower as lora_vision_tower says (targets, tower or excluded): turn train_vision_tower off",
             field="train_vision_tower",
         )
     if tower is None or tower.kind not in TRAINABLE:
         raise GpumemInputError(
-            "a trainable vision tower is modelled for Gemma 3's SigLIP, Qwen2.5-VL's, Qwen3-VL's and Mistral "
-            "3's Pixtral towers only; turn train_vision_tower off (the tower frozen)",
+            "a trainable vision tower is modelled for Gemma 3's SigLIP, Qwen2.5-VL's, Qwen3-VL's, Mistral "
+            "3's Pixtral and Llama 4's towers only; turn train_vision_tower off (the tower frozen)",
             field="train_vision_tower",
         )
 
@@ -98,8 +107,70 @@ _TENSORS = {
     "qwen2_5_vl": qwen_tensors,
     "qwen3_vl": qwen3_tensors,
     "pixtral": pixtral_tensors,
+    "llama4": llama4_tensors,
 }
 TRAINABLE = tuple(_TENSORS)
+
+
+# lora_vision_tower: how far the LoRA targets reach (run_adapters.py LoraVisionTower)
+TOWER_TARGETS = ("targets", "tower", "excluded")
+# the projector's modules per tower kind, as LLaMA-Factory names them (model/model_utils/visual.py
+# _register_composite_model projector_key: "multi_modal_projector" for gemma3 and mistral3, "visual.merger"
+# for qwen2_5_vl and qwen3_vl, whose deepstack mergers are vision_model_keys), here by our tensor names
+_PROJECTOR = {
+    "siglip": "vision_tower.mm_",
+    "pixtral": "multi_modal_projector.",
+    "qwen2_5_vl": "visual.merger.",
+    "qwen3_vl": "visual.merger.",
+}
+# 2-D tower weights that are nn.Embedding tables, not nn.Linear (SiglipVisionEmbeddings.position_embedding,
+# Qwen3VLVisionModel.pos_embed): all-linear leaves them out
+_EMBEDDINGS = ("position_embedding", "pos_embed")
+
+
+# the towers replayed with LoRA adapters (traced: tests/reference/vision/lora_tower_points.json); not Llama
+# 4's (PEFT fails on the Llama 4 model under fake tensors, so LoRA there is untraced: its tower runs frozen)
+LORA_TOWERS = ("siglip", "qwen2_5_vl", "qwen3_vl", "pixtral")
+
+
+def adapts_tower(spec: ModelSpec) -> bool:
+    """Whether the model's tower is replayed with adapters (a LoRA run's lora_vision_tower applies)."""
+    tower = spec.vision.tower if spec.vision is not None else None
+    return tower is not None and tower.kind in LORA_TOWERS
+
+
+@lru_cache(maxsize=64)
+def tower_linears(spec: ModelSpec, reach: str) -> tuple[Tensor, ...]:
+    """The tower's and projector's ``nn.Linear`` weights the LoRA targets are resolved over (``reach``: the
+    run's lora_vision_tower), by their module paths under ``model.`` as transformers 5.24 names them
+    (``model.visual.blocks.0.attn.qkv``, ``model.vision_tower.encoder.layers.0.self_attn.q_proj``)."""
+    if reach == "excluded" or not adapts_tower(spec):
+        return ()
+    kind = _tower(spec).kind
+    projector = _PROJECTOR[kind]
+    return tuple(
+        Tensor(name, shape, "vision")
+        for name, shape in tower_tensors(spec)
+        if name.endswith(".weight")
+        and len(shape) == 2
+        and name.rsplit(".", 2)[-2] not in _EMBEDDINGS
+        and not (reach == "tower" and name.startswith(projector))
+    )
+
+
+def under_autograd(m: Any) -> bool:
+    """Whether the tower runs under autograd on this step's images: trained (full fine-tuning), adapted
+    (LoRA targets among its linears), or hooked by ``enable_input_require_grads`` (LoRA with checkpointing,
+    :data:`.vision_train_lora.INPUT_EMBEDDINGS`)."""
+    cfg, spec = m.cfg, m.spec
+    if not cfg.images or not cfg.embedding or spec.vision is None or spec.vision.tower is None:
+        return False
+    if cfg.train_tower:  # check_trainable: a tower of TRAINABLE
+        return True
+    if cfg.method == "full" or not adapts_tower(spec):
+        return False
+    hooked = cfg.grad_ckpt and _tower(spec).kind in INPUT_EMBEDDINGS
+    return hooked or any(t.name in m.lora_names for t in tower_linears(spec, cfg.tower_targets))
 
 
 def _tower(spec: ModelSpec) -> VisionTower:
@@ -115,7 +186,7 @@ def add_params(m: Any) -> None:
     cfg, spec, s = m.cfg, m.spec, m.s
     if spec.vision is None or not cfg.embedding:
         return
-    if not cfg.train_tower:
+    if not under_autograd(m):
         n = spec.vision.params
         full = round(n * DT_BYTES[cfg.param_dt])
         # with images the tower is frozen (requires_grad off, LLaMA-Factory's freeze_vision_tower): not even
@@ -125,12 +196,14 @@ def add_params(m: Any) -> None:
         m.p["vision"] = s.param("vision", n, cfg.param_dt, trains, full, None)
         m.unused.add("vision")
         return
-    for name, shape in tower_tensors(spec):
+    for name, shape in tower_tensors(spec):  # frozen with adapters (LoRA): PEFT's base layers
         n = 1
         for d in shape:
             n *= d
         m.shape[name] = shape
-        m.p[name] = s.param(name, n, cfg.param_dt, True, round(n * DT_BYTES[cfg.param_dt]), None)
+        m.p[name] = s.param(name, n, cfg.param_dt, cfg.train_tower, round(n * DT_BYTES[cfg.param_dt]), None)
+        if name in m.lora_names:
+            adapters.add_lora(m, Tensor(name, shape, "vision"))
 
 
 class _Siglip:
@@ -148,7 +221,8 @@ class _Siglip:
         return self.m.p[_P + name].tensor
 
     def linear(self, x: T, name: str, n_out: int, n_in: int) -> T:
-        return self.o.linear(x, self.w(f"{name}.weight"), self.w(f"{name}.bias"), n_out, n_in)
+        out = self.o.linear(x, self.w(f"{name}.weight"), self.w(f"{name}.bias"), n_out, n_in)
+        return adapted(self.m, x, out, _P + name, n_out, n_in)
 
     def layer_norm(self, x: T, name: str) -> T:
         """native_layer_norm: saves its input, weight, bias and the fp32 mean and rstd."""
@@ -164,23 +238,27 @@ class _Siglip:
         o, s, v = self.o, self.s, self.v
         h, pre = v.hidden_size, f"encoder.layers.{i}."
         s.tr.where = f"vision block {i}"
+        # the norm's output is the layer's local (hidden_states) until the attention returns: alive there
+        # even where no linear saves it (a frozen tower's base layers)
         normed = self.layer_norm(hidden, f"{pre}layer_norm1")
         q, k, vv = (
             o.view(self.linear(normed, f"{pre}self_attn.{p}", h, h), copy_grad=True)
             for p in ("q_proj", "k_proj", "v_proj")
         )
-        del normed
         # SDPA's CPU flash kernel (no mask): its output, laid out so reshape is a view, and fp32 log-sum-exp
         out = s.new(self.nd, q.dt)
         lse = s.new(self.n * v.num_heads, "f32")
         s.node("multi", (q, k, vv), (out, lse), (q, k, vv, out, lse))
         del lse, q, k, vv
         attn = self.linear(out, f"{pre}self_attn.out_proj", h, h)
-        del out
+        del out, normed
         hidden = o.add(hidden, attn)
         del attn
         normed = self.layer_norm(hidden, f"{pre}layer_norm2")
         act = o.gelu_tanh(self.linear(normed, f"{pre}mlp.fc1", v.intermediate_size, h))
+        # the norm's output is the layer's local until the MLP returns, but freed here before fc2: with a
+        # frozen tower under checkpointing the trace's backward (the step's peak) has it dead in the
+        # recomputation, its forward alive (-2.8 % on gemma3-vision-tiny, tests/test_vision_lora.py)
         del normed
         mlp = self.linear(act, f"{pre}mlp.fc2", h, v.intermediate_size)
         del act
@@ -192,6 +270,7 @@ class _Siglip:
         patch = v.in_channels * v.patch_size**2
         pixels = s.cast(pixels, self.w("embeddings.patch_embedding.weight").dt)  # pixel_values.to(dtype)
         conv = self.linear(pixels, "embeddings.patch_embedding", v.hidden_size, patch)  # Conv2d as a matmul
+        conv = input_hook(self.m, "siglip" in INPUT_EMBEDDINGS, conv)
         w = self.w("embeddings.position_embedding.weight")
         pos = s.new(self.g.patches * v.hidden_size, w.dt)  # position_embedding(position_ids)
         s.node("copy", (w,), (pos,))
@@ -266,6 +345,12 @@ def embed_images(m: Any, hidden: T, keep: list[T], pixels: T, held: list[Any]) -
         # holds it (vision.train_prefix; its .to(inputs_embeds.dtype) copy is not counted there either)
         features = m.o.clone(features)
         held += [features, s.new(cfg.batch * cfg.q, "bool")]  # image_embeds; the video mask (``_``)
+    elif kind == "llama4":  # Llama4ForConditionalGeneration: the projected features .to(inputs_embeds.dtype)
+        last, projected = embed_llama4(m, images, pixels)
+        held.append(last)  # mm_encoder_outputs
+        features = s.cast(projected, hidden.dt)
+        del projected
+        local.append(features)
     elif kind in ("qwen3_vl", "pixtral"):
         if kind == "qwen3_vl":
             tower = Qwen3TrainTower(m, images, cfg.image_size)
@@ -279,6 +364,9 @@ def embed_images(m: Any, hidden: T, keep: list[T], pixels: T, held: list[Any]) -
         last, features = _siglip_forward(m, images, pixels)
         held += [last, features]
     s.tr.where = "vision masked_scatter"
+    # PEFT with checkpointing: the text embedding's output is a leaf too (enable_input_require_grads), which
+    # the graph holds through masked_scatter (not the checkpoint: it keeps the scattered embeddings)
+    hidden = input_hook(m, True, hidden)
     mask = s.new(cfg.batch * cfg.q, "bool")  # input_ids == image_token_id, expanded as a view
     s.region = "hidden_states"
     scattered = s.new(hidden.n, hidden.dt)  # inputs_embeds.masked_scatter(mask, image_features)

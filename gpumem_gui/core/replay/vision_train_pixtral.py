@@ -26,6 +26,7 @@ from typing import Any
 
 from gpumem_gui.core.replay.memory import T
 from gpumem_gui.core.replay.vision_pixtral import PixtralTower
+from gpumem_gui.core.replay.vision_train_lora import INPUT_EMBEDDINGS, input_hook
 from gpumem_gui.core.replay.vision_train_qwen import QwenTrainTower
 from gpumem_gui.core.spec.model import ModelSpec
 
@@ -76,12 +77,8 @@ class PixtralTrainTower(QwenTrainTower):
     patches, one sequence). PixtralRMSNorm and Mistral3RMSNorm are Qwen2_5_VLRMSNorm's ops
     (:meth:`.vision_train_qwen.QwenTrainTower.rms_norm`)."""
 
-    def w(self, name: str) -> T:
-        return self.m.p[name].tensor
-
-    def b(self, name: str) -> T | None:
-        p = self.m.p.get(name)
-        return p.tensor if p is not None else None
+    def full(self, name: str) -> str:
+        return name  # the Pixtral tower's names carry their prefix (vision_tower., multi_modal_projector.)
 
     def rope(self, x: T, cos: T, sin: T) -> T:
         """apply_rotary_pos_emb: ``(x * cos) + (rotate_half(x) * sin)`` without casts (the tables' dtype
@@ -123,9 +120,9 @@ class PixtralTrainTower(QwenTrainTower):
         h, n_i, ff = v.hidden_size, v.intermediate_size, f"{pre}feed_forward."
         gate = o.silu(self.linear(x, f"{ff}gate_proj", n_i, h))
         prod = o.mul(gate, self.linear(x, f"{ff}up_proj", n_i, h))
-        del gate, x
+        del gate
         down = self.linear(prod, f"{ff}down_proj", h, n_i)
-        del prod
+        del prod, x  # the layer's local (hidden_states) until the feed-forward returns
         return o.add(hidden, down)
 
     def projector(self, last: T) -> T:
@@ -154,6 +151,7 @@ class PixtralTrainTower(QwenTrainTower):
         w = self.w(f"{_V}patch_conv.weight")
         pixels = s.cast(pixels, w.dt)  # pixel_values.to(dtype=target_dtype)
         conv = o.linear(pixels, w, None, v.hidden_size, v.in_channels * v.patch_size**2)  # Conv2d as a matmul
+        conv = input_hook(self.m, "pixtral" in INPUT_EMBEDDINGS, conv)
         del pixels
         flat = s.new(self.nd, conv.dt)  # torch.cat([p.flatten(1).T ...])
         s.node("copy", (conv,), (flat,))

@@ -25,6 +25,7 @@ from typing import Any
 
 from gpumem_gui.core.replay.memory import T
 from gpumem_gui.core.replay.vision_tower import Tower
+from gpumem_gui.core.replay.vision_train_lora import INPUT_EMBEDDINGS, adapted, input_hook
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.vision import image_grid
 
@@ -69,15 +70,21 @@ class QwenTrainTower:
         self.frozen = Tower(m.s, v, self.g, images, "f32")  # the gradient-free parts (rotary, window sizes)
         self._pre = ""  # the block being run
 
+    def full(self, name: str) -> str:
+        """The parameter (or module) name of the model for the tower's own ``name``."""
+        return PREFIX + name
+
     def w(self, name: str) -> T:
-        return self.m.p[PREFIX + name].tensor
+        return self.m.p[self.full(name)].tensor
 
     def b(self, name: str) -> T | None:
-        p = self.m.p.get(PREFIX + name)
+        p = self.m.p.get(self.full(name))
         return p.tensor if p is not None else None
 
     def linear(self, x: T, name: str, n_out: int, n_in: int) -> T:
-        return self.o.linear(x, self.w(f"{name}.weight"), self.b(f"{name}.bias"), n_out, n_in)
+        """nn.Linear ``name``, or PEFT's LoRA Linear around it (:mod:`.vision_train_lora`)."""
+        out = self.o.linear(x, self.w(f"{name}.weight"), self.b(f"{name}.bias"), n_out, n_in)
+        return adapted(self.m, x, out, self.full(name), n_out, n_in)
 
     def rms_norm(self, x: T, name: str) -> T:
         """Qwen2_5_VLRMSNorm: ``weight * (x.float() * rsqrt(mean(x^2) + eps)).to(x.dtype)``."""
@@ -129,9 +136,8 @@ class QwenTrainTower:
         gate = o.silu(self.linear(x, f"{pre}mlp.gate_proj", n_i, h))
         prod = o.mul(gate, self.linear(x, f"{pre}mlp.up_proj", n_i, h))
         del gate
-        del x
         down = self.linear(prod, f"{pre}mlp.down_proj", h, n_i)
-        del prod
+        del prod, x  # the MLP's argument until it returns
         return o.add(hidden, down)
 
     def forward(self, pixels: T, grad_ckpt: bool) -> tuple[T, T]:
@@ -142,6 +148,7 @@ class QwenTrainTower:
         pixels = s.cast(pixels, w.dt)  # pixel_values.type(self.visual.dtype), .to(dtype=target_dtype)
         width = v.in_channels * v.temporal_patch_size * v.patch_size**2
         conv = o.linear(pixels, w, None, v.hidden_size, width)  # Conv3d as a matmul over the patches
+        conv = input_hook(self.m, "qwen2_5_vl" in INPUT_EMBEDDINGS, conv)
         del pixels
         hidden = s.new(self.nd, conv.dt)  # permute_input_for_window_attn: an index copy
         s.node("copy", (conv,), (hidden,))

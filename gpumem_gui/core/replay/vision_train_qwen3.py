@@ -85,9 +85,8 @@ class Qwen3TrainTower(QwenTrainTower):
         hidden = o.add(hidden, self.attention(self.layer_norm(hidden, f"{pre}norm1", h), cos, sin))
         x = self.layer_norm(hidden, f"{pre}norm2", h)
         act = o.gelu_tanh(self.linear(x, f"{pre}mlp.linear_fc1", n_i, h))
-        del x
         down = self.linear(act, f"{pre}mlp.linear_fc2", h, n_i)
-        del act
+        del act, x  # the MLP's argument until it returns
         return o.add(hidden, down)
 
     def merger(self, hidden: T, pre: str, postshuffle: bool) -> T:

@@ -6,11 +6,12 @@ from functools import lru_cache
 from math import ceil
 
 from gpumem_gui.core.errors import GpumemInputError
-from gpumem_gui.core.replay import adapters, moe_lora
+from gpumem_gui.core.replay import adapters, moe_lora, vision_train
 from gpumem_gui.core.replay.adapters import ALL_LINEAR
-from gpumem_gui.core.replay.model import model_tensors
+from gpumem_gui.core.replay.model import lora_tensors, lora_weights
 from gpumem_gui.core.replay.vision import has_tower
-from gpumem_gui.core.replay.vision_train import check_trainable
+from gpumem_gui.core.replay.vision_train import adapts_tower, check_trainable
+from gpumem_gui.core.replay.vision_train_lora import INPUT_EMBEDDINGS
 from gpumem_gui.core.spec import gemma4
 from gpumem_gui.core.spec.compressed import NOT_REPLAYED
 from gpumem_gui.core.spec.kinds import CompressedAttention
@@ -102,7 +103,7 @@ def _adapter_checks(spec: ModelSpec, run: TrainingRun) -> tuple[str, ...]:
             f"{run.precision} is a full fine-tuning regime; use amp-bf16 or bf16 for {run.method}",
             field="precision",
         )
-    tensors = model_tensors(spec)
+    tensors = lora_tensors(spec, run.lora_vision_tower)  # the vision tower's linears as far as it reaches
     chosen = adapters.lora_targets(spec, tensors, lora_targets(run))  # names the modules on a miss
     if not chosen:
         raise GpumemInputError("this model has no linear layer for LoRA adapters", field="lora_targets")
@@ -209,24 +210,72 @@ LIGHTNING_TRAINING = (
 
 
 # tests/reference/vision/training_points.json: gemma3-vision-tiny LoRA + checkpointing with 2 images, -15 %
-# in the forward (the same run without images: -0 %)
+# in the forward before the frozen tower's autograd was replayed (the same run without images: -0 %); still
+# so for the towers replayed frozen only (Llama 4)
 IMAGES_ADAPTER_CKPT = (
     "images with LoRA and activation checkpointing: transformers' enable_input_require_grads (which PEFT "
     "calls for checkpointing) hooks the vision tower's patch embedding too, so autograd records the frozen "
-    "tower and runs its backward; that is not modelled: the estimate is low (-15 % on a scaled-down Gemma 3)"
+    "tower and runs its backward; that is not modelled for this tower: the estimate is low (-15 % on a "
+    "scaled-down Gemma 3 before it was modelled there)"
 )
+# the run's lora_vision_tower in words (run_adapters.py LoraVisionTower)
+_REACH = {
+    "targets": "the targets resolved over the whole model as PEFT's get_peft_model does",
+    "tower": "the projector left out as LLaMA-Factory does with freeze_vision_tower: false",
+    "excluded": "the tower and projector left out as LLaMA-Factory's freeze_vision_tower default does",
+}
+
+
+def _tower_lora(spec: ModelSpec, run: TrainingRun) -> list[str]:
+    """Whether LoRA adapters reach the vision tower, and why (replay/vision_train.py tower_linears), and
+    whether the frozen tower runs under autograd (replay/vision_train_lora.py)."""
+    if run.method == "full":
+        return []
+    if not adapts_tower(spec):
+        notes = [f"approximate: {IMAGES_ADAPTER_CKPT}"] if run.grad_ckpt else []
+        if run.lora_vision_tower != "excluded":
+            notes.append(
+                "vision tower: LoRA adapters on this tower's linears are not modelled (estimated as "
+                "lora_vision_tower excluded)"
+            )
+        return notes
+    reach = run.lora_vision_tower
+    tower = vision_train.tower_linears(spec, reach)
+    adapted = lora_weights(spec, lora_targets(run), reach)
+    n = sum(1 for t in tower if t.name in adapted)
+    note = f"vision tower: LoRA adapters on {n} linears of the tower and projector "
+    note += f"(lora_vision_tower {reach}: {_REACH[reach]})"
+    if not n and run.grad_ckpt and spec.vision.tower.kind in INPUT_EMBEDDINGS:  # type: ignore[union-attr]
+        note += "; with checkpointing enable_input_require_grads runs the frozen tower under autograd"
+    return [note]
+
+
+def _text_step_tower(spec: ModelSpec, run: TrainingRun) -> list[str]:
+    """A text-only LoRA step of a VLM whose targets reach the tower: PEFT builds those adapters too, which
+    get no gradient (no optimizer state) and are not counted here (nor by the trace of a text step)."""
+    if run.method == "full" or not adapts_tower(spec):
+        return []
+    tower = vision_train.tower_linears(spec, run.lora_vision_tower)
+    adapted = lora_weights(spec, lora_targets(run), run.lora_vision_tower)
+    n = sum(run.lora_rank * sum(t.shape) for t in tower if t.name in adapted)
+    if not n:
+        return []
+    return [
+        f"vision tower: a text-only step; PEFT also puts LoRA adapters ({n} parameters) on the tower's "
+        "linears (lora_vision_tower), which get no gradient without images and are not counted"
+    ]
 
 
 def _check_images(spec: ModelSpec, run: TrainingRun) -> list[str]:
-    """Images on a model whose tower is not replayed are not counted; with adapters and checkpointing the
-    frozen tower runs under autograd (not modelled)."""
-    if not run.images:
-        return []  # a train_vision_tower without images is noted as ignored (training/unused.py)
+    """Images on a model whose tower is not replayed are not counted; with adapters, where they reach the
+    tower (a note), and the frozen tower under autograd with checkpointing where it is not replayed so."""
+    if not run.images:  # a train_vision_tower without images is noted as ignored (training/unused.py)
+        return _text_step_tower(spec, run)
     if run.train_vision_tower:  # replay/vision_train.py: full fine-tuning of a replayed tower
         check_trainable(spec, run.method)
     if not has_tower(spec):
         return ["images: the model's vision tower is not replayed in training; the images are not counted"]
-    return [f"approximate: {IMAGES_ADAPTER_CKPT}"] if run.method != "full" and run.grad_ckpt else []
+    return _tower_lora(spec, run)
 
 
 def check_training(spec: ModelSpec, run: TrainingRun) -> tuple[str, ...]:

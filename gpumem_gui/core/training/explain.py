@@ -254,6 +254,15 @@ def _vision(c: _Ctx) -> Explanation:
             inputs={**c.base, "images": c.run.images, "image_size": c.run.image_size},
             source="replay/vision_train.py embed_images (Gemma3Model.forward, SiglipVisionModel)",
         )
+    if c.cfg.method != "full":  # LoRA: adapters on the tower, or the frozen tower hooked under checkpointing
+        return Explanation(
+            formula="the processor's pixel_values (kept through the step), the vision tower's activations "
+            "(saved for backward from its first LoRA adapter on, or from its patch embedding when "
+            "checkpointing makes PEFT hook it) and its outputs alive through the language model's forward",
+            inputs={**c.base, "images": c.run.images, "lora_vision_tower": c.run.lora_vision_tower},
+            source="replay/vision_train.py under_autograd, replay/vision_train_lora.py (PEFT lora.Linear, "
+            "enable_input_require_grads)",
+        )
     return Explanation(
         formula="the processor's pixel_values (kept through the step), the frozen vision tower's activations "
         "and its outputs alive through the language model's forward",

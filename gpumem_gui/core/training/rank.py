@@ -85,6 +85,7 @@ def _config(spec: ModelSpec, run: TrainingRun, stage: int) -> tuple[ReplayConfig
         images=images,
         image_size=run.image_size if images else 0,
         train_tower=run.train_vision_tower and images > 0,  # replay/vision_train.py
+        tower_targets=run.lora_vision_tower,  # replay/vision_train.py tower_linears
         param_dt=param_dt,
         autocast=autocast,
         attn="sdpa" if run.attn == "flash" else run.attn,

@@ -21,6 +21,7 @@ from gpumem_gui.core.training.run_adapters import (
     LoraDropout,
     LoraRank,
     LoraTargets,
+    LoraVisionTower,
     QloraBase,
     QloraExperts,
     parse_lora_targets,
@@ -163,6 +164,7 @@ class TrainingRun(Frozen):
     lora_alpha: LoraAlpha = 32
     lora_targets: LoraTargets = "all-linear"
     lora_dropout: LoraDropout = 0.0
+    lora_vision_tower: LoraVisionTower = "targets"
     dropout: Annotated[
         float | None,
         Field(ge=0, lt=1),

@@ -12,6 +12,7 @@ from pydantic import AfterValidator, Field
 from gpumem_gui.core.errors import short
 from gpumem_gui.core.fields import UI
 from gpumem_gui.core.replay.adapters import REGEX
+from gpumem_gui.core.replay.vision_train import TOWER_TARGETS, adapts_tower
 
 _L = "LoRA"
 
@@ -61,6 +62,38 @@ LoraDropout = Annotated[
         "above 0 each adapter keeps a dropped copy of its input for backward",
         step=0.05,
         shown=_adapters,
+    ),
+]
+
+# Whether the LoRA targets reach a vision-language model's vision tower and projector
+# (replay/vision_train.py tower_linears). PEFT 0.21 resolves target_modules over the whole model: all-linear
+# is every nn.Linear / Conv1D but the output embedding (peft/tuners/tuners_utils.py
+# _maybe_include_all_linear_layers), a name matches wherever it ends a module's path
+# (check_target_module_exists); TRL's VLM SFT examples pass all-linear. LLaMA-Factory
+# (model/model_utils/misc.py find_all_linear_modules, model/model_utils/visual.py patch_target_modules)
+# always leaves a composite model's projector out of all-linear and leaves the tower out too while
+# freeze_vision_tower holds (its default). Axolotl's lora_target_linear (src/axolotl/loaders/adapter.py
+# find_all_linear_names: the last name of every Linear, the tower's included) is targets. unsloth's
+# FastVisionModel.get_peft_model (finetune_vision_layers=True by default; unsloth_zoo peft_utils.py
+# get_peft_regex: linears under vision-tagged modules whose path names attention or an MLP) adapts the tower
+# and, by those tags, some projectors (Qwen2.5-VL's merger.mlp) but not others: tower is the nearest value.
+LoraVisionTower = Annotated[
+    Literal[TOWER_TARGETS],
+    UI(
+        "Vision tower adapters",
+        _L,
+        "whether the LoRA targets reach the vision tower: targets resolves them over the whole model as "
+        "PEFT's get_peft_model does (all-linear adapts the tower's and projector's linears; TRL), tower "
+        "adapts the tower but not the projector (LLaMA-Factory freeze_vision_tower: false), excluded leaves "
+        "both without adapters (LLaMA-Factory's default freeze_vision_tower: true); the adapted tower runs "
+        "under autograd on the step's images",
+        choices=(
+            ("tower and projector (PEFT, TRL)", "targets"),
+            ("tower only (LLaMA-Factory unfrozen)", "tower"),
+            ("excluded (LLaMA-Factory default)", "excluded"),
+        ),
+        shown=_adapters,
+        model=adapts_tower,
     ),
 ]
 

@@ -391,8 +391,8 @@ TrainVisionTower = Annotated[
         "Step",
         "full fine-tuning with the vision tower and projector unfrozen (LLaMA-Factory freeze_vision_tower: "
         "false): their gradients and optimizer states, and the tower's activations saved for backward on "
-        "the step's images; modelled for Gemma 3's SigLIP, Qwen2.5-VL's, Qwen3-VL's and Mistral 3's Pixtral "
-        "towers",
+        "the step's images; modelled for Gemma 3's SigLIP, Qwen2.5-VL's, Qwen3-VL's, Mistral 3's Pixtral "
+        "and Llama 4's towers",
         model=has_tower,
     ),
 ]

@@ -37,6 +37,8 @@ UNUSED: tuple[Unused, ...] = (
     Unused(("pp_schedule",), "pipeline parallelism (pp > 1)", lambda r: r.pp > 1),
     # replay/vision_train.py: the tower trains on the step's images; a text step gives it no gradient
     Unused(("train_vision_tower",), "a step with images (images > 0)", lambda r: r.images > 0),
+    # replay/vision_train.py tower_linears: how far the LoRA targets reach into the vision tower
+    Unused(("lora_vision_tower",), "LoRA or QLoRA (method lora, qlora)", lambda r: r.method != "full"),
     Unused(
         ("pp_virtual",),
         "the interleaved 1F1B schedule with pp > 1",

@@ -66,6 +66,20 @@ _PEFT_TASKS = {"sequence_classification": "SEQ_CLS", "token_classification": "TO
 # a multimodal model built whole (building.whole_model): its text model's parameters, and the rest
 _TEXT_PARTS = {"language_model", "lm_head"}
 _NOT_TEXT = r"^(?!.*(language_model|lm_head)).*$"
+_REACH = {
+    "targets": "over the whole model (the vision tower and projector included)",
+    "tower": "over the whole model but the projector",
+    "excluded": "over the language model only",
+}
+# lora_vision_tower -> PEFT's exclude_modules (a regex fullmatched against each module's path): "targets" as
+# get_peft_model resolves target_modules over the whole model; "tower" without the projector (LLaMA-Factory
+# model/model_utils/misc.py find_all_linear_modules forbids the composite model's projector_key);
+# "excluded" without the tower either (LLaMA-Factory's freeze_vision_tower default)
+_TOWER_EXCLUDE = {
+    "targets": None,
+    "tower": r".*\.(multi_modal_projector|visual\.merger)(\..*)?",
+    "excluded": _NOT_TEXT,
+}
 
 
 def lora(model: Any, run: dict[str, Any], exclude: str | None = None) -> Any:
@@ -187,8 +201,17 @@ def prepare(
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         if int(run.get("ckpt_every", 1)) > 1:
             checkpoint_every(model, int(run["ckpt_every"]))
+    # a text step keeps the tower out: it gets no gradient there, and the estimate does not count a text
+    # step's tower adapters (it says so: core/training/checks.py _text_step_tower)
     if run.get("method") == "lora":
-        model = lora(model, run, _NOT_TEXT if whole else None)
+        reach = str(run.get("lora_vision_tower", "targets")) if images else "excluded"
+        if reach not in _TOWER_EXCLUDE:
+            raise TraceError(
+                f"lora_vision_tower {reach!r}: targets, tower or excluded", field="lora_vision_tower"
+            )
+        model = lora(model, run, _TOWER_EXCLUDE[reach] if whole else None)
+        if images and whole:
+            notes.append(f"LoRA: lora_vision_tower {reach}: PEFT resolved the targets as {_REACH[reach]}")
     model.train()
     out["attn_implementation_used"] = attn_used(model)
     out["trainable_params"] = int(sum(p.numel() for p in model.parameters() if p.requires_grad))

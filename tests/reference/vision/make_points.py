@@ -7,7 +7,7 @@ FakeTensorMode, counted by torch's MemTracker, the images fed as the processor r
 as a real checkpoint's do; README.md).
 
     .venv/bin/python tests/reference/vision/make_points.py [--python /tmp/gt-venv/bin/python] [--only KEY]
-        [--mode train]
+        [--mode train | lora-tower]
 """
 
 from __future__ import annotations
@@ -45,8 +45,24 @@ POINTS: dict[str, tuple[dict, ...]] = {
 TRAIN_OUT = HERE / "training_points.json"
 _STEPS = (
     {"method": "full", "batch": 1, "seq": 64, "images": 2, "image_size": 224},
-    {"method": "lora", "batch": 2, "seq": 100, "images": 1, "image_size": 448},
-    {"method": "lora", "batch": 1, "seq": 200, "images": 2, "image_size": 336, "grad_ckpt": True},
+    # LoRA with the tower left out of the targets (LLaMA-Factory's freeze_vision_tower default)
+    {
+        "method": "lora",
+        "batch": 2,
+        "seq": 100,
+        "images": 1,
+        "image_size": 448,
+        "lora_vision_tower": "excluded",
+    },
+    {
+        "method": "lora",
+        "batch": 1,
+        "seq": 200,
+        "images": 2,
+        "image_size": 336,
+        "grad_ckpt": True,
+        "lora_vision_tower": "excluded",
+    },
 )
 # the vision tower trained (train_vision_tower: LLaMA-Factory freeze_vision_tower false;
 # replay/vision_train.py)
@@ -71,12 +87,31 @@ _QWEN_TOWER_STEPS = _trained(
 )
 TRAIN_POINTS: dict[str, tuple[dict, ...]] = {
     "gemma3-vision-tiny": _STEPS + _TOWER_STEPS,
-    "llama4-vision-tiny": _STEPS[:1],  # LoRA on Llama 4 does not trace (PEFT, text-only too)
+    # LoRA on Llama 4 does not trace (PEFT, text-only too); its tower trained: replay/vision_train_llama4.py
+    "llama4-vision-tiny": _STEPS[:1] + _TOWER_STEPS,
     "qwen2_5_vl-vision-tiny": _STEPS[:2] + _QWEN_TOWER_STEPS,
     "qwen3_vl-vision-tiny": _STEPS[:1] + _QWEN_TOWER_STEPS,
     # the same tower (and deepstack) under the MoE text model: trained, without and with checkpointing
     "qwen3_vl_moe-vision-tiny": _QWEN_TOWER_STEPS[0:3:2],
     "mistral3-vision-tiny": _STEPS[:1] + _QWEN_TOWER_STEPS,  # dynamic resolution as the Qwen towers
+}
+
+
+# LoRA reaching the vision tower (lora_vision_tower; replay/vision_train_lora.py): ``lora_tower_points.json``
+LORA_OUT = HERE / "lora_tower_points.json"
+_LORA = {"method": "lora", "batch": 1, "seq": 64, "images": 2, "image_size": 224}
+_LORA_STEPS = (
+    _LORA,  # all-linear over the whole model, as PEFT resolves it (TRL)
+    {**_LORA, "seq": 100, "image_size": 448, "grad_ckpt": True},
+    {**_LORA, "lora_vision_tower": "tower", "lora_dropout": 0.1},  # LLaMA-Factory's unfrozen tower
+    {**_LORA, "batch": 2, "images": 1, "image_size": 448, "precision": "bf16"},
+)
+_EXCLUDED_CKPT = ({**_LORA, "seq": 100, "grad_ckpt": True, "lora_vision_tower": "excluded"},)
+LORA_POINTS: dict[str, tuple[dict, ...]] = {
+    "gemma3-vision-tiny": (*_LORA_STEPS, {**_LORA, "lora_targets": "q_proj,v_proj"}),
+    "qwen2_5_vl-vision-tiny": (*_LORA_STEPS, *_EXCLUDED_CKPT, {**_LORA, "lora_targets": "re:.*visual.*qkv"}),
+    "qwen3_vl-vision-tiny": _LORA_STEPS,
+    "mistral3-vision-tiny": (*_LORA_STEPS, *_EXCLUDED_CKPT),
 }
 
 
@@ -104,16 +139,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--python", default=sys.executable, help="the Python with torch and transformers")
     ap.add_argument("--only", help="one config key")
-    ap.add_argument("--mode", choices=("inference", "train"), default="inference")
+    ap.add_argument("--mode", choices=("inference", "train", "lora-tower"), default="inference")
     args = ap.parse_args()
-    out, table = (OUT, POINTS) if args.mode == "inference" else (TRAIN_OUT, TRAIN_POINTS)
+    out, table = {
+        "inference": (OUT, POINTS),
+        "train": (TRAIN_OUT, TRAIN_POINTS),
+        "lora-tower": (LORA_OUT, LORA_POINTS),
+    }[args.mode]
     old = json.loads(out.read_text())["points"] if out.is_file() else []
     points = [p for p in old if args.only and p["model"] != args.only]
     for key, runs in table.items():
         if args.only and key != args.only:
             continue
         for run in runs:
-            points.append(trace(args.python, key, run, args.mode))
+            points.append(trace(args.python, key, run, "train" if args.mode == "lora-tower" else args.mode))
             print(key, run, points[-1]["peak_bytes"], flush=True)
     out.write_text(json.dumps({"points": points}, indent=1) + "\n")
 

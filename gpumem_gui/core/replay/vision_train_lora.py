@@ -1,0 +1,50 @@
+"""LoRA on a vision-language model's tower (:mod:`.vision_train`): what the towers' ops add when PEFT wraps
+their linears, or when the frozen tower runs under autograd all the same.
+
+* An adapted linear of the tower or projector is PEFT's ``lora.Linear`` around the frozen base
+  (``peft/tuners/lora/layer.py`` ``Linear.forward``, :func:`.adapters.lora`): the base's matmul saves
+  nothing for a weight gradient, the adapter saves its input (and its dropout mask), and from the first
+  adapted linear on, the tower's ops save what their backward needs.
+* ``enable_input_require_grads``: PEFT calls it when the model checkpoints its layers
+  (``peft/peft_model.py`` ``PeftModel.__init__`` -> ``_prepare_model_for_gradient_checkpointing``), and
+  transformers 5.24 (``modeling_utils.py`` ``PreTrainedModel.enable_input_require_grads``) hooks the input
+  embeddings of every ``PreTrainedModel`` inside the model, the vision model's included: its output
+  ``requires_grad_(True)``, so autograd records the frozen tower from the patch embedding on, adapters or
+  not. :data:`INPUT_EMBEDDINGS` are the towers whose vision model returns a module there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpumem_gui.core.replay import adapters
+from gpumem_gui.core.replay.autograd import Node
+from gpumem_gui.core.replay.memory import T
+
+# the towers whose vision model has input embeddings for enable_input_require_grads to hook (transformers
+# 5.24, PreTrainedModel.get_input_embeddings / the model's own): SiglipVisionModel (patch_embedding, a
+# Conv2d), Qwen2_5_VisionTransformerPretrainedModel (patch_embed), PixtralVisionModel (patch_conv);
+# Qwen3VLVisionModel returns None (checked on the models built from tests/reference/vision/configs)
+INPUT_EMBEDDINGS = ("siglip", "qwen2_5_vl", "pixtral")
+
+
+def adapted(m: Any, x: T, result: T, name: str, n_out: int, n_in: int) -> T:
+    """A tower linear's output ``result`` with PEFT's adapter added where ``name`` is a LoRA target."""
+    if f"{name}.lora_A" not in m.p:
+        return result
+    return adapters.lora(m, x, result, name, n_out, n_in)
+
+
+def input_hook(m: Any, hooked: bool, x: T) -> T:
+    """``make_inputs_require_grads`` on an input embedding's output ``x`` under PEFT with checkpointing
+    (``hooked``: the module is one that enable_input_require_grads finds, :data:`INPUT_EMBEDDINGS` for a
+    vision model): a leaf that requires a gradient from then on, held by its AccumulateGrad node for as long
+    as the graph lives (as :meth:`.model.CausalLM._first_hidden_states` does for a text model's embedding),
+    its gradient accumulated at the end of the backward."""
+    cfg, s = m.cfg, m.s
+    if cfg.method == "full" or not cfg.grad_ckpt or not hooked or x.fn is not None or not s.grad_enabled:
+        return x
+    leaf = Node(s, "acc", (), ((x.n, x.dt),), (x.st,))
+    leaf.seq = 1 << 62
+    x.fn, x.idx = leaf, 0
+    return x
