@@ -29,10 +29,13 @@ class Frozen(BaseModel):
         each call: a ModelSpec costs 10-35 us, and an estimate's caches (tapes, kinds, the step memo) hash
         the spec and the run several times."""
         try:
-            return self._frozen_hash  # type: ignore[no-any-return]
-        except AttributeError:
+            return _KEPT_HASH.__get__(self)  # type: ignore[no-any-return]
+        except AttributeError:  # raised by the slot itself: pydantic's __getattr__ (~6 us) is not asked
             pass
         values = self.__dict__
         h = hash(tuple(map(values.__getitem__, type(self).model_fields)))
-        object.__setattr__(self, "_frozen_hash", h)
+        _KEPT_HASH.__set__(self, h)
         return h
+
+
+_KEPT_HASH = Frozen.__dict__["_frozen_hash"]  # the slot's descriptor
