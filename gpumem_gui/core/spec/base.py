@@ -30,7 +30,7 @@ class Frozen(BaseModel):
         the spec and the run several times."""
         try:
             return _KEPT_HASH.__get__(self)  # type: ignore[no-any-return]
-        except AttributeError:  # raised by the slot itself: pydantic's __getattr__ (~6 us) is not asked
+        except AttributeError:  # from the slot itself, not pydantic's __getattr__ (2.9 -> 1.2 us)
             pass
         values = self.__dict__
         h = hash(tuple(map(values.__getitem__, type(self).model_fields)))
