@@ -4,15 +4,19 @@ documents to compare two versions of the code to the byte.
     PYTHONPATH=. .venv/bin/python benchmarks/bench_fit_training.py time
     PYTHONPATH=. .venv/bin/python benchmarks/bench_fit_training.py cold
     PYTHONPATH=. .venv/bin/python benchmarks/bench_fit_training.py window
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_fit_training.py periods
     PYTHONPATH=. .venv/bin/python benchmarks/bench_fit_training.py dump OUT.json
 
 ``time`` prints, per case, the cold fit report, a warm one (the same run shape at a new sequence length) and a
 64-point sequence sweep; ``cold`` the first estimate of a new model x run shape (replayed) and the recording
 of its step tape (the first point within ``many_points``) for issue 30's examples and a MoE model; ``window``
 the fit reports of four successive sequence lengths, as the window asks them while a field is edited (the
-candidate changes' shapes are replayed twice, then recorded); ``dump`` writes the estimate documents (with
-their fit reports) of every case and of a walk over points and shape changes, in one order, so that ``cmp`` of
-two dumps says whether an answer moved.
+candidate changes' shapes are replayed twice, then recorded); ``periods`` the decoder layers whose event
+segments repeat in each case's recorded step (:mod:`gpumem_gui.core.replay.tape_period`); ``dump`` writes
+the estimate documents (with
+their fit reports) of every case and of a walk over points and shape changes, and a walk over points of
+``SHAPES`` (layers that differ in kind), in one order, so that ``cmp`` of two dumps says whether an answer
+moved.
 Never run by the test suite.
 """
 
@@ -130,6 +134,51 @@ def time_window(fits: int = 4) -> None:
         print(f"{name:48} " + " ".join(f"{x:7.0f}ms" for x in ms), flush=True)
 
 
+# run shapes whose layers are not all alike (issue 30's layer repetition must fall back or cut around them):
+# MoE after dense first layers, sliding-window patterns, a pipeline's stages, Gemma 3n's AltUp and KV sharing,
+# hybrids of linear attention or Mamba with attention, a VLM trained on images
+SHAPES: list[tuple[str, dict[str, Any]]] = [
+    ("deepseek-ai/DeepSeek-V2-Lite", {"method": "lora"}),
+    ("openai/gpt-oss-20b", {"method": "lora"}),
+    ("google/gemma-2-2b", {"method": "full"}),
+    ("google/gemma-3-1b-it", {"method": "full", "grad_ckpt": True}),
+    (MODEL, {"method": "full", "pp": 4}),
+    ("google/gemma-3n-E2B-it", {"method": "lora"}),
+    ("Qwen/Qwen3.5-9B", {"method": "lora"}),
+    ("nvidia/Nemotron-H-8B-Base-8K", {"method": "lora"}),
+    ("google/gemma-3-4b-it", {"method": "lora", "images": 2}),
+]
+
+
+def time_periods() -> None:
+    """Per case of ``COLD`` and ``SHAPES``, stage and phase: the runs of consecutive layers whose recorded
+    event segments are equal (first-last and count), at b 1 s 4096."""
+    from gpumem_gui.core.replay.step_tape import record_step
+    from gpumem_gui.core.replay.tape_period import MarkedSim, MarkedTracker, layer_periods
+    from gpumem_gui.core.training.rank import sharding_hooks, step_config, step_options
+
+    for name, model, fields in [*COLD, *((f"{m} {f}", m, f) for m, f in SHAPES)]:
+        spec = load_model(model).spec
+        run = make_training_run(batch=1, seq=4096, **fields)
+        for stage in range(run.pp):
+            cfg, rspec = step_config(spec, run, stage, run)
+            trackers: list[MarkedTracker] = []
+
+            class Sim(MarkedSim):
+                def __init__(self, *a: Any, **k: Any) -> None:
+                    super().__init__(*a, **k)
+                    trackers.append(self.tr)  # type: ignore[arg-type]  # noqa: B023
+
+            hooks = lambda: sharding_hooks(run)  # noqa: E731, B023
+            record_step(rspec, cfg, run.optimizer, step_options(run), hooks, sim=Sim)
+            events = trackers[0].kept[0]
+            runs = [
+                f"{p.phase} {p.layers[0]}-{p.layers[-1]} ({len(p.layers)})"
+                for p in layer_periods(*trackers[0].kept)
+            ]
+            print(f"{name} stage {stage} ({len(events)} events): {'; '.join(runs) or 'none'}", flush=True)
+
+
 def _doc(spec: Any, run: Any, target: Any) -> dict[str, Any]:
     try:
         est = estimate_training(spec, run)
@@ -164,6 +213,11 @@ def dump(out: str) -> None:
         xs = [8 * x for x in evenly_spaced(64, 1024, 16)]
         pts = sweep(spec, run, "seq", xs, target)
         docs.append({"case": f"{name} sweep", "points": [p.__dict__ for p in pts]})
+    for model, fields in SHAPES:  # replayed twice, recorded, then read off the tape; a shape change
+        spec = load_model(model).spec
+        for upd in ({}, {"seq": 1024}, {"seq": 1536}, {"seq": 8192}, {"batch": 3}, {"grad_ckpt": True}):
+            r = make_training_run(**{"seq": 512, **fields, **upd})
+            docs.append({"case": f"{model} {fields} {upd}", "doc": _doc(spec, r, None)})
     with open(out, "w") as f:
         json.dump(docs, f, indent=1, sort_keys=True)
 
@@ -175,5 +229,7 @@ if __name__ == "__main__":
         time_cold()
     elif sys.argv[1] == "window":
         time_window()
+    elif sys.argv[1] == "periods":
+        time_periods()
     else:
         dump(sys.argv[2])

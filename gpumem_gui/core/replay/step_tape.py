@@ -66,9 +66,11 @@ def record_step(
     opts: StepOptions,
     hooks: Callable[[], TrainingHooks],
     stream: bool = False,
+    sim: type[TapeSim] = TapeSim,
 ) -> Tape:
     """The step of ``spec`` under ``cfg`` recorded at ``cfg``'s point (``extra``: the whole-parameter state
-    owner, the same at every point; ``stream``: with the allocator's event stream, :meth:`Tape.events`);
+    owner, the same at every point; ``stream``: with the allocator's event stream, :meth:`Tape.events`;
+    ``sim``: the runtime it records on, :class:`~.tape_period.MarkedSim` to find its repeated layers);
     raises :class:`TapeUnsupported`."""
     owner: list[tuple[int, int, int] | None] = []
 
@@ -81,7 +83,7 @@ def record_step(
     gc.disable()  # as simulate_step: storages die by reference counting only
     try:
         point = (cfg.batch, cfg.q, 0)
-        tape = record(run, point, lambda: TapeSim(hooks(), grad=True), phases=True, stream=stream)
+        tape = record(run, point, lambda: sim(hooks(), grad=True), phases=True, stream=stream)
     finally:
         if was_enabled:
             gc.enable()
