@@ -256,7 +256,8 @@ def _run_defaults() -> dict[str, dict[str, Any]]:
 # same call as one at today's (its numbers then move, deliberately, and CHANGELOG.md says why).
 PAST_DEFAULTS: dict[str, dict[str, tuple[Any, ...]]] = {
     # issue 31: the CUDA context by GPU generation (core/results/nontorch.py) instead of a flat 500 MiB
-    "InferenceRun": {"cuda_context_mib": (500,), "num_batch": (512,)},  # Ollama: num_batch auto since issue 28
+    # issue 28: Ollama's num_batch auto (Ollama v0.33 picks it; v0.12.10 resolves it to 512 as before)
+    "InferenceRun": {"cuda_context_mib": (500,), "num_batch": (512,)},
     "TrainingRun": {"cuda_context_mib": (500,)},
 }
 
