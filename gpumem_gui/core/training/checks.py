@@ -84,9 +84,9 @@ def _expert_storage(spec: ModelSpec, tensors: tuple[Tensor, ...], run: TrainingR
         return [
             "qlora_experts: the routed experts are one Linear4bit per expert projection as transformers < 5 "
             "builds them, looped over the experts hit with tokens spread evenly; one expert's weight is "
-            "dequantized per call and none is kept for backward; LoRA targets are resolved as PEFT on "
-            "transformers 5 resolves them (dense and shared-expert linears named like an expert projection "
-            "lose their adapters there, keep them on transformers 4: not modelled)"
+            "dequantized per call and none is kept for backward; PEFT adapts each expert's linears named by "
+            "the targets (lora_A / lora_B per expert) and converts nothing: dense and shared-expert linears "
+            "named alike keep their adapters (a router target runs as a merged weight, as on transformers 5)"
         ]
     return [
         "qlora_experts: the routed experts are bf16, as transformers >= 5 loads a 4-bit base (its fused "
