@@ -83,20 +83,25 @@ def experts(m: CausalLM, pre: str, x: T, routing_weights: T) -> T:
     n_s = t * moe_spec.experts_per_token
     final = s.new(t * h, x.dt)  # torch.zeros((batch * seq, hidden_dim), dtype=hidden_states.dtype)
     expert_mask = s.new(n_s * e_n, "i64")  # F.one_hot(selected_experts, num_classes).permute(2, 1, 0)
+    # the loop's locals live until the next iteration rebinds them (the last ones until the block returns)
+    held: dict[str, T] = {}
     for e in range(min(e_n, n_s)):
         rows = n_s // e_n + (1 if e < n_s % e_n else 0) if n_s >= e_n else 1
         idx, top_x = s.new(rows, "i64"), s.new(rows, "i64")  # torch.where(expert_mask[expert_idx])
+        held.pop("idx", None), held.pop("top_x", None)
         current = s.new(rows * h, x.dt)  # hidden_states[None, top_x].reshape(-1, hidden_dim)
         s.node("copy", (x,), (current,), (top_x,))
+        held.pop("current", None)
         y = _expert(m, pre, e, current)
-        del current
         w_e = s.new(rows, routing_weights.dt)  # routing_weights[top_x, idx, None]
         s.node("copy", (routing_weights,), (w_e,), (top_x, idx))
-        weighted = s.cast(o.mul(y, w_e, rows * h), x.dt)  # (...).to(hidden_states.dtype)
+        weighted = s.cast(o.mul(y, w_e, rows * h), x.dt)  # current_hidden_states (.to(hidden dtype))
         del y, w_e
+        held.pop("weighted", None)
         added = T(final.st, final.n, final.dt)  # final_hidden_states.index_add_(0, top_x, ...): in place
         s.node("pass", (final, weighted), (added,), (top_x,))  # (the source's gathered gradient: not counted)
         final = added
-        del weighted, idx, top_x, added
-    del expert_mask
+        held.update(idx=idx, top_x=top_x, current=current, weighted=weighted)
+        del idx, top_x, current, weighted, added
+    del expert_mask, held
     return final
