@@ -156,3 +156,22 @@ def test_a_dense_model_ignores_the_field() -> None:
     dense = load_model(str(reference_dir() / "configs" / "Qwen__Qwen3-0.6B.json")).spec
     est = estimate_training(dense, make_training_run(method="qlora", qlora_experts="4bit-linear"))
     assert not any("qlora_experts" in w for w in est.warnings)
+
+
+def test_with_checkpointing_the_fused_4_bit_stacks_cost_about_one_layers_copy_more() -> None:
+    """Checkpointing recomputes each layer in backward: Axolotl's 4-bit stacks then hold one MoE layer's
+    dequantized bf16 stacks at the peak (Mixtral-8x7B: 8 experts x 3 x 4096 x 14336 x 2 B = 2.625 GiB),
+    the per-expert Linear4bit path one expert's matrix at a time (README's former 'about one layer's copy
+    high' for 4bit standing in for transformers < 5)."""
+    spec = load_model(str(reference_dir() / "configs" / "mistralai__Mixtral-8x7B-v0.1.json")).spec
+    run = {
+        "method": "qlora",
+        "precision": "bf16",
+        "seq": 2048,
+        "grad_ckpt": True,
+        "lora_targets": "q_proj,k_proj,v_proj,o_proj",
+    }
+    fused = estimate_training(spec, make_training_run(**run, qlora_experts="4bit")).peak_bytes
+    per_expert = estimate_training(spec, make_training_run(**run, qlora_experts="4bit-linear")).peak_bytes
+    layer = 8 * 3 * 4096 * 14336 * 2
+    assert layer <= fused - per_expert <= layer * 1.05
