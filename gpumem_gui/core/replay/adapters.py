@@ -94,9 +94,12 @@ def linear_modules(spec: ModelSpec, tensors: Sequence[Tensor]) -> dict[str, list
     return out
 
 
-def lora_targets(spec: ModelSpec, tensors: Sequence[Tensor], targets: Sequence[str]) -> frozenset[str]:
+def lora_targets(
+    spec: ModelSpec, tensors: Sequence[Tensor], targets: Sequence[str], fused: bool = True
+) -> frozenset[str]:
     """The weight names PEFT wraps for ``targets`` (module names, or ``all-linear``); raises
-    :class:`GpumemInputError` naming the modules that exist when a target matches none of them."""
+    :class:`GpumemInputError` naming the modules that exist when a target matches none of them (``fused``
+    False: the routed experts are transformers 4's per-expert linears, :func:`moe_lora.convert_targets`)."""
     modules = linear_modules(spec, tensors)
     if spec.encoder is not None:  # PEFT puts no adapters inside modules_to_save (an encoder's classifier)
         modules = {k: [t for t in ts if not saved_module(spec, t.name)] for k, ts in modules.items()}
@@ -109,7 +112,9 @@ def lora_targets(spec: ModelSpec, tensors: Sequence[Tensor], targets: Sequence[s
     paths = [module_path(spec, t) for ts in modules.values() for t in ts]
     one = targets[0] if len(targets) == 1 else ""
     regex = one[len(REGEX) :] if one.startswith(REGEX) else None
-    targets, stacks = moe_lora.convert_targets(spec, tensors, tuple(targets), linear_names, paths, regex)
+    targets, stacks = moe_lora.convert_targets(
+        spec, tensors, tuple(targets), linear_names, paths, regex, fused
+    )
     if tuple(targets) == (ALL_LINEAR,):
         return frozenset(t.name for name in linear_names for t in modules[name])
     chosen: set[str] = set()

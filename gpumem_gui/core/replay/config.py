@@ -30,6 +30,9 @@ class ReplayConfig:
     adapter_dt: str = "f32"
     quant_bytes: int = 0  # qlora: bytes of the 4-bit linears (packed weights + quantization state)
     quant_experts: bool = False  # qlora: the routed expert stacks are 4-bit too (run field qlora_experts)
+    # the routed experts as transformers 4.x builds them: one nn.Linear (Linear4bit) per expert projection,
+    # looped over (replay/moe_per_expert.py; qlora_experts 4bit-linear)
+    expert_linears: bool = False
     quant_base: str = (
         "nf4"  # qlora: the base's bitsandbytes format (nf4, nf4-dq: Linear4bit; int8: Linear8bitLt)
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpumem_gui.core.replay import adapters, chunked, moe_bias, moe_lora, routers
+from gpumem_gui.core.replay import adapters, chunked, moe_bias, moe_lora, moe_per_expert, routers
 from gpumem_gui.core.replay.ffn import act, clamp, dense, gated, grouped, shared
 from gpumem_gui.core.replay.memory import T
 
@@ -154,7 +154,10 @@ def moe(m: CausalLM, i: int, x: T) -> T:
     first = m.spec.traits.shared_expert_first and moe_spec.shared_expert_intermediate_size
     sh_out = shared(m, pre, x) if first else None  # Qwen2MoeSparseMoeBlock: the shared expert runs first
     router_logits, routing_weights = _route(m, x, pre)
-    final = _experts(m, pre, x, routing_weights)
+    if m.cfg.expert_linears:  # transformers 4.x: a loop over per-expert MLP modules
+        final = moe_per_expert.experts(m, pre, x, routing_weights)
+    else:
+        final = _experts(m, pre, x, routing_weights)
     if moe_spec.shared_expert_intermediate_size:
         if sh_out is None:
             sh_out = shared(m, pre, x)

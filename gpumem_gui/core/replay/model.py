@@ -55,9 +55,9 @@ def lora_tensors(spec: ModelSpec, tower: str) -> tuple[Tensor, ...]:
 
 
 @lru_cache(maxsize=256)
-def lora_weights(spec: ModelSpec, targets: tuple[str, ...], tower: str) -> frozenset[str]:
+def lora_weights(spec: ModelSpec, targets: tuple[str, ...], tower: str, fused: bool = True) -> frozenset[str]:
     """The weights PEFT wraps with adapters for ``targets`` (see :func:`adapters.lora_targets`)."""
-    return adapters.lora_targets(spec, lora_tensors(spec, tower), targets)
+    return adapters.lora_targets(spec, lora_tensors(spec, tower), targets, fused)
 
 
 def received_leaf(sim: Sim, n: int, dt: str) -> T:
@@ -85,8 +85,8 @@ class CausalLM:
         self.embed_images: Callable[..., tuple[T, list[T]]] | None = None  # set by replay/step.py
         self.after_layer: Callable[[int, T], T] | None = None  # after each text layer (vision_train_qwen3.py)
         self._by_name = {t.name: t for t in model_tensors(spec)}
-        full = cfg.method == "full"
-        self._lora = frozenset() if full else lora_weights(spec, cfg.lora_targets, cfg.tower_targets)
+        lora = (cfg.lora_targets, cfg.tower_targets, not cfg.expert_linears)  # per-expert linears: v4
+        self._lora = frozenset() if cfg.method == "full" else lora_weights(spec, *lora)
         self._logits: T | None = None
         self.alibi_bias: T | None = None
         self._last: T | None = None

@@ -79,10 +79,13 @@ def convert_targets(
     linear_names: Sequence[str],
     paths: Sequence[str],
     regex: str | None,
+    fused: bool = True,
 ) -> tuple[tuple[str, ...], frozenset[str]]:
     """(the module targets left, the expert stack tensors adapted) for ``targets`` as PEFT converts them
     (``linear_names``: what ``all-linear`` resolves to; ``paths``: the targetable modules' paths;
-    ``regex``: the pattern when ``targets`` is one regex target)."""
+    ``regex``: the pattern when ``targets`` is one regex target). ``fused`` False: transformers 4's
+    per-expert ``nn.Linear`` modules (replay/moe_per_expert.py), which PEFT adapts by their names without
+    converting anything: a name keeps adapting the dense and shared-expert linears called so too."""
     if not spec.traits.peft_expert_targets:
         return targets, frozenset()
     names = list(targets)
@@ -96,12 +99,18 @@ def convert_targets(
     hit: dict[str, set[str]] = {}
     for name in names:
         stack = _mapped(spec, name)
-        if stack is None:
+        if stack is None or (not fused and name.rsplit(".", 1)[-1] in linear_names):
             left.append(name)
-        else:
+        if stack is not None:
             hit.setdefault(stack, set()).add(name.rsplit(".", 1)[-1])
     for stack, present in hit.items():
         needed = {old for old, s in spec.traits.peft_expert_targets if s == stack}
+        if present != needed and not fused:  # per-expert adapters are built for every projection of a stack
+            raise GpumemInputError(
+                f"{', '.join(sorted(present))} without {', '.join(sorted(needed - present))} on transformers "
+                "4's per-expert linears is not modelled (name both)",
+                field="lora_targets",
+            )
         if present != needed:  # _convert_peft_config_moe: "Cannot convert PEFT target(s) ..."
             raise GpumemInputError(
                 f"{', '.join(sorted(present))} without {', '.join(sorted(needed - present))}: transformers 5 "
@@ -119,7 +128,11 @@ def stack_rank(spec: ModelSpec, name: str, r: int) -> int:
 
 
 def add_stack_lora(m: CausalLM, t: Tensor) -> None:
-    """``lora_A`` [r * E, in] and ``lora_B`` [out, r * E] for the (E, out, in) stack ``t``; they train."""
+    """``lora_A`` [r * E, in] and ``lora_B`` [out, r * E] for the (E, out, in) stack ``t``; they train
+    (transformers 4's per-expert linears: :func:`add_expert_loras`)."""
+    if m.cfg.expert_linears:
+        add_expert_loras(m, t)
+        return
     experts, n_out, n_in = t.shape
     r = stack_rank(m.spec, t.name, m.cfg.lora_rank) * experts
     dt = m.cfg.adapter_dt
@@ -127,6 +140,32 @@ def add_stack_lora(m: CausalLM, t: Tensor) -> None:
         numel = shp[0] * shp[1]
         m.p[nm] = m.s.param(nm, numel, dt, True, round(numel * DT_BYTES[dt]), t.layer, sharded=False)
         m.shape[nm] = shp
+
+
+def projections(m: CausalLM, stack: str) -> tuple[str, ...]:
+    """The transformers-4 module names the fused stack ``stack`` (``...experts.gate_up_proj``) holds, in the
+    order of its rows (gate before up: ``_MOE_TARGET_MODULE_MAPPING`` lists them so)."""
+    last = stack.rsplit(".", 1)[-1]
+    return tuple(old for old, s in m.spec.traits.peft_expert_targets if s == last)
+
+
+def add_expert_loras(m: CausalLM, t: Tensor) -> None:
+    """PEFT's ``lora_A`` [r, in] / ``lora_B`` [out, r] on each expert's projections of the (E, out, in)
+    stack ``t`` (its rows split evenly among the projections fused into it); they train."""
+    experts, n_out, n_in = t.shape
+    names = projections(m, t.name)
+    rows = n_out // len(names)
+    base = t.name.rsplit(".", 1)[0]
+    r, dt = m.cfg.lora_rank, m.cfg.adapter_dt
+    for e in range(experts):
+        for proj in names:
+            for nm, shp in (
+                (f"{base}.{e}.{proj}.lora_A", (r, n_in)),
+                (f"{base}.{e}.{proj}.lora_B", (rows, r)),
+            ):
+                numel = shp[0] * shp[1]
+                m.p[nm] = m.s.param(nm, numel, dt, True, round(numel * DT_BYTES[dt]), t.layer, sharded=False)
+                m.shape[nm] = shp
 
 
 def stack(m: CausalLM, name: str) -> T:

@@ -49,15 +49,27 @@ def lora_targets(run: TrainingRun) -> tuple[str, ...]:
     return (ALL_LINEAR,) if run.lora_targets == ALL_LINEAR else tuple(run.lora_targets)
 
 
-def _expert_storage(tensors: tuple[Tensor, ...], run: TrainingRun) -> list[str]:
+def expert_linears(run: TrainingRun) -> bool:
+    """The routed experts are transformers 4's per-expert Linear4bit modules (qlora_experts 4bit-linear:
+    replay/moe_per_expert.py), which PEFT adapts as linears (no ParamWrapper)."""
+    return run.method == "qlora" and run.qlora_experts == "4bit-linear"
+
+
+def _expert_storage(spec: ModelSpec, tensors: tuple[Tensor, ...], run: TrainingRun) -> list[str]:
     """What the estimate assumed for a 4-bit base's routed experts (run field qlora_experts) and why."""
     if run.method != "qlora" or not any(moe_lora.is_stack(t.name, t.shape) for t in tensors):
         return []
+    if run.qlora_experts == "4bit-linear" and not spec.traits.peft_expert_targets:
+        raise GpumemInputError(
+            "4bit-linear is modelled where the transformers 4 names of the experts' projections are known "
+            "(the Mixtral and Qwen2-MoE patterns PEFT converts); not for this model type: use bf16 or 4bit",
+            field="qlora_experts",
+        )
     if run.qlora_base == "int8":
-        if run.qlora_experts == "4bit":
+        if run.qlora_experts != "bf16":
             raise GpumemInputError(
-                "4bit needs a 4-bit base (qlora_base nf4 or nf4-dq): Linear8bitLt leaves fused expert "
-                "stacks alone, and so does this estimate",
+                f"{run.qlora_experts} needs a 4-bit base (qlora_base nf4 or nf4-dq): Linear8bitLt leaves "
+                "fused expert stacks alone, and so does this estimate",
                 field="qlora_experts",
             )
         return ["qlora_experts: the routed expert stacks are bf16 (LLM.int8 replaces nn.Linear modules only)"]
@@ -65,12 +77,22 @@ def _expert_storage(tensors: tuple[Tensor, ...], run: TrainingRun) -> list[str]:
         return [
             "qlora_experts: the routed experts are 4-bit as Axolotl's quantize_moe_experts stores them; "
             "each MoE layer's stacks are dequantized whole when read and the copy is kept for backward "
-            "(transformers < 5's per-expert Linear4bit dequantizes one expert at a time: less than this)"
+            "(transformers < 5's per-expert Linear4bit dequantizes one expert at a time: qlora_experts "
+            "4bit-linear)"
+        ]
+    if run.qlora_experts == "4bit-linear":
+        return [
+            "qlora_experts: the routed experts are one Linear4bit per expert projection as transformers < 5 "
+            "builds them, looped over the experts hit with tokens spread evenly; one expert's weight is "
+            "dequantized per call and none is kept for backward; PEFT adapts each expert's linears named by "
+            "the targets (lora_A / lora_B per expert) and converts nothing: dense and shared-expert linears "
+            "named alike keep their adapters (a router target runs as a merged weight, as on transformers 5)"
         ]
     return [
         "qlora_experts: the routed experts are bf16, as transformers >= 5 loads a 4-bit base (its fused "
         "3-D expert stacks are no nn.Linear, bitsandbytes skips them); they are most of an MoE's weights: "
-        "set qlora_experts 4bit for Axolotl's quantize_moe_experts (or transformers < 5's Linear4bit experts)"
+        "set qlora_experts 4bit for Axolotl's quantize_moe_experts, 4bit-linear for transformers < 5's "
+        "Linear4bit experts"
     ]
 
 
@@ -104,7 +126,8 @@ def _adapter_checks(spec: ModelSpec, run: TrainingRun) -> tuple[str, ...]:
             field="precision",
         )
     tensors = lora_tensors(spec, run.lora_vision_tower)  # the vision tower's linears as far as it reaches
-    chosen = adapters.lora_targets(spec, tensors, lora_targets(run))  # names the modules on a miss
+    # names the modules on a miss
+    chosen = adapters.lora_targets(spec, tensors, lora_targets(run), not expert_linears(run))
     if not chosen:
         raise GpumemInputError("this model has no linear layer for LoRA adapters", field="lora_targets")
     warnings = []
@@ -117,6 +140,7 @@ def _adapter_checks(spec: ModelSpec, run: TrainingRun) -> tuple[str, ...]:
             "builds such adapters, but they hold more than the layer they adapt"
         )
     stacks = sorted({name.rsplit(".", 1)[-1] for name in chosen if len(shapes[name]) == 3})
+    stacks = [] if expert_linears(run) else stacks  # transformers 4: no ParamWrapper, no conversion
     wrapped = bool(stacks) or any(adapters.is_router(t) and t.name in chosen for t in tensors)
     if wrapped and run.lora_dropout > 0:  # peft tuners/lora/layer.py ParamWrapper.__init__ raises
         raise GpumemInputError(
@@ -124,7 +148,7 @@ def _adapter_checks(spec: ModelSpec, run: TrainingRun) -> tuple[str, ...]:
             "ParamWrapper refuses dropout (name the attention projections only to keep it)",
             field="lora_dropout",
         )
-    warnings += _expert_storage(tensors, run)
+    warnings += _expert_storage(spec, tensors, run)
     if stacks:
         # peft 0.21 utils/transformers_weight_conversion.py _convert_peft_config_moe (see replay/moe_lora.py)
         warnings.append(

@@ -17,7 +17,7 @@ from gpumem_gui.core.replay.vision import has_tower, image_tokens
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, rank_spec, stage_layers, weighted_chunk_layers
 from gpumem_gui.core.training.buckets import BucketHooks, WholeParams, ZeroHooks
-from gpumem_gui.core.training.checks import lora_targets
+from gpumem_gui.core.training.checks import expert_linears, lora_targets
 from gpumem_gui.core.training.frameworks.deepspeed import FlatPartitions
 from gpumem_gui.core.training.frameworks.fsdp import fsdp2_hooks
 from gpumem_gui.core.training.model_parallel import rank_sharding, tp_fields
@@ -31,7 +31,7 @@ def _quant_bytes(run: TrainingRun, rspec: ModelSpec) -> int:
     """Bytes of the quantized linears on this rank (formats.weight_bytes): 4-bit packed weights + absmax /
     quant state, or int8 weights + fp32 row scales (SCB)."""
     cdt = precision(run).compute_bytes
-    experts = run.qlora_experts == "4bit"  # bf16: transformers 5's fused stacks are no Linear4bit
+    experts = run.qlora_experts != "bf16"  # bf16: transformers 5's fused stacks are no Linear4bit
     wb = weight_bytes(rspec, run.qlora_base, compute_dtype_bytes=cdt, quantize_experts=experts)
     return wb.quantized_bytes
 
@@ -97,7 +97,8 @@ def _config(spec: ModelSpec, run: TrainingRun, stage: int) -> tuple[ReplayConfig
         adapter_dt=mdt or ("bf16" if precision(run).store_scale != 1 else "f32"),  # FSDP mp: like the base
         quant_bytes=_quant_bytes(run, rspec) if run.method == "qlora" else 0,
         quant_base=run.qlora_base,
-        quant_experts=run.method == "qlora" and run.qlora_experts == "4bit" and run.qlora_base != "int8",
+        quant_experts=run.method == "qlora" and run.qlora_experts != "bf16" and run.qlora_base != "int8",
+        expert_linears=expert_linears(run),
         frozen_layers=frozen,
         lm_head=stage == run.pp - 1,
         embedding=stage == 0,

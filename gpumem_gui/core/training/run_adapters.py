@@ -125,17 +125,23 @@ QloraBase = Annotated[
 # are fused 3-D nn.Parameter stacks, which replace_with_bnb_linear (integrations/bitsandbytes.py) leaves
 # alone as it replaces nn.Linear modules only. 4bit is Axolotl's quantize_moe_experts (its moe_quant module:
 # bitsandbytes.nn.parametrize replace_parameter_4bit on every 3-D expert parameter, dequantized whole when
-# the experts read it). transformers < 5 (one Linear4bit per expert) stores the same 4-bit weights but
-# dequantizes one expert at a time; its per-expert modules are not modelled (4bit stands in for it).
+# the experts read it). 4bit-linear is transformers < 5 (v4.57 models/mixtral/modeling_mixtral.py
+# MixtralSparseMoeBlock: a ModuleList of expert MLPs, each nn.Linear a Linear4bit): the same 4-bit weights,
+# dequantized one expert projection at a time, LoRA on each expert's linears (replay/moe_per_expert.py).
 QloraExperts = Annotated[
-    Literal["bf16", "4bit"],
+    Literal["bf16", "4bit", "4bit-linear"],
     UI(
         "QLoRA experts",
         _L,
         "how a 4-bit base stores an MoE's routed experts: bf16 as transformers >= 5 loads them (fused 3-D "
         "expert stacks are no nn.Linear, bitsandbytes skips them), or 4bit as Axolotl's "
-        "quantize_moe_experts: true stores them (each MoE layer's stacks dequantized whole when read)",
-        choices=(("bf16 (transformers >= 5)", "bf16"), ("4-bit (quantize_moe_experts)", "4bit")),
+        "quantize_moe_experts: true stores them (each MoE layer's stacks dequantized whole when read), or "
+        "4bit-linear as transformers < 5 builds them (one Linear4bit per expert projection, looped over)",
+        choices=(
+            ("bf16 (transformers >= 5)", "bf16"),
+            ("4-bit (quantize_moe_experts)", "4bit"),
+            ("4-bit Linear4bit per expert (transformers < 5)", "4bit-linear"),
+        ),
         shown=lambda v: v.get("method") == "qlora" and v.get("qlora_base", "nf4") != "int8",
     ),
 ]
