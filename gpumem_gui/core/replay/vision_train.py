@@ -46,7 +46,7 @@ from gpumem_gui.core.replay import adapters
 from gpumem_gui.core.replay.memory import DT_BYTES, T
 from gpumem_gui.core.replay.vision_tower import REGION
 from gpumem_gui.core.replay.vision_train_llama4 import embed_llama4, llama4_tensors
-from gpumem_gui.core.replay.vision_train_lora import INPUT_EMBEDDINGS, adapted, input_hook
+from gpumem_gui.core.replay.vision_train_lora import INPUT_EMBEDDINGS, adapted, input_hook, layer_norm
 from gpumem_gui.core.replay.vision_train_pixtral import embed_pixtral, pixtral_tensors
 from gpumem_gui.core.replay.vision_train_qwen import QwenTrainTower, qwen_tensors
 from gpumem_gui.core.replay.vision_train_qwen3 import Qwen3TrainTower, embed_deepstack, qwen3_tensors
@@ -225,13 +225,8 @@ class _Siglip:
         return adapted(self.m, x, out, _P + name, n_out, n_in)
 
     def layer_norm(self, x: T, name: str) -> T:
-        """native_layer_norm: saves its input, weight, bias and the fp32 mean and rstd."""
-        s, rows = self.s, x.n // self.v.hidden_size
-        w, b = self.w(f"{name}.weight"), self.w(f"{name}.bias")
-        out = s.new(x.n, x.dt)
-        mean, rstd = s.new(rows, "f32"), s.new(rows, "f32")
-        s.node("multi", (x, w, b), (out,), (x, w, b, mean, rstd))
-        return out
+        """native_layer_norm over the tower's hidden size (:func:`.vision_train_lora.layer_norm`)."""
+        return layer_norm(self.s, x, self.w(f"{name}.weight"), self.w(f"{name}.bias"), self.v.hidden_size)
 
     def layer(self, i: int, hidden: T) -> T:
         """SiglipEncoderLayer.forward (a method so checkpointing can recompute it)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpumem_gui.core.replay.memory import T, promote
-from gpumem_gui.core.replay.vision_train_lora import adapted
+from gpumem_gui.core.replay.vision_train_lora import adapted, layer_norm
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.vision import image_grid
 
@@ -76,13 +76,8 @@ class Llama4TrainTower:
         return adapted(self.m, x, out, name, n_out, n_in)
 
     def layer_norm(self, x: T, name: str) -> T:
-        """native_layer_norm: saves its input, weight, bias and the fp32 mean and rstd."""
-        s, rows = self.s, x.n // self.v.hidden_size
-        w, b = self.w(f"{name}.weight"), self.w(f"{name}.bias")
-        out = s.new(x.n, x.dt)
-        mean, rstd = s.new(rows, "f32"), s.new(rows, "f32")
-        s.node("multi", (x, w, b), (out,), (x, w, b, mean, rstd))
-        return out
+        """native_layer_norm over the tower's hidden size (:func:`.vision_train_lora.layer_norm`)."""
+        return layer_norm(self.s, x, self.w(f"{name}.weight"), self.w(f"{name}.bias"), self.v.hidden_size)
 
     def rotate(self, x: T, freqs: T) -> T:
         """One of q/k in vision_apply_rotary_emb: ``x.float()``, the complex product with ``freqs_ci`` (which

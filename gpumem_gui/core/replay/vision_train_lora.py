@@ -11,6 +11,8 @@ their linears, or when the frozen tower runs under autograd all the same.
   embeddings of every ``PreTrainedModel`` inside the model, the vision model's included: its output
   ``requires_grad_(True)``, so autograd records the frozen tower from the patch embedding on, adapters or
   not. :data:`INPUT_EMBEDDINGS` are the towers whose vision model returns a module there.
+
+:func:`layer_norm` is the LayerNorm node every trainable tower records (SigLIP, Qwen3-VL, Llama 4).
 """
 
 from __future__ import annotations
@@ -26,6 +28,16 @@ from gpumem_gui.core.replay.memory import T
 # Conv2d), Qwen2_5_VisionTransformerPretrainedModel (patch_embed), PixtralVisionModel (patch_conv);
 # Qwen3VLVisionModel returns None (checked on the models built from tests/reference/vision/configs)
 INPUT_EMBEDDINGS = ("siglip", "qwen2_5_vl", "pixtral")
+
+
+def layer_norm(s: Any, x: T, w: T, b: T, width: int) -> T:
+    """nn.LayerNorm over rows of ``width`` (native_layer_norm, its output in the input's dtype under CPU
+    autocast): saves its input, weight, bias and the fp32 mean and rstd."""
+    rows = x.n // width
+    out = s.new(x.n, x.dt)
+    mean, rstd = s.new(rows, "f32"), s.new(rows, "f32")
+    s.node("multi", (x, w, b), (out,), (x, w, b, mean, rstd))
+    return out
 
 
 def adapted(m: Any, x: T, result: T, name: str, n_out: int, n_in: int) -> T:

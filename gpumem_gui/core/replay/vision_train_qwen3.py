@@ -28,6 +28,7 @@ from functools import partial
 from typing import Any
 
 from gpumem_gui.core.replay.memory import T
+from gpumem_gui.core.replay.vision_train_lora import layer_norm
 from gpumem_gui.core.replay.vision_train_qwen import PREFIX, QwenTrainTower
 from gpumem_gui.core.spec.model import ModelSpec
 
@@ -67,14 +68,8 @@ class Qwen3TrainTower(QwenTrainTower):
     """The trainable Qwen3-VL tower on ``images`` images (``n``: rows of all their patches)."""
 
     def layer_norm(self, x: T, name: str, width: int) -> T:
-        """nn.LayerNorm (native_layer_norm, its output in the input's dtype under CPU autocast): saves its
-        input, weight, bias and the fp32 mean and rstd."""
-        s, rows = self.s, x.n // width
-        w, b = self.w(f"{name}.weight"), self.w(f"{name}.bias")
-        out = s.new(x.n, x.dt)
-        mean, rstd = s.new(rows, "f32"), s.new(rows, "f32")
-        s.node("multi", (x, w, b), (out,), (x, w, b, mean, rstd))
-        return out
+        """nn.LayerNorm over rows of ``width`` (:func:`.vision_train_lora.layer_norm`)."""
+        return layer_norm(self.s, x, self.w(f"{name}.weight"), self.w(f"{name}.bias"), width)
 
     def block(self, i: int, hidden: T, cos: T, sin: T) -> T:
         """Qwen3VLVisionBlock.forward (a method so checkpointing can recompute it)."""

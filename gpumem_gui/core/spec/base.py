@@ -31,11 +31,9 @@ class Frozen(BaseModel):
         try:
             return _KEPT_HASH.__get__(self)  # type: ignore[no-any-return]
         except AttributeError:  # from the slot itself, not pydantic's __getattr__ (2.9 -> 1.2 us)
-            pass
-        values = self.__dict__
-        h = hash(tuple(map(values.__getitem__, type(self).model_fields)))
-        _KEPT_HASH.__set__(self, h)
-        return h
+            h = hash(tuple(map(self.__dict__.__getitem__, type(self).model_fields)))
+            _KEPT_HASH.__set__(self, h)
+            return h
 
 
 _KEPT_HASH = Frozen.__dict__["_frozen_hash"]  # the slot's descriptor
