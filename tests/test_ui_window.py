@@ -10,6 +10,7 @@ import pytest
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 
+from gpumem_gui.core import reported_for
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.readers.loader import load_model
 from gpumem_gui.core.runtimes.inference import InferenceRun
@@ -46,7 +47,13 @@ def test_starts_with_the_default_model_and_draws_everything(main_window: MainWin
     assert weights is not None
     assert w.results.breakdown.bars.heights("weights") == pytest.approx([weights.bytes / GiB])
     assert w.results.phases.phase_names == list(est.phases)
-    assert w.results.table.rowCount() == len(est.components) + 1
+    # the components, the total, then what a GPU with room shows (reserved, nvidia-smi): plain rows
+    rep = reported_for(est)
+    assert rep is not None and w.results.table.rowCount() == len(est.components) + 3
+    last = w.results.table.rowCount() - 1
+    assert w.results.table.item(last, 1).text() == f"{rep.nvidia_smi_bytes:,}"
+    assert "nvidia-smi" in w.results.table.item(last, 0).text() and w.results.table.item(last, 3).text() == ""
+    assert not w.results.table.item(last, 0).flags() & Qt.ItemFlag.ItemIsSelectable
     assert len(w.results.sweep.data) >= 40
     assert w.report is not None
     assert "weights" in w.results.explain.toPlainText().lower()

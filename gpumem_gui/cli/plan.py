@@ -15,6 +15,7 @@ from gpumem_gui.core import (
     estimate_document,
     fit_document,
     maxima_phrases,
+    reported_for,
     run_fields,
     runtime,
     with_target_arch,
@@ -59,7 +60,12 @@ def _print_estimate(m: LoadedModel, run: Any, est: Any) -> None:
         f"peak of live tensors: {gib(est.peak_bytes)} GiB in phase '{est.peak_phase}'   "
         f"(torch.cuda.max_memory_allocated)"
     )
-    print(f"GPU memory needed:    {gib(est.total_bytes)} GiB per GPU (what nvidia-smi shows)")
+    print(f"GPU memory needed:    {gib(est.total_bytes)} GiB per GPU (what a fit checks)")
+    if rep := reported_for(est):
+        print(
+            f"a GPU with room:      reserved {gib(rep.reserved_bytes)} GiB (torch.cuda.max_memory_reserved), "
+            f"nvidia-smi {gib(rep.nvidia_smi_bytes)} GiB ({rep.basis})"
+        )
     if est.mode != "train" and "task" not in est.facts:  # an encoder (its task head) keeps no KV cache
         print(f"KV cache:             {gib(est.kv_cache_bytes)} GiB")
     if "state_bytes" in est.facts:  # linear-attention layers: a fixed state per sequence beside the KV cache
@@ -71,9 +77,8 @@ def _print_estimate(m: LoadedModel, run: Any, est: Any) -> None:
     if "reserved_peak_bytes" in est.facts:  # training: the caching allocator model (--allocator-model)
         f = est.facts
         print(
-            f"allocator (model):    reserved {gib(f['reserved_peak_bytes'])} GiB on a GPU with room "
-            f"(torch.cuda.max_memory_reserved), {gib(f['allocator_needed_bytes'])} GiB needed at least, "
-            f"fragmentation {f['fragmentation']:.1%}"
+            f"allocator (model):    {gib(f['allocator_needed_bytes'])} GiB needed at least (the cached "
+            f"segments released before an out-of-memory error), fragmentation {f['fragmentation']:.1%}"
         )
     print(f"phases (GiB):         {_phase_text(est)}")
     for k, v in est.facts.items():

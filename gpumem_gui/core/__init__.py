@@ -65,6 +65,7 @@ from gpumem_gui.core.fit.documents import (
     cluster_document,
     estimate_document,
     fit_document,
+    reported_for,
 )
 from gpumem_gui.core.fit.sweep import (
     MAX_SWEEP_POINTS,
@@ -152,6 +153,7 @@ from gpumem_gui.core.readers.hub import HubClient, looks_like_hub_id
 from gpumem_gui.core.readers.loader import LoadedModel, load_model, set_default_hub_client
 from gpumem_gui.core.readers.weights import WeightsInventory
 from gpumem_gui.core.results.estimate import Component, Estimate, Explanation, GpuShare, Phase, RankClass
+from gpumem_gui.core.results.reported import Reported, reported
 from gpumem_gui.core.runtimes.base import Runtime
 from gpumem_gui.core.runtimes.inference import RUNTIMES, InferenceRun, estimate_inference, make_run, runtime
 from gpumem_gui.core.spec.compressed import describe_compressed
@@ -252,6 +254,7 @@ __all__ = [
     "Placement",
     "Prediction",
     "RankClass",
+    "Reported",
     "RunField",
     "Runtime",
     "SizeUnit",
@@ -332,6 +335,8 @@ __all__ = [
     "read_observed",
     "read_observed_bytes",
     "read_observed_file",
+    "reported",
+    "reported_for",
     "resolve_tricks",
     "resources_dir",
     "run_fields",

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpumem_gui.core import Component, SizeUnit
+from gpumem_gui.core import Component, Reported, SizeUnit
 
 
 def _runs(block: QTextBlock) -> list[tuple[int, int, QTextCharFormat, str]]:
@@ -29,6 +29,9 @@ def _runs(block: QTextBlock) -> list[tuple[int, int, QTextCharFormat, str]]:
             runs.append((frag.position(), frag.length(), frag.charFormat(), frag.text()))
         it += 1
     return runs
+
+
+_SELECTABLE = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
 
 
 class ComponentTable(QTableWidget):
@@ -48,11 +51,25 @@ class ComponentTable(QTableWidget):
             h.setSectionResizeMode(i, QHeaderView.ResizeMode.ResizeToContents)
         self.components: list[Component] = []
 
-    def show_components(self, comps: Sequence[Component], total: int, unit: SizeUnit) -> None:
-        """Fill the table; cells are updated in place (creating items is what makes a table slow)."""
+    def show_components(
+        self, comps: Sequence[Component], total: int, unit: SizeUnit, reported: Reported | None = None
+    ) -> None:
+        """Fill the table; cells are updated in place (creating items is what makes a table slow). After the
+        total (what a fit checks), ``reported``'s figures: what a GPU with room would show (no share)."""
         selected = self.selected_key()
         self.components = list(comps)
-        rows = [(c.label, c.bytes, c.key) for c in comps] + [("total (as nvidia-smi)", total, "")]
+        rows = [(c.label, c.bytes, c.key) for c in comps] + [("total: what a fit checks", total, "")]
+        if reported is not None:  # the statistic first: a narrow column elides the end
+            rows += [
+                ("reserved, on a GPU with room", reported.reserved_bytes, ""),
+                ("nvidia-smi, on a GPU with room", reported.nvidia_smi_bytes, ""),
+            ]
+        tip = (
+            f"What a GPU with more memory than the run needs would report ({reported.basis}): "
+            f"{reported.explain.formula}"
+            if reported is not None
+            else ""
+        )
         self.setUpdatesEnabled(False)
         blocker = QSignalBlocker(self)
         header = self.horizontalHeader()
@@ -65,7 +82,8 @@ class ComponentTable(QTableWidget):
                 self.setRowCount(len(rows))
             right = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
             for r, (label, n, key) in enumerate(rows):
-                cells = [label, f"{n:,}", f"{n / unit.factor:,.2f}", f"{100 * n / max(1, total):.1f} %"]
+                share = f"{100 * n / max(1, total):.1f} %" if r <= len(comps) else ""  # reported: no share
+                cells = [label, f"{n:,}", f"{n / unit.factor:,.2f}", share]
                 for col, text in enumerate(cells):
                     item = self.item(r, col)
                     if item is None:
@@ -77,13 +95,17 @@ class ComponentTable(QTableWidget):
                         item.setText(text)
                     if item.data(Qt.ItemDataRole.UserRole) != key:
                         item.setData(Qt.ItemDataRole.UserRole, key)
-                    is_total = not key
+                    is_total = r == len(comps)  # the reported rows after it: plain, not selectable
+                    row_tip = tip if r > len(comps) else ""
+                    if item.toolTip() != row_tip:
+                        item.setToolTip(row_tip)
                     if item.font().bold() != is_total:
                         font = QFont(self.font())
                         font.setBold(is_total)
                         item.setFont(font)
-                        flags = Qt.ItemFlag.ItemIsEnabled
-                        item.setFlags(flags if is_total else flags | Qt.ItemFlag.ItemIsSelectable)
+                    flags = _SELECTABLE if key else Qt.ItemFlag.ItemIsEnabled
+                    if item.flags() != flags:
+                        item.setFlags(flags)
             if selected:
                 self.select_key(selected)
         finally:

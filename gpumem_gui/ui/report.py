@@ -30,6 +30,7 @@ from gpumem_gui.core import (
     fmt_bytes,
     fmt_count,
     maxima_phrases,
+    reported_for,
     runtime,
 )
 
@@ -179,8 +180,15 @@ def _md_summary(
         f"- run: {run_summary(run)}",
         f"- target: {target_text}",
         "",
-        f"**GPU memory needed: {fmt_bytes(est.total_bytes, unit)} per GPU** (what nvidia-smi shows); "
+        f"**GPU memory needed: {fmt_bytes(est.total_bytes, unit)} per GPU** (what a fit checks); "
         f"peak of live tensors {fmt_bytes(est.peak_bytes, unit)} in phase `{est.peak_phase}`"
+        + (
+            f"; on a GPU with room: reserved {fmt_bytes(rep.reserved_bytes, unit)} "
+            f"(torch.cuda.max_memory_reserved), nvidia-smi {fmt_bytes(rep.nvidia_smi_bytes, unit)} "
+            f"({rep.basis})"
+            if (rep := reported_for(est))
+            else ""
+        )
         + (
             f"; CPU RAM for offloaded state {fmt_bytes(int(est.facts.get('cpu_bytes') or 0), unit)} per rank."
             if isinstance(run, TrainingRun)

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gpumem_gui.core import Estimate, SizeUnit, Verdict, fmt_bytes
+from gpumem_gui.core import Estimate, SizeUnit, Verdict, fmt_bytes, reported_for
 from gpumem_gui.ui.changes_panel import ChangesPanel
 from gpumem_gui.ui.chart_slots import ChartSlots
 from gpumem_gui.ui.components_view import ComponentTable, ExplanationView
@@ -249,7 +249,7 @@ class ResultsView(QWidget):
         self._unit = unit
         self.slots.show_estimate(est, unit, capacity_bytes, free_bytes)
         self.ranks.show_ranks(est, unit)
-        self.table.show_components(est.components, est.total_bytes, unit)
+        self.table.show_components(est.components, est.total_bytes, unit, reported_for(est))
         applied = est.facts.get("framework_defaults")
         self.notes.setText(str(applied) if applied not in (None, "none") else "")  # profiles.py facts()
         self.notes.setVisible(bool(self.notes.text()))

@@ -221,7 +221,7 @@ def delta_rows(a: Estimate, b: Estimate) -> list[tuple[str, str, int, int]]:
     for key, label in labels.items():
         ca, cb = a.component(key), b.component(key)
         rows.append((key, label, ca.bytes if ca else 0, cb.bytes if cb else 0))
-    rows.append(("", "total (what nvidia-smi shows)", a.total_bytes, b.total_bytes))
+    rows.append(("", "total (what a fit checks)", a.total_bytes, b.total_bytes))
     return rows
 
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from gpumem_gui.core.fit import FitReport
 from gpumem_gui.core.fit.cluster import ClusterFit, cluster_summary
 from gpumem_gui.core.results.estimate import Component, Estimate, Phase, RankClass
+from gpumem_gui.core.results.reported import Reported, reported
 from gpumem_gui.core.spec.params import ParamCounts
 
 ESTIMATE_SCHEMA = "gpumem.estimate/1"
@@ -71,6 +72,8 @@ def estimate_document(
         ],
         "params": {"total": params.total, "active_per_token": params.active_per_token} if params else None,
         "kv_cache_bytes": est.kv_cache_bytes,
+        # what a GPU with room would report (core/results/reported.py): allocated, reserved, nvidia-smi
+        "reported": rep.model_dump(mode="json") if (rep := reported_for(est)) else None,
         "facts": dict(est.facts),
         "warnings": list(est.warnings),
         "explain": {c.key: c.explain.model_dump(mode="json") for c in est.components},
@@ -83,6 +86,16 @@ def estimate_document(
     if fit is not None:
         doc["fit"] = fit_document(fit, approximate)
     return doc
+
+
+def reported_for(est: Estimate) -> Reported | None:
+    """What a GPU with room would report for ``est`` (:func:`~gpumem_gui.core.results.reported.reported`)
+    where the estimate models the caching allocator's reserve (transformers inference and training), else
+    None: vLLM's and SGLang's estimates are their own logs' budget figures, and llama.cpp's and Ollama's
+    buffers are ggml's, not PyTorch's (ggml-cuda.cu ggml_backend_cuda_buffer_type_alloc_buffer)."""
+    if not any(c.key == "allocator_reserve" for c in est.components):
+        return None
+    return reported(est)
 
 
 def _rank(r: RankClass) -> dict[str, Any]:
