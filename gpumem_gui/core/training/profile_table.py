@@ -57,6 +57,11 @@ class Profile:
     compiled_losses: tuple[str, ...] = ()
     compiled_losses_tp: tuple[str, ...] | None = None
     compiled_loss_source: str = ""
+    # FSDP2 full_shard: the root unit (embeddings, final norm, head) resharded after forward and regathered at
+    # the loss (fully_shard(model, reshard_after_forward=True) on torch >= 2.8); False: kept unsharded from its
+    # forward all-gather to its post-backward
+    fsdp2_root_reshard: bool = True
+    fsdp2_root_reshard_source: str = ""
 
 
 _HF_CE = (
@@ -194,6 +199,13 @@ PROFILES: dict[str, Profile] = {
             compiled_loss_source="torchtune training.compile_loss (torchtune/training/_compile.py): "
             "compute_cross_entropy of CEWithChunkedOutputLoss / LinearCrossEntropyLoss compiled per chunk "
             "(modules/loss/ce_chunked_output_loss.py, cross_entropy_loss.py apply_compile_strategy)",
+            fsdp2_root_reshard=False,
+            fsdp2_root_reshard_source="torchtune training.shard_model (torchtune/training/_distributed.py): "
+            "the root fully_shard(model) with reshard_after_forward=False since torchtune cdde80e74 "
+            "(2025-06-06); before, the layers' reshard_after_forward=True reached the root too, and torch up to "
+            "2.7 kept a root unsharded after forward whatever it was given (torch/distributed/fsdp/"
+            "_fully_shard/_fsdp_state.py FSDPState._lazy_init: post_forward_mesh_info = None; changed by "
+            "pytorch/pytorch #154704, #155319)",
         ),
         Profile(
             "torchtitan",

@@ -24,6 +24,7 @@ from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.training.frameworks.base import Framework, Sharding, no_param_offload, nothing_to_shard
 from gpumem_gui.core.training.fsdp2 import Fsdp2Hooks, Fsdp2Policy
 from gpumem_gui.core.training.precision import precision
+from gpumem_gui.core.training.profiles import profile
 from gpumem_gui.core.training.run import TrainingRun
 
 
@@ -63,6 +64,7 @@ def fsdp2_hooks(run: TrainingRun, w: int, unsynced: int = 0) -> Fsdp2Hooks | Non
             # (torch/distributed/pipelining/stage.py backward_maybe_with_nosync, perform_reduce_grad)
             pipeline=replayed_microbatches(run.grad_accum) if run.pp > 1 else 0,
             unsynced=unsynced,
+            root_reshard=profile(run).fsdp2_root_reshard,
         )
     )
 
