@@ -1,7 +1,9 @@
-"""FSDP2's root unit (embeddings, final norm, head) after forward: resharded and regathered at the loss when
-``fully_shard(model, reshard_after_forward=True)`` is honoured (torch >= 2.8), kept unsharded by torchtune
+"""What torchtune's recipes do differently from a plain PyTorch / PEFT run (issue 31, the torchtune
+README's rows): FSDP2's root unit (embeddings, final norm, head) stays unsharded after forward
 (``training.shard_model`` gives the root ``reshard_after_forward=False``; torch up to 2.7 kept every root
-unsharded after forward). Issue 31: the torchtune README's 405B QLoRA and 70B LoRA rows."""
+unsharded after forward),
+where a plain ``fully_shard(model, reshard_after_forward=True)`` reshards it and regathers it at the loss
+(torch >= 2.8); and LoRA adapters are built in the model's dtype, not PEFT's fp32."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pytest
 
 from gpumem_gui.core.readers.hf_config import spec_from_config
 from gpumem_gui.core.replay.step import StepResult, simulate_step
-from gpumem_gui.core.training import make_training_run
+from gpumem_gui.core.training import estimate_training, make_training_run
 from gpumem_gui.core.training.fsdp2 import ROOT, Fsdp2Hooks
 from gpumem_gui.core.training.profiles import profile
 from gpumem_gui.core.training.rank import sharding_hooks, step_config, step_options
@@ -54,9 +56,32 @@ def test_shard_grad_op_keeps_every_unit_whatever_the_framework(fw: str) -> None:
     assert res.after_forward == base.after_forward
 
 
-def test_the_profile_names_its_source() -> None:
+def test_the_profile_names_its_sources() -> None:
     from gpumem_gui.core.training.run import TrainingRun
 
     p = profile(TrainingRun(framework="torchtune"))
-    assert not p.fsdp2_root_reshard
+    assert not p.fsdp2_root_reshard and p.lora_model_dtype
     assert "_distributed.py" in p.fsdp2_root_reshard_source and "154704" in p.fsdp2_root_reshard_source
+    assert "set_default_dtype" in p.lora_model_dtype_source
+    plain = profile(TrainingRun())
+    assert plain.fsdp2_root_reshard and not plain.lora_model_dtype
+
+
+@pytest.mark.parametrize("method", ["lora", "qlora"])
+def test_torchtune_builds_lora_adapters_in_the_model_dtype(method: str) -> None:
+    """bf16 adapters: their AdamW states (two per parameter) take half the bytes of PEFT's fp32 ones, and the
+    replay casts no input to fp32 for them."""
+    run = {"method": method, "precision": "bf16", "batch": 1, "seq": 64, "loss": "standard"}
+    peft = make_training_run(framework="pytorch", **run)
+    tune = make_training_run(framework="torchtune", **run)
+    assert step_config(SPEC, peft)[0].adapter_dt == "f32"
+    assert step_config(SPEC, tune)[0].adapter_dt == "bf16"
+    states = [estimate_training(SPEC, r).component("optimizer_states") for r in (peft, tune)]
+    assert states[0] is not None and states[1] is not None
+    assert states[1].bytes * 2 == states[0].bytes > 0
+
+
+def test_fsdp_mixed_precision_keeps_adapters_like_the_base_for_every_framework() -> None:
+    for fw in ("pytorch", "torchtune"):
+        run = make_training_run(framework=fw, method="lora", precision="mp-bf16", fsdp="full_shard", dp=2)
+        assert step_config(SPEC, run)[0].adapter_dt == "bf16", fw
