@@ -85,3 +85,18 @@ def test_fsdp_mixed_precision_keeps_adapters_like_the_base_for_every_framework()
     for fw in ("pytorch", "torchtune"):
         run = make_training_run(framework=fw, method="lora", precision="mp-bf16", fsdp="full_shard", dp=2)
         assert step_config(SPEC, run)[0].adapter_dt == "bf16", fw
+
+
+def test_the_trace_request_asks_for_adapters_in_the_model_dtype() -> None:
+    """The trace worker builds PEFT's adapters; for torchtune the request says to keep the base's dtype."""
+    from gpumem_gui.core import load_model
+    from gpumem_gui.trace.request import make_request
+    from tests.conftest import reference_dir
+
+    model = load_model(str(reference_dir() / "configs" / "Qwen__Qwen2.5-0.5B.json"))
+    run = {"method": "lora", "batch": 1, "seq": 64}
+    tune = make_request(model, make_training_run(framework="torchtune", **run)).run
+    assert tune["lora_model_dtype"] is True
+    assert "lora_model_dtype" not in make_request(model, make_training_run(**run)).run
+    full = make_request(model, make_training_run(framework="torchtune", batch=1, seq=64)).run
+    assert "lora_model_dtype" not in full
