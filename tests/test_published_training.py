@@ -80,8 +80,9 @@ def _write(tmp_path: Path, data: dict[str, Any]) -> Path:
         (lambda p: p["measured"].update(kind="smi"), "measured.kind: 'smi' is not one of"),
         (lambda p: p["measured"].update(bytes=p["measured"]["bytes"] + 1), "measured.bytes"),
         (lambda p: p["measured"].update(unit_assumed="TB"), "unit_assumed: 'TB'"),
+        (lambda p: p.update(reason=" "), "reason: an explanation in words"),
     ],
-    ids=["no-quote", "blank-source", "bad-kind", "bytes-off", "bad-unit"],
+    ids=["no-quote", "blank-source", "bad-kind", "bytes-off", "bad-unit", "blank-reason"],
 )
 def test_a_broken_point_is_one_line_naming_it(tmp_path: Path, data: dict[str, Any], edit, words: str) -> None:  # type: ignore[no-untyped-def]
     broken = copy.deepcopy(data)
@@ -96,6 +97,7 @@ def test_the_script_runs_on_the_shipped_file(tmp_path: Path, data: dict[str, Any
     assert pt.main(["--doc", str(doc), "--result", str(result)]) == 0
     out = json.loads(result.read_text(encoding="utf-8"))
     assert [o["id"] for o in out["points"]] == [p["id"] for p in data["points"]]
+    by_id = {p["id"]: p for p in data["points"]}
     text = doc.read_text(encoding="utf-8")
     for o in out["points"]:
         assert o["id"] in text
@@ -104,6 +106,9 @@ def test_the_script_runs_on_the_shipped_file(tmp_path: Path, data: dict[str, Any
         else:
             assert o["ours_bytes"] > 0 and o["status"] == "estimated"
             assert (abs(o["error"]) > pt.THRESHOLD) == bool(o["reason"]), o["id"]
+            own = by_id[o["id"]].get("reason")
+            if o["reason"] and own:  # a point's own sourced reason is shown with the generated one
+                assert "why: " + own in o["reason"], o["id"]
     assert set(out["summary"]) == {p["group"] for p in data["points"]} | {"all"}
 
 

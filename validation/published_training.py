@@ -100,6 +100,8 @@ def check_point(p: dict[str, Any], i: int) -> None:
         raise PointError(f"{where}.measured.bytes: {m['bytes']!r} is not value x {m['unit_assumed']}")
     if not isinstance(p["run"], dict) or not isinstance(p["unmodelled"], list):
         raise PointError(f"{where}: run is a dict and unmodelled a list")
+    if "reason" in p and (not isinstance(p["reason"], str) or not p["reason"].strip()):
+        raise PointError(f"{where}.reason: an explanation in words, or no reason field")
 
 
 def load_data(path: Path = POINTS) -> dict[str, Any]:
@@ -180,8 +182,8 @@ def ignored_tricks(spec: ModelSpec, run: dict[str, Any], est: Estimate) -> list[
 
 
 def reason(p: dict[str, Any], o: Outcome, ignored: list[str]) -> str:
-    """Why ``o`` is off: the direction and size, our largest components, the measured statistic's gap, and
-    what the run needs that gpumem does not model."""
+    """Why ``o`` is off: the direction and size, our largest components, the measured statistic's gap,
+    what the run needs that gpumem does not model, and the point's own sourced ``reason`` where it has one."""
     assert o.error is not None and o.ours_bytes is not None
     diff = o.ours_bytes - o.measured_bytes
     top = sorted(o.components.items(), key=lambda kv: -kv[1])[:4]
@@ -201,6 +203,8 @@ def reason(p: dict[str, Any], o: Outcome, ignored: list[str]) -> str:
     unm = [u["what"] for u in p["unmodelled"]]
     if unm:
         parts.append("not modelled: " + "; ".join(unm))
+    if p.get("reason"):
+        parts.append("why: " + p["reason"])
     if not p["setup_known"]:
         parts.append("setup partly unpublished (left out of the medians)")
     return " — ".join(parts)

@@ -22,7 +22,7 @@ from gpumem_gui.core.training.frameworks.deepspeed import (
 from gpumem_gui.core.training.fsdp_explain import FSDP_EXPLAIN, FSDP_TAGS, gathered
 from gpumem_gui.core.training.model_parallel import rank_sharding
 from gpumem_gui.core.training.precision import PRECISION_DOC, dtypes
-from gpumem_gui.core.training.profiles import trick_sources
+from gpumem_gui.core.training.profiles import profile, trick_sources
 from gpumem_gui.core.training.run import TrainingRun
 
 # (replay tag, component key, label) in display order
@@ -112,10 +112,13 @@ _QUANT_BASE = {
 def _parameters(c: _Ctx) -> Explanation:
     run, qlora = c.run, c.run.method == "qlora"
     int8 = run.qlora_base == "int8"
+    prof = profile(run)
+    lora_src = prof.lora_model_dtype_source if run.method != "full" and prof.lora_model_dtype else ""
     return Explanation(
         formula="every parameter tensor of this rank x bytes of its dtype"
         + (" / data-parallel shard" if c.sharding.param_shard > 1 else "")
         + (f"; {_QUANT_BASE[int8][0]}" if qlora else "")
+        + (f"; LoRA adapters in {c.cfg.adapter_dt}, the model's dtype ({lora_src})" if lora_src else "")
         + (
             f"; DeepSpeed casts the model to {c.sharding.model_dtype} (no autocast)"
             if c.sharding.model_dtype

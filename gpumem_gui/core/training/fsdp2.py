@@ -110,6 +110,7 @@ class Fsdp2Policy:
     nf4_sharded: bool = False  # QLoRA with torchao's NF4Tensor: its scalers are sharded with its data
     pipeline: int = 0  # pipelining: how many micro-batches the replay runs (0: no pipeline)
     unsynced: int = 0  # micro-batches replayed under set_requires_gradient_sync(False) (no pipeline)
+    root_reshard: bool = True  # False: the root unit keeps its unsharded parameters after forward
 
 
 class Fsdp2Hooks(TrainingHooks):
@@ -221,7 +222,7 @@ class Fsdp2Hooks(TrainingHooks):
     def _post_forward(self, sim: Sim, u: int) -> None:
         """PG ``post_forward`` -> ``reshard`` (``reshard_after_forward``), then ``_record_post_forward``."""
         self.order.append(u)
-        r = self.pol.reshard
+        r = self.pol.reshard if u != ROOT or self.pol.root_reshard else 0
         if r == 0 or u not in self.unsharded:
             return
         if r < self.pol.world:

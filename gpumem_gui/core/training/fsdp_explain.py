@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpumem_gui.core.results.estimate import Explanation
-from gpumem_gui.core.training.profiles import unsynced_accumulation
+from gpumem_gui.core.training.profiles import profile, unsynced_accumulation
 
 if TYPE_CHECKING:
     from gpumem_gui.core.training.run import TrainingRun
@@ -37,11 +37,17 @@ def _inputs(run: TrainingRun, base: dict[str, Any]) -> dict[str, Any]:
 
 def gathered(run: TrainingRun, base: dict[str, Any]) -> Explanation:
     if run.fsdp != "none" and run.fsdp_version == 2:
+        p = profile(run)
+        root = (
+            "through forward and, regathered at the loss, through backward"
+            if p.fsdp2_root_reshard
+            else f"from its forward all-gather to its post-backward, never resharded after forward "
+            f"({p.fsdp2_root_reshard_source})"
+        )
         return Explanation(
             formula="unsharded parameters (param_dtype: bf16 under mp-bf16) of the units gathered now: the "
-            "root (embeddings, final norm, head) through forward and, regathered at the loss, through "
-            "backward; one decoder layer in forward; every unit until its post-backward when not resharded "
-            "after forward (shard_grad_op)",
+            f"root (embeddings, final norm, head) {root}; one decoder layer in forward; every unit until its "
+            "post-backward when not resharded after forward (shard_grad_op)",
             inputs=_inputs(run, base),
             source="torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py FSDPParamGroup.wait_for_unshard "
             "-> _fsdp_collectives.py foreach_all_gather_copy_out (_fsdp_param.py alloc_all_gather_outputs); "

@@ -57,6 +57,16 @@ class Profile:
     compiled_losses: tuple[str, ...] = ()
     compiled_losses_tp: tuple[str, ...] | None = None
     compiled_loss_source: str = ""
+    # FSDP2 full_shard: the root unit (embeddings, final norm, head) resharded after forward and regathered
+    # at the loss (fully_shard(model, reshard_after_forward=True) on torch >= 2.8); False: kept unsharded
+    # from its forward all-gather to its post-backward
+    fsdp2_root_reshard: bool = True
+    fsdp2_root_reshard_source: str = ""
+    # LoRA adapters in the model's dtype (the model built under a default dtype) instead of PEFT's fp32
+    # (autocast_adapter_dtype); a precision that casts the model (DeepSpeed) or FSDP mixed precision decides
+    # either way
+    lora_model_dtype: bool = False
+    lora_model_dtype_source: str = ""
 
 
 _HF_CE = (
@@ -194,6 +204,19 @@ PROFILES: dict[str, Profile] = {
             compiled_loss_source="torchtune training.compile_loss (torchtune/training/_compile.py): "
             "compute_cross_entropy of CEWithChunkedOutputLoss / LinearCrossEntropyLoss compiled per chunk "
             "(modules/loss/ce_chunked_output_loss.py, cross_entropy_loss.py apply_compile_strategy)",
+            fsdp2_root_reshard=False,
+            fsdp2_root_reshard_source="torchtune training.shard_model (torchtune/training/_distributed.py): "
+            "the root fully_shard(model) with reshard_after_forward=False since torchtune cdde80e74 "
+            "(2025-06-06); before, the layers' reshard_after_forward=True reached the root too, and torch up "
+            "to 2.7 kept a root unsharded after forward whatever it was given (torch/distributed/fsdp/"
+            "_fully_shard/_fsdp_state.py FSDPState._lazy_init: post_forward_mesh_info = None; changed by "
+            "pytorch/pytorch #154704, #155319)",
+            lora_model_dtype=True,
+            lora_model_dtype_source="torchtune recipes build the model under "
+            "training.set_default_dtype(dtype) (recipes/lora_finetune_single_device.py, "
+            "lora_finetune_distributed.py _setup_model, torchtune 30b8519e8 and bd2a0fc), so LoRALinear's "
+            "lora_a / lora_b nn.Linear are made in it "
+            "(torchtune/modules/peft/lora.py LoRALinear.__init__)",
         ),
         Profile(
             "torchtitan",

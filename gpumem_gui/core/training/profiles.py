@@ -54,6 +54,7 @@ class ResolvedTricks:
     compile: bool
     compile_loss: bool  # compile on and the framework compiles this loss (Profile.compiled_losses)
     applied: tuple[str, ...]
+    lora_model_dtype: bool = False  # LoRA adapters built in the model's dtype (Profile.lora_model_dtype)
 
 
 def profile(run: TrainingRun) -> Profile:
@@ -101,6 +102,7 @@ def resolve(run: TrainingRun) -> ResolvedTricks:
         compile=run.compile,
         compile_loss=compile_loss,
         applied=tuple(applied),
+        lora_model_dtype=p.lora_model_dtype and run.method != "full",
     )
 
 

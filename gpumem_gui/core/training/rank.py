@@ -66,6 +66,14 @@ def _shape_config(spec: ModelSpec, shape: TrainingRun, stage: int) -> tuple[Repl
     return _config(spec, shape, stage)
 
 
+def _adapter_dtype(run: TrainingRun, param_dt: str) -> str:
+    """LoRA adapters' dtype: like the base under FSDP mixed precision or where the framework builds them in
+    the model's dtype (:attr:`Profile.lora_model_dtype`), else PEFT's fp32."""
+    if precision(run).store_scale != 1:
+        return "bf16"
+    return param_dt if profile(run).lora_model_dtype else "f32"
+
+
 def _config(spec: ModelSpec, run: TrainingRun, stage: int) -> tuple[ReplayConfig, ModelSpec]:
     layers = held_layers(spec, run, stage)
     rspec = rank_spec(
@@ -94,7 +102,7 @@ def _config(spec: ModelSpec, run: TrainingRun, stage: int) -> tuple[ReplayConfig
         lora_rank=run.lora_rank,
         lora_targets=lora_targets(run),
         lora_dropout=run.lora_dropout,
-        adapter_dt=mdt or ("bf16" if precision(run).store_scale != 1 else "f32"),  # FSDP mp: like the base
+        adapter_dt=mdt or _adapter_dtype(run, param_dt),
         quant_bytes=_quant_bytes(run, rspec) if run.method == "qlora" else 0,
         quant_base=run.qlora_base,
         quant_experts=run.method == "qlora" and run.qlora_experts != "bf16" and run.qlora_base != "int8",

@@ -109,11 +109,36 @@ def lora(model: Any, run: dict[str, Any], exclude: str | None = None) -> Any:
         exclude_modules=exclude,
         task_type=_PEFT_TASKS.get(run.get("task"), "CAUSAL_LM"),
     )
+    # the adapters in the model's dtype, as torchtune builds them (the request says so: lora_model_dtype):
+    # autocast_adapter_dtype=False, and the base layer's dtype that the skipped move would have given them
+    keep = bool(run.get("lora_model_dtype", False))
     try:
         with same_device_to():
-            return _refake_saved_modules(get_peft_model(model, conf))
+            peft = get_peft_model(model, conf, autocast_adapter_dtype=not keep)
     except ValueError as e:
         raise TraceError(f"peft: {str(e).splitlines()[0][:200]}") from None
+    if keep:
+        _adapters_like_base(peft, LoraLayer)
+    return _refake_saved_modules(peft)
+
+
+def _adapters_like_base(model: Any, layer_cls: type) -> None:
+    """Each LoRA adapter's parameters made again in its base layer's float dtype (PEFT's
+    ``_move_adapter_to_device_of_base_layer`` casts them so; skipped here, see :func:`lora`)."""
+    import torch
+
+    for layer in model.modules():
+        if not isinstance(layer, layer_cls):
+            continue
+        base = getattr(layer.get_base_layer(), "weight", None)
+        if base is None or not base.dtype.is_floating_point:
+            continue
+        for name in ("lora_A", "lora_B"):
+            for mod in getattr(layer, name, {}).values():
+                for key, p in list(mod._parameters.items()):
+                    if p is not None and p.dtype != base.dtype:
+                        fresh = torch.empty(p.shape, dtype=base.dtype)
+                        mod._parameters[key] = torch.nn.Parameter(fresh, requires_grad=p.requires_grad)
 
 
 def _refake_saved_modules(model: Any) -> Any:

@@ -2,8 +2,9 @@
 
 * ``fsdp_version = 2`` (default): ``fully_shard`` per decoder layer and on the root, replayed unit by unit by
   :class:`~gpumem_gui.core.training.fsdp2.Fsdp2Hooks` (per-parameter shards, flat all-gather and
-  reduce-scatter buffers, backward prefetch, the root regathered in backward). ``full_shard`` is
-  ``reshard_after_forward=True`` (``reshard_size`` N: an int, a 1/N shard kept after forward),
+  reduce-scatter buffers, backward prefetch, the root regathered in backward unless the framework keeps it
+  gathered: ``Profile.fsdp2_root_reshard``, torchtune's root ``reshard_after_forward=False``). ``full_shard``
+  is ``reshard_after_forward=True`` (``reshard_size`` N: an int, a 1/N shard kept after forward),
   ``shard_grad_op`` ``False``, ``hybrid_shard`` shards over a node's ``gpus_per_node`` ranks (HSDP; the
   all-reduce across nodes runs in place on the sharded gradients). ``offload = optimizer+params`` is
   ``CPUOffloadPolicy``: parameters, gradients and the optimizer step on the CPU.
@@ -24,6 +25,7 @@ from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.training.frameworks.base import Framework, Sharding, no_param_offload, nothing_to_shard
 from gpumem_gui.core.training.fsdp2 import Fsdp2Hooks, Fsdp2Policy
 from gpumem_gui.core.training.precision import precision
+from gpumem_gui.core.training.profiles import profile
 from gpumem_gui.core.training.run import TrainingRun
 
 
@@ -63,6 +65,7 @@ def fsdp2_hooks(run: TrainingRun, w: int, unsynced: int = 0) -> Fsdp2Hooks | Non
             # (torch/distributed/pipelining/stage.py backward_maybe_with_nosync, perform_reduce_grad)
             pipeline=replayed_microbatches(run.grad_accum) if run.pp > 1 else 0,
             unsynced=unsynced,
+            root_reshard=profile(run).fsdp2_root_reshard,
         )
     )
 
