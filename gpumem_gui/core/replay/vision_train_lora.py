@@ -25,9 +25,11 @@ from gpumem_gui.core.replay.memory import T
 
 # the towers whose vision model has input embeddings for enable_input_require_grads to hook (transformers
 # 5.24, PreTrainedModel.get_input_embeddings / the model's own): SiglipVisionModel (patch_embedding, a
-# Conv2d), Qwen2_5_VisionTransformerPretrainedModel (patch_embed), PixtralVisionModel (patch_conv);
-# Qwen3VLVisionModel returns None (checked on the models built from tests/reference/vision/configs)
-INPUT_EMBEDDINGS = ("siglip", "qwen2_5_vl", "pixtral")
+# Conv2d), Qwen2_5_VisionTransformerPretrainedModel (patch_embed), PixtralVisionModel (patch_conv),
+# Llama4VisionModel (models/llama4/modeling_llama4.py get_input_embeddings: patch_embedding, the
+# Llama4UnfoldConvolution); Qwen3VLVisionModel returns None (checked on the models built from
+# tests/reference/vision/configs)
+INPUT_EMBEDDINGS = ("siglip", "qwen2_5_vl", "pixtral", "llama4")
 
 
 def layer_norm(s: Any, x: T, w: T, b: T, width: int) -> T:

@@ -233,15 +233,6 @@ LIGHTNING_TRAINING = (
 )
 
 
-# tests/reference/vision/training_points.json: gemma3-vision-tiny LoRA + checkpointing with 2 images, -15 %
-# in the forward before the frozen tower's autograd was replayed (the same run without images: -0 %); still
-# so for the towers replayed frozen only (Llama 4)
-IMAGES_ADAPTER_CKPT = (
-    "images with LoRA and activation checkpointing: transformers' enable_input_require_grads (which PEFT "
-    "calls for checkpointing) hooks the vision tower's patch embedding too, so autograd records the frozen "
-    "tower and runs its backward; that is not modelled for this tower: the estimate is low (-15 % on a "
-    "scaled-down Gemma 3 before it was modelled there)"
-)
 # the run's lora_vision_tower in words (run_adapters.py LoraVisionTower)
 _REACH = {
     "targets": "the targets resolved over the whole model as PEFT's get_peft_model does",
@@ -253,16 +244,8 @@ _REACH = {
 def _tower_lora(spec: ModelSpec, run: TrainingRun) -> list[str]:
     """Whether LoRA adapters reach the vision tower, and why (replay/vision_train.py tower_linears), and
     whether the frozen tower runs under autograd (replay/vision_train_lora.py)."""
-    if run.method == "full":
+    if run.method == "full" or not adapts_tower(spec):
         return []
-    if not adapts_tower(spec):
-        notes = [f"approximate: {IMAGES_ADAPTER_CKPT}"] if run.grad_ckpt else []
-        if run.lora_vision_tower != "excluded":
-            notes.append(
-                "vision tower: LoRA adapters on this tower's linears are not modelled (estimated as "
-                "lora_vision_tower excluded)"
-            )
-        return notes
     reach = run.lora_vision_tower
     tower = vision_train.tower_linears(spec, reach)
     adapted = lora_weights(spec, lora_targets(run), reach)
