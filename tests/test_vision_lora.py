@@ -71,7 +71,9 @@ def _hooked_leaves(point: dict) -> int:
     if not r.get("grad_ckpt"):
         return 0
     v = spec.vision.tower
-    text = r["batch"] * (r["seq"] + point["image_tokens"]) * spec.hidden_size * 2
+    text = r["batch"] * (r["seq"] + point.get("image_tokens", 0)) * spec.hidden_size * 2
+    if not r.get("images"):  # a text step runs no tower
+        return text
     g = image_grid(v, r["image_size"])
     rows = g.tiles * g.grid**2 if v.kind == "llama4" else g.patches  # Llama 4's before the class token
     patches = r["batch"] * r["images"] * rows * v.hidden_size * 2
@@ -100,7 +102,10 @@ def test_lora_on_the_tower_matches_the_trace(point: dict) -> None:
     assert ours["optimizer"] + left == pytest.approx(phases["optimizer"]["Total"], rel=BOUND)
     est = estimate_training(_spec(point["model"]), make_training_run(**_run(point["run"])))
     assert est.facts["trainable_params"] == point["trainable_params"]
-    assert any(w.startswith("vision tower: LoRA adapters on") for w in est.warnings)
+    note = (
+        "vision tower: LoRA adapters on" if point["run"].get("images") else "vision tower: a text-only step"
+    )
+    assert any(w.startswith(note) for w in est.warnings)
 
 
 def test_most_phases_are_within_half_a_percent() -> None:
@@ -330,12 +335,32 @@ def test_real_size_all_linear_counts_equal_peft(model: str, count: int) -> None:
     assert sum(p.numel() for p in peft_model.parameters() if p.requires_grad) == count
 
 
-def test_a_text_step_says_the_tower_adapters_are_not_counted() -> None:
+def test_a_text_step_counts_the_tower_adapters() -> None:
     """Text only: PEFT still builds the tower's adapters (303,104 parameters on qwen2_5_vl-vision-tiny: PEFT's
-    811,008 minus the language model's 507,904), which get no gradient; the estimate names them and leaves
-    them out, the same bytes as with the tower left out of the targets."""
+    811,008 minus the language model's 507,904), trainable but without a gradient: the estimate counts
+    their fp32 parameters only (no gradient, no optimizer state) and says so; traced text steps:
+    test_lora_on_the_tower_matches_the_trace."""
     spec = _spec("qwen2_5_vl-vision-tiny")
     est = estimate_training(spec, make_training_run(method="lora", seq=64))
-    assert any("a text-only step" in w and "(303104 parameters)" in w for w in est.warnings)
+    assert est.facts["trainable_params"] == 811_008
+    assert any(
+        "a text-only step" in w and "(303104 parameters)" in w and "counted" in w for w in est.warnings
+    )
     out = estimate_training(spec, make_training_run(method="lora", seq=64, lora_vision_tower="excluded"))
-    assert est.peak_bytes == out.peak_bytes and not any("text-only" in w for w in out.warnings)
+    assert out.facts["trainable_params"] == 507_904 and not any("text-only" in w for w in out.warnings)
+    for ph, phase in est.phases.items():
+        assert phase.peak_bytes - out.phases[ph].peak_bytes == 303_104 * 4, ph
+
+
+def test_text_steps_are_traced() -> None:
+    """A text-only step of every tower's model: built whole (Qwen2.5-VL, Qwen3-VL) or as its language model
+    with the tower and its adapters added (Gemma 3, Mistral 3, Llama 4; gpumem_trace_worker/training.py
+    _add_tower_adapters)."""
+    text = {p["model"] for p in POINTS if not p["run"].get("images")}
+    assert text == {
+        "gemma3-vision-tiny",
+        "qwen2_5_vl-vision-tiny",
+        "qwen3_vl-vision-tiny",
+        "mistral3-vision-tiny",
+        "llama4-vision-tiny",
+    }

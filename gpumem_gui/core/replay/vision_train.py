@@ -195,6 +195,7 @@ def add_params(m: Any) -> None:
         trains = m._trainable(None) and not cfg.images
         m.p["vision"] = s.param("vision", n, cfg.param_dt, trains, full, None)
         m.unused.add("vision")
+        _unused_adapters(m)
         return
     for name, shape in tower_tensors(spec):  # frozen with adapters (LoRA): PEFT's base layers
         n = 1
@@ -204,6 +205,19 @@ def add_params(m: Any) -> None:
         m.p[name] = s.param(name, n, cfg.param_dt, cfg.train_tower, round(n * DT_BYTES[cfg.param_dt]), None)
         if name in m.lora_names:
             adapters.add_lora(m, Tensor(name, shape, "vision"))
+
+
+def _unused_adapters(m: Any) -> None:
+    """A text-only LoRA step whose targets reach the tower: PEFT's ``get_peft_model`` adapts the tower's
+    linears all the same (``lora_A`` / ``lora_B``, trainable), which no image reaches, so they get no
+    gradient and torch's optimizers no state for them (``torch/optim/adamw.py`` ``_init_group`` skips a
+    parameter whose ``grad`` is None); flat-buffer frameworks give them room (:attr:`.step.StepOptions.
+    states_for_unused`). With images an adapted tower runs under autograd (:func:`under_autograd`)."""
+    for t in tower_linears(m.spec, m.cfg.tower_targets):
+        if t.name in m.lora_names:
+            adapters.add_lora(m, t)
+            base = t.name[: -len(".weight")]
+            m.unused.update((f"{base}.lora_A", f"{base}.lora_B"))
 
 
 class _Siglip:

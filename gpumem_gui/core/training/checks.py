@@ -258,8 +258,8 @@ def _tower_lora(spec: ModelSpec, run: TrainingRun) -> list[str]:
 
 
 def _text_step_tower(spec: ModelSpec, run: TrainingRun) -> list[str]:
-    """A text-only LoRA step of a VLM whose targets reach the tower: PEFT builds those adapters too, which
-    get no gradient (no optimizer state) and are not counted here (nor by the trace of a text step)."""
+    """A text-only LoRA step of a VLM whose targets reach the tower: PEFT builds those adapters too, counted
+    as trainable parameters that get no gradient (replay/vision_train.py _unused_adapters)."""
     if run.method == "full" or not adapts_tower(spec):
         return []
     tower = vision_train.tower_linears(spec, run.lora_vision_tower)
@@ -269,7 +269,8 @@ def _text_step_tower(spec: ModelSpec, run: TrainingRun) -> list[str]:
         return []
     return [
         f"vision tower: a text-only step; PEFT also puts LoRA adapters ({n} parameters) on the tower's "
-        "linears (lora_vision_tower), which get no gradient without images and are not counted"
+        f"linears (lora_vision_tower {run.lora_vision_tower}): counted, with no gradient or optimizer state "
+        "(no image reaches them)"
     ]
 
 

@@ -107,6 +107,8 @@ _LORA_STEPS = (
     {**_LORA, "batch": 2, "images": 1, "image_size": 448, "precision": "bf16"},
 )
 _EXCLUDED_CKPT = ({**_LORA, "seq": 100, "grad_ckpt": True, "lora_vision_tower": "excluded"},)
+# a text-only step: get_peft_model adapts the tower all the same; its adapters get no gradient
+_TEXT_STEP = {"method": "lora", "batch": 1, "seq": 64}
 # Llama 4: all-linear less the text MoE's router, by name (Llama4Router subclasses nn.Linear and returns a
 # tuple, so PEFT 0.21's all-linear wraps it and lora.Linear.forward fails reading the result's dtype): the
 # language model's linears, the tower's attention (q/k/v/o_proj), MLPs and pixel-shuffle MLP (fc1, fc2) and
@@ -125,11 +127,17 @@ def _llama4(*steps: dict) -> tuple[dict, ...]:
 
 
 LORA_POINTS: dict[str, tuple[dict, ...]] = {
-    "gemma3-vision-tiny": (*_LORA_STEPS, {**_LORA, "lora_targets": "q_proj,v_proj"}),
-    "qwen2_5_vl-vision-tiny": (*_LORA_STEPS, *_EXCLUDED_CKPT, {**_LORA, "lora_targets": "re:.*visual.*qkv"}),
-    "qwen3_vl-vision-tiny": _LORA_STEPS,
-    "mistral3-vision-tiny": (*_LORA_STEPS, *_EXCLUDED_CKPT),
-    "llama4-vision-tiny": _llama4(*_LORA_STEPS, *_EXCLUDED_CKPT),
+    "gemma3-vision-tiny": (*_LORA_STEPS, {**_LORA, "lora_targets": "q_proj,v_proj"}, _TEXT_STEP),
+    "qwen2_5_vl-vision-tiny": (
+        *_LORA_STEPS,
+        *_EXCLUDED_CKPT,
+        {**_LORA, "lora_targets": "re:.*visual.*qkv"},
+        _TEXT_STEP,
+        {**_TEXT_STEP, "lora_vision_tower": "tower", "grad_ckpt": True},
+    ),
+    "qwen3_vl-vision-tiny": (*_LORA_STEPS, _TEXT_STEP),
+    "mistral3-vision-tiny": (*_LORA_STEPS, *_EXCLUDED_CKPT, _TEXT_STEP),
+    "llama4-vision-tiny": _llama4(*_LORA_STEPS, *_EXCLUDED_CKPT, _TEXT_STEP),
 }
 
 
