@@ -259,9 +259,16 @@ def _tower_lora(spec: ModelSpec, run: TrainingRun) -> list[str]:
 
 def _text_step_tower(spec: ModelSpec, run: TrainingRun) -> list[str]:
     """A text-only LoRA step of a VLM whose targets reach the tower: PEFT builds those adapters too, counted
-    as trainable parameters that get no gradient (replay/vision_train.py _unused_adapters)."""
-    if run.method == "full" or not adapts_tower(spec):
+    as trainable parameters that get no gradient (replay/vision_train.py _unused_adapters); where the tower
+    is not replayed its linears are unknown here (a note)."""
+    if run.method == "full" or spec.vision is None or run.lora_vision_tower == "excluded":
         return []
+    if not adapts_tower(spec):
+        return [
+            "vision tower: a text-only step; PEFT also puts LoRA adapters on the tower's linears that the "
+            "targets name, which are not counted (this tower is not replayed; lora_vision_tower excluded "
+            "leaves them out)"
+        ]
     tower = vision_train.tower_linears(spec, run.lora_vision_tower)
     adapted = lora_weights(spec, lora_targets(run), run.lora_vision_tower)
     n = sum(run.lora_rank * sum(t.shape) for t in tower if t.name in adapted)
