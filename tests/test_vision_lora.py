@@ -352,6 +352,22 @@ def test_a_text_step_counts_the_tower_adapters() -> None:
         assert phase.peak_bytes - out.phases[ph].peak_bytes == 303_104 * 4, ph
 
 
+def test_a_text_steps_tower_adapters_get_state_only_in_flat_partitions() -> None:
+    """Plain torch keeps no optimizer state for the text step's tower adapters (no gradient); DeepSpeed's
+    flat partitions hold every trainable parameter's state (replay/step.py states_for_unused): fp32 master
+    and both moments, 12 bytes a parameter over the 2 ranks."""
+    spec, n = _spec("qwen2_5_vl-vision-tiny"), 303_104
+    for extra, states in (({}, 0), ({"zero": 2, "dp": 2}, n * 12 // 2)):
+        comp = {}
+        for reach in ("targets", "excluded"):
+            est = estimate_training(
+                spec, make_training_run(method="lora", seq=64, lora_vision_tower=reach, **extra)
+            )
+            comp[reach] = {c.key: c.bytes for c in est.components}
+        grown = comp["targets"]["optimizer_states"] - comp["excluded"]["optimizer_states"]
+        assert grown == states, extra
+
+
 def test_text_steps_are_traced() -> None:
     """A text-only step of every tower's model: built whole (Qwen2.5-VL, Qwen3-VL) or as its language model
     with the tower and its adapters added (Gemma 3, Mistral 3, Llama 4; gpumem_trace_worker/training.py

@@ -35,7 +35,7 @@ LLaMA-Factory leaves the projector, and while ``freeze_vision_tower`` holds the 
 tower runs here under autograd with its base weights frozen (adapters: :mod:`.vision_train_lora`), and so
 does a frozen one that ``enable_input_require_grads`` hooks (LoRA with checkpointing); otherwise it runs
 without autograd (:func:`.vision.train_prefix`). A text-only step leaves the adapted tower unused: its
-adapters are trainable parameters that get no gradient (:func:`add_params`).
+adapters are trainable parameters that get no gradient (:func:`.vision_train_lora.unused_adapters`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,13 @@ from gpumem_gui.core.replay import adapters
 from gpumem_gui.core.replay.memory import DT_BYTES, T
 from gpumem_gui.core.replay.vision_tower import REGION
 from gpumem_gui.core.replay.vision_train_llama4 import embed_llama4, llama4_tensors
-from gpumem_gui.core.replay.vision_train_lora import INPUT_EMBEDDINGS, adapted, input_hook, layer_norm
+from gpumem_gui.core.replay.vision_train_lora import (
+    INPUT_EMBEDDINGS,
+    adapted,
+    input_hook,
+    layer_norm,
+    unused_adapters,
+)
 from gpumem_gui.core.replay.vision_train_pixtral import embed_pixtral, pixtral_tensors
 from gpumem_gui.core.replay.vision_train_qwen import QwenTrainTower, qwen_tensors
 from gpumem_gui.core.replay.vision_train_qwen3 import Qwen3TrainTower, embed_deepstack, qwen3_tensors
@@ -195,7 +201,7 @@ def add_params(m: Any) -> None:
         trains = m._trainable(None) and not cfg.images
         m.p["vision"] = s.param("vision", n, cfg.param_dt, trains, full, None)
         m.unused.add("vision")
-        _unused_adapters(m)
+        unused_adapters(m, tower_linears(spec, cfg.tower_targets))  # a text step's adapters (LoRA)
         return
     for name, shape in tower_tensors(spec):  # frozen with adapters (LoRA): PEFT's base layers
         n = 1
@@ -205,19 +211,6 @@ def add_params(m: Any) -> None:
         m.p[name] = s.param(name, n, cfg.param_dt, cfg.train_tower, round(n * DT_BYTES[cfg.param_dt]), None)
         if name in m.lora_names:
             adapters.add_lora(m, Tensor(name, shape, "vision"))
-
-
-def _unused_adapters(m: Any) -> None:
-    """A text-only LoRA step whose targets reach the tower: PEFT's ``get_peft_model`` adapts the tower's
-    linears all the same (``lora_A`` / ``lora_B``, trainable), which no image reaches, so they get no
-    gradient and torch's optimizers no state for them (``torch/optim/adamw.py`` ``_init_group`` skips a
-    parameter whose ``grad`` is None); flat-buffer frameworks give them room (:attr:`.step.StepOptions.
-    states_for_unused`). With images an adapted tower runs under autograd (:func:`under_autograd`)."""
-    for t in tower_linears(m.spec, m.cfg.tower_targets):
-        if t.name in m.lora_names:
-            adapters.add_lora(m, t)
-            base = t.name[: -len(".weight")]
-            m.unused.update((f"{base}.lora_A", f"{base}.lora_B"))
 
 
 class _Siglip:

@@ -259,8 +259,8 @@ def _tower_lora(spec: ModelSpec, run: TrainingRun) -> list[str]:
 
 def _text_step_tower(spec: ModelSpec, run: TrainingRun) -> list[str]:
     """A text-only LoRA step of a VLM whose targets reach the tower: PEFT builds those adapters too, counted
-    as trainable parameters that get no gradient (replay/vision_train.py _unused_adapters); where the tower
-    is not replayed its linears are unknown here (a note)."""
+    as trainable parameters that get no gradient (replay/vision_train_lora.py unused_adapters); where the
+    tower is not replayed its linears are unknown here (a note)."""
     if run.method == "full" or spec.vision is None or run.lora_vision_tower == "excluded":
         return []
     if not adapts_tower(spec):
