@@ -38,6 +38,9 @@ OLD = json.loads((HERE / "training_points.json").read_text())["points"]
 BOUND = 0.005
 # Llama 4's patch embedding (Llama4UnfoldConvolution.linear), an nn.Linear that all-linear adapts
 _LLAMA4_PATCH = "vision_model.patch_embedding.linear"
+# all-linear on Llama 4 less its text MoE's router, by name (tests/reference/vision/make_points.py)
+_LLAMA4_NAMED = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "fc1", "fc2")
+_LLAMA4_NAMED += ("linear", "linear_1")
 
 
 @cache
@@ -333,6 +336,31 @@ def test_real_size_all_linear_counts_equal_peft(model: str, count: int) -> None:
     conf = peft.LoraConfig(r=16, target_modules="all-linear", task_type="CAUSAL_LM")
     peft_model = peft.get_peft_model(built, conf)
     assert sum(p.numel() for p in peft_model.parameters() if p.requires_grad) == count
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_llama4_scout_named_targets_count_equal_peft() -> None:
+    """Llama 4 Scout (resources/configs) with all-linear less the router named (PEFT 0.21 cannot run
+    all-linear there: tests/reference/vision/make_points.py _LLAMA4_TARGETS): the estimate's trainable
+    parameters, with images and text only, equal ``get_peft_model`` on the whole model on the meta device."""
+    from gpumem_gui.core import load_model
+
+    model, targets = "meta-llama/Llama-4-Scout-17B-16E-Instruct", ",".join(_LLAMA4_NAMED)
+    spec = load_model(model).spec
+    for images in (1, 0):
+        run = make_training_run(method="lora", seq=512, images=images, lora_targets=targets)
+        assert estimate_training(spec, run).facts["trainable_params"] == 70_089_920
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    raw = json.loads((REPO / "resources" / "configs" / f"{model.replace('/', '__')}.json").read_text())
+    cfg = transformers.AutoConfig.for_model(**{k: v for k, v in raw.items() if k != "transformers_version"})
+    with torch.device("meta"):
+        built = transformers.AutoModelForImageTextToText.from_config(cfg)
+    conf = peft.LoraConfig(r=16, target_modules=list(_LLAMA4_NAMED), task_type="CAUSAL_LM")
+    peft_model = peft.get_peft_model(built, conf)
+    assert sum(p.numel() for p in peft_model.parameters() if p.requires_grad) == 70_089_920
 
 
 def test_a_text_step_counts_the_tower_adapters() -> None:
