@@ -30,10 +30,12 @@ tower, pixel-shuffle adapter and projector: :mod:`.vision_train_llama4`. Any oth
 LoRA: the targets reach the tower as the run's ``lora_vision_tower`` says (:func:`tower_linears`): PEFT 0.21
 resolves them over the whole model (``_maybe_include_all_linear_layers`` excludes only the output embedding,
 so ``all-linear`` adapts every ``nn.Linear`` of the tower and projector; the patch Conv2d / Conv3d and the
-position tables are no ``nn.Linear``), LLaMA-Factory leaves the projector, and while ``freeze_vision_tower``
-holds the tower, out. An adapted tower runs here under autograd with its base weights frozen (adapters:
-:mod:`.vision_train_lora`), and so does a frozen one that ``enable_input_require_grads`` hooks (LoRA with
-checkpointing); otherwise it runs without autograd (:func:`.vision.train_prefix`).
+position tables are no ``nn.Linear``; Llama 4's patch embedding is one, ``Llama4UnfoldConvolution.linear``),
+LLaMA-Factory leaves the projector, and while ``freeze_vision_tower`` holds the tower, out. An adapted
+tower runs here under autograd with its base weights frozen (adapters: :mod:`.vision_train_lora`), and so
+does a frozen one that ``enable_input_require_grads`` hooks (LoRA with checkpointing); otherwise it runs
+without autograd (:func:`.vision.train_prefix`). A text-only step leaves the adapted tower unused: its
+adapters are trainable parameters that get no gradient (:func:`.vision_train_lora.unused_adapters`).
 """
 
 from __future__ import annotations
@@ -46,7 +48,13 @@ from gpumem_gui.core.replay import adapters
 from gpumem_gui.core.replay.memory import DT_BYTES, T
 from gpumem_gui.core.replay.vision_tower import REGION
 from gpumem_gui.core.replay.vision_train_llama4 import embed_llama4, llama4_tensors
-from gpumem_gui.core.replay.vision_train_lora import INPUT_EMBEDDINGS, adapted, input_hook, layer_norm
+from gpumem_gui.core.replay.vision_train_lora import (
+    INPUT_EMBEDDINGS,
+    adapted,
+    input_hook,
+    layer_norm,
+    unused_adapters,
+)
 from gpumem_gui.core.replay.vision_train_pixtral import embed_pixtral, pixtral_tensors
 from gpumem_gui.core.replay.vision_train_qwen import QwenTrainTower, qwen_tensors
 from gpumem_gui.core.replay.vision_train_qwen3 import Qwen3TrainTower, embed_deepstack, qwen3_tensors
@@ -115,28 +123,26 @@ TRAINABLE = tuple(_TENSORS)
 # lora_vision_tower: how far the LoRA targets reach (run_adapters.py LoraVisionTower)
 TOWER_TARGETS = ("targets", "tower", "excluded")
 # the projector's modules per tower kind, as LLaMA-Factory names them (model/model_utils/visual.py
-# _register_composite_model projector_key: "multi_modal_projector" for gemma3 and mistral3, "visual.merger"
+# _register_composite_model projector_key: "multi_modal_projector" for gemma3, mistral3 and llama4 (whose
+# vision_model_keys ["vision_model"] keep the pixel-shuffle vision_adapter in the tower), "visual.merger"
 # for qwen2_5_vl and qwen3_vl, whose deepstack mergers are vision_model_keys), here by our tensor names
 _PROJECTOR = {
     "siglip": "vision_tower.mm_",
     "pixtral": "multi_modal_projector.",
     "qwen2_5_vl": "visual.merger.",
     "qwen3_vl": "visual.merger.",
+    "llama4": "multi_modal_projector.",
 }
 # 2-D tower weights that are nn.Embedding tables, not nn.Linear (SiglipVisionEmbeddings.position_embedding,
 # Qwen3VLVisionModel.pos_embed): all-linear leaves them out
 _EMBEDDINGS = ("position_embedding", "pos_embed")
 
 
-# the towers replayed with LoRA adapters (traced: tests/reference/vision/lora_tower_points.json); not Llama
-# 4's (PEFT fails on the Llama 4 model under fake tensors, so LoRA there is untraced: its tower runs frozen)
-LORA_TOWERS = ("siglip", "qwen2_5_vl", "qwen3_vl", "pixtral")
-
-
 def adapts_tower(spec: ModelSpec) -> bool:
-    """Whether the model's tower is replayed with adapters (a LoRA run's lora_vision_tower applies)."""
+    """Whether the model's tower is replayed with adapters (a LoRA run's lora_vision_tower applies): every
+    trainable tower (traced: tests/reference/vision/lora_tower_points.json)."""
     tower = spec.vision.tower if spec.vision is not None else None
-    return tower is not None and tower.kind in LORA_TOWERS
+    return tower is not None and tower.kind in TRAINABLE
 
 
 @lru_cache(maxsize=64)
@@ -195,6 +201,7 @@ def add_params(m: Any) -> None:
         trains = m._trainable(None) and not cfg.images
         m.p["vision"] = s.param("vision", n, cfg.param_dt, trains, full, None)
         m.unused.add("vision")
+        unused_adapters(m, tower_linears(spec, cfg.tower_targets))  # a text step's adapters (LoRA)
         return
     for name, shape in tower_tensors(spec):  # frozen with adapters (LoRA): PEFT's base layers
         n = 1

@@ -1,6 +1,9 @@
 """Llama 4's vision tower trained on the step's images (:mod:`.vision_train`): the ops of
 ``Llama4VisionModel`` and ``Llama4MultiModalProjector`` (transformers 5.24,
-``models/llama4/modeling_llama4.py``) under autograd; the frozen tower's ops: :mod:`.vision_llama4`.
+``models/llama4/modeling_llama4.py``) under autograd, trained (full fine-tuning) or frozen with PEFT's
+adapters on its linears (LoRA: :func:`.vision_train_lora.adapted`, the patch embedding's ``linear``
+included; with checkpointing ``enable_input_require_grads`` hooks the patch embedding's output,
+:func:`.vision_train_lora.input_hook`); the frozen tower's ops without autograd: :mod:`.vision_llama4`.
 
 * ``Llama4UnfoldConvolution``: ``nn.Unfold`` of the bf16 pixels (a new tensor), ``permute`` (a view) and the
   linear, whose matmul copies the permuted patches contiguous and saves that copy for the weight's gradient;
@@ -19,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpumem_gui.core.replay.memory import T, promote
-from gpumem_gui.core.replay.vision_train_lora import adapted, layer_norm
+from gpumem_gui.core.replay.vision_train_lora import INPUT_EMBEDDINGS, adapted, input_hook, layer_norm
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.vision import image_grid
 
@@ -118,8 +121,10 @@ class Llama4TrainTower:
         unfolded = o.clone(pixels)  # nn.Unfold: [tiles, C p p, patches]
         flat = o.clone(unfolded)  # the matmul's contiguous copy of the permuted patches
         del unfolded
-        patches = o.linear(flat, self.w(f"{_V}patch_embedding.linear.weight"), None, v.hidden_size, width)
+        patches = self.linear(flat, f"{_V}patch_embedding.linear", v.hidden_size, width)
         del flat
+        # get_input_embeddings is the patch embedding: enable_input_require_grads hooks its output
+        patches = input_hook(self.m, "llama4" in INPUT_EMBEDDINGS, patches)
         cls = self.w(f"{_V}class_embedding")
         # torch.cat([patches, class_embedding.expand(...)], dim=1): promoted to the class embedding's dtype
         # (fp32 master weights under autocast: the residual stream is fp32 from here)

@@ -13,6 +13,7 @@ their linears, or when the frozen tower runs under autograd all the same.
   not. :data:`INPUT_EMBEDDINGS` are the towers whose vision model returns a module there.
 
 :func:`layer_norm` is the LayerNorm node every trainable tower records (SigLIP, Qwen3-VL, Llama 4).
+A text-only step leaves an adapted tower unused: :func:`unused_adapters`.
 """
 
 from __future__ import annotations
@@ -22,12 +23,15 @@ from typing import Any
 from gpumem_gui.core.replay import adapters
 from gpumem_gui.core.replay.autograd import Node
 from gpumem_gui.core.replay.memory import T
+from gpumem_gui.core.spec.params import Tensor
 
 # the towers whose vision model has input embeddings for enable_input_require_grads to hook (transformers
 # 5.24, PreTrainedModel.get_input_embeddings / the model's own): SiglipVisionModel (patch_embedding, a
-# Conv2d), Qwen2_5_VisionTransformerPretrainedModel (patch_embed), PixtralVisionModel (patch_conv);
-# Qwen3VLVisionModel returns None (checked on the models built from tests/reference/vision/configs)
-INPUT_EMBEDDINGS = ("siglip", "qwen2_5_vl", "pixtral")
+# Conv2d), Qwen2_5_VisionTransformerPretrainedModel (patch_embed), PixtralVisionModel (patch_conv),
+# Llama4VisionModel (models/llama4/modeling_llama4.py get_input_embeddings: patch_embedding, the
+# Llama4UnfoldConvolution); Qwen3VLVisionModel returns None (checked on the models built from
+# tests/reference/vision/configs)
+INPUT_EMBEDDINGS = ("siglip", "qwen2_5_vl", "pixtral", "llama4")
 
 
 def layer_norm(s: Any, x: T, w: T, b: T, width: int) -> T:
@@ -60,3 +64,16 @@ def input_hook(m: Any, hooked: bool, x: T) -> T:
     leaf.seq = 1 << 62
     x.fn, x.idx = leaf, 0
     return x
+
+
+def unused_adapters(m: Any, linears: tuple[Tensor, ...]) -> None:
+    """A text-only LoRA step whose targets reach the tower (``linears``: the tower's and projector's, as far
+    as lora_vision_tower reaches): PEFT's ``get_peft_model`` adapts them all the same (``lora_A`` /
+    ``lora_B``, trainable), but no image reaches them, so they get no gradient and torch's optimizers no
+    state (``torch/optim/adamw.py`` ``_init_group`` skips a parameter whose ``grad`` is None); flat-buffer
+    frameworks give them room all the same (``replay/step.py`` ``StepOptions.states_for_unused``)."""
+    for t in linears:
+        if t.name in m.lora_names:
+            adapters.add_lora(m, t)
+            base = t.name[: -len(".weight")]
+            m.unused.update((f"{base}.lora_A", f"{base}.lora_B"))

@@ -233,15 +233,6 @@ LIGHTNING_TRAINING = (
 )
 
 
-# tests/reference/vision/training_points.json: gemma3-vision-tiny LoRA + checkpointing with 2 images, -15 %
-# in the forward before the frozen tower's autograd was replayed (the same run without images: -0 %); still
-# so for the towers replayed frozen only (Llama 4)
-IMAGES_ADAPTER_CKPT = (
-    "images with LoRA and activation checkpointing: transformers' enable_input_require_grads (which PEFT "
-    "calls for checkpointing) hooks the vision tower's patch embedding too, so autograd records the frozen "
-    "tower and runs its backward; that is not modelled for this tower: the estimate is low (-15 % on a "
-    "scaled-down Gemma 3 before it was modelled there)"
-)
 # the run's lora_vision_tower in words (run_adapters.py LoraVisionTower)
 _REACH = {
     "targets": "the targets resolved over the whole model as PEFT's get_peft_model does",
@@ -253,16 +244,8 @@ _REACH = {
 def _tower_lora(spec: ModelSpec, run: TrainingRun) -> list[str]:
     """Whether LoRA adapters reach the vision tower, and why (replay/vision_train.py tower_linears), and
     whether the frozen tower runs under autograd (replay/vision_train_lora.py)."""
-    if run.method == "full":
+    if run.method == "full" or not adapts_tower(spec):
         return []
-    if not adapts_tower(spec):
-        notes = [f"approximate: {IMAGES_ADAPTER_CKPT}"] if run.grad_ckpt else []
-        if run.lora_vision_tower != "excluded":
-            notes.append(
-                "vision tower: LoRA adapters on this tower's linears are not modelled (estimated as "
-                "lora_vision_tower excluded)"
-            )
-        return notes
     reach = run.lora_vision_tower
     tower = vision_train.tower_linears(spec, reach)
     adapted = lora_weights(spec, lora_targets(run), reach)
@@ -275,10 +258,17 @@ def _tower_lora(spec: ModelSpec, run: TrainingRun) -> list[str]:
 
 
 def _text_step_tower(spec: ModelSpec, run: TrainingRun) -> list[str]:
-    """A text-only LoRA step of a VLM whose targets reach the tower: PEFT builds those adapters too, which
-    get no gradient (no optimizer state) and are not counted here (nor by the trace of a text step)."""
-    if run.method == "full" or not adapts_tower(spec):
+    """A text-only LoRA step of a VLM whose targets reach the tower: PEFT builds those adapters too, counted
+    as trainable parameters that get no gradient (replay/vision_train_lora.py unused_adapters); where the
+    tower is not replayed its linears are unknown here (a note)."""
+    if run.method == "full" or spec.vision is None or run.lora_vision_tower == "excluded":
         return []
+    if not adapts_tower(spec):
+        return [
+            "vision tower: a text-only step; PEFT also puts LoRA adapters on the tower's linears that the "
+            "targets name, which are not counted (this tower is not replayed; lora_vision_tower excluded "
+            "leaves them out)"
+        ]
     tower = vision_train.tower_linears(spec, run.lora_vision_tower)
     adapted = lora_weights(spec, lora_targets(run), run.lora_vision_tower)
     n = sum(run.lora_rank * sum(t.shape) for t in tower if t.name in adapted)
@@ -286,7 +276,8 @@ def _text_step_tower(spec: ModelSpec, run: TrainingRun) -> list[str]:
         return []
     return [
         f"vision tower: a text-only step; PEFT also puts LoRA adapters ({n} parameters) on the tower's "
-        "linears (lora_vision_tower), which get no gradient without images and are not counted"
+        f"linears (lora_vision_tower {run.lora_vision_tower}): counted, with no gradient or optimizer state "
+        "(no image reaches them)"
     ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 from typing import Any
 
 from .building import (
@@ -13,6 +14,7 @@ from .building import (
     check_torch,
     is_multimodal,
     load_config,
+    no_init_weights,
     patch_transformers_for_fake,
     quantization_notes,
     readable_failures,
@@ -22,7 +24,7 @@ from .building import (
 )
 from .tracking import memory_tracker
 from .tricks import LOSSES, Offload, checkpoint_every, op_sac_context, optimizers_in_backward, standard_loss
-from .vision import add_vision, constant_grids, image_inputs, image_request
+from .vision import add_vision, constant_grids, image_inputs, image_request, outside_text
 
 _OPTIM = {
     "adamw": {"foreach": True},
@@ -226,21 +228,49 @@ def prepare(
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         if int(run.get("ckpt_every", 1)) > 1:
             checkpoint_every(model, int(run["ckpt_every"]))
-    # a text step keeps the tower out: it gets no gradient there, and the estimate does not count a text
-    # step's tower adapters (it says so: core/training/checks.py _text_step_tower)
+    # a text step's targets reach the tower as with images (get_peft_model adapts the whole model); the
+    # tower's adapters get no gradient there (trace_training's warm-up leaves them out); a text step that
+    # builds the language model alone counts them with the tower (_add_tower_adapters)
     if run.get("method") == "lora":
-        reach = str(run.get("lora_vision_tower", "targets")) if images else "excluded"
-        if reach not in _TOWER_EXCLUDE:
-            raise TraceError(
-                f"lora_vision_tower {reach!r}: targets, tower or excluded", field="lora_vision_tower"
-            )
+        reach = _reach(run)
         model = lora(model, run, _TOWER_EXCLUDE[reach] if whole else None)
-        if images and whole:
+        if whole:
             notes.append(f"LoRA: lora_vision_tower {reach}: PEFT resolved the targets as {_REACH[reach]}")
     model.train()
     out["attn_implementation_used"] = attn_used(model)
     out["trainable_params"] = int(sum(p.numel() for p in model.parameters() if p.requires_grad))
     return cfg, model, token_ids(cfg, int(run.get("batch", 1)), int(run.get("seq", 2048)))
+
+
+def _reach(run: dict[str, Any]) -> str:
+    reach = str(run.get("lora_vision_tower", "targets"))
+    if reach not in _TOWER_EXCLUDE:
+        raise TraceError(
+            f"lora_vision_tower {reach!r}: targets, tower or excluded", field="lora_vision_tower"
+        )
+    return reach
+
+
+def _add_tower_adapters(out: dict[str, Any], cfg: Any, run: dict[str, Any], dtype: Any) -> None:
+    """A text-only LoRA step of a multimodal model whose language model was traced alone (add_vision adds
+    the tower): the adapters PEFT puts on the tower's and projector's linears, as ``get_peft_model``
+    resolves the targets over the whole model (built with weight init off, as ``vision_params`` builds it),
+    added to the parameters of every phase and to the trainable count; no image reaches them, so they get
+    no gradient and torch's optimizers no state."""
+    from transformers import AutoModelForImageTextToText
+
+    reach = _reach(run)
+    if reach == "excluded" or getattr(cfg, "vision_config", None) is None:
+        return
+    with same_device_to(), no_init_weights():
+        whole = AutoModelForImageTextToText.from_config(copy.deepcopy(cfg), dtype=dtype)
+    peft_model = lora(whole, run, _TOWER_EXCLUDE[reach])
+    added = [p for n, p in peft_model.named_parameters() if p.requires_grad and outside_text(n)]
+    nbytes = sum(p.numel() * p.element_size() for p in added)
+    out["trainable_params"] += sum(p.numel() for p in added)
+    for ph in out["phases"].values():
+        ph["Parameter"] = ph.get("Parameter", 0) + nbytes
+        ph["Total"] = ph.get("Total", 0) + nbytes
 
 
 def forward_loss(model: Any, ids: Any, run: dict[str, Any], offload: Any, extra: dict[str, Any]) -> Any:
@@ -324,13 +354,18 @@ def trace_training(
             ids, extra = image_inputs(model, cfg, int(run.get("batch", 1)), int(run.get("seq", 2048)), req)
             out["image_tokens"] = int(ids.shape[1]) - int(run.get("seq", 2048))
         params = [p for p in model.parameters() if p.requires_grad]
+        # a text step of a model built whole: the tower's adapters (LoRA) get no gradient in any such step,
+        # so the warm-up steps (the steady state) give them none either, as torch keeps no state for them
+        text_whole = req is None and is_multimodal(cfg) and whole_model(cfg) and run.get("task") is None
+        unused = {id(p) for n, p in model.named_parameters() if text_whole and outside_text(n)}
+        warm = [p for p in params if id(p) not in unused]
         name = run.get("optimizer", "adamw")
         in_bwd = bool(run.get("optimizer_in_backward"))
         opts = [optimizer(params, name)] if not in_bwd else []
         if in_bwd:  # warm the per-parameter optimizers before their hooks exist
             opts = [optimizer([p], name) for p in params]
         if not run.get("first_step"):
-            for p in params:
+            for p in warm:
                 p.grad = torch.zeros_like(p)
             for o in opts:
                 o.step()
@@ -352,5 +387,7 @@ def trace_training(
             )
         if req is None:  # with images the whole model was built: its vision tower is in every phase
             add_vision(out, cfg, weights)
+            if run.get("method") == "lora" and is_multimodal(cfg) and not whole_model(cfg):
+                _add_tower_adapters(out, cfg, run, weights)
         del model, opts, ids, extra
     return out

@@ -266,7 +266,7 @@ def constant_grids() -> Iterator[None]:
             setattr(mod, n, f)
 
 
-def _outside_text(name: str) -> bool:
+def outside_text(name: str) -> bool:
     return not any(part in ("language_model", "lm_head") for part in name.split("."))
 
 
@@ -283,13 +283,13 @@ def vision_params(cfg: Any, dtype: Any, world: int = 1) -> tuple[int, int, int]:
         return 0, 0, 0
     with same_device_to(), no_init_weights():
         whole = AutoModel.from_config(copy.deepcopy(cfg), dtype=dtype)
-    extra = [p for name, p in whole.named_parameters() if _outside_text(name)]
+    extra = [p for name, p in whole.named_parameters() if outside_text(name)]
     nbytes = 0
     for p in extra:
         rows = p.shape[0] if p.dim() else 1
         held = -(-rows // world) * (p.numel() // rows) if world > 1 and rows else p.numel()
         nbytes += held * p.element_size()
-    buffers = sum(b.untyped_storage().nbytes() for name, b in whole.named_buffers() if _outside_text(name))
+    buffers = sum(b.untyped_storage().nbytes() for name, b in whole.named_buffers() if outside_text(name))
     return sum(p.numel() for p in extra), nbytes, buffers
 
 

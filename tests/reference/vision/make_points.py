@@ -87,7 +87,7 @@ _QWEN_TOWER_STEPS = _trained(
 )
 TRAIN_POINTS: dict[str, tuple[dict, ...]] = {
     "gemma3-vision-tiny": _STEPS + _TOWER_STEPS,
-    # LoRA on Llama 4 does not trace (PEFT, text-only too); its tower trained: replay/vision_train_llama4.py
+    # Llama 4's LoRA steps with the tower: LORA_POINTS; its tower trained: replay/vision_train_llama4.py
     "llama4-vision-tiny": _STEPS[:1] + _TOWER_STEPS,
     "qwen2_5_vl-vision-tiny": _STEPS[:2] + _QWEN_TOWER_STEPS,
     "qwen3_vl-vision-tiny": _STEPS[:1] + _QWEN_TOWER_STEPS,
@@ -107,11 +107,37 @@ _LORA_STEPS = (
     {**_LORA, "batch": 2, "images": 1, "image_size": 448, "precision": "bf16"},
 )
 _EXCLUDED_CKPT = ({**_LORA, "seq": 100, "grad_ckpt": True, "lora_vision_tower": "excluded"},)
+# a text-only step: get_peft_model adapts the tower all the same; its adapters get no gradient
+_TEXT_STEP = {"method": "lora", "batch": 1, "seq": 64}
+# Llama 4: all-linear less the text MoE's router, by name (Llama4Router subclasses nn.Linear and returns a
+# tuple, so PEFT 0.21's all-linear wraps it and lora.Linear.forward fails reading the result's dtype): the
+# language model's linears, the tower's attention (q/k/v/o_proj), MLPs and pixel-shuffle MLP (fc1, fc2) and
+# patch embedding (linear), the projector's linear_1, each as far as the step's lora_vision_tower reaches
+_LLAMA4_TEXT = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+_LLAMA4_TARGETS = {
+    "excluded": _LLAMA4_TEXT,
+    "tower": f"{_LLAMA4_TEXT},fc1,fc2,linear",
+    "targets": f"{_LLAMA4_TEXT},fc1,fc2,linear,linear_1",
+}
+
+
+def _llama4(*steps: dict) -> tuple[dict, ...]:
+    """The steps with Llama 4's targets for their lora_vision_tower."""
+    return tuple({**r, "lora_targets": _LLAMA4_TARGETS[r.get("lora_vision_tower", "targets")]} for r in steps)
+
+
 LORA_POINTS: dict[str, tuple[dict, ...]] = {
-    "gemma3-vision-tiny": (*_LORA_STEPS, {**_LORA, "lora_targets": "q_proj,v_proj"}),
-    "qwen2_5_vl-vision-tiny": (*_LORA_STEPS, *_EXCLUDED_CKPT, {**_LORA, "lora_targets": "re:.*visual.*qkv"}),
-    "qwen3_vl-vision-tiny": _LORA_STEPS,
-    "mistral3-vision-tiny": (*_LORA_STEPS, *_EXCLUDED_CKPT),
+    "gemma3-vision-tiny": (*_LORA_STEPS, {**_LORA, "lora_targets": "q_proj,v_proj"}, _TEXT_STEP),
+    "qwen2_5_vl-vision-tiny": (
+        *_LORA_STEPS,
+        *_EXCLUDED_CKPT,
+        {**_LORA, "lora_targets": "re:.*visual.*qkv"},
+        _TEXT_STEP,
+        {**_TEXT_STEP, "lora_vision_tower": "tower", "grad_ckpt": True},
+    ),
+    "qwen3_vl-vision-tiny": (*_LORA_STEPS, _TEXT_STEP),
+    "mistral3-vision-tiny": (*_LORA_STEPS, *_EXCLUDED_CKPT, _TEXT_STEP),
+    "llama4-vision-tiny": _llama4(*_LORA_STEPS, *_EXCLUDED_CKPT, _TEXT_STEP),
 }
 
 
