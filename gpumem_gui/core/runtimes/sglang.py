@@ -56,6 +56,7 @@ from gpumem_gui.core.runtimes.sglang_state import (
     state_warnings,
 )
 from gpumem_gui.core.runtimes.sglang_swa import Cells, stage_cells, swa_layers, swa_window
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, stage_layers
 from gpumem_gui.core.spec.state import has_state
@@ -75,7 +76,7 @@ def _stage(
     degrees = Degrees(tp=run.tp, pp=run.pp, ep=run.ep, remainder="last")  # as _stage_ranges
     weights, _ = load_phase(spec, run, quantize_experts, degrees, stage, wb)
     kv_elem = kv_bytes_per_element(run.kv_dtype_resolved)
-    if spec.deepseek_v4 is not None:  # DeepSeek-V4: its compressed pools (sglang_dsv4.py)
+    if model_kinds(spec).compressed is not None:  # DeepSeek-V4: its compressed pools (sglang_dsv4.py)
         return weights, len(layers), s4.cells(spec)
     cell = hybrid_cells if has_state(spec) else stage_cells  # a hybrid's pool holds its attention layers
     return weights, len(layers), cell(spec, kv_elem, _attn_tp(run), layers)
@@ -153,7 +154,11 @@ def _swa_facts(spec: ModelSpec, run: InferenceRun, pool: Pool) -> dict[str, obje
     return {
         "swa_pool": f"separate: {pool.swa_tokens} tokens = int(max_total_num_tokens x "
         f"{run.swa_full_tokens_ratio:g}) in whole pages "
-        + ("(DSV4PoolConfigurator)" if spec.deepseek_v4 is not None else "(HybridSWAPoolConfigurator)"),
+        + (
+            "(DSV4PoolConfigurator)"
+            if model_kinds(spec).compressed is not None
+            else "(HybridSWAPoolConfigurator)"
+        ),
         "swa_full_tokens_ratio": run.swa_full_tokens_ratio,
     }
 
@@ -211,7 +216,8 @@ class Sglang(Runtime):
         stages = [_stage(spec, run, wb, s, self.quantizes_experts(run)) for s in range(run.pp)]
         ranges = _stage_ranges(spec, run)  # a stage's state: the state layers of its own slice
         state = staged_state(spec, _attn_tp(run), ssm_dtype(run), ranges) if has_state(spec) else None
-        if spec.deepseek_v4 is not None:  # DeepSeek-V4: DSV4PoolConfigurator (sglang_dsv4.py)
+        compressed = model_kinds(spec).compressed is not None
+        if compressed:  # DeepSeek-V4: DSV4PoolConfigurator (sglang_dsv4.py)
             pool = s4.size_pool(spec, run, capacity, sd, stages[0][0].bytes, context_len)
         else:
             pool = size_pool(run, capacity, sd, [(w.bytes, c) for w, _, c in stages], context_len, state)
@@ -220,7 +226,7 @@ class Sglang(Runtime):
         for s, (weights, layers, cells) in enumerate(stages):
             own = state.stages[s] if state is not None else None
             mem = dynamic_components(run, pool, sd, cells, layers, context_len, own)
-            if spec.deepseek_v4 is not None:
+            if compressed:
                 mem = s4.with_pools(spec, run, mem, pool)
             per_stage.append(mem)
             shares.append(self._share(s, weights, mem, act))
