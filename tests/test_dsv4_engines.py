@@ -40,6 +40,7 @@ def _layout(max_len: int, batched: int, fp4: bool = False, mtp: int = 0) -> vd.D
         block=256,
         max_len=max_len,
         batched=batched,
+        attention=at,
     )
 
 
