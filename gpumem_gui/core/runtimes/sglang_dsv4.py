@@ -175,11 +175,9 @@ def buffers(sh: Dsv4Shape, s: Dsv4Sizes, page: int) -> dict[str, int]:
     }
 
 
-def dsv4_run(spec: ModelSpec, run: InferenceRun) -> InferenceRun:
+def dsv4_run(run: InferenceRun) -> InferenceRun:
     """The run with what ``apply_deepseek_v4_defaults`` sets (page 256, fp8_e4m3 for auto, 256 running
     requests and an SWA ratio of 0.1 when not given)."""
-    if model_kinds(spec).compressed is None:
-        return run
     ratio = SWA_RATIO if run.swa_full_tokens_ratio == DEFAULT_SWA_RATIO else run.swa_full_tokens_ratio
     return run.model_copy(
         update={
@@ -194,8 +192,7 @@ def dsv4_run(spec: ModelSpec, run: InferenceRun) -> InferenceRun:
 def check(spec: ModelSpec, run: InferenceRun) -> list[str]:
     """What SGLang's DeepSeek-V4 path takes (one-line errors) and the defaults it imposes (warnings)."""
     at = model_kinds(spec).compressed
-    if at is None:
-        return []
+    assert at is not None
     sh = shape(spec)
     if (at.csa_rate, at.hca_rate) != tuple(RING) or sh.entry != ENTRY:
         raise GpumemInputError(
