@@ -15,7 +15,11 @@ from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.readers.catalog import find_gpu, find_model
 from gpumem_gui.core.readers.hf_config import spec_from_config
 from gpumem_gui.core.runtimes import vllm_dsv4 as vd
+from gpumem_gui.core.runtimes import vllm_kv as vk
+from gpumem_gui.core.runtimes import vllm_layout as vl
+from gpumem_gui.core.runtimes.base import component
 from gpumem_gui.core.runtimes.inference import RUNTIMES, make_run
+from gpumem_gui.core.runtimes.sglang_configurator import DSV4, TOKEN_TO_KV, configurator
 from gpumem_gui.core.spec.kinds import CompressedAttention
 from gpumem_gui.core.spec.kinds_of import model_kinds
 from tests.conftest import REPO
@@ -40,6 +44,7 @@ def _layout(max_len: int, batched: int, fp4: bool = False, mtp: int = 0) -> vd.D
         block=256,
         max_len=max_len,
         batched=batched,
+        attention=at,
     )
 
 
@@ -179,3 +184,27 @@ def test_cli_answers_the_h200_question() -> None:
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["facts"]["kv_tokens"] > 0 and doc["facts"]["block_size"] == 256
+
+
+def test_the_compressed_capability_picks_each_engines_layout() -> None:
+    """``ModelKinds.compressed``, set from the reader's DeepSeek-V4 data, is what the engines take their
+    compressed-cache paths on (runtimes/vllm_layout.py, sglang_configurator.py): vLLM's packed groups at its
+    own block size with the prefill workspace in the profiled peak, SGLang's DSV4 configurator; a model
+    without it (Gemma 3: sliding and full layers) keeps the hybrid allocator's groups and the token-to-KV
+    pool."""
+    dsv4 = _flash()
+    gemma = load_model(str(EXTRA / "configs" / "google__gemma-3-1b-it.json")).spec
+    assert gemma is not None and dsv4.deepseek_v4 is not None
+    assert model_kinds(dsv4).compressed == dsv4.deepseek_v4.attention
+    assert model_kinds(gemma).compressed is None
+    run = make_run(engine="vllm", seq=64, kv_dtype="fp8")
+    peak = component("activation", "activations", 1_000, "measured", "a test")
+    blocked, _ = vl.block_run(dsv4, run, 1)
+    lay = vl.layout(dsv4, blocked, 1, 0, 4096, 8192)
+    assert isinstance(lay, vd.Dsv4Layout) and lay.block == vd.PREFERRED_BLOCK != run.block_size
+    assert lay.profiled(peak).bytes > peak.bytes
+    blocked, _ = vl.block_run(gemma, run, 1)
+    lay = vl.layout(gemma, blocked, 1, 0, 4096, 8192)
+    assert isinstance(lay, vk.KvLayout) and lay.windowed and blocked.block_size == run.block_size
+    assert lay.profiled(peak) is peak
+    assert configurator(dsv4) is DSV4 and configurator(gemma) is TOKEN_TO_KV

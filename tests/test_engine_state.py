@@ -16,7 +16,7 @@ from gpumem_gui.core.readers.hf_config import spec_from_config
 from gpumem_gui.core.runtimes import state_pools as sp
 from gpumem_gui.core.runtimes import vllm_kv as vk
 from gpumem_gui.core.runtimes.inference import estimate_inference, make_run
-from gpumem_gui.core.runtimes.vllm import kv_per_token
+from gpumem_gui.core.runtimes.vllm_kv import kv_per_token
 from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.mamba import Mamba2Spec
 from gpumem_gui.core.spec.model import ModelSpec

@@ -21,6 +21,7 @@ from math import ceil
 
 from gpumem_gui.core.formats import kv_bytes_per_element
 from gpumem_gui.core.runtimes.run import InferenceRun
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 
 # llama-kv-cache-dsv4.cpp: DSV4_CSA_RATIO, DSV4_HCA_RATIO; the compressed caches' cells GGML_PAD(.., 256u)
@@ -34,7 +35,7 @@ STATE_BYTES, STATE_TENSORS = 4, 2
 
 def check(spec: ModelSpec) -> list[str]:
     """What is not measured for DeepSeek-V4 on llama.cpp (a warning)."""
-    if spec.deepseek_v4 is None:
+    if model_kinds(spec).compressed is None:
         return []
     return [
         "llama.cpp: DeepSeek-V4's compute buffer (its compressor and indexer graph) is the generic "
@@ -48,9 +49,9 @@ def _pad(n: int, to: int) -> int:
 
 def caches(spec: ModelSpec, run: InferenceRun, k_type: str) -> dict[str, tuple[tuple[int, ...], int]]:
     """(layers, bytes per layer over every stream) of each buffer of ``llama_kv_cache_dsv4``."""
-    v4 = spec.deepseek_v4
-    assert v4 is not None
-    at, n_seq, n_ctx_seq = v4.attention, run.batch, run.tokens
+    at = model_kinds(spec).compressed
+    assert at is not None
+    n_seq, n_ctx_seq = run.batch, run.tokens
     types = at.layer_types
     csa = tuple(i for i, t in enumerate(types) if t == "compressed_sparse_attention")
     hca = tuple(i for i, t in enumerate(types) if t == "heavily_compressed_attention")

@@ -68,7 +68,7 @@ def kv_buffers(spec: ModelSpec, run: InferenceRun, offloaded: int, chunked: bool
     where the layer runs (the last ``offloaded`` layers on the GPU), or all of it in host memory with
     ``--no-kv-offload`` (``kv_offload`` off) (src/llama-kv-cache.cpp, offload_kqv)."""
     k_type, v_type = kv_types(run)
-    if spec.deepseek_v4 is not None:  # DeepSeek-V4: llama_kv_cache_dsv4 (llamacpp_dsv4.py)
+    if model_kinds(spec).compressed is not None:  # DeepSeek-V4: llama_kv_cache_dsv4 (llamacpp_dsv4.py)
         return llamacpp_dsv4.kv_buffers(spec, run, offloaded, k_type)
     k_w, v_w = kv_row_widths(spec, run)
     row = k_w * kv_bytes_per_element(k_type) + v_w * kv_bytes_per_element(v_type)

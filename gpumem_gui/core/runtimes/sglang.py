@@ -31,11 +31,11 @@ from gpumem_gui.core.formats import WeightBytes, kv_bytes_per_element
 from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase, tp_ranks
 from gpumem_gui.core.runtimes import refusals
-from gpumem_gui.core.runtimes import sglang_dsv4 as s4
 from gpumem_gui.core.runtimes.base import Lever, Runtime, load_phase, server_weights_refusal
 from gpumem_gui.core.runtimes.cross_attention import with_encoder_tokens
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.sglang_command import SGLANG_ONLINE_QUANT, sglang_command
+from gpumem_gui.core.runtimes.sglang_configurator import configurator
 from gpumem_gui.core.runtimes.sglang_defaults import ServerDefaults, server_defaults
 from gpumem_gui.core.runtimes.sglang_mm import vlm_fraction_factor
 from gpumem_gui.core.runtimes.sglang_mm import warnings as mm_warnings
@@ -44,18 +44,16 @@ from gpumem_gui.core.runtimes.sglang_pool import (
     StageMemory,
     activation,
     dynamic_components,
-    size_pool,
 )
 from gpumem_gui.core.runtimes.sglang_state import (
     SGLANG_STATE_MIXERS,
     check_state_tp,
-    hybrid_cells,
     ssm_dtype,
     staged_state,
     state_levers,
     state_warnings,
 )
-from gpumem_gui.core.runtimes.sglang_swa import Cells, stage_cells, swa_layers, swa_window
+from gpumem_gui.core.runtimes.sglang_swa import Cells, swa_layers, swa_window
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, stage_layers
 from gpumem_gui.core.spec.state import has_state
@@ -75,10 +73,7 @@ def _stage(
     degrees = Degrees(tp=run.tp, pp=run.pp, ep=run.ep, remainder="last")  # as _stage_ranges
     weights, _ = load_phase(spec, run, quantize_experts, degrees, stage, wb)
     kv_elem = kv_bytes_per_element(run.kv_dtype_resolved)
-    if spec.deepseek_v4 is not None:  # DeepSeek-V4: its compressed pools (sglang_dsv4.py)
-        return weights, len(layers), s4.cells(spec)
-    cell = hybrid_cells if has_state(spec) else stage_cells  # a hybrid's pool holds its attention layers
-    return weights, len(layers), cell(spec, kv_elem, _attn_tp(run), layers)
+    return weights, len(layers), configurator(spec).cells(spec, kv_elem, _attn_tp(run), layers)
 
 
 def _attn_tp(run: InferenceRun) -> int:
@@ -152,8 +147,7 @@ def _swa_facts(spec: ModelSpec, run: InferenceRun, pool: Pool) -> dict[str, obje
         }
     return {
         "swa_pool": f"separate: {pool.swa_tokens} tokens = int(max_total_num_tokens x "
-        f"{run.swa_full_tokens_ratio:g}) in whole pages "
-        + ("(DSV4PoolConfigurator)" if spec.deepseek_v4 is not None else "(HybridSWAPoolConfigurator)"),
+        f"{run.swa_full_tokens_ratio:g}) in whole pages ({configurator(spec).swa_source})",
         "swa_full_tokens_ratio": run.swa_full_tokens_ratio,
     }
 
@@ -172,8 +166,9 @@ class Sglang(Runtime):
     cross_attention_cache = True
 
     def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
-        warnings = s4.check(spec, run)  # DeepSeek-V4: what SGLang's path takes
-        run = s4.dsv4_run(spec, run)
+        pools = configurator(spec)  # the model's pool configurator (sglang_configurator.py)
+        warnings = pools.check(spec, run)  # what its path takes (DeepSeek-V4's: sglang_dsv4.py)
+        run = pools.server_run(spec, run)
         if run.enable_dp_attention and (run.dp_size < 2 or run.tp % run.dp_size):
             raise GpumemInputError(
                 f"DP attention needs dp_size (now {run.dp_size}) of at least 2 dividing tp ({run.tp})",
@@ -203,7 +198,8 @@ class Sglang(Runtime):
         # free memory torch reports before loading (model_runner.py get_available_gpu_memory:
         # torch.cuda.mem_get_info()[0]), i.e. from CUDA's total less the CUDA context
         run = with_encoder_tokens(spec, run)  # Llama 3.2 Vision: each request's vision tokens in the pool
-        run = s4.dsv4_run(spec, run)  # DeepSeek-V4: the server defaults SGLang imposes
+        pools = configurator(spec)  # the model's pool configurator (sglang_configurator.py)
+        run = pools.server_run(spec, run)  # the server defaults its path imposes (DeepSeek-V4's)
         # a multimodal model: SGLang's default fraction lowered for its vision tower (runtimes/sglang_mm.py)
         sd = server_defaults(run, gpu.driver_bytes if gpu else None, vlm_fraction_factor(spec) or 1.0)
         capacity = gpu.cuda_bytes if gpu else None
@@ -211,17 +207,15 @@ class Sglang(Runtime):
         stages = [_stage(spec, run, wb, s, self.quantizes_experts(run)) for s in range(run.pp)]
         ranges = _stage_ranges(spec, run)  # a stage's state: the state layers of its own slice
         state = staged_state(spec, _attn_tp(run), ssm_dtype(run), ranges) if has_state(spec) else None
-        if spec.deepseek_v4 is not None:  # DeepSeek-V4: DSV4PoolConfigurator (sglang_dsv4.py)
-            pool = s4.size_pool(spec, run, capacity, sd, stages[0][0].bytes, context_len)
-        else:
-            pool = size_pool(run, capacity, sd, [(w.bytes, c) for w, _, c in stages], context_len, state)
+        weighed = [(w.bytes, c) for w, _, c in stages]
+        pool = pools.size_pool(spec, run, capacity, sd, weighed, context_len, state)
         act = activation(spec, run, sd.chunked_prefill_size, pool.max_running_requests)
         shares, per_stage = [], []
         for s, (weights, layers, cells) in enumerate(stages):
             own = state.stages[s] if state is not None else None
-            mem = dynamic_components(run, pool, sd, cells, layers, context_len, own)
-            if spec.deepseek_v4 is not None:
-                mem = s4.with_pools(spec, run, mem, pool)
+            mem = pools.stage_memory(
+                spec, run, dynamic_components(run, pool, sd, cells, layers, context_len, own), pool
+            )
             per_stage.append(mem)
             shares.append(self._share(s, weights, mem, act))
         worst = max(range(run.pp), key=lambda s: shares[s].total_bytes)

@@ -36,7 +36,7 @@ from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.sglang_defaults import ServerDefaults
 from gpumem_gui.core.runtimes.sglang_pool import Pool, StageMemory, max_requests, preload_bytes
 from gpumem_gui.core.runtimes.sglang_swa import Cells
-from gpumem_gui.core.spec.compressed import CompressedAttentionSpec
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 
 # apply_deepseek_v4_defaults: page_size = 256 on CUDA (kv_cache_configurator.py _build_dsv4_kv_pool asserts
@@ -119,9 +119,8 @@ def _state_rows(size: int, ratio: int) -> int:
 
 
 def shape(spec: ModelSpec) -> Dsv4Shape:
-    v4 = spec.deepseek_v4
-    assert v4 is not None
-    at: CompressedAttentionSpec = v4.attention
+    at = model_kinds(spec).compressed
+    assert at is not None
     rope = spec.rotary_dim or 0
     return Dsv4Shape(
         layers=len(at.layer_types),
@@ -176,11 +175,9 @@ def buffers(sh: Dsv4Shape, s: Dsv4Sizes, page: int) -> dict[str, int]:
     }
 
 
-def dsv4_run(spec: ModelSpec, run: InferenceRun) -> InferenceRun:
+def dsv4_run(run: InferenceRun) -> InferenceRun:
     """The run with what ``apply_deepseek_v4_defaults`` sets (page 256, fp8_e4m3 for auto, 256 running
     requests and an SWA ratio of 0.1 when not given)."""
-    if spec.deepseek_v4 is None:
-        return run
     ratio = SWA_RATIO if run.swa_full_tokens_ratio == DEFAULT_SWA_RATIO else run.swa_full_tokens_ratio
     return run.model_copy(
         update={
@@ -194,9 +191,9 @@ def dsv4_run(spec: ModelSpec, run: InferenceRun) -> InferenceRun:
 
 def check(spec: ModelSpec, run: InferenceRun) -> list[str]:
     """What SGLang's DeepSeek-V4 path takes (one-line errors) and the defaults it imposes (warnings)."""
-    if spec.deepseek_v4 is None:
-        return []
-    sh, at = shape(spec), spec.deepseek_v4.attention
+    at = model_kinds(spec).compressed
+    assert at is not None
+    sh = shape(spec)
     if (at.csa_rate, at.hca_rate) != tuple(RING) or sh.entry != ENTRY:
         raise GpumemInputError(
             f"sglang: compress rates {at.csa_rate} / {at.hca_rate} and {sh.entry} B entries: SGLang's "

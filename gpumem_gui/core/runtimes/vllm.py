@@ -8,8 +8,10 @@ of ``gpu_memory_utilization x total``. KV pages hold 16 tokens per layer (``vllm
 go through vLLM's hybrid allocator (:mod:`.vllm_kv`: KV groups sharing one pool of blocks; a sliding group
 keeps only the window's blocks of a request). A hybrid model with state layers (gated DeltaNet, Mamba,
 short conv) goes through it too: the attention block size is raised until one attention page holds one
-state page (:mod:`.state_pools`), the state layers form their own groups of one page per request. Without
-a GPU capacity the estimate sizes the KV for ``batch`` sequences of ``seq + new_tokens`` tokens.
+state page (:mod:`.state_pools`), the state layers form their own groups of one page per request;
+DeepSeek-V4's compressed cache has packed groups of its own (:mod:`.vllm_dsv4`). The estimate asks one
+protocol of them all, and :mod:`.vllm_layout` picks a model's. Without a GPU capacity the estimate sizes the
+KV for ``batch`` sequences of ``seq + new_tokens`` tokens.
 """
 
 from __future__ import annotations
@@ -22,41 +24,26 @@ from gpumem_gui.core.gpu_memory import GpuMemory
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase
 from gpumem_gui.core.runtimes import refusals
 from gpumem_gui.core.runtimes import state_pools as sp
-from gpumem_gui.core.runtimes import vllm_dsv4 as vd
 from gpumem_gui.core.runtimes import vllm_kv as vk
+from gpumem_gui.core.runtimes import vllm_layout as vl
 from gpumem_gui.core.runtimes import vllm_profile as vp
 from gpumem_gui.core.runtimes.base import Runtime, component, load_phase, weights_per_rank
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.vllm_command import vllm_command, vllm_expresses
-from gpumem_gui.core.spec.kinds import STATE_MIXERS, CompressedAttention, LatentAttention
+from gpumem_gui.core.spec.kinds import STATE_MIXERS
 from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees
 from gpumem_gui.core.spec.params import count_params
-from gpumem_gui.core.spec.state import has_state
 
 VLLM_BLOCK_SIZE = 16  # tokens per KV page (vLLM --block-size default; the run's block_size)
-
-
-def kv_per_token(spec: ModelSpec, kv_elem: float, tp: int, layers: int | None = None) -> int:
-    """KV bytes one token costs over ``layers`` layers (default: all) on one TP rank (K and V, KV heads
-    split, at least one; MLA layers store the latent and its rope part, replicated, DSA layers their
-    indexer's keys too: spec/kinds.py LatentAttention.vllm_bytes)."""
-    n = spec.num_layers if layers is None else layers
-    mla = model_kinds(spec).of(LatentAttention)
-    if mla:  # a stage of n layers: its share of the layers with and without an indexer (none differ on a
-        # published checkpoint: GLM-5 and DeepSeek-V3.2 index every layer)
-        total = sum(len(k.layers) for k in mla)
-        return round(n * sum(len(k.layers) * k.vllm_bytes(kv_elem) for k in mla) / total)
-    kvh = max(1, spec.num_kv_heads // tp)
-    return round(n * 2 * kvh * spec.head_dim * kv_elem)
 
 
 def _kv_pool(
     run: InferenceRun,
     capacity: int | None,
     non_kv: int,
-    lay: vk.KvLayout | vd.Dsv4Layout,
+    lay: vl.PagedLayout,
     max_len: int,
     batched: int,
 ) -> tuple[int, str, dict[str, object], tuple[str, ...]]:
@@ -104,50 +91,8 @@ def _kv_pool(
     return blocks * lay.block_bytes, head + lay.pool_formula(bs), facts, (refusal,) if refusal else ()
 
 
-def _layout(
-    spec: ModelSpec, run: InferenceRun, kv_elem: float, per_tok: int, max_len: int, batched: int
-) -> vk.KvLayout | vd.Dsv4Layout:
-    """The rank's KV groups: vLLM's hybrid allocator when some layers slide or attend within chunks (Llama 4),
-    else one group of the fullest stage's layers (also with the hybrid manager off, ``--no-hybrid-kv-cache``:
-    ``unify_hybrid_kv_cache_specs`` turns the sliding and chunked layers of a mixed model into full-attention
-    ones; an all-sliding model stays one group). vLLM turns the manager off for chunked models itself when
-    ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` is 0 (``VllmConfig.__post_init__``; the default
-    up to v0.12, 1 since v0.16) or with EAGLE drafts: model those with ``--no-hybrid-kv-cache``. DeepSeek-V4's
-    compressed attention: its packed groups (:mod:`.vllm_dsv4`)."""
-    if model_kinds(spec).of(CompressedAttention):
-        return vd.layout(spec, run, max_len, batched)
-    if has_state(spec):  # state layers: their own groups, pages padded to the raised attention page
-        page = run.block_size * kv_per_token(spec, kv_elem, run.tp, 1)
-        return vk.state_layout(spec, run.pp, page)
-    bounds = set(model_kinds(spec).bounds().values())
-    if any(bounds) and (run.hybrid_kv_cache or len(bounds) == 1):
-        return vk.layout(spec, run.pp, run.block_size * kv_per_token(spec, kv_elem, run.tp, 1))
-    return vk.KvLayout(windows=(None,), group_size=1, layer_page_bytes=run.block_size * per_tok)
-
-
-def _state_run(spec: ModelSpec, run: InferenceRun, kv_elem: float) -> tuple[InferenceRun, dict[str, int]]:
-    """A hybrid state model: the run with vLLM's raised attention block size (one attention page of one layer
-    at least one state page, which is padded to it) and the facts of its state pages; else the run as is."""
-    if not has_state(spec):
-        return run, {}
-    attn_1 = kv_per_token(spec, kv_elem, run.tp, 1)
-    page = sp.vllm_state_page(spec, run.tp, run.dt)
-    mla = model_kinds(spec).latent is not None
-    align = sp.VLLM_MLA_KERNEL_BLOCK_ALIGNMENT if mla else sp.VLLM_KERNEL_BLOCK_ALIGNMENT
-    bs = sp.vllm_attention_block_size(page, attn_1, run.block_size, align)
-    facts = {
-        # on the fullest pipeline stage (vllm/distributed/utils.py get_pp_indices: each stage its layers)
-        "attention_layers": vk.fullest_stage_count(spec, run.pp, sp.attention_layer_indices(spec)),
-        "state_layers": vk.fullest_stage_count(spec, run.pp, sp.state_layer_indices(spec)),
-        "state_page_bytes": page,
-        "state_page_padded_bytes": bs * attn_1,
-        "attention_block_size": bs,
-    }
-    return run.model_copy(update={"block_size": bs}), facts
-
-
 def _batch_need(
-    lay: vk.KvLayout | vd.Dsv4Layout,
+    lay: vl.PagedLayout,
     run: InferenceRun,
     batched: int,
     max_len: int,
@@ -175,7 +120,7 @@ def _batch_need(
 
 
 def _kv_component(
-    run: InferenceRun, lay: vk.KvLayout | vd.Dsv4Layout, per_tok: int, kv_bytes: int, formula: str
+    run: InferenceRun, lay: vl.PagedLayout, per_tok: int, kv_bytes: int, formula: str
 ) -> Component:
     """The KV pool's breakdown entry (with the KV groups' shape when some layers slide)."""
     windowed = lay.windowed
@@ -257,7 +202,7 @@ class Vllm(Runtime):
         """DeepSeek-V4's path (runtimes/vllm_dsv4.py), and a vision tower in the profiling run
         (runtimes/vllm_encoder.py): a tower that is not replayed counts only its encoder cache; a replayed one
         is the whole tower's replay, which vLLM shards over TP."""
-        warnings = vd.check(spec, run)  # DeepSeek-V4: what vLLM's path takes
+        warnings = vl.check(spec, run)  # the model's layout path (DeepSeek-V4's: runtimes/vllm_dsv4.py)
         if spec.vision is None or run.images_per_prompt == 0:
             return warnings
         if spec.vision.tower is None:
@@ -287,21 +232,19 @@ class Vllm(Runtime):
         # MemorySnapshot().total_memory (torch.cuda.mem_get_info()[1]) x gpu_memory_utilization, and its batch
         # defaults read current_platform.get_device_total_memory (the same total)
         capacity = gpu.cuda_bytes if gpu else None
-        run = vd.dsv4_run(spec, run)  # DeepSeek-V4: vLLM's own block size when --block-size is not given
         layers = vp.stage_layers(spec, run.pp)
         kv_elem = kv_bytes_per_element(run.kv_dtype_resolved)
-        run, state_facts = _state_run(spec, run, kv_elem)
+        run, state_facts = vl.block_run(spec, run, kv_elem)  # the block size the model's layout takes
         kv_layers = state_facts.get("attention_layers", vk.kv_stage_layers(spec, run.pp))
-        per_tok = kv_per_token(spec, kv_elem, run.tp, kv_layers)
+        per_tok = vk.kv_per_token(spec, kv_elem, run.tp, kv_layers)
         max_len = run.max_model_len or run.tokens
         tokens, seqs = vp.batch_defaults(run, capacity, max_len, any(model_kinds(spec).bounds().values()))
-        lay = _layout(spec, run, kv_elem, per_tok, max_len, tokens)
+        lay = vl.layout(spec, run, kv_elem, per_tok, max_len, tokens)
         per_tok = lay.per_token_bytes or per_tok
         weights_c = _weights(spec, run, wb)
         w = weights_c.bytes
-        activation = vp.activation(spec, run, tokens, seqs, last_stage=True, max_len=max_len)
-        if isinstance(lay, vd.Dsv4Layout):  # the prefill workspace its dummy run reserves
-            activation = vd.profiled(activation, spec, lay)
+        # with what the layout's attention reserves in the dummy run (DeepSeek-V4's prefill workspace)
+        activation = lay.profiled(vp.activation(spec, run, tokens, seqs, last_stage=True, max_len=max_len))
         non_torch = vp.non_torch(run, capacity)
         graphs = vp.cudagraphs(spec, run, seqs, layers)
         non_kv = w + activation.bytes + non_torch.bytes + (0 if vp.graphs_after_kv(run) else graphs.bytes)

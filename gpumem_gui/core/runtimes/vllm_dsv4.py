@@ -42,7 +42,6 @@ from gpumem_gui.core.runtimes.base import component
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.spec.compressed import CompressedAttentionSpec
 from gpumem_gui.core.spec.kinds import Bound
-from gpumem_gui.core.spec.model import ModelSpec
 
 # kv_cache_interface.py MLAAttentionSpec / SlidingWindowMLASpec.real_page_size_bytes (model_version
 # "deepseek_v4", fp8_ds_mla): 448 B fp8 NoPE + 128 B bf16 RoPE + 8 B scales per entry
@@ -167,15 +166,15 @@ def approximate_gcd(counts: list[int], lower_bound: int) -> int:
 
 @dataclass(frozen=True)
 class Dsv4Layout:
-    """The rank's DeepSeek-V4 pool as vLLM packs it; answers what :class:`.vllm_kv.KvLayout` answers, so the
-    vLLM estimate treats it as one more layout (``runtimes/vllm.py``)."""
+    """The rank's DeepSeek-V4 pool as vLLM packs it: a :class:`.vllm_layout.PagedLayout`, so the vLLM
+    estimate treats it as one more layout (``runtimes/vllm.py``)."""
 
     buckets: tuple[Bucket, ...]
     block: int  # --block-size: tokens per block of the MLA group
     max_len: int
     batched: int  # max_num_batched_tokens
+    attention: CompressedAttentionSpec  # its prefill workspace's shape (profiled)
     tuples: int = field(init=False)  # d: layer tuples per group
-    state_groups: int = 0
 
     def __post_init__(self) -> None:
         counts = [b.tuples for b in self.buckets]
@@ -202,9 +201,7 @@ class Dsv4Layout:
     def groups(self) -> int:
         return len(self.windows)
 
-    hybrid = True
-    windowed = True
-    layer_page_bytes = 0  # pages differ by group: see block_bytes
+    windowed = True  # every group takes blocks by its own rule
 
     @property
     def block_bytes(self) -> int:
@@ -225,8 +222,10 @@ class Dsv4Layout:
     def blocks(self, pool: int) -> int:
         return pool // self.block_bytes
 
-    def blocks_per_request(self, tokens: int, block_size: int, batched: int, held: bool = False) -> int:
-        """Blocks one request of ``tokens`` tokens takes, summed over the groups (``batched`` and
+    def blocks_per_request(
+        self, tokens: int, block_size: int, batched_tokens: int, held: bool = False
+    ) -> int:
+        """Blocks one request of ``tokens`` tokens takes, summed over the groups (``batched_tokens`` and
         ``block_size`` are the layout's own)."""
         total = 0
         for b in self.buckets:
@@ -263,28 +262,45 @@ class Dsv4Layout:
             "compressor states)"
         )
 
+    def profiled(self, activation: Component) -> Component:
+        """The profiled peak plus the prefill gather workspace the dummy run reserves (``attention_impl``:
+        ``(PREFILL_CHUNK_SIZE, cdiv(max_model_len, ratio) + window + max_num_batched_tokens, head_dim)``
+        bf16, the smallest ratio's compressed entries the longest)."""
+        at = self.attention
+        rows = -(-self.max_len // at.csa_rate) + at.sliding_window + self.batched
+        workspace = PREFILL_CHUNK * rows * at.head_dim * WORKSPACE_BYTES
+        return component(
+            activation.key,
+            activation.label + " + DeepSeek-V4 prefill workspace",
+            activation.bytes + workspace,
+            activation.explain.formula
+            + f"; + {PREFILL_CHUNK} x (cdiv(max_model_len, {at.csa_rate}) + window + max_num_batched_tokens)"
+            " x head_dim x 2 B (the prefill gather workspace)",
+            activation.explain.source + "; layers/deepseek_v4_attention.py attention_impl (dummy run)",
+            **activation.explain.inputs,
+            prefill_workspace_bytes=workspace,
+        )
 
-def dsv4_run(spec: ModelSpec, run: InferenceRun) -> InferenceRun:
+
+def dsv4_run(run: InferenceRun) -> InferenceRun:
     """The run with the block size vLLM takes for DeepSeek-V4 when --block-size is not given."""
-    if spec.deepseek_v4 is None or run.block_size != UNSET_BLOCK:
+    if run.block_size != UNSET_BLOCK:
         return run
     return run.model_copy(update={"block_size": PREFERRED_BLOCK})
 
 
-def layout(spec: ModelSpec, run: InferenceRun, max_len: int, batched: int) -> Dsv4Layout:
-    v4 = spec.deepseek_v4
-    assert v4 is not None
+def layout(at: CompressedAttentionSpec, run: InferenceRun, max_len: int, batched: int) -> Dsv4Layout:
     return Dsv4Layout(
-        buckets=buckets(v4.attention, run.block_size), block=run.block_size, max_len=max_len, batched=batched
+        buckets=buckets(at, run.block_size),
+        block=run.block_size,
+        max_len=max_len,
+        batched=batched,
+        attention=at,
     )
 
 
-def check(spec: ModelSpec, run: InferenceRun) -> list[str]:
+def check(at: CompressedAttentionSpec, run: InferenceRun) -> list[str]:
     """What vLLM's DeepSeek-V4 path takes (one-line errors), and a warning for a KV dtype it overrides."""
-    v4 = spec.deepseek_v4
-    if v4 is None:
-        return []
-    at = v4.attention
     if (at.csa_rate, at.hca_rate) != tuple(STATE_BLOCK):
         raise GpumemInputError(
             f"vllm: compress rates {at.csa_rate} / {at.hca_rate}: vLLM's DeepSeek-V4 compressor state takes "
@@ -303,7 +319,7 @@ def check(spec: ModelSpec, run: InferenceRun) -> list[str]:
             "kv_cache_utils.py group_and_unify_kv_cache_specs); drop --no-hybrid-kv-cache",
             field="hybrid_kv_cache",
         )
-    bs = dsv4_run(spec, run).block_size
+    bs = dsv4_run(run).block_size
     if bs % at.hca_rate or bs % SWA_BLOCK:
         raise GpumemInputError(
             f"block_size: {bs} is not a multiple of {at.hca_rate}: vLLM's DeepSeek-V4 pages hold "
@@ -322,25 +338,3 @@ def check(spec: ModelSpec, run: InferenceRun) -> list[str]:
             field="kv_dtype",
         )
     return []
-
-
-def profiled(activation: Component, spec: ModelSpec, lay: Dsv4Layout) -> Component:
-    """The profiled peak plus the prefill gather workspace the dummy run reserves (``attention_impl``:
-    ``(PREFILL_CHUNK_SIZE, cdiv(max_model_len, ratio) + window + max_num_batched_tokens, head_dim)`` bf16,
-    the smallest ratio's compressed entries the longest)."""
-    v4 = spec.deepseek_v4
-    assert v4 is not None
-    at = v4.attention
-    rows = -(-lay.max_len // at.csa_rate) + at.sliding_window + lay.batched
-    workspace = PREFILL_CHUNK * rows * at.head_dim * WORKSPACE_BYTES
-    return component(
-        activation.key,
-        activation.label + " + DeepSeek-V4 prefill workspace",
-        activation.bytes + workspace,
-        activation.explain.formula
-        + f"; + {PREFILL_CHUNK} x (cdiv(max_model_len, {at.csa_rate}) + window + max_num_batched_tokens) x "
-        "head_dim x 2 B (the prefill gather workspace)",
-        activation.explain.source + "; layers/deepseek_v4_attention.py attention_impl (dummy run)",
-        **activation.explain.inputs,
-        prefill_workspace_bytes=workspace,
-    )

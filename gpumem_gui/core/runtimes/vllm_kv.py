@@ -36,8 +36,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
+from gpumem_gui.core.results.estimate import Component
 from gpumem_gui.core.runtimes.state_pools import attention_layer_indices, state_layer_indices
-from gpumem_gui.core.spec.kinds import Bound
+from gpumem_gui.core.spec.kinds import Bound, LatentAttention
 from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Remainder, stage_layers
@@ -50,9 +51,24 @@ VLLM_REMAINDER: Remainder = "before_last"
 GROUP_SIZE_SLACK = 1.5
 
 
+def kv_per_token(spec: ModelSpec, kv_elem: float, tp: int, layers: int | None = None) -> int:
+    """KV bytes one token costs over ``layers`` layers (default: all) on one TP rank (K and V, KV heads
+    split, at least one; MLA layers store the latent and its rope part, replicated, DSA layers their
+    indexer's keys too: spec/kinds.py LatentAttention.vllm_bytes)."""
+    n = spec.num_layers if layers is None else layers
+    mla = model_kinds(spec).of(LatentAttention)
+    if mla:  # a stage of n layers: its share of the layers with and without an indexer (none differ on a
+        # published checkpoint: GLM-5 and DeepSeek-V3.2 index every layer)
+        total = sum(len(k.layers) for k in mla)
+        return round(n * sum(len(k.layers) * k.vllm_bytes(kv_elem) for k in mla) / total)
+    kvh = max(1, spec.num_kv_heads // tp)
+    return round(n * 2 * kvh * spec.head_dim * kv_elem)
+
+
 @dataclass(frozen=True)
 class KvLayout:
-    """The KV groups of one rank: the pool's shape and what one request takes from it."""
+    """The KV groups of one rank: the pool's shape and what one request takes from it (a
+    :class:`.vllm_layout.PagedLayout`)."""
 
     windows: tuple[Bound | None, ...]  # one per group: None for full attention, else its window or chunk
     group_size: int  # layers of the rank per group (tensors sharing each block id)
@@ -127,6 +143,10 @@ class KvLayout:
             f"in whole blocks of {block_size} tokens x {self.group_size} layers (one page per layer of a KV "
             f"group; {self.groups} groups share the blocks)"
         )
+
+    def profiled(self, activation: Component) -> Component:
+        """The profiled peak as the profiling run measures it: these layouts reserve nothing in it."""
+        return activation
 
 
 def kv_stage_layers(spec: ModelSpec, pp: int) -> int:

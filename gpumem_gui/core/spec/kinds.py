@@ -240,6 +240,12 @@ class ModelKinds(Frozen):
     model: ModelKindName
     num_layers: PositiveInt
     layers: tuple[LayerKind, ...]
+    compressed: CompressedAttentionSpec | None = Field(
+        None,
+        description="the compressed attention the model's layers run (DeepSeek-V4, spec/compressed.py: its "
+        "sliding layers' windows belong to the same cache), the capability the engines take their "
+        "compressed-cache paths on; None for every other model",
+    )
 
     def of(self, *types: type) -> tuple[LayerKind, ...]:
         return tuple(k for k in self.layers if isinstance(k, types))

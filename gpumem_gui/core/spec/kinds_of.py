@@ -140,12 +140,12 @@ def _derive(spec: ModelSpec) -> ModelKinds:
     cross = tuple(i for i, lt in enumerate(types) if lt == "cross_attention")
     if cross:
         kinds.append(CrossAttention(layers=cross, kv_heads=spec.num_kv_heads, head_dim=spec.head_dim))
-    if spec.deepseek_v4 is not None:  # DeepSeek-V4's CSA / HCA layers (its sliding ones are Attention above)
+    compressed = spec.deepseek_v4.attention if spec.deepseek_v4 is not None else None
+    if compressed is not None:  # DeepSeek-V4's CSA / HCA layers (its sliding ones are Attention above)
         for kind in ("compressed_sparse_attention", "heavily_compressed_attention"):
             layers = tuple(i for i, lt in enumerate(types) if lt == kind)
             if layers:
-                at = spec.deepseek_v4.attention
-                kinds.append(CompressedAttention(kind=kind, layers=layers, attention=at))  # type: ignore[arg-type]
+                kinds.append(CompressedAttention(kind=kind, layers=layers, attention=compressed))  # type: ignore[arg-type]
     mlp = tuple(i for i, lt in enumerate(types) if lt == "mlp")
     if mlp:
         kinds.append(MLPOnly(layers=mlp))
@@ -153,4 +153,4 @@ def _derive(spec: ModelSpec) -> ModelKinds:
     model: ModelKindName = "encoder-decoder" if enc else "decoder"
     if model == "decoder" and any(isinstance(k, RecurrentState) for k in kinds):
         model = "hybrid"
-    return ModelKinds(model=model, num_layers=spec.num_layers, layers=tuple(kinds))
+    return ModelKinds(model=model, num_layers=spec.num_layers, layers=tuple(kinds), compressed=compressed)
