@@ -36,13 +36,15 @@ if TYPE_CHECKING:  # params.Tensor is passed in to keep spec.params -> spec.comp
     from gpumem_gui.core.spec.model import ModelSpec
     from gpumem_gui.core.spec.params import Tensor
 
-# why a DeepSeek-V4 training run is refused: only a full fine-tune on data-parallel ranks is replayed and
-# measured (replay/dsv4.py, tests/reference/extra/deepseek_v4_trace.json)
+# why a DeepSeek-V4 training run is refused: full fine-tuning and LoRA on data-parallel ranks are replayed
+# and measured (replay/dsv4.py, tests/reference/extra/deepseek_v4_trace.json); QLoRA is not
 NOT_REPLAYED = (
-    "DeepSeek-V4 is replayed for a full fine-tune without tensor, pipeline or context parallelism, compiled "
-    "layers or float8 linears only (LoRA on its grouped o_a_proj and fused experts is not measured yet); "
-    "`gpumem trace` measures the run"
+    "DeepSeek-V4 is replayed for full fine-tuning and LoRA on a 16-bit base without tensor, pipeline or "
+    "context parallelism, compiled layers or float8 linears only; `gpumem trace` measures the run"
 )
+# DeepseekV4Attention.o_a_proj (modeling_deepseek_v4.py): a DeepseekV4GroupedLinear, the nn.Linear subclass
+# whose forward is one bmm per head group
+GROUPED_LINEAR = "o_a_proj"
 CompressedLayer = Literal["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"]
 # DeepseekV4CSACache.update_overlap_state: overlap_gate is chunk_gate (+ the fp32 position_bias), fp32
 _FP32 = 4
