@@ -17,8 +17,8 @@ returns and a ``weakref.finalize`` that subtracts it when it dies. A phase's pea
 the step (parameters, buffers, optimizer states, input ids) plus the most the step's storages reached in it.
 
 Run with the ground-truth environment (torch 2.13 CPU, transformers 5.24, peft 0.21):
-``.venv/bin/python validation/measure_dsv4_lora.py tests/reference/extra/configs/synthetic__deepseek_v4-tiny.json
-> tests/reference/extra/deepseek_v4_lora_storage.json``
+``.venv/bin/python validation/measure_dsv4_lora.py tests/reference/extra/configs/
+synthetic__deepseek_v4-tiny.json > tests/reference/extra/deepseek_v4_lora_storage.json``
 """
 
 from __future__ import annotations
@@ -154,7 +154,11 @@ def main() -> None:
         "and weakref finalizers, no module hooks): what the step holds without PyTorch's MemTracker, whose "
         "module hooks keep the indexer's graph alive. Script: validation/measure_dsv4_lora.py",
         "config": config.stem,
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__},
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "peft": peft.__version__,
+        },
         "points": [measure_point(config, p) for p in POINTS],
     }
     print(json.dumps(doc, indent=1))
