@@ -179,9 +179,9 @@ def test_lora_replay_within_1_5_percent_of_the_live_storages() -> None:
     less o_a_proj and the attention's own, bf16 and amp-bf16, with and without checkpointing): the trainable
     parameters are PEFT's, every phase within 1.5 % of the step counted by its live storages (measured:
     -0.85 % to +1.39 %; the optimizer phase above by the foreach temporary of the indexer's adapters, which
-    get no gradient). `gpumem trace` counts more (MemTracker's module hooks keep the indexer's graph, whose
-    integer top-k never runs a backward, alive): the forward, where the checkpointed steps equal the storage
-    count to the byte, is within 3 % of the trace and no phase above it."""
+    get no gradient). `gpumem trace` counts more (under MemTracker part of the indexer's graph, whose
+    integer top-k never runs a backward, stays alive): the forward, where the checkpointed steps equal the
+    storage count to the byte, is within 3 % of the trace and no phase above it."""
     spec = load_model(str(EXTRA / "configs" / "synthetic__deepseek_v4-tiny.json")).spec
     counted = json.loads((EXTRA / "deepseek_v4_lora_storage.json").read_text())["points"]
     traced = [p for p in TRACED if p["mode"] == "train" and p["run"]["method"] == "lora"]
