@@ -149,10 +149,10 @@ def test_serving_engines_refuse_in_one_line() -> None:
 
 
 @pytest.mark.parametrize(
-    "change", [{"method": "lora"}, {"method": "qlora"}, {"tp": 2}, {"compile": True}, {"float8": True}]
+    "change", [{"method": "qlora"}, {"tp": 2}, {"cp": 2}, {"compile": True}, {"float8": True}]
 )
 def test_training_refuses_what_is_not_replayed_in_one_line(change: dict) -> None:
-    """Only a full fine-tune on data-parallel ranks is replayed and measured."""
+    """Full fine-tuning and LoRA on data-parallel ranks are replayed and measured, nothing else."""
     spec = load_model(str(EXTRA / "configs" / "synthetic__deepseek_v4-tiny.json")).spec
     with pytest.raises(GpumemInputError) as e:
         estimate_training(spec, TrainingRun(seq=64, **change))
@@ -164,7 +164,7 @@ def test_training_replay_within_3_percent_of_the_trace() -> None:
     """A full fine-tuning step of the real model (`gpumem trace --mode train`: bf16 and amp-bf16, with and
     without gradient checkpointing): every phase within 3 % (measured: -1.6 % to 0 %), the peak too."""
     spec = load_model(str(EXTRA / "configs" / "synthetic__deepseek_v4-tiny.json")).spec
-    points = [p for p in TRACED if p["mode"] == "train"]
+    points = [p for p in TRACED if p["mode"] == "train" and p["run"]["method"] == "full"]
     assert len(points) >= 4 and any(p["run"].get("grad_ckpt") for p in points)
     for p in points:
         est = estimate_training(spec, TrainingRun(**p["run"]))
@@ -172,6 +172,43 @@ def test_training_replay_within_3_percent_of_the_trace() -> None:
         assert abs(est.peak_bytes / p["peak_bytes"] - 1) <= 0.03, p["run"]
         for phase, want in p["phases"].items():
             assert abs(est.phases[phase].peak_bytes / want - 1) <= 0.03, (p["run"], phase)
+
+
+def test_lora_replay_within_1_5_percent_of_the_live_storages() -> None:
+    """LoRA steps of the real model with PEFT 0.21 (deepseek_v4_lora_storage.json: the targets all-linear
+    less o_a_proj and the attention's own, bf16 and amp-bf16, with and without checkpointing): the trainable
+    parameters are PEFT's, every phase within 1.5 % of the step counted by its live storages (measured:
+    -0.85 % to +1.39 %; the optimizer phase above by the foreach temporary of the indexer's adapters, which
+    get no gradient). `gpumem trace` counts more (under MemTracker part of the indexer's graph, whose
+    integer top-k never runs a backward, stays alive): the forward, where the checkpointed steps equal the
+    storage count to the byte, is within 3 % of the trace and no phase above it."""
+    spec = load_model(str(EXTRA / "configs" / "synthetic__deepseek_v4-tiny.json")).spec
+    counted = json.loads((EXTRA / "deepseek_v4_lora_storage.json").read_text())["points"]
+    traced = [p for p in TRACED if p["mode"] == "train" and p["run"]["method"] == "lora"]
+    assert len(counted) == len(traced) >= 4 and any(p["run"].get("grad_ckpt") for p in counted)
+    for c, t in zip(counted, traced, strict=True):
+        assert c["run"] == t["run"]
+        est = estimate_training(spec, TrainingRun(**c["run"]))
+        assert est.facts["trainable_params"] == c["trainable_params"] == t["trainable_params"], c["run"]
+        for phase, want in c["phases"].items():
+            got = est.phases[phase].peak_bytes
+            assert abs(got / want - 1) <= 0.015, (c["run"], phase)
+            assert got <= t["phases"][phase], (c["run"], phase)
+        assert abs(est.phases["forward"].peak_bytes / t["phases"]["forward"] - 1) <= 0.03, c["run"]
+
+
+@pytest.mark.parametrize(
+    ("targets", "said"),
+    [("all-linear", "o_a_proj"), ("o_a_proj,q_a_proj", "o_a_proj"), ("weights_proj", "indexer")],
+)
+def test_lora_peft_cannot_run_is_one_line(targets: str, said: str) -> None:
+    """PEFT 0.21 wraps the grouped o_a_proj (an nn.Linear subclass) as a plain Linear: the first forward
+    fails to broadcast (all-linear includes it); adapters on the indexer alone get no gradient and
+    loss.backward() fails (both measured with gpumem trace)."""
+    spec = load_model(str(EXTRA / "configs" / "synthetic__deepseek_v4-tiny.json")).spec
+    with pytest.raises(GpumemInputError) as e:
+        estimate_training(spec, TrainingRun(seq=64, method="lora", lora_targets=targets))
+    assert e.value.field == "lora_targets" and said in str(e.value) and "\n" not in str(e.value)
 
 
 def test_inference_replay_equals_the_trace() -> None:
@@ -227,7 +264,7 @@ def test_cli_exit_status_2_and_inspect() -> None:
 
 def test_trace_compares_with_the_estimate_where_there_is_one() -> None:
     """`gpumem trace` of a DeepSeek-V4 run: compared with the estimate where the replay models the run, and
-    measured without one (not an error) where it refuses it (LoRA)."""
+    measured without one (not an error) where it refuses it (LoRA on all-linear, which takes o_a_proj)."""
     from gpumem_gui.core.runtimes.inference import make_run as inference_run
     from gpumem_gui.trace.result import _analytic
 

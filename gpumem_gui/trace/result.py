@@ -141,7 +141,7 @@ def _analytic(model: LoadedModel, run: InferenceRun | TrainingRun) -> tuple[Esti
     except GpumemInputError:
         if not has_compressed_cache(model.spec):
             raise
-        return None, {}  # DeepSeek-V4 runs the replay does not model (LoRA, tp): measured, no estimate
+        return None, {}  # DeepSeek-V4 runs the replay refuses (QLoRA, tp, o_a_proj): measured, no estimate
     return est, tracked_breakdown(model.spec, run, est)
 
 

@@ -36,13 +36,17 @@ if TYPE_CHECKING:  # params.Tensor is passed in to keep spec.params -> spec.comp
     from gpumem_gui.core.spec.model import ModelSpec
     from gpumem_gui.core.spec.params import Tensor
 
-# why a DeepSeek-V4 training run is refused: only a full fine-tune on data-parallel ranks is replayed and
-# measured (replay/dsv4.py, tests/reference/extra/deepseek_v4_trace.json)
+# why a DeepSeek-V4 training run is refused: full fine-tuning and LoRA on data-parallel ranks are replayed
+# and measured (replay/dsv4.py, tests/reference/extra/deepseek_v4_trace.json); QLoRA is not
 NOT_REPLAYED = (
-    "DeepSeek-V4 is replayed for a full fine-tune without tensor, pipeline or context parallelism, compiled "
-    "layers or float8 linears only (LoRA on its grouped o_a_proj and fused experts is not measured yet); "
-    "`gpumem trace` measures the run"
+    "DeepSeek-V4 is replayed for full fine-tuning and LoRA on a 16-bit base without tensor, pipeline or "
+    "context parallelism, compiled layers or float8 linears only; `gpumem trace` measures the run"
 )
+# DeepseekV4Attention.o_a_proj (modeling_deepseek_v4.py): a DeepseekV4GroupedLinear, the nn.Linear subclass
+# whose forward is one bmm per head group
+GROUPED_LINEAR = "o_a_proj"
+# DeepseekV4CSACompressor.indexer (DeepseekV4Indexer): the module path of the indexer within an attention
+INDEXER = "compressor.indexer"
 CompressedLayer = Literal["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"]
 # DeepseekV4CSACache.update_overlap_state: overlap_gate is chunk_gate (+ the fp32 position_bias), fp32
 _FP32 = 4
@@ -210,7 +214,7 @@ def _attention_tensors(s: DeepseekV4Shape, i: int, kind: str) -> list[tuple[str,
         out += _compressor_tensors(f"{pre}.compressor", s, at.hca_rate, d, d)
     elif kind == "compressed_sparse_attention":
         out += _compressor_tensors(f"{pre}.compressor", s, at.csa_rate, 2 * d, d)
-        ix = f"{pre}.compressor.indexer"
+        ix = f"{pre}.{INDEXER}"
         out += _compressor_tensors(ix, s, at.csa_rate, 2 * di, di)
         out += [(f"{ix}.q_b_proj.weight", (s.index_n_heads * di, q))]
         out += [(f"{ix}.scorer.weights_proj.weight", (s.index_n_heads, h))]

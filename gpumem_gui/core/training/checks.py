@@ -13,12 +13,10 @@ from gpumem_gui.core.replay.vision import has_tower
 from gpumem_gui.core.replay.vision_train import adapts_tower, check_trainable
 from gpumem_gui.core.replay.vision_train_lora import INPUT_EMBEDDINGS
 from gpumem_gui.core.spec import gemma4
-from gpumem_gui.core.spec.compressed import NOT_REPLAYED
-from gpumem_gui.core.spec.kinds import CompressedAttention
-from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.spec.parallel import Degrees, check_degrees
 from gpumem_gui.core.spec.params import Tensor
+from gpumem_gui.core.training.compressed import check_compressed_training
 from gpumem_gui.core.training.frameworks import framework
 from gpumem_gui.core.training.model_parallel import shard_run
 from gpumem_gui.core.training.precision import precision
@@ -27,22 +25,6 @@ from gpumem_gui.core.training.profiles import profile
 from gpumem_gui.core.training.run import TrainingRun
 from gpumem_gui.core.training.seq2seq import check_seq2seq_training
 from gpumem_gui.core.training.unused import unused_notes
-
-
-def _check_compressed(run: TrainingRun) -> None:
-    """DeepSeek-V4's training step is replayed (and measured) for a full fine-tune without model
-    parallelism, compiled layers or float8 linears; anything else is refused in one line."""
-    unsupported = {
-        "method": run.method != "full",
-        "tp": run.tp > 1,
-        "pp": run.pp > 1,
-        "cp": run.cp > 1,
-        "compile": run.compile,
-        "float8": run.float8,
-    }
-    for field, bad in unsupported.items():
-        if bad:
-            raise GpumemInputError(f"training: {NOT_REPLAYED} ({field} {getattr(run, field)})", field=field)
 
 
 def lora_targets(run: TrainingRun) -> tuple[str, ...]:
@@ -302,8 +284,7 @@ def check_training(spec: ModelSpec, run: TrainingRun) -> tuple[str, ...]:
     la = spec.linear_attention
     if la is not None and la.kind == "lightning" and run.grad_ckpt:
         warnings.append(f"approximate: {LIGHTNING_TRAINING}")
-    if model_kinds(spec).of(CompressedAttention):  # DeepSeek-V4 (spec/compressed.py, replay/dsv4.py)
-        _check_compressed(run)
+    check_compressed_training(spec, run, lora_targets(run))  # DeepSeek-V4 (training/compressed.py)
     check_seq2seq_training(spec, run)  # encoder-decoders: one GPU, full or LoRA (training/seq2seq.py)
     check_degrees(spec, Degrees(tp=run.tp, pp=run.pp, ep=run.ep))
     gemma4.check_run(spec, tp=run.tp, pp=run.pp, ep=run.ep, cp=run.cp)  # Gemma 4: one GPU (spec/gemma4.py)
