@@ -26,7 +26,7 @@ from gpumem_gui.core.runtimes import refusals
 from gpumem_gui.core.runtimes.base import Lever, Runtime
 from gpumem_gui.core.runtimes.llamacpp import LLAMA_CPP, LlamaCpp, kv_label, kv_types
 from gpumem_gui.core.runtimes.llamacpp_options import LLAMA_FIT_TARGET_MIB
-from gpumem_gui.core.runtimes.llamacpp_split_fit import fit_split
+from gpumem_gui.core.runtimes.llamacpp_split_fit import SplitFit, fit_split, split_fit_facts
 from gpumem_gui.core.runtimes.ollama_models import ollama_tag
 from gpumem_gui.core.runtimes.ollama_options import (
     OLLAMA_DEFAULT_NUM_CTX,
@@ -359,16 +359,18 @@ class OllamaServer(Ollama):
         notes = (*warnings, *s.warnings, *([gpus_note] if gpus_note else []), *LLAMA_CPP.check(spec, lrun))
         split: tuple[int, ...] = ()
         if gpus > 1:  # llama-server's layer split over the GPUs (and its --fit when num_gpu is not set)
-            split, ngl, fit_note = (
+            plc = (
                 fit_split(spec, lrun, wb, gpus, gpu.cuda_bytes - _context(lrun), run.fit_target_mib)
                 if run.num_gpu is None and gpu is not None
-                else ((1,) * gpus, n if run.num_gpu is None else min(run.num_gpu, n), "")
+                else SplitFit((1,) * gpus, n if run.num_gpu is None else min(run.num_gpu, n), frozenset(), "")
             )
-            lrun = lrun.model_copy(update={"n_gpu_layers": ngl, "fit": "off"})
-            notes = (*notes, *([fit_note] if fit_note else []))
+            split = plc.split
+            lrun = lrun.model_copy(update={"n_gpu_layers": plc.n_gpu_layers, "fit": "off"})
+            notes = (*notes, *([plc.note] if plc.note else []))
         est = LLAMA_CPP.estimate(spec, lrun, notes, gpu, wb)
         if split:
-            est = split_estimate(spec, lrun, wb, est, split, lrun.n_gpu_layers, chunked=True)
+            est = split_estimate(spec, lrun, wb, est, split, lrun.n_gpu_layers, True, plc.cpu_experts)
+            est = est.model_copy(update={"facts": split_fit_facts(spec, wb, plc, est.facts)})
         ngl = int(est.facts.get("fit_n_gpu_layers", lrun.n_gpu_layers))
         layers = n if ngl < 0 else min(ngl, n)
         facts = {
