@@ -1,7 +1,8 @@
 """The Ollama runtime: llama.cpp's buffers under Ollama's defaults, knobs and layer placement, per version
-(``ollama_version``): :class:`Ollama` is v0.12.10's llama runner (the default), :class:`OllamaServer` v0.30+'s
-upstream llama-server (:mod:`.ollama_server`: Ollama v0.33's arguments and defaults, placed by llama.cpp's
-``--fit``, :mod:`.llamacpp_fit` / :mod:`.llamacpp_split_fit`); ``Ollama.for_run`` picks one for a run.
+(``ollama_version``): :class:`OllamaServer` is v0.30+'s upstream llama-server (the default;
+:mod:`.ollama_server`: Ollama v0.33's arguments and defaults, placed by llama.cpp's ``--fit``,
+:mod:`.llamacpp_fit` / :mod:`.llamacpp_split_fit`), :class:`Ollama` v0.12.10's llama runner (older Ollama's
+logs); ``Ollama.for_run`` picks one for a run.
 
 Ollama v0.12.10 runs llama.cpp with ``n_ctx = num_ctx x OLLAMA_NUM_PARALLEL`` (``llm/server.go`` ``KvSize``),
 ``n_batch = min(num_batch, num_ctx)``, flash attention when ``OLLAMA_FLASH_ATTENTION`` (or the model's

@@ -130,8 +130,9 @@ OllamaVersion = Annotated[
     UI(
         "Ollama version",
         _O,
-        "0.30+ (the default: the Ollama releases in use since v0.30, and every model gpumem sizes, a MoE "
-        "model whose experts leave several GPUs too): Ollama launches upstream llama-server (llama.cpp "
+        "0.30+ (the default: Ollama's releases since v0.30, which users run, and gpumem places every model "
+        "under them, a MoE model whose experts spill over several GPUs too): Ollama launches upstream "
+        "llama-server (llama.cpp "
         f"{OLLAMA_LLAMA_CPP} at v0.33; commit 9db4bdbad, #16031) with -c num_ctx x parallel, -b/-ub "
         "num_batch, --flash-attn auto, and llama.cpp's own --fit placement unless num_gpu is set; "
         "0.12.10: an older Ollama's llama runner (vendored llama.cpp) with Ollama's own layer placement "
