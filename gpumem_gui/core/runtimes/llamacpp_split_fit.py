@@ -185,11 +185,14 @@ def fit_split(
     split = tuple(x.n_layer for x in devs)
     cpu = override_blocks(devs, n)
     layers = sum(split)
+    how = "back to front (--tensor-split)"
+    if surplus > 0:
+        how = "(--tensor-split): dense-only layers back to front, then full ones front to back"
     experts = f", the routed experts of {len(cpu)} blocks in host memory" if cpu else ""
     extra = " (llama.cpp's one extra split layer per GPU, LAYER_FRACTION_*, not modelled)" if cpu else ""
     note = (
         f"--fit: {layers} of {total} layers (the output layer counted) on the GPUs, split "
-        f"{','.join(str(c) for c in split)} back to front (--tensor-split){experts}{extra}"
+        f"{','.join(str(c) for c in split)} {how}{experts}{extra}"
     )
     return SplitFit(split, layers, cpu, note)
 
