@@ -120,12 +120,12 @@ def test_the_state_is_in_the_estimate() -> None:
 
 
 @pytest.mark.parametrize(
-    "engine", ["ollama"]
-)  # vllm, llama.cpp, sglang: test_engine_state, test_sglang_hybrid
-def test_engines_without_a_state_pool_refuse(engine: str) -> None:
+    "fields", [{"engine": "ollama", "ollama_version": "0.12.10"}]
+)  # vllm, llama.cpp, sglang, ollama 0.30+: test_engine_state, test_sglang_hybrid, test_ollama_server
+def test_engines_without_a_state_pool_refuse(fields: dict[str, str]) -> None:
     spec = spec_from_config(TINY, name="tiny")
     with pytest.raises(GpumemInputError) as e:
-        estimate_inference(spec, make_run(engine=engine))
+        estimate_inference(spec, make_run(**fields))
     assert e.value.field == "engine"
 
 

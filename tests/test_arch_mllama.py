@@ -97,14 +97,18 @@ def test_images_add_the_cross_cache_to_the_transformers_estimate() -> None:
         # no LLM_ARCH_MLLAMA in llama.cpp's src/llama-arch.cpp (only in Ollama's old patch)
         ("llama.cpp", r"llama\.cpp has no mllama architecture"),
         # Ollama v0.12.10 fs/ggml/ggml.go OllamaEngineRequired: mllama runs on its Go engine
-        ("ollama", r"own Go engine.*OllamaEngineRequired lists mllama"),
+        ("ollama 0.12.10", r"own Go engine.*OllamaEngineRequired lists mllama"),
+        # Ollama v0.30+ (the default) runs llama.cpp's llama-server
+        ("ollama", r"ollama v0\.30\+: .*no mllama architecture"),
     ],
 )
 def test_other_engines_are_refused_in_one_line_with_their_reason(engine: str, reason: str) -> None:
     """Each serving engine says whether it runs Llama 3.2 Vision at all, with its source."""
     spec = spec_from_config(V11, name="v")
+    name, _, version = engine.partition(" ")
+    fields = {"ollama_version": version} if version else {}
     with pytest.raises(GpumemInputError, match=reason) as e:
-        estimate_inference(spec, make_run(engine=engine, seq=512))
+        estimate_inference(spec, make_run(engine=name, seq=512, **fields))
     assert e.value.field == "engine" and "\n" not in str(e.value)
 
 

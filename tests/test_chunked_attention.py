@@ -85,6 +85,8 @@ def test_llamacpp_gives_chunked_layers_swa_cells_and_ollama_does_not(scout) -> N
     assert kv_buffers(scout, run, 48) == ((131_072 * 12 + 8704 * 36) * row, 0)
     assert kv_buffers(scout, run, 48)[0] == (6144 + 1224) * MIB
     assert kv_buffers(scout, run, 48, chunked=False)[0] == 24_576 * MIB
-    ollama = make_run(engine="ollama", weights="gguf-q4_k_m", num_ctx=131_072, kv_dtype="f16")
+    ollama = make_run(
+        engine="ollama", ollama_version="0.12.10", weights="gguf-q4_k_m", num_ctx=131_072, kv_dtype="f16"
+    )
     est = estimate_inference(scout, ollama)
     assert next(c.bytes for c in est.components if c.key == "kv_cache") == 24_576 * MIB

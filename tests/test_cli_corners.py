@@ -149,7 +149,16 @@ def test_llamacpp_default_cache_is_f16_whatever_the_compute_dtype() -> None:
 
 
 def test_ollama_header_says_the_type_ollama_keeps(capsys: pytest.CaptureFixture[str]) -> None:
-    base = ("--engine", "ollama", "--weights", "gguf-Q4_K_M", "--kv-dtype", "q8_0")
+    base = (
+        "--engine",
+        "ollama",
+        "--ollama-version",
+        "0.12.10",
+        "--weights",
+        "gguf-Q4_K_M",
+        "--kv-dtype",
+        "q8_0",
+    )
     assert ", KV f16, " in _header(capsys, *base, "--flash-attention", "off")  # q8_0 needs flash attention
     assert ", KV q8_0, " in _header(capsys, *base, "--flash-attention", "on")
 

@@ -149,9 +149,9 @@ def test_vllm_refuses_what_it_cannot_run(change: dict, field: str) -> None:
 
 
 def test_other_engines_refuse_in_one_line() -> None:
-    """Ollama does not model the compressed cache: one line, saying what the engine itself does with the
-    model; vLLM, SGLang (tests/test_sglang_dsv4.py), llama.cpp (tests/test_llamacpp_dsv4.py) and
-    transformers estimate it."""
+    """Ollama v0.12.10 does not model the compressed cache: one line, saying what the engine itself does with
+    the model; vLLM, SGLang (tests/test_sglang_dsv4.py), llama.cpp (tests/test_llamacpp_dsv4.py), Ollama's
+    default release (0.30+: llama-server) and transformers estimate it."""
     spec = load_model(str(EXTRA / "configs" / "synthetic__deepseek_v4-tiny.json")).spec
     assert spec is not None
     kinds = model_kinds(spec).of(CompressedAttention)
@@ -159,8 +159,13 @@ def test_other_engines_refuse_in_one_line() -> None:
         if engine in ("transformers", "vllm", "sglang", "llama.cpp"):
             assert all(rt.supports(k) for k in kinds)
             continue
+        run = make_run(engine=engine, seq=64)
+        if rt.for_run(run) is not rt:  # Ollama 0.30+ (the default): llama.cpp's profile
+            assert all(rt.for_run(run).supports(k) for k in kinds)
+            assert estimate_inference(spec, run).peak_bytes > 0
+            run = run.model_copy(update={"ollama_version": "0.12.10"})  # RUNTIMES holds v0.12.10's
         with pytest.raises(GpumemInputError) as e:
-            estimate_inference(spec, make_run(engine=engine, seq=64))
+            estimate_inference(spec, run)
         assert "\n" not in str(e.value) and engine in str(e.value) and "DeepSeek-V4" in str(e.value)
 
 

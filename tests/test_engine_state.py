@@ -207,10 +207,14 @@ def test_llamacpp_kda_and_lightning_widths(key: str, layers: int, conv: int, ssm
     ("key", "engine", "reason"),
     [
         # not in Ollama v0.12.10's vendored llama.cpp (llama/llama.cpp/src/llama-arch.cpp) nor its Go models
-        ("MiniMaxAI__MiniMax-Text-01-hf", "ollama", r"v0\.12\.10 does not run MiniMax-Text-01.*#27018"),
+        (
+            "MiniMaxAI__MiniMax-Text-01-hf",
+            "ollama 0.12.10",
+            r"v0\.12\.10 does not run MiniMax-Text-01.*#27018",
+        ),
         (
             "moonshotai__Kimi-Linear-48B-A3B-Instruct",
-            "ollama",
+            "ollama 0.12.10",
             r"v0\.12\.10 does not run Kimi-Linear.*#18755",
         ),
         # SGLang: no MiniMaxText01ForCausalLM (tracking issue #18458), no Mamba-1 state shape
@@ -219,8 +223,10 @@ def test_llamacpp_kda_and_lightning_widths(key: str, layers: int, conv: int, ssm
     ],
 )
 def test_engines_that_do_not_run_a_state_kind_say_so(key: str, engine: str, reason: str) -> None:
+    name, _, version = engine.partition(" ")  # "ollama 0.12.10": that release (0.30+ is the default)
+    fields = {"ollama_version": version} if version else {}
     with pytest.raises(GpumemInputError, match=reason) as e:
-        estimate_inference(_spec(key), make_run(engine=engine))
+        estimate_inference(_spec(key), make_run(engine=name, **fields))
     assert e.value.field == "engine" and "\n" not in str(e.value)
 
 

@@ -1,5 +1,7 @@
 """The Ollama engine: defaults, OLLAMA_NUM_PARALLEL x num_ctx, flash attention, the KV type, layer placement
-when the model does not fit, Ollama names -> models, the command/Modelfile import, and bad input."""
+when the model does not fit, Ollama names -> models, the command/Modelfile import, and bad input. The
+estimates are v0.12.10's (``ollama_version`` 0.12.10: its llama runner and its own placement, no longer the
+default); v0.30+'s llama-server is tests/test_ollama_server.py's."""
 
 from __future__ import annotations
 
@@ -19,10 +21,12 @@ from tests.fuzz_strategies import fuzz_settings
 
 LLAMA8 = load_model("meta-llama/Llama-3.1-8B").spec
 QWEN3 = load_model("Qwen/Qwen3-8B").spec
+OLD = "0.12.10"
 
 
 def _est(spec=LLAMA8, capacity=None, **kw):
-    return estimate_inference(spec, make_run(engine="ollama", weights="gguf-Q4_K_M", **kw), capacity)
+    run = make_run(engine="ollama", ollama_version=OLD, weights="gguf-Q4_K_M", **kw)
+    return estimate_inference(spec, run, capacity)
 
 
 def _kv(est) -> int:
@@ -97,7 +101,7 @@ def test_num_gpu_goes_to_llama_cpp_as_set_and_fit_offers_it() -> None:
     )
     assert any("may run out of memory" in w for w in forced.warnings)
     assert not runtime("ollama").admits(auto) and runtime("ollama").admits(forced)
-    run = make_run(engine="ollama", weights="gguf-Q4_K_M", num_ctx=32768)
+    run = make_run(engine="ollama", ollama_version=OLD, weights="gguf-Q4_K_M", num_ctx=32768)
     levers = runtime("ollama").fit_levers(
         LLAMA8,
         run,

@@ -38,7 +38,7 @@ def _spec(key: str) -> ModelSpec:
 
 
 def _run(**kw: Any) -> Any:
-    return make_run(engine="ollama", weights="gguf-Q4_K_M", **kw)
+    return make_run(engine="ollama", ollama_version="0.12.10", weights="gguf-Q4_K_M", **kw)
 
 
 def _pred(spec: ModelSpec, **kw: Any) -> Any:

@@ -23,7 +23,7 @@ SPEC = load_model("meta-llama/Llama-3.3-70B-Instruct").spec
 
 
 def _est(free_gib: float | None, **fields: object):
-    run = make_run(engine="ollama", weights="gguf-Q4_K_M", num_ctx=8192, **fields)
+    run = make_run(engine="ollama", ollama_version="0.12.10", weights="gguf-Q4_K_M", num_ctx=8192, **fields)
     return estimate_inference(SPEC, run, None if free_gib is None else round(free_gib * GiB))
 
 
@@ -36,7 +36,9 @@ def test_fewest_gpus_that_hold_every_layer() -> None:
     assert len(est.per_gpu) == 2
     # llama.cpp's buffers: every block's weights once, the output layer on the last GPU only
     weights = [g.components[0].bytes for g in est.per_gpu]
-    one = estimate_inference(SPEC, make_run(engine="ollama", weights="gguf-Q4_K_M", num_ctx=8192), None)
+    one = estimate_inference(
+        SPEC, make_run(engine="ollama", ollama_version="0.12.10", weights="gguf-Q4_K_M", num_ctx=8192), None
+    )
     assert sum(weights) == one.component("weights").bytes
     kv = sum(g.components[1].bytes for g in est.per_gpu)
     assert kv == one.component("kv_cache").bytes
@@ -67,7 +69,7 @@ def test_partial_offload_over_all_gpus() -> None:
 
 
 def test_fit_on_n_gpus_of_a_type() -> None:
-    run = make_run(engine="ollama", weights="gguf-Q4_K_M", num_ctx=8192, pp=2)
+    run = make_run(engine="ollama", ollama_version="0.12.10", weights="gguf-Q4_K_M", num_ctx=8192, pp=2)
     rep = fit_report(SPEC, run, GpuTarget(name="RTX 4090", capacity_bytes=24 * GiB, count=2), margin=0)
     assert rep.fits and len(rep.verdicts) == 2
     one = fit_report(
@@ -84,7 +86,14 @@ def test_tensor_parallel_still_refused_and_uneven_pp_not_warned() -> None:
 
 
 def test_command_and_import_carry_the_gpus() -> None:
-    run = make_run(engine="ollama", weights="gguf-Q4_K_M", num_ctx=8192, pp=2, sched_spread=True)
+    run = make_run(
+        engine="ollama",
+        ollama_version="0.12.10",
+        weights="gguf-Q4_K_M",
+        num_ctx=8192,
+        pp=2,
+        sched_spread=True,
+    )
     est = estimate_inference(SPEC, run, 24 * GiB)
     cmd = OLLAMA.command("meta-llama/Llama-3.3-70B-Instruct", run, est)
     assert "CUDA_VISIBLE_DEVICES=0,1" in cmd and "OLLAMA_SCHED_SPREAD=1" in cmd

@@ -257,7 +257,9 @@ def _run_defaults() -> dict[str, dict[str, Any]]:
 PAST_DEFAULTS: dict[str, dict[str, tuple[Any, ...]]] = {
     # issue 31: the CUDA context by GPU generation (core/results/nontorch.py) instead of a flat 500 MiB
     # issue 28: Ollama's num_batch auto (Ollama v0.33 picks it; v0.12.10 resolves it to 512 as before)
-    "InferenceRun": {"cuda_context_mib": (500,), "num_batch": (512,)},
+    # Ollama's release: 0.30+ (llama-server, llama.cpp's --fit) since its MoE fit over several GPUs; a call
+    # recorded at 0.12.10 keeps it (its run names it), one keyed without it now means 0.30+
+    "InferenceRun": {"cuda_context_mib": (500,), "num_batch": (512,), "ollama_version": ("0.12.10",)},
     "TrainingRun": {"cuda_context_mib": (500,)},
 }
 

@@ -45,12 +45,36 @@ class FitPlacement:
     projected: int  # the device bytes with every layer and expert on the GPU (fit's first projection)
 
 
+@dataclass(frozen=True)
+class Device:
+    """One device's share of a placement (common/fit.cpp ``ngl_t``): ``n_layer`` layers (the output layer
+    counting as one on the last device), the last ``n_part`` of them "dense-only" (their routed experts in
+    host memory)."""
+
+    n_layer: int
+    n_part: int = 0
+
+    @property
+    def n_full(self) -> int:
+        return self.n_layer - self.n_part
+
+
+def override_blocks(devices: tuple[Device, ...], hp_ngl: int) -> frozenset[int]:
+    """The blocks whose routed experts overflow to host memory: common/fit.cpp set_ngl_tensor_split_tbo
+    starts at ``il0 = hp_ngl + 1 - n_gpu_layers`` and, device by device, skips its ``n_full`` full layers and
+    overrides its next ``n_part`` (index ``hp_ngl`` is the output layer, which has no experts)."""
+    il0 = hp_ngl + 1 - sum(d.n_layer for d in devices)
+    out: set[int] = set()
+    for d in devices:
+        il0 += d.n_full
+        out.update(i for i in range(il0, il0 + d.n_part) if i < hp_ngl)
+        il0 += d.n_part
+    return frozenset(out)
+
+
 def cpu_expert_blocks(n_layer: int, n_part: int, hp_ngl: int) -> frozenset[int]:
-    """The blocks of a single GPU's range whose experts overflow to host memory: common/fit.cpp
-    set_ngl_tensor_split_tbo starts at ``il0 = hp_ngl + 1 - n_gpu_layers``, skips the ``n_full`` full
-    layers and overrides the next ``n_part`` (index ``hp_ngl`` is the output layer, which has no experts)."""
-    start = hp_ngl + 1 - n_layer + (n_layer - n_part)
-    return frozenset(i for i in range(start, start + n_part) if i < hp_ngl)
+    """:func:`override_blocks` of a single GPU."""
+    return override_blocks((Device(n_layer, n_part),), hp_ngl)
 
 
 def fit_single_gpu(hp_ngl: int, moe: bool, free: int, target_mib: int, used: Usage) -> FitPlacement:

@@ -1,7 +1,8 @@
 """The Ollama runtime: llama.cpp's buffers under Ollama's defaults, knobs and layer placement, per version
-(``ollama_version``): :class:`Ollama` is v0.12.10's llama runner (the default), :class:`OllamaServer` v0.30+'s
-upstream llama-server (:mod:`.ollama_server`: Ollama v0.33's arguments and defaults, placed by llama.cpp's
-``--fit``, :mod:`.llamacpp_fit` / :mod:`.llamacpp_split_fit`); ``Ollama.for_run`` picks one for a run.
+(``ollama_version``): :class:`OllamaServer` is v0.30+'s upstream llama-server (the default;
+:mod:`.ollama_server`: Ollama v0.33's arguments and defaults, placed by llama.cpp's ``--fit``,
+:mod:`.llamacpp_fit` / :mod:`.llamacpp_split_fit`), :class:`Ollama` v0.12.10's llama runner (older Ollama's
+logs); ``Ollama.for_run`` picks one for a run.
 
 Ollama v0.12.10 runs llama.cpp with ``n_ctx = num_ctx x OLLAMA_NUM_PARALLEL`` (``llm/server.go`` ``KvSize``),
 ``n_batch = min(num_batch, num_ctx)``, flash attention when ``OLLAMA_FLASH_ATTENTION`` (or the model's
@@ -26,7 +27,7 @@ from gpumem_gui.core.runtimes import refusals
 from gpumem_gui.core.runtimes.base import Lever, Runtime
 from gpumem_gui.core.runtimes.llamacpp import LLAMA_CPP, LlamaCpp, kv_label, kv_types
 from gpumem_gui.core.runtimes.llamacpp_options import LLAMA_FIT_TARGET_MIB
-from gpumem_gui.core.runtimes.llamacpp_split_fit import fit_split
+from gpumem_gui.core.runtimes.llamacpp_split_fit import SplitFit, fit_split, split_fit_facts
 from gpumem_gui.core.runtimes.ollama_models import ollama_tag
 from gpumem_gui.core.runtimes.ollama_options import (
     OLLAMA_DEFAULT_NUM_CTX,
@@ -359,16 +360,18 @@ class OllamaServer(Ollama):
         notes = (*warnings, *s.warnings, *([gpus_note] if gpus_note else []), *LLAMA_CPP.check(spec, lrun))
         split: tuple[int, ...] = ()
         if gpus > 1:  # llama-server's layer split over the GPUs (and its --fit when num_gpu is not set)
-            split, ngl, fit_note = (
+            plc = (
                 fit_split(spec, lrun, wb, gpus, gpu.cuda_bytes - _context(lrun), run.fit_target_mib)
                 if run.num_gpu is None and gpu is not None
-                else ((1,) * gpus, n if run.num_gpu is None else min(run.num_gpu, n), "")
+                else SplitFit((1,) * gpus, n if run.num_gpu is None else min(run.num_gpu, n), frozenset(), "")
             )
-            lrun = lrun.model_copy(update={"n_gpu_layers": ngl, "fit": "off"})
-            notes = (*notes, *([fit_note] if fit_note else []))
+            split = plc.split
+            lrun = lrun.model_copy(update={"n_gpu_layers": plc.n_gpu_layers, "fit": "off"})
+            notes = (*notes, *([plc.note] if plc.note else []))
         est = LLAMA_CPP.estimate(spec, lrun, notes, gpu, wb)
         if split:
-            est = split_estimate(spec, lrun, wb, est, split, lrun.n_gpu_layers, chunked=True)
+            est = split_estimate(spec, lrun, wb, est, split, lrun.n_gpu_layers, True, plc.cpu_experts)
+            est = est.model_copy(update={"facts": split_fit_facts(spec, wb, plc, est.facts)})
         ngl = int(est.facts.get("fit_n_gpu_layers", lrun.n_gpu_layers))
         layers = n if ngl < 0 else min(ngl, n)
         facts = {

@@ -130,11 +130,14 @@ OllamaVersion = Annotated[
     UI(
         "Ollama version",
         _O,
-        "0.12.10: Ollama's llama runner (vendored llama.cpp) with Ollama's own layer placement "
-        "(llm/memory.go); 0.30+: Ollama launches upstream llama-server (llama.cpp "
+        "0.30+ (the default: Ollama's releases since v0.30, which users run, and gpumem places every model "
+        "under them, a MoE model whose experts spill over several GPUs too): Ollama launches upstream "
+        "llama-server (llama.cpp "
         f"{OLLAMA_LLAMA_CPP} at v0.33; commit 9db4bdbad, #16031) with -c num_ctx x parallel, -b/-ub "
-        "num_batch, --flash-attn auto, and llama.cpp's own --fit placement unless num_gpu is set",
-        choices=(("v0.12.10 (llama runner)", "0.12.10"), ("v0.30+ (llama-server)", "0.30+")),
+        "num_batch, --flash-attn auto, and llama.cpp's own --fit placement unless num_gpu is set; "
+        "0.12.10: an older Ollama's llama runner (vendored llama.cpp) with Ollama's own layer placement "
+        "(llm/memory.go), for its logs",
+        choices=(("v0.30+ (llama-server, the default)", "0.30+"), ("v0.12.10 (llama runner)", "0.12.10")),
         engines=_E,
     ),
 ]

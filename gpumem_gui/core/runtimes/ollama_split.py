@@ -21,7 +21,7 @@ from gpumem_gui.core.formats import WeightBytes
 from gpumem_gui.core.results.estimate import Component, Estimate, GpuShare, Phase
 from gpumem_gui.core.results.nontorch import context_bytes
 from gpumem_gui.core.runtimes.base import component
-from gpumem_gui.core.runtimes.llamacpp import _compute_buffer, _offload, kv_buffers
+from gpumem_gui.core.runtimes.llamacpp import _compute_buffer, _experts_bytes, _offload, _one, kv_buffers
 from gpumem_gui.core.runtimes.ollama_predict import Placement, Prediction, place_gpus
 from gpumem_gui.core.runtimes.run import InferenceRun
 from gpumem_gui.core.runtimes.state_pools import llamacpp_state_buffers
@@ -77,13 +77,20 @@ def gpu_share(
     layers: range,
     head: int,
     chunked: bool = False,
+    cpu_experts: frozenset[int] = frozenset(),
 ) -> GpuShare:
     """GPU ``gpu``'s llama.cpp buffers for its ``layers`` (``spec.num_layers`` = the output layer);
-    ``chunked``: chunked-local layers keep a chunk (llama.cpp; Ollama v0.12.10's engine: every token)."""
+    ``chunked``: chunked-local layers keep a chunk (llama.cpp; Ollama v0.12.10's engine: every token);
+    ``cpu_experts``: the blocks whose routed experts ``--fit`` left in host memory. Their matrix products are
+    offloaded to the first GPU, whose compute buffer holds a copy of one layer's experts
+    (ggml/src/ggml-backend.cpp ggml_backend_sched_backend_id_from_cur, "1.off": the first backend, in
+    priority order, that offloads the op)."""
     n = spec.num_layers
     blocks = range(layers.start, min(layers.stop, n))
     has_output = n in layers
     model = sum(wb.per_layer[i] for i in blocks) + (head if has_output else 0)
+    mine = frozenset(i for i in cpu_experts if i in blocks)
+    model -= _experts_bytes(spec, wb, mine)
     kv = (
         kv_buffers(spec, run, n - blocks.start, chunked)[0]
         - kv_buffers(spec, run, n - blocks.stop, chunked)[0]
@@ -102,6 +109,7 @@ def gpu_share(
         first_block=blocks.start if blocks else -1,
         blocks=len(blocks),
         output_layer=has_output,
+        **({"blocks_experts_in_host_memory": len(mine)} if mine else {}),
     )
     kv_c = component(
         "kv_cache",
@@ -112,7 +120,8 @@ def gpu_share(
         n_ctx=run.batch * run.tokens,
         blocks=len(blocks),
     )
-    compute_c = _compute_buffer(spec, run, output=has_output, chunked=chunked)
+    host = _one(spec, wb, cpu_experts) if gpu == 0 else 0
+    compute_c = _compute_buffer(spec, run, output=has_output, chunked=chunked, host_experts=host)
     ctx = component(
         "cuda_context",
         "CUDA context",
@@ -147,6 +156,21 @@ def head_bytes(spec: ModelSpec, run: InferenceRun, wb: WeightBytes) -> int:
     return _offload(spec, run.model_copy(update={"n_gpu_layers": -1}), wb)[1] - sum(wb.per_layer)
 
 
+def split_shares(
+    spec: ModelSpec,
+    run: InferenceRun,
+    wb: WeightBytes,
+    split: tuple[int, ...],
+    layers: int,
+    chunked: bool = False,
+    cpu_experts: frozenset[int] = frozenset(),
+) -> tuple[GpuShare, ...]:
+    """Each GPU's share of the layer ``split`` with ``layers`` offloaded (:func:`gpu_share`)."""
+    head = head_bytes(spec, run, wb)
+    ranges = gpu_layers(split, spec.num_layers, layers)
+    return tuple(gpu_share(spec, run, wb, g, r, head, chunked, cpu_experts) for g, r in enumerate(ranges))
+
+
 def split_estimate(
     spec: ModelSpec,
     run: InferenceRun,
@@ -155,13 +179,12 @@ def split_estimate(
     split: tuple[int, ...],
     layers: int,
     chunked: bool = False,
+    cpu_experts: frozenset[int] = frozenset(),
 ) -> Estimate:
     """``est`` (llama.cpp's estimate of ``run`` with ``layers`` offloaded, as on one GPU) with one share per
-    GPU of the layer ``split`` (--tensor-split); the headline figures are the most-loaded GPU's."""
-    n = spec.num_layers
-    head = head_bytes(spec, run, wb)
-    ranges = gpu_layers(split, n, layers)
-    shares = tuple(gpu_share(spec, run, wb, g, r, head, chunked) for g, r in enumerate(ranges))
+    GPU of the layer ``split`` (--tensor-split), ``cpu_experts`` the blocks whose routed experts stay in host
+    memory; the headline figures are the most-loaded GPU's."""
+    shares = split_shares(spec, run, wb, split, layers, chunked, cpu_experts)
     top = max(shares, key=lambda s: s.total_bytes)
     w, kv, compute = (
         next(c for c in top.components if c.key == k) for k in ("weights", "kv_cache", "compute_buffer")

@@ -23,6 +23,7 @@ from gpumem_gui.core.runtimes.llamacpp_options import (
     LlamaSwaFull,
 )
 from gpumem_gui.core.runtimes.ollama_options import (
+    OLLAMA_SERVER_ERA,
     OllamaFlashAttention,
     OllamaGpuOverheadMiB,
     OllamaNumBatch,
@@ -349,7 +350,7 @@ class InferenceRun(Frozen):
     num_batch: OllamaNumBatch = None
     gpu_overhead_mib: OllamaGpuOverheadMiB = 0
     sched_spread: OllamaSchedSpread = False
-    ollama_version: OllamaVersion = "0.12.10"
+    ollama_version: OllamaVersion = OLLAMA_SERVER_ERA  # Ollama >= 0.30 (llama-server); why: its help
     cuda_context_mib: CudaContextMiB = None
     gpu_arch: GpuArchField = "auto"
     nccl_channels: NcclChannels
