@@ -42,6 +42,7 @@ def grid_calls(
         for attn in ("sdpa", "eager", "flash"):
             for batch, seq, new in ((1, 512, 0), (2, 1024, 64), (1, 8192, 1), (4, 300, 1000)):
                 infer.append(dict(batch=batch, seq=seq, new_tokens=new, attn=attn))
+        # each engine once or twice (Ollama at both its eras: v0.30+ llama-server, v0.12.10's own runner)
         infer += [
             dict(batch=1, seq=4096, logits="all"),
             dict(batch=1, seq=4096, new_tokens=128, tp=2),
@@ -53,6 +54,11 @@ def grid_calls(
             dict(batch=8, seq=2048, new_tokens=256, engine="vllm", tp=2, max_model_len=8192),
             dict(batch=1, seq=8192, new_tokens=256, engine="llama.cpp", weights="gguf-Q4_K_M"),
             dict(batch=1, seq=8192, new_tokens=256, engine="llama.cpp", weights="gguf-Q8_0", n_gpu_layers=3),
+            dict(batch=8, seq=2048, new_tokens=256, engine="sglang"),
+            *(
+                dict(batch=1, seq=4096, new_tokens=256, engine="ollama", weights="gguf-Q4_K_M", **era)
+                for era in ({"ollama_version": "0.30+"}, {"ollama_version": "0.12.10"})
+            ),
         ]
         for kw in infer:
             try:
@@ -60,8 +66,10 @@ def grid_calls(
             except GpumemError:
                 continue
             yield call("estimate_inference", spec, run)
-            if kw.get("engine") == "vllm":
+            if kw.get("engine") in ("vllm", "sglang", "ollama"):  # engines that size from the GPU's memory
                 yield call("estimate_inference", spec, run, 80 * 2**30)
+            if kw.get("engine") == "ollama":  # a GPU too small for many models: Ollama's placement
+                yield call("estimate_inference", spec, run, 24 * 2**30)
         yield call("fit_report", spec, make_run(batch=4, seq=4096, new_tokens=256), h100)
         train = [
             dict(),
