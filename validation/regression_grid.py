@@ -18,6 +18,52 @@ def _config_files() -> list[Path]:
     return sorted(p for d in dirs for p in d.glob("*.json"))
 
 
+# the inference runs of every config: three attention kernels x four shapes, then each engine once or twice
+# (Ollama at both its eras: v0.30+ llama-server, v0.12.10's own runner)
+INFER: list[dict[str, Any]] = [
+    dict(batch=batch, seq=seq, new_tokens=new, attn=attn)
+    for attn in ("sdpa", "eager", "flash")
+    for batch, seq, new in ((1, 512, 0), (2, 1024, 64), (1, 8192, 1), (4, 300, 1000))
+]
+INFER += [
+    dict(batch=1, seq=4096, logits="all"),
+    dict(batch=1, seq=4096, new_tokens=128, tp=2),
+    dict(batch=1, seq=4096, new_tokens=128, pp=2),
+    dict(batch=2, seq=4096, new_tokens=128, compute_dtype="fp32"),
+    dict(batch=2, seq=4096, new_tokens=128, weights="nf4"),
+    dict(batch=2, seq=4096, new_tokens=128, kv_dtype="fp8"),
+    dict(batch=8, seq=2048, new_tokens=256, engine="vllm"),
+    dict(batch=8, seq=2048, new_tokens=256, engine="vllm", tp=2, max_model_len=8192),
+    dict(batch=1, seq=8192, new_tokens=256, engine="llama.cpp", weights="gguf-Q4_K_M"),
+    dict(batch=1, seq=8192, new_tokens=256, engine="llama.cpp", weights="gguf-Q8_0", n_gpu_layers=3),
+    dict(batch=8, seq=2048, new_tokens=256, engine="sglang"),
+    *(
+        dict(batch=1, seq=4096, new_tokens=256, engine="ollama", weights="gguf-Q4_K_M", **era)
+        for era in ({"ollama_version": "0.30+"}, {"ollama_version": "0.12.10"})
+    ),
+]
+
+# the training runs of every config (MoE configs add expert parallelism)
+TRAIN: list[dict[str, Any]] = [
+    dict(),
+    dict(grad_ckpt=True, batch=2),
+    dict(precision="bf16", attn="eager", seq=512),
+    dict(precision="fp32", seq=512),
+    dict(precision="amp-fp16", optimizer="adamw-fused", grad_accum=2),
+    dict(precision="megatron-bf16", tp=2, dp=2),
+    dict(method="lora", lora_rank=8),
+    dict(method="lora", precision="bf16", grad_ckpt=True, lora_targets="q_proj,v_proj"),
+    dict(method="qlora", qlora_base="nf4-dq", grad_ckpt=True, optimizer="paged-adamw-8bit"),
+    dict(zero=3, dp=8, grad_ckpt=True),
+    dict(zero=2, dp=4, offload="optimizer"),
+    dict(fsdp="full_shard", dp=4),
+    dict(fsdp="shard_grad_op", dp=2, optimizer="adafactor"),
+    dict(pp=2, grad_accum=4, optimizer="lion"),
+    dict(cp=2, seq=8192, grad_ckpt=True, optimizer="sgd-momentum"),
+    dict(first_step=True, optimizer="adamw-8bit", frozen_layers=1),
+]
+
+
 def grid_calls(
     load_config_file: Callable[[Path], Any], make_run: Callable[..., Any]
 ) -> Iterator[dict[str, Any]]:
@@ -38,29 +84,7 @@ def grid_calls(
         except GpumemError:
             continue
         big = spec.num_layers * spec.hidden_size > 80 * 8192 or spec.moe is not None
-        infer = []
-        for attn in ("sdpa", "eager", "flash"):
-            for batch, seq, new in ((1, 512, 0), (2, 1024, 64), (1, 8192, 1), (4, 300, 1000)):
-                infer.append(dict(batch=batch, seq=seq, new_tokens=new, attn=attn))
-        # each engine once or twice (Ollama at both its eras: v0.30+ llama-server, v0.12.10's own runner)
-        infer += [
-            dict(batch=1, seq=4096, logits="all"),
-            dict(batch=1, seq=4096, new_tokens=128, tp=2),
-            dict(batch=1, seq=4096, new_tokens=128, pp=2),
-            dict(batch=2, seq=4096, new_tokens=128, compute_dtype="fp32"),
-            dict(batch=2, seq=4096, new_tokens=128, weights="nf4"),
-            dict(batch=2, seq=4096, new_tokens=128, kv_dtype="fp8"),
-            dict(batch=8, seq=2048, new_tokens=256, engine="vllm"),
-            dict(batch=8, seq=2048, new_tokens=256, engine="vllm", tp=2, max_model_len=8192),
-            dict(batch=1, seq=8192, new_tokens=256, engine="llama.cpp", weights="gguf-Q4_K_M"),
-            dict(batch=1, seq=8192, new_tokens=256, engine="llama.cpp", weights="gguf-Q8_0", n_gpu_layers=3),
-            dict(batch=8, seq=2048, new_tokens=256, engine="sglang"),
-            *(
-                dict(batch=1, seq=4096, new_tokens=256, engine="ollama", weights="gguf-Q4_K_M", **era)
-                for era in ({"ollama_version": "0.30+"}, {"ollama_version": "0.12.10"})
-            ),
-        ]
-        for kw in infer:
+        for kw in INFER:
             try:
                 run = make_run(**kw)
             except GpumemError:
@@ -71,24 +95,7 @@ def grid_calls(
             if kw.get("engine") == "ollama":  # a GPU too small for many models: Ollama's placement
                 yield call("estimate_inference", spec, run, 24 * 2**30)
         yield call("fit_report", spec, make_run(batch=4, seq=4096, new_tokens=256), h100)
-        train = [
-            dict(),
-            dict(grad_ckpt=True, batch=2),
-            dict(precision="bf16", attn="eager", seq=512),
-            dict(precision="fp32", seq=512),
-            dict(precision="amp-fp16", optimizer="adamw-fused", grad_accum=2),
-            dict(precision="megatron-bf16", tp=2, dp=2),
-            dict(method="lora", lora_rank=8),
-            dict(method="lora", precision="bf16", grad_ckpt=True, lora_targets="q_proj,v_proj"),
-            dict(method="qlora", qlora_base="nf4-dq", grad_ckpt=True, optimizer="paged-adamw-8bit"),
-            dict(zero=3, dp=8, grad_ckpt=True),
-            dict(zero=2, dp=4, offload="optimizer"),
-            dict(fsdp="full_shard", dp=4),
-            dict(fsdp="shard_grad_op", dp=2, optimizer="adafactor"),
-            dict(pp=2, grad_accum=4, optimizer="lion"),
-            dict(cp=2, seq=8192, grad_ckpt=True, optimizer="sgd-momentum"),
-            dict(first_step=True, optimizer="adamw-8bit", frozen_layers=1),
-        ]
+        train = list(TRAIN)
         if spec.moe is not None:
             train.append(dict(ep=2, dp=2))
         for kw in train:
