@@ -85,7 +85,8 @@ def resolve(run: TrainingRun) -> ResolvedTricks:
         )
     if run.fsdp_units == "auto" and fsdp2_units(run) != "layers":
         applied.append(
-            f"framework default ({p.name}): FSDP2 units: {fsdp2_units(run)} apart ({p.fsdp2_units_source})"
+            f"framework default ({p.name}): FSDP2 units: {fsdp2_units(run)} apart, unless the head is tied "
+            f"to the embedding ({p.fsdp2_units_source})"
         )
     compiled = p.compiled_losses if run.tp == 1 or p.compiled_losses_tp is None else p.compiled_losses_tp
     chosen_compile = impl in compiled if run.compile_loss == "auto" else run.compile_loss == "on"
