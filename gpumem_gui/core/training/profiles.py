@@ -56,6 +56,7 @@ class ResolvedTricks:
     compile_loss: bool  # compile on and the framework compiles this loss (Profile.compiled_losses)
     applied: tuple[str, ...]
     lora_model_dtype: bool = False  # LoRA adapters built in the model's dtype (Profile.lora_model_dtype)
+    fsdp_units: str = "layers"  # the modules FSDP2 shards apart (fsdp2_units)
 
 
 def profile(run: TrainingRun) -> Profile:
@@ -109,6 +110,7 @@ def resolve(run: TrainingRun) -> ResolvedTricks:
         compile_loss=compile_loss,
         applied=tuple(applied),
         lora_model_dtype=p.lora_model_dtype and run.method != "full",
+        fsdp_units=fsdp2_units(run),
     )
 
 
