@@ -79,9 +79,8 @@ def _check_units(spec: ModelSpec, run: TrainingRun) -> None:
     """Modules sharded apart need a decoder whose head is a module with its own weight."""
     if model_kinds(spec).model in ("encoder", "encoder-decoder") or spec.tie_word_embeddings:
         raise GpumemInputError(
-            "fsdp_units: this model's embedding and head cannot be units of their own (a head tied to the "
-            "embedding reads its weight outside it, as torchtune's TiedLinear does; or not a decoder): use "
-            "layers",
+            "this model's embedding and head cannot be FSDP units of their own (a head tied to the embedding "
+            "reads its weight outside it, as torchtune's TiedLinear does; or not a decoder): use layers",
             field="fsdp_units",
         )
 
