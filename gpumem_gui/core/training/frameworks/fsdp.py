@@ -3,7 +3,8 @@
 * ``fsdp_version = 2`` (default): ``fully_shard`` per decoder layer and on the root, replayed unit by unit by
   :class:`~gpumem_gui.core.training.fsdp2.Fsdp2Hooks` (per-parameter shards, flat all-gather and
   reduce-scatter buffers, backward prefetch, the root regathered in backward unless the framework keeps it
-  gathered: ``Profile.fsdp2_root_reshard``, torchtune's root ``reshard_after_forward=False``). ``full_shard``
+  gathered: ``Profile.fsdp2_root_reshard``, torchtune's root ``reshard_after_forward=False``; ``fsdp_units``:
+  the embedding and the head as units of their own, torchtune's ``custom_sharded_layers``). ``full_shard``
   is ``reshard_after_forward=True`` (``reshard_size`` N: an int, a 1/N shard kept after forward),
   ``shard_grad_op`` ``False``, ``hybrid_shard`` shards over a node's ``gpus_per_node`` ranks (HSDP; the
   all-reduce across nodes runs in place on the sharded gradients). ``offload = optimizer+params`` is
