@@ -184,7 +184,7 @@ class Fsdp2Hooks(TrainingHooks):
 
     def _own_unit(self, name: str) -> int:
         """The unit of a parameter outside the layers: its module's own one, else the root."""
-        module = next((m for pre, m in _OWN_PREFIX.items() if name.startswith(pre)), None)
+        module = next((m for pre, m in _OWN_PREFIX.items() if name.startswith(pre)), "")
         return OWN_UNITS[module] if module in self.own else ROOT
 
     def module_units(self, sim: Sim, modules: frozenset[str]) -> None:
