@@ -6,10 +6,11 @@ process group, counted on rank 0 by PyTorch's ``FSDPMemTracker`` (second iterati
 spans models (tied and untied heads, Gemma-2's 256k vocabulary, Llama-3-8B's 4.2 GB root unit), precisions
 (mp-bf16 = ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``, amp-bf16 = fp32 + autocast, pure
 bf16), ``reshard_after_forward`` True / False / an int, HSDP, gradient checkpointing, world sizes 2/4/8 and
-LoRA. Each point keeps the tracker's snapshot at every phase's peak (bytes by tracker category), the
-environment's versions, the seconds it took and, for the record, the estimate of the code that wrote the file
-(``--refresh-estimates`` recomputes it for the stored points without tracing again).
-``tests/test_truth_fsdp.py`` checks the current estimate against every stored point.
+LoRA, and the embedding and the head sharded apart (``fsdp_units``). Each point keeps the tracker's snapshot
+at every phase's peak (bytes by tracker category), the environment's versions, the seconds it took and, for
+the record, the estimate of the code that wrote the file (``--refresh-estimates`` recomputes it for the stored
+points without tracing again). ``tests/test_truth_fsdp.py`` checks the current estimate against every stored
+point.
 
 Run: ``.venv/bin/python validation/truth_fsdp.py [--jobs 2] [--only SUBSTRING]`` (about 15 minutes on 2 CPUs).
 """
@@ -60,6 +61,9 @@ GRID: list[dict[str, Any]] = [
     _p(TINY, dp=4, batch=1, seq=512, precision="mp-bf16", grad_ckpt=True),
     _p(TINY, dp=2, batch=1, seq=512, precision="amp-bf16"),
     _p(TINY, dp=8, batch=1, seq=512, precision="bf16", grad_ckpt=True),
+    # the embedding and the head as units of their own (torchtune custom_sharded_layers)
+    _p(TINY, dp=4, batch=1, seq=512, precision="amp-bf16", fsdp_units="embedding+head"),
+    _p(TINY, dp=4, batch=1, seq=512, precision="mp-bf16", grad_ckpt=True, fsdp_units="embedding"),
     _p(GEMMA, dp=4, batch=1, seq=512, precision="mp-bf16", grad_ckpt=True),
     _p(GEMMA, dp=8, batch=1, seq=256, precision="amp-bf16"),
     _p(GEMMA, dp=4, batch=1, seq=512, precision="bf16", fsdp="shard_grad_op", grad_ckpt=True),

@@ -165,6 +165,8 @@ def make_request(
         config = {**config, "id2label": {str(i): f"LABEL_{i}" for i in range(labels)}}
     if isinstance(run, TrainingRun) and resolve_tricks(run).loss != "standard":
         doc["loss"] = resolve_tricks(run).loss  # the framework's loss, as the worker names it
+    if isinstance(run, TrainingRun):
+        doc["fsdp_units"] = resolve_tricks(run).fsdp_units  # the modules sharded apart, resolved
     if isinstance(run, TrainingRun) and resolve_tricks(run).lora_model_dtype:
         doc["lora_model_dtype"] = True  # the framework's adapters in the model's dtype, not PEFT's fp32
     return TraceRequest(

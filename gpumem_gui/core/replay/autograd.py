@@ -186,6 +186,10 @@ class ReplayHooks:
         """The backward of a micro-batch is over: gathered units are freed."""
         sim.unit = None
 
+    def module_forward(self, sim: Sim, module: str, entering: bool, alone: bool = False) -> None:
+        """``module`` ('embedding', 'head': FSDP2 may make each a unit) starts or ends a forward call
+        (``alone``: called after the model's forward returned, by the loss)."""
+
     def param_made(self, sim: Sim, p: Param) -> None:
         """Parameter ``p`` was just made (FSDP2 files it under its unit and may resize what this rank
         stores of it)."""

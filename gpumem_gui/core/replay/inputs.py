@@ -20,9 +20,12 @@ def embed(m: CausalLM, ids: T) -> tuple[T, list[T]]:
     (GPT-2 wpe, OPT embed_positions) added into a new tensor, embedding dropout (GPT-2, GPT-NeoX), the
     embedding norm (BLOOM word_embeddings_layernorm)."""
     o, s, spec, cfg = m.o, m.s, m.spec, m.cfg
+    s.hooks.module_forward(s, "embedding", True)  # FSDP2: an embedding unit of its own is gathered
     w = m.param("embed_tokens.weight")
     inputs_embeds = s.new(cfg.tokens * spec.token_embedding_dim, w.dt)
     s.node("copy", (w,), (inputs_embeds,), (ids,))
+    del w
+    s.hooks.module_forward(s, "embedding", False)
     if spec.traits.embedding_scale:
         inputs_embeds = o.mul(inputs_embeds, None)
     if m.has("project_in.weight"):

@@ -22,11 +22,13 @@ if TYPE_CHECKING:
     from gpumem_gui.core.replay.context import CausalLM
 
 
-def head_logits(m: CausalLM, x: T) -> T:
-    """The output projection of ``x`` (the head, or the tied embedding) with the TP gather and Gemma-2's
-    final soft-capping, as :meth:`.model.CausalLM.head` does for all positions."""
+def project(m: CausalLM, x: T, alone: bool = False) -> T:
+    """The output projection of ``x``: the head, or the tied embedding (PEFT wraps a tied head like any
+    nn.Linear); one forward call of the head module (FSDP2: a head unit of its own gathered around it;
+    ``alone``: called by the loss after the model's forward returned)."""
     s, spec = m.s, m.spec
     d, v = spec.token_embedding_dim, spec.vocab_size
+    s.hooks.module_forward(s, "head", True, alone)
     if m.has("lm_head.weight"):
         logits = m.linear(x, "lm_head")
     else:
@@ -34,7 +36,15 @@ def head_logits(m: CausalLM, x: T) -> T:
         logits = m.o.linear(x, w, m.w("lm_head.bias"), v, d)
         if "lm_head.lora_A" in m.p:
             logits = adapters.lora(m, x, logits, "lm_head", v, d)
-    logits = block.gather_logits(m, logits)
+    s.hooks.module_forward(s, "head", False, alone)
+    return logits
+
+
+def head_logits(m: CausalLM, x: T, alone: bool = False) -> T:
+    """The output projection of ``x`` with the TP gather and Gemma-2's final soft-capping, as
+    :meth:`.model.CausalLM.head` does for all positions (``alone``: :func:`project`'s)."""
+    s, spec = m.s, m.spec
+    logits = block.gather_logits(m, project(m, x, alone))
     s.tr.retag(logits.st, logits.st.kind, "logits")  # type: ignore[arg-type]
     if spec.final_logit_softcapping:
         logits = m.o.tanh(m.o.mul(logits, None))

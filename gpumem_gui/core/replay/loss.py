@@ -169,7 +169,7 @@ def chunked_linear(m: CausalLM, h: T) -> T:
         part = T(kept.st, size * d, kept.dt)  # tensor_split(dim=0): a view (SliceBackward)
         s.node("copy", (kept,), (part,))
         s.tr.where = "lm_head"
-        logits = _head(m, part)
+        logits = _head(m, part, alone=True)  # self.linear_projection (the model's output) from the loss
         del part
         s.tr.where = "loss"
         s.region = "logits"
@@ -206,6 +206,7 @@ def fused_linear(m: CausalLM, h: T) -> T:
     s, cfg, spec = m.s, m.cfg, m.spec
     t, d = cfg.tokens, spec.token_embedding_dim
     name = "lm_head.weight" if m.has("lm_head.weight") else "embed_tokens.weight"
+    s.hooks.module_forward(s, "head", True)  # FSDP2: a head unit of its own, gathered for the whole loss
     w = m.param(name)
     v = spec.vocab_size
     s.tr.where = "loss"
@@ -242,7 +243,8 @@ def fused_linear(m: CausalLM, h: T) -> T:
     loss = s.new(1, "f32")
     saved = (grad_input, grad_weight)
     s.node("custom", (h, w if grad_weight is not None else None), (loss,), saved, ctx=_hand_back)
-    del grad_input, grad_weight, saved
+    del grad_input, grad_weight, saved, w
+    s.hooks.module_forward(s, "head", False)
     return loss
 
 

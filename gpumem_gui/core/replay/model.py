@@ -25,7 +25,7 @@ from gpumem_gui.core.replay import variants as _variants  # noqa: F401  the bloc
 from gpumem_gui.core.replay.autograd import Node, Param, Sim
 from gpumem_gui.core.replay.cache import KVCache
 from gpumem_gui.core.replay.config import LayerPlan, ReplayConfig, attn_as_run, every_layer
-from gpumem_gui.core.replay.logits import causal_lm_loss
+from gpumem_gui.core.replay.logits import causal_lm_loss, project
 from gpumem_gui.core.replay.memory import DT_BYTES, T
 from gpumem_gui.core.replay.ops import Ops
 from gpumem_gui.core.spec.model import ModelSpec
@@ -347,13 +347,7 @@ class CausalLM:
         rows = cfg.batch * keep
         x = last_hidden_state if keep == cfg.q else last_hidden_state.view(rows * spec.token_embedding_dim)
         x = block.sp_gather(self, x, rows * spec.token_embedding_dim)  # sequence parallelism: all tokens
-        if self.has("lm_head.weight"):
-            logits = self.linear(x, "lm_head")
-        else:
-            w = self.param("embed_tokens.weight")
-            logits = self.o.linear(x, w, self.w("lm_head.bias"), spec.vocab_size, spec.token_embedding_dim)
-            if "lm_head.lora_A" in self.p:  # PEFT wraps the tied head like any nn.Linear
-                logits = adapters.lora(self, x, logits, "lm_head", spec.vocab_size, spec.token_embedding_dim)
+        logits = project(self, x)
         del x
         logits = block.gather_logits(self, logits)  # a tensor-parallel head gathering the full vocabulary
         s.tr.retag(logits.st, logits.st.kind, "logits")  # type: ignore[arg-type]

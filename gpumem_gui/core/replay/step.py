@@ -94,9 +94,19 @@ class StepOptions:
     optimizer_in_backward: bool = False
 
 
+# the modules outside the decoder layers a decoder runs as its own (torchtune TransformerDecoder
+# tok_embeddings, output), announced by inputs.py embed and logits.py project
+OWN_MODULES = frozenset({"embedding", "head"})
+
+
 class TrainingHooks(ReplayHooks):
     """Hooks of a training framework that can also hold buffers of its own and gather at a micro-batch's
     start (:mod:`gpumem_gui.core.training.sharding`); these defaults add nothing."""
+
+    def module_units(self, sim: Sim, modules: frozenset[str]) -> None:
+        """Before the parameters are made: the model runs ``modules`` (of :data:`OWN_MODULES`) as modules of
+        their own, each call announced by ``module_forward`` (FSDP2 may make each a unit: torchtune's
+        custom_sharded_layers)."""
 
     def begin_microbatch(self, sim: Sim) -> None:
         """A micro-batch's forward starts."""
@@ -150,6 +160,10 @@ def run_step(sim: Sim, spec: ModelSpec, cfg: ReplayConfig, optimizer: str, opts:
     tr = sim.tr
     # an encoder with its head (replay/encoder.py), an encoder-decoder (replay/seq2seq.py), a decoder
     kind = {"encoder": EncoderModel, "encoder-decoder": seq2seq_lm}.get(model_kinds(spec).model, CausalLM)
+    # a decoder's embedding and head, unless its head reads the embedding's weight (tied; torchtune's
+    # TiedLinear is no module) or it is not a decoder (encoder.py, seq2seq.py announce neither)
+    own = kind is CausalLM and not (cfg.lm_head and spec.tie_word_embeddings)
+    hooks.module_units(sim, OWN_MODULES if own else frozenset())
     model = kind(sim, spec, cfg)
     buffers = sim.storage(buffers_bytes(spec, DT_BYTES.get(cfg.param_dt, 2)), "buffers", "buffer")
     trainable = [p for p in sim.params if p.rg]

@@ -1,7 +1,7 @@
 """FSDP2 (``torch.distributed.fsdp.fully_shard``) as hooks on the replay: what one rank allocates, by unit.
 
-A *unit* is one ``fully_shard`` call: each decoder layer, and the root (``fully_shard(model)``: embeddings,
-final norm, head and whatever no layer holds). Sources are torch 2.13's
+A *unit* is one ``fully_shard`` call: each decoder layer, the embedding and the head where sharded apart
+(torchtune ``custom_sharded_layers``), the root (``fully_shard(model)``: the rest). Sources: torch 2.13's
 ``torch/distributed/fsdp/_fully_shard`` (``_fsdp_param_group.py`` = PG, ``_fsdp_collectives.py`` = COLL,
 ``_fsdp_param.py`` = PARAM, ``_fsdp_state.py`` = STATE):
 
@@ -69,6 +69,9 @@ from gpumem_gui.core.replay.memory import DT_BYTES, Storage
 from gpumem_gui.core.replay.step import TrainingHooks
 
 ROOT = -1
+# the units of the modules a decoder may shard apart (replay/step.py OWN_MODULES), and the parameters of each
+OWN_UNITS = {"embedding": -2, "head": -3}
+_OWN_PREFIX = {"embed_tokens.": "embedding", "lm_head.": "head"}
 # The side streams FSDP2 allocates on (PG ``FSDPCommContext.lazy_init``), as the allocator model tells streams
 # apart: COLL ``foreach_all_gather`` makes the flat all-gather input and output under
 # ``device_handle.stream(all_gather_copy_in_stream)`` (PG ``get_all_gather_streams``: the copy-in stream in
@@ -111,6 +114,7 @@ class Fsdp2Policy:
     pipeline: int = 0  # pipelining: how many micro-batches the replay runs (0: no pipeline)
     unsynced: int = 0  # micro-batches replayed under set_requires_gradient_sync(False) (no pipeline)
     root_reshard: bool = True  # False: the root unit keeps its unsharded parameters after forward
+    own_modules: frozenset[str] = frozenset()  # units of their own (module_forward): embedding, head
 
 
 class Fsdp2Hooks(TrainingHooks):
@@ -133,6 +137,8 @@ class Fsdp2Hooks(TrainingHooks):
         self.done: set[int] = set()
         self.layer: int | None = None
         self._zero: Storage | None = None
+        self._outer: int | None = None  # the unit a module of its own was called from (forward)
+        self.own: frozenset[str] = frozenset()  # the modules sharded apart (module_units)
         self.acc: dict[int, list[Storage]] = {}  # pipelining: unit -> its accumulated unsharded gradients
         self.microbatch = 0
 
@@ -153,7 +159,7 @@ class Fsdp2Hooks(TrainingHooks):
             state = max(0, p.full_bytes - self.packed)
             p.st.grow((self._shard_elems(state) if pol.nf4_sharded else state) - p.st.nbytes)
             return
-        u = p.layer if p.layer is not None else ROOT
+        u = p.layer if p.layer is not None else self._own_unit(p.name)
         unit = self.units.setdefault(u, _Unit())
         self.unit_of[id(p)] = u
         if pol.qlora and p.full_bytes == 0 and p.numel:
@@ -175,6 +181,16 @@ class Fsdp2Hooks(TrainingHooks):
         p.st.grow((0 if pol.offload else round(b * pol.store_scale * elems)) - p.st.nbytes)
         if pol.store_scale != 1:
             p.dt = "f32"  # the optimizer steps the fp32 shards
+
+    def _own_unit(self, name: str) -> int:
+        """The unit of a parameter outside the layers: its module's own one, else the root."""
+        module = next((m for pre, m in _OWN_PREFIX.items() if name.startswith(pre)), "")
+        return OWN_UNITS[module] if module in self.own else ROOT
+
+    def module_units(self, sim: Sim, modules: frozenset[str]) -> None:
+        """The modules the model runs apart (not a head tied to the embedding: torchtune's TiedLinear is no
+        module and reads the embedding's weight; not an encoder's): the others stay in the root unit."""
+        self.own = modules & self.pol.own_modules
 
     # ---- all-gather ------------------------------------------------------------------------------------
     def _unshard(self, sim: Sim, u: int) -> None:
@@ -242,6 +258,24 @@ class Fsdp2Hooks(TrainingHooks):
             self._wait(sim, unit, forward=True)
         sim.unit = unit
 
+    def module_forward(self, sim: Sim, module: str, entering: bool, alone: bool = False) -> None:
+        """A unit of its own (torchtune ``custom_sharded_layers``): gathered by its pre-forward hook (PG
+        ``pre_forward`` -> ``unshard``, ``wait_for_unshard``), resharded by its post-forward hook as the
+        layers are, at each call (the head's per output chunk); in backward the engine enters it (nodes)."""
+        u = OWN_UNITS[module]
+        if u not in self.units or self.in_backward:
+            return
+        if entering:
+            self._outer = sim.unit
+            self._unshard(sim, u)
+            self._wait(sim, u, forward=True)
+            sim.unit = u
+        else:
+            self._post_forward(sim, u)
+            sim.unit = self._outer
+            if alone:  # a call outside the root's forward is its own iteration root (STATE _root_pre_forward
+                self.ag_state = None  # claims iter_forward_root) and frees its flat output (_post_forward)
+
     def end_forward(self, sim: Sim) -> None:
         """STATE ``_post_forward`` of the root: its reshard, and the last flat all-gather output freed."""
         self._post_forward(sim, ROOT)
@@ -260,10 +294,12 @@ class Fsdp2Hooks(TrainingHooks):
         self.pre_bw.add(u)
         self._unshard(sim, u)
         self._wait(sim, u, forward=False)
-        if u in self.order:
-            i = len(self.order) - 1 - self.order[::-1].index(u)
-            if i > 0:
-                self._unshard(sim, self.order[i - 1])
+        # the unit run before this one's last call (the head, called per output chunk: before its calls)
+        before = self.order[: len(self.order) - self.order[::-1].index(u)] if u in self.order else []
+        while before and before[-1] == u:
+            before.pop()
+        if before:
+            self._unshard(sim, before[-1])
 
     def _enter_backward(self, sim: Sim, unit: int | None) -> None:
         prev = sim.unit

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpumem_gui.core.results.estimate import Explanation
-from gpumem_gui.core.training.profiles import profile, unsynced_accumulation
+from gpumem_gui.core.training.profiles import fsdp2_units, profile, unsynced_accumulation
 
 if TYPE_CHECKING:
     from gpumem_gui.core.training.run import TrainingRun
@@ -32,6 +32,7 @@ def _inputs(run: TrainingRun, base: dict[str, Any]) -> dict[str, Any]:
         "dp": run.dp,
         "precision": run.precision,
         "reshard_size": run.reshard_size or 0,
+        **({} if fsdp2_units(run) == "layers" else {"fsdp_units": fsdp2_units(run)}),
     }
 
 
@@ -44,9 +45,14 @@ def gathered(run: TrainingRun, base: dict[str, Any]) -> Explanation:
             else f"from its forward all-gather to its post-backward, never resharded after forward "
             f"({p.fsdp2_root_reshard_source})"
         )
+        units = fsdp2_units(run)
+        held = {"layers": "embeddings, final norm, head", "embedding": "final norm, head"}.get(
+            units, "final norm"
+        )
+        apart = "" if units == "layers" else f"; {units} units of their own, gathered around each call only"
         return Explanation(
             formula="unsharded parameters (param_dtype: bf16 under mp-bf16) of the units gathered now: the "
-            f"root (embeddings, final norm, head) {root}; one decoder layer in forward; every unit until its "
+            f"root ({held}) {root}; one decoder layer in forward{apart}; every unit until its "
             "post-backward when not resharded after forward (shard_grad_op)",
             inputs=_inputs(run, base),
             source="torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py FSDPParamGroup.wait_for_unshard "

@@ -30,6 +30,7 @@ __all__ = [
     "Profile",
     "ResolvedTricks",
     "check",
+    "fsdp2_units",
     "holds_unsynced_gradients",
     "profile",
     "resolve",
@@ -55,6 +56,7 @@ class ResolvedTricks:
     compile_loss: bool  # compile on and the framework compiles this loss (Profile.compiled_losses)
     applied: tuple[str, ...]
     lora_model_dtype: bool = False  # LoRA adapters built in the model's dtype (Profile.lora_model_dtype)
+    fsdp_units: str = "layers"  # the modules FSDP2 shards apart (fsdp2_units)
 
 
 def profile(run: TrainingRun) -> Profile:
@@ -82,6 +84,11 @@ def resolve(run: TrainingRun) -> ResolvedTricks:
             f"framework default ({p.name}): gradients reduced on the last micro-batch only "
             f"({p.grad_sync_source})"
         )
+    if run.fsdp_units == "auto" and fsdp2_units(run) != "layers":
+        applied.append(
+            f"framework default ({p.name}): FSDP2 units: {fsdp2_units(run)} apart, unless the head is tied "
+            f"to the embedding ({p.fsdp2_units_source})"
+        )
     compiled = p.compiled_losses if run.tp == 1 or p.compiled_losses_tp is None else p.compiled_losses_tp
     chosen_compile = impl in compiled if run.compile_loss == "auto" else run.compile_loss == "on"
     compile_loss = run.compile and chosen_compile and impl in COMPILED_LOSSES
@@ -103,7 +110,18 @@ def resolve(run: TrainingRun) -> ResolvedTricks:
         compile_loss=compile_loss,
         applied=tuple(applied),
         lora_model_dtype=p.lora_model_dtype and run.method != "full",
+        fsdp_units=fsdp2_units(run),
     )
+
+
+def fsdp2_units(run: TrainingRun) -> str:
+    """The modules FSDP2 makes units (run_fsdp.py FsdpUnits): the run's, or its framework's for its method
+    (``Profile.fsdp2_units``); "layers" without FSDP2."""
+    if run.fsdp == "none" or run.fsdp_version != 2:
+        return "layers"
+    if run.fsdp_units != "auto":
+        return run.fsdp_units
+    return dict(profile(run).fsdp2_units).get(run.method, "layers")
 
 
 def unsynced_accumulation(run: TrainingRun) -> bool:
@@ -163,6 +181,11 @@ def check(run: TrainingRun) -> list[str]:
         raise GpumemInputError(
             f"framework {p.name!r} runs FSDP version {', '.join(map(str, p.fsdp_versions))} only",
             field="fsdp_version",
+        )
+    if run.fsdp_units not in ("auto", "layers") and (run.fsdp == "none" or run.fsdp_version != 2):
+        raise GpumemInputError(
+            "fsdp_units shards modules apart with FSDP2's fully_shard: it needs fsdp and fsdp_version 2",
+            field="fsdp_units",
         )
     _check_tricks(run)
     impl = resolve(run).loss

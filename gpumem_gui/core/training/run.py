@@ -26,6 +26,7 @@ from gpumem_gui.core.training.run_adapters import (
     QloraExperts,
     parse_lora_targets,
 )
+from gpumem_gui.core.training.run_fsdp import FsdpUnits, FsdpVersion, ReshardSize
 from gpumem_gui.core.training.run_options import (
     OPTIMIZER_CHOICES,
     ActivationOffload,
@@ -38,7 +39,6 @@ from gpumem_gui.core.training.run_options import (
     CompileLoss,
     Float8,
     FrameworkField,
-    FsdpVersion,
     GradSync,
     LossChunks,
     LossField,
@@ -50,7 +50,6 @@ from gpumem_gui.core.training.run_options import (
     PpVirtual,
     PrefetchBucket,
     ReduceBucket,
-    ReshardSize,
     SequenceParallel,
     TrainImages,
     TrainImageSize,
@@ -312,6 +311,7 @@ class TrainingRun(Frozen):
     grad_sync: GradSync = "auto"  # sharding details from here on, each default the runtime's own
     fsdp_version: FsdpVersion = 2
     reshard_size: ReshardSize = None
+    fsdp_units: FsdpUnits = "auto"
     bucket_cap_mb: BucketCapMb = 25.0  # torch/nn/parallel/distributed.py, DDP(bucket_cap_mb)
     bucket_view: BucketView = False  # DistributedDataParallel(gradient_as_bucket_view=False)
     zero_impl: ZeroImpl = "deepspeed"

@@ -54,10 +54,6 @@ def _zero_ds(stages: tuple[int, ...]) -> Any:
     return lambda v: v.get("zero") in stages and v.get("zero_impl", "deepspeed") == "deepspeed"
 
 
-def _fsdp_on(v: Mapping[str, Any]) -> bool:
-    return v.get("fsdp", "none") != "none"
-
-
 FrameworkField = Annotated[
     FrameworkName,
     UI(
@@ -195,31 +191,6 @@ GradSync = Annotated[
             ("last micro-batch only (no_sync)", "last"),
         ),
         shown=lambda v: (v.get("grad_accum") or 1) > 1 and (v.get("dp") or 1) > 1 and not v.get("zero"),
-    ),
-]
-FsdpVersion = Annotated[
-    Literal[1, 2],
-    UI(
-        "FSDP version",
-        _D,
-        "2: fully_shard (per-parameter DTensor shards, torchtitan, torchtune, accelerate fsdp_version 2); "
-        "1: FullyShardedDataParallel (one flat parameter per unit, HF Trainer's default)",
-        choices=(("FSDP2 (fully_shard)", 2), ("FSDP1 (FullyShardedDataParallel)", 1)),
-        shown=_fsdp_on,
-    ),
-]
-ReshardSize = Annotated[
-    int | None,
-    Field(ge=1, le=4096),
-    UI(
-        "Reshard to",
-        _D,
-        "FSDP2 reshard_after_forward = N: after forward a unit's parameters are resharded over N ranks "
-        "(e.g. the GPUs of a node) instead of freed; auto: as the strategy says",
-        unit=" ranks",
-        special="strategy",
-        none=0,
-        shown=lambda v: v.get("fsdp") == "full_shard" and v.get("fsdp_version", 2) == 2,
     ),
 ]
 BucketCapMb = Annotated[

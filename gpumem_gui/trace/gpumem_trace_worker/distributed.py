@@ -6,7 +6,8 @@ outputs and reduce-scatter buffers, DDP's gradient buckets), and nothing is comm
 ``fully_shard`` runs on a CPU device mesh. The second iteration is measured (steady state: the optimizer
 states exist; the first one creates them).
 
-* ``fsdp`` = ``full_shard``: FSDP2 ``fully_shard`` per decoder layer and on the root, resharding after forward
+* ``fsdp`` = ``full_shard``: FSDP2 ``fully_shard`` per decoder layer (``fsdp_units``: and on the embedding /
+  the head) and on the root, resharding after forward
   (``reshard_size`` N: ``reshard_after_forward=N``); ``shard_grad_op``: the same without resharding after
   forward; ``hybrid_shard``: sharding over a node's ``gpus_per_node`` ranks (the replicas across nodes change
   nothing on one rank but the all-reduce); ``precision = mp-bf16``: an fp32 model under
@@ -59,6 +60,18 @@ def _check(run: dict[str, Any]) -> str:
     if fsdp != "none":
         return "fsdp"
     return "zero1" if zero == 1 else "ddp"
+
+
+def _own_units(model: Any, units: str) -> list[Any]:
+    """The modules sharded apart before the root (``fsdp_units``; torchtune's custom_sharded_layers
+    ['tok_embeddings', 'output'], training/_distributed.py shard_model): the input embedding and the output
+    projection, none where the head's weight is the embedding's (tied: neither can be a unit alone)."""
+    if units == "layers":
+        return []
+    emb, head = model.get_input_embeddings(), model.get_output_embeddings()
+    if head is not None and head.weight is emb.weight:
+        return []
+    return [emb] if units == "embedding" else [emb, head]
 
 
 def _decoder_layers(model: Any) -> list[Any]:
@@ -130,6 +143,8 @@ def _fsdp(model: Any, run: dict[str, Any], mesh: Any) -> tuple[Any, Any]:
     with _post_forward_mesh_outside_fake():
         for layer in _decoder_layers(model):
             fully_shard(layer, **kw)
+        for module in _own_units(model, run.get("fsdp_units", "layers")):
+            fully_shard(module, **kw)
         fully_shard(model, **kw)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = optimizer(params, run.get("optimizer", "adamw"))

@@ -3,7 +3,8 @@
 * ``fsdp_version = 2`` (default): ``fully_shard`` per decoder layer and on the root, replayed unit by unit by
   :class:`~gpumem_gui.core.training.fsdp2.Fsdp2Hooks` (per-parameter shards, flat all-gather and
   reduce-scatter buffers, backward prefetch, the root regathered in backward unless the framework keeps it
-  gathered: ``Profile.fsdp2_root_reshard``, torchtune's root ``reshard_after_forward=False``). ``full_shard``
+  gathered: ``Profile.fsdp2_root_reshard``, torchtune's root ``reshard_after_forward=False``; ``fsdp_units``:
+  the embedding and the head as units of their own, torchtune's ``custom_sharded_layers``). ``full_shard``
   is ``reshard_after_forward=True`` (``reshard_size`` N: an int, a 1/N shard kept after forward),
   ``shard_grad_op`` ``False``, ``hybrid_shard`` shards over a node's ``gpus_per_node`` ranks (HSDP; the
   all-reduce across nodes runs in place on the sharded gradients). ``offload = optimizer+params`` is
@@ -21,12 +22,16 @@ from __future__ import annotations
 
 from gpumem_gui.core.errors import GpumemInputError
 from gpumem_gui.core.replay.step import replayed_microbatches
+from gpumem_gui.core.spec.kinds_of import model_kinds
 from gpumem_gui.core.spec.model import ModelSpec
 from gpumem_gui.core.training.frameworks.base import Framework, Sharding, no_param_offload, nothing_to_shard
 from gpumem_gui.core.training.fsdp2 import Fsdp2Hooks, Fsdp2Policy
 from gpumem_gui.core.training.precision import precision
-from gpumem_gui.core.training.profiles import profile
+from gpumem_gui.core.training.profiles import fsdp2_units, profile
 from gpumem_gui.core.training.run import TrainingRun
+
+# the modules each fsdp_units value shards apart (fsdp2.py OWN_UNITS)
+_OWN = {"embedding": ("embedding",), "embedding+head": ("embedding", "head")}
 
 
 def shard_world(run: TrainingRun) -> int:
@@ -66,8 +71,19 @@ def fsdp2_hooks(run: TrainingRun, w: int, unsynced: int = 0) -> Fsdp2Hooks | Non
             pipeline=replayed_microbatches(run.grad_accum) if run.pp > 1 else 0,
             unsynced=unsynced,
             root_reshard=profile(run).fsdp2_root_reshard,
+            own_modules=frozenset(_OWN.get(fsdp2_units(run), ())),
         )
     )
+
+
+def _check_units(spec: ModelSpec, run: TrainingRun) -> None:
+    """Modules sharded apart need a decoder whose head is a module with its own weight."""
+    if model_kinds(spec).model in ("encoder", "encoder-decoder") or spec.tie_word_embeddings:
+        raise GpumemInputError(
+            "this model's embedding and head cannot be FSDP units of their own (a head tied to the embedding "
+            "reads its weight outside it, as torchtune's TiedLinear does; or not a decoder): use layers",
+            field="fsdp_units",
+        )
 
 
 class Fsdp(Framework):
@@ -111,6 +127,8 @@ class Fsdp(Framework):
                 raise GpumemInputError(
                     f"reshard_size must divide the {w} sharding ranks (1 to {w})", field="reshard_size"
                 )
+        if run.fsdp_units not in ("auto", "layers"):
+            _check_units(spec, run)
         if run.fsdp_version == 2 and shard_world(run) == 1:
             # _fsdp_param_group.py wait_for_unshard, world_size == 1: all_gather_outputs allocated and copied
             return [
