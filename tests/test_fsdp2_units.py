@@ -49,7 +49,7 @@ def test_torchtune_no_longer_holds_them_from_forward_to_backward() -> None:
     """torchtune keeps the root gathered after forward; with both sharded apart (and resharded after their
     own forward, as the layers are) the rank holds exactly the two units less when backward starts."""
     root, _ = _step(UNTIED, "torchtune", fsdp_units="layers")
-    apart, hooks = _step(UNTIED, "torchtune")  # the framework's default for a full fine-tune
+    apart, hooks = _step(UNTIED, "torchtune", fsdp_units="embedding+head")  # the Llama 3.x full configs'
     assert hooks.pol.own_modules == {"embedding", "head"}
     assert root.after_forward - apart.after_forward == hooks.units[EMB].full + hooks.units[HEAD].full
     # the step's end is the same: every unit is resharded by its post-backward either way
@@ -62,17 +62,17 @@ def test_torchtune_no_longer_holds_them_from_forward_to_backward() -> None:
 def test_the_head_is_gathered_per_call_of_the_chunked_losses(loss: str) -> None:
     """torchtune's chunked losses call the head once per chunk: it is gathered for each call and resharded
     after it, so after forward nothing of it is held (the root's norm is)."""
-    res, hooks = _step(UNTIED, "torchtune", loss=loss)
+    res, hooks = _step(UNTIED, "torchtune", loss=loss, fsdp_units="embedding+head")
     assert hooks.order.count(HEAD) == 8 and HEAD not in hooks.unsharded
     base, _ = _step(UNTIED, "torchtune", loss=loss, fsdp_units="layers")
     assert base.after_forward - res.after_forward == hooks.units[EMB].full + hooks.units[HEAD].full
 
 
 def test_a_tied_head_keeps_both_in_the_root() -> None:
-    """A head tied to the embedding reads its weight (torchtune's TiedLinear is no module): the framework's
-    default keeps both in the root, byte for byte as before; asking for them apart is refused."""
+    """A head tied to the embedding reads its weight (torchtune's TiedLinear is no module): the default keeps
+    both in the root, byte for byte as before; asking for them apart is refused."""
     auto, hooks = _step(TIED, "torchtune")
-    assert fsdp2_units(make_training_run(framework="torchtune", **FIELDS)) == "embedding+head"
+    assert fsdp2_units(make_training_run(framework="torchtune", **FIELDS)) == "layers"
     assert EMB not in hooks.units and HEAD not in hooks.units
     layers, _ = _step(TIED, "torchtune", fsdp_units="layers")
     assert auto.phases == layers.phases
@@ -84,7 +84,7 @@ def test_a_tied_head_keeps_both_in_the_root() -> None:
 @pytest.mark.parametrize(
     ("fields", "units"),
     [
-        ({"framework": "torchtune"}, "embedding+head"),
+        ({"framework": "torchtune"}, "layers"),  # the recipe's default: custom_sharded_layers None
         ({"framework": "torchtune", "method": "lora"}, "layers"),
         ({"framework": "pytorch"}, "layers"),
         ({"framework": "torchtitan", "precision": "mp-bf16"}, "layers"),

@@ -215,17 +215,14 @@ PROFILES: dict[str, Profile] = {
             "to 2.7 kept a root unsharded after forward whatever it was given (torch/distributed/fsdp/"
             "_fully_shard/_fsdp_state.py FSDPState._lazy_init: post_forward_mesh_info = None; changed by "
             "pytorch/pytorch #154704, #155319)",
-            # custom_sharded_layers: ['tok_embeddings', 'output'] in llama3/8B_full, 8B_qat_full, 70B_full,
-            # llama3_1/8B_full, 8B_qat_full, 70B_full, llama3_3/70B_full, 70B_full_multinode (bd2a0fc; since
-            # afd23fd0b, 2024-08); the other full_finetune_distributed configs (Gemma, Qwen, Phi, Mistral,
-            # Llama 2, Llama 3.2, Llama 4) set none; the LoRA configs leave it commented out (all but
-            # llama4/scout_17B_16E_lora.yaml's ['tok_embeddings'])
-            fsdp2_units=(("full", "embedding+head"),),
-            fsdp2_units_source="torchtune full_finetune_distributed configs custom_sharded_layers: "
-            "['tok_embeddings', 'output'] (recipes/configs/llama3_1/70B_full.yaml and the other Llama "
-            "3 / 3.1 / 3.3 full configs, torchtune bd2a0fc; none in the LoRA configs): training.shard_model "
-            "(torchtune/training/_distributed.py) wraps each with fully_shard, reshard_after_forward as the "
-            "layers', before the root",
+            # fsdp_units auto stays "layers" under torchtune: the recipes read
+            # cfg.get("custom_sharded_layers", None) (full_finetune_distributed.py _setup_model, torchtune
+            # bd2a0fc), so only a config that names modules shards them apart. The Llama 3 / 3.1 / 3.3 full
+            # configs set ['tok_embeddings', 'output'] (llama3_1/70B_full.yaml; since afd23fd0b, 2024-08):
+            # --fsdp-units embedding+head; the other full configs (Gemma, Qwen, Phi, Mistral, Llama 2, Llama
+            # 3.2, Llama 4) and the LoRA configs set none (but llama4/scout_17B_16E_lora.yaml's
+            # ['tok_embeddings']). A default by model family would be a name test; the recipe's default is
+            # the higher estimate where a config differs.
             lora_model_dtype=True,
             lora_model_dtype_source="torchtune recipes build the model under "
             "training.set_default_dtype(dtype) (recipes/lora_finetune_single_device.py, "

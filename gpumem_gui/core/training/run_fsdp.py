@@ -61,7 +61,8 @@ FsdpUnits = Annotated[
         "root unit (layers), or the token embedding (embedding) and the output projection too "
         "(embedding+head) as units of their own, gathered only around their own forward and backward "
         "(torchtune custom_sharded_layers: ['tok_embeddings', 'output']; not with a head tied to the "
-        "embedding); auto: the framework's default",
+        "embedding); auto: the framework's default, the layers for every framework (torchtune's recipes "
+        "shard apart only what a config names: its Llama 3 / 3.1 / 3.3 full configs name both)",
         choices=(
             ("framework default", "auto"),
             ("decoder layers (embedding, head in the root)", "layers"),
