@@ -94,7 +94,8 @@ def test_dense_model_keeps_the_most_whole_layers_that_fit() -> None:
     target = free - 1024 * MiB
     at_k, above = _est(LLAMA8, None, n_gpu_layers=k), _est(LLAMA8, None, n_gpu_layers=k + 1)
     assert at_k.peak_bytes <= target < above.peak_bytes
-    assert est.peak_bytes == at_k.peak_bytes and est.facts["offloaded_layers"] == k
+    # -ngl k holds the output layer and the last k - 1 blocks (src/llama-model.cpp load_tensors)
+    assert est.peak_bytes == at_k.peak_bytes and est.facts["offloaded_layers"] == k - 1
     # a larger fit target keeps fewer layers on the GPU
     assert _est(LLAMA8, gpu, fit="on", fit_target_mib=2048).facts["fit_n_gpu_layers"] < k
 
@@ -131,7 +132,8 @@ def test_nothing_fits_keeps_every_layer_in_host_memory() -> None:
 
 def test_a_set_ngl_is_left_alone_and_the_command_says_fit() -> None:
     est = _est(LLAMA8, 6 * GiB, fit="on", n_gpu_layers=10)
-    assert est.facts["offloaded_layers"] == 10 and "fit_n_gpu_layers" not in est.facts
+    # -ngl 10: the output layer and the last 9 blocks (i_gpu_start = n_layer + 1 - n_gpu_layers)
+    assert est.facts["offloaded_layers"] == 9 and "fit_n_gpu_layers" not in est.facts
     assert any("n_gpu_layers already set by user" in w for w in est.warnings)
     run = _run(fit="on", fit_target_mib=2048)
     cmd = runtime("llama.cpp").command("model.gguf", run, _est(LLAMA8, None, fit="on", fit_target_mib=2048))
