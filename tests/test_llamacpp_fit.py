@@ -69,7 +69,7 @@ def test_the_search_equals_llamas_false_position(
         return base + sum(sizes[: total if k < 0 else k]) * MiB
 
     free = base + target * MiB
-    plc = fit_single_gpu(n_layer, False, free, 0, used)
+    plc = fit_single_gpu(n_layer, frozenset(), free, 0, used)
     want = _false_position(total, free, used)
     if used(-1) <= free:
         assert plc.n_gpu_layers == -1  # "no changes needed"
@@ -107,11 +107,12 @@ def test_dense_first_blocks_one_gpu_by_hand() -> None:
     layers cost 11 while they are the dense blocks 0..2 (c = 1..3), 21 from block 3 on; the search (low c = 1,
     high 9 at 61) steps by 1 to c = 3: blocks 3..7 keep their experts in host memory."""
     used = _first_dense(8, 3, 1, 10, 2, 1)
-    plc = fit_single_gpu(8, True, 10, 0, used)
-    assert (plc.n_gpu_layers, plc.cpu_experts) == (8, frozenset(range(2, 8)))
+    plc = fit_single_gpu(8, frozenset(range(3, 8)), 10, 0, used)
+    # blocks 2..7 overridden; block 2 has no ffn_*_exps tensors to move
+    assert (plc.n_gpu_layers, plc.cpu_experts) == (8, frozenset(range(3, 8)))
     assert used(8, plc.cpu_experts) == 10 and plc.projected == 61
     assert largest(lambda k: used(k, cpu_expert_blocks(k, max(k - 1, 0), 8)) <= 10, 0, 9) == 1
-    plc = fit_single_gpu(8, True, 12, 0, used)
+    plc = fit_single_gpu(8, frozenset(range(3, 8)), 12, 0, used)
     assert (plc.n_gpu_layers, plc.cpu_experts) == (9, frozenset(range(3, 8)))
     assert used(9, plc.cpu_experts) == 11
 
@@ -137,12 +138,14 @@ def test_one_gpu_follows_llamas_loops_with_dense_first_blocks(
     def use(devs: tuple[Device, ...]) -> list[int]:
         return [used(devs[0].n_layer, override_blocks(devs, n))]
 
-    plc = fit_single_gpu(n, True, target, 0, used)
+    moe = frozenset(range(first, n))
+    plc = fit_single_gpu(n, moe, target, 0, used)
     if used(-1, frozenset()) <= target:
         assert plc.n_gpu_layers == -1
         return
-    (want,) = _llama_fit(1, n, target, use, target - used(-1, frozenset(range(n))))
-    assert (plc.n_gpu_layers, plc.cpu_experts) == (want.n_layer, override_blocks((want,), n))
+    surplus = target - used(-1, moe) if moe else 0
+    (want,) = _llama_fit(1, n, target, use, surplus)  # without experts its n_part moves no byte
+    assert (plc.n_gpu_layers, plc.cpu_experts) == (want.n_layer, override_blocks((want,), n) & moe)
 
 
 def test_llama_cpp_lays_ngl_out_output_layer_first() -> None:

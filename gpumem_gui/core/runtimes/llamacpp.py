@@ -92,9 +92,8 @@ def _offload(
     cpu_experts: frozenset[int] = frozenset(),
     output_first: bool = True,
 ) -> tuple[int, int, int]:
-    """(offloaded blocks, model bytes on the GPU, model bytes in host memory) of the layout of
-    :func:`gpu_blocks`; ``cpu_experts``: the offloaded blocks whose routed experts ``--fit`` keeps in host
-    memory."""
+    """(offloaded blocks, model bytes on the GPU, model bytes in host memory) of :func:`gpu_blocks`'s layout;
+    ``cpu_experts``: the offloaded blocks whose routed experts ``--fit`` keeps in host memory."""
     n_layers = spec.num_layers
     offloaded, on_gpu = gpu_blocks(spec, run, output_first)
     model_gpu = sum(wb.per_layer[n_layers - offloaded :]) + (_head_bytes(spec, wb) if on_gpu else 0)
@@ -303,7 +302,8 @@ class LlamaCpp(Runtime):
             at = run.model_copy(update={"n_gpu_layers": ngl})
             return _device_bytes(spec, at, wb, cpu, self.chunked_local, self.output_first)
 
-        plc = fit_single_gpu(spec.num_layers, spec.moe is not None, free, run.fit_target_mib, used)
+        moe = frozenset(i for i in range(spec.num_layers) if spec.is_moe_layer(i))
+        plc = fit_single_gpu(spec.num_layers, moe, free, run.fit_target_mib, used)
         facts: dict[str, object] = {
             "fit_projected_bytes": plc.projected,
             "fit_n_gpu_layers": plc.n_gpu_layers,

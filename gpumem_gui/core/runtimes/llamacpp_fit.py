@@ -53,10 +53,12 @@ def cpu_expert_blocks(n_layer: int, n_part: int, hp_ngl: int) -> frozenset[int]:
     return override_blocks((Device(n_layer, n_part),), hp_ngl)
 
 
-def fit_single_gpu(hp_ngl: int, moe: bool, free: int, target_mib: int, used: Usage) -> FitPlacement:
-    """common_params_fit_impl on one device with ``-c`` given: ``free`` bytes free on the GPU (after the
-    process's CUDA context), a margin of ``target_mib`` MiB, ``used`` the projected device bytes of a
-    placement."""
+def fit_single_gpu(hp_ngl: int, moe: frozenset[int], free: int, target_mib: int, used: Usage) -> FitPlacement:
+    """common_params_fit_impl on one device with ``-c`` given: ``moe`` the blocks with routed experts (none:
+    a dense model), ``free`` bytes free on the GPU (after the process's CUDA context), a margin of
+    ``target_mib`` MiB, ``used`` the projected device bytes of a placement. A block without experts that
+    falls among the overridden ones (a DeepSeek model's first blocks) matches no ``ffn_*_exps`` tensor: it
+    counts in the search's placements but moves nothing."""
     target = free - target_mib * MiB
     full = used(-1, frozenset())
     if full <= target:
@@ -64,12 +66,12 @@ def fit_single_gpu(hp_ngl: int, moe: bool, free: int, target_mib: int, used: Usa
     total = hp_ngl + 1
 
     def use(devs: tuple[Device, ...]) -> list[int]:
-        return [used(devs[0].n_layer, override_blocks(devs, hp_ngl))]
+        return [used(devs[0].n_layer, override_blocks(devs, hp_ngl) & moe)]
 
     # global_surplus_cpu_moe: every layer on the GPU, every routed expert in host memory
-    surplus = target - used(-1, frozenset(range(hp_ngl))) if moe else 0
-    (dev,) = fit_devices(1, hp_ngl, moe, target, use, surplus)
-    k, parts = dev.n_layer, override_blocks((dev,), hp_ngl)
+    surplus = target - used(-1, moe) if moe else 0
+    (dev,) = fit_devices(1, hp_ngl, bool(moe), target, use, surplus)
+    k, parts = dev.n_layer, override_blocks((dev,), hp_ngl) & moe
     if k == 0 and used(0, frozenset()) > target:  # not even the compute buffer: llama.cpp goes on with -ngl 0
         return FitPlacement(
             0,

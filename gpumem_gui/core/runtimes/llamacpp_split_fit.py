@@ -52,9 +52,13 @@ def fit_split(
     def usage(split: tuple[int, ...], layers: int, cpu: frozenset[int] = frozenset()) -> list[int]:
         return [s.peak_bytes for s in split_shares(spec, run, wb, split, layers, True, cpu, True)]
 
+    def experts(devs: tuple[Device, ...]) -> frozenset[int]:
+        """The overridden blocks that have routed experts (a DeepSeek model's first blocks have none)."""
+        return frozenset(i for i in override_blocks(devs, n) if spec.is_moe_layer(i))
+
     def use(devs: tuple[Device, ...]) -> list[int]:
         split = tuple(x.n_layer for x in devs)
-        return usage(split, sum(split), override_blocks(devs, n))
+        return usage(split, sum(split), experts(devs))
 
     even = (1,) * gpus
     if all(u <= target for u in usage(even, total)):
@@ -64,7 +68,7 @@ def fit_split(
     surplus = sum(target - u for u in usage(even, total, frozenset(range(n)))) if moe else 0
     devs = fit_devices(gpus, n, moe, target, use, surplus)
     split = tuple(x.n_layer for x in devs)
-    cpu = override_blocks(devs, n)
+    cpu = experts(devs)
     layers = sum(split)
     how = "back to front (--tensor-split)"
     if surplus > 0:
