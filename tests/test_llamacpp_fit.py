@@ -12,7 +12,7 @@ from gpumem_gui.core.monotone import largest
 from gpumem_gui.core.readers.loader import load_model
 from gpumem_gui.core.results.nontorch import context_bytes
 from gpumem_gui.core.runtimes.inference import estimate_inference, make_run, runtime
-from gpumem_gui.core.runtimes.llamacpp_fit import cpu_expert_blocks, fit_single_gpu
+from gpumem_gui.core.runtimes.llamacpp_fit import fit_single_gpu
 from gpumem_gui.core.runtimes.llamacpp_fit_search import Device, override_blocks
 from gpumem_gui.core.runtimes.ollama_split import gpu_layers
 from gpumem_gui.core.units import GiB, MiB
@@ -20,6 +20,11 @@ from tests.test_llamacpp_split_fit import _llama_fit
 
 LLAMA8 = load_model("meta-llama/Llama-3.1-8B").spec
 QWEN30 = load_model("Qwen/Qwen3-30B-A3B").spec
+
+
+def cpu_expert_blocks(n_layer: int, n_part: int, hp_ngl: int) -> frozenset[int]:
+    """The overridden blocks of one device (common/fit.cpp set_ngl_tensor_split_tbo)."""
+    return override_blocks((Device(n_layer, n_part),), hp_ngl)
 
 
 def _run(**kw):

@@ -48,11 +48,6 @@ class FitPlacement:
     projected: int  # the device bytes with every layer and expert on the GPU (fit's first projection)
 
 
-def cpu_expert_blocks(n_layer: int, n_part: int, hp_ngl: int) -> frozenset[int]:
-    """:func:`override_blocks` of a single GPU."""
-    return override_blocks((Device(n_layer, n_part),), hp_ngl)
-
-
 def fit_single_gpu(hp_ngl: int, moe: frozenset[int], free: int, target_mib: int, used: Usage) -> FitPlacement:
     """common_params_fit_impl on one device with ``-c`` given: ``moe`` the blocks with routed experts (none:
     a dense model), ``free`` bytes free on the GPU (after the process's CUDA context), a margin of
