@@ -258,3 +258,14 @@ def test_the_fit_verdict_needs_the_whole_projection() -> None:
     assert rt.needed_bytes(small, small.per_gpu[0]) == full.total_bytes > small.total_bytes
     big = _est(LLAMA8, 24 * GiB, fit="on")
     assert rt.needed_bytes(big, big.per_gpu[0]) == big.total_bytes
+
+
+def test_the_offload_lever_counts_the_output_layer() -> None:
+    """-ngl runs from 0 to n_layer + 1 (the output layer counted first): the lever offers the most layers
+    that fit; -ngl 32 of Llama 3.1 8B's 33 still leaves block 0 in host memory."""
+    rt, run = runtime("llama.cpp"), _run()
+    assert rt.fit_levers(LLAMA8, run, lambda n_gpu_layers: n_gpu_layers <= 20) == [
+        (6, "offload", "offload 13 layers to the CPU (-ngl 20)", {"n_gpu_layers": 20})
+    ]
+    assert rt.fit_levers(LLAMA8, run, lambda n_gpu_layers: n_gpu_layers <= 32)[0][3] == {"n_gpu_layers": 32}
+    assert rt.fit_levers(LLAMA8, run, lambda n_gpu_layers: True) == []
