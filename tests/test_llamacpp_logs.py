@@ -131,22 +131,27 @@ _Q6K_OUTPUT = 128256 * 4096 // 256 * 210 + 4096 * 4
 
 
 def test_output_layer_in_host_memory_is_copied_to_the_gpu_for_a_large_batch() -> None:
-    """-ngl 20 of 32: the output layer stays in host memory, but ggml_backend_sched runs its matmul on the GPU
-    for a micro-batch of at least 32 tokens (op offload, llama.cpp PR #6083): the GPU's compute buffer holds
-    the copied output weight, the logits and a row."""
-    _, est = _estimate("meta-llama/Llama-3.1-8B", weights="gguf-Q4_K_M", seq=4096, n_gpu_layers=20)
+    """-ngl counts the output layer first (src/llama-model.cpp load_tensors: i_gpu_start = n_layer + 1 -
+    n_gpu_layers): -ngl 20 of 32 holds the output layer and the last 19 blocks, so the GPU runs the logits
+    from its own output weight; -ngl 0 leaves the output layer in host memory, and ggml_backend_sched runs its
+    matmul on the GPU for a micro-batch of at least 32 tokens (op offload, llama.cpp PR #6083): the GPU's
+    compute buffer holds the copied output weight, the logits and a row."""
     logits = 512 * 128256 * 4 + 512 * 4096 * 4
-    assert est.facts["offloaded_layers"] == 20
-    assert _compute(est) == _Q6K_OUTPUT + logits
+    _, part = _estimate("meta-llama/Llama-3.1-8B", weights="gguf-Q4_K_M", seq=4096, n_gpu_layers=20)
+    assert part.facts["offloaded_layers"] == 19 and "19/32 layers + output" in part.component("weights").label
+    assert _compute(part) == logits
+    _, none = _estimate("meta-llama/Llama-3.1-8B", weights="gguf-Q4_K_M", seq=4096, n_gpu_layers=0)
+    assert none.facts["offloaded_layers"] == 0 and none.component("weights").bytes == 0
+    assert _compute(none) == _Q6K_OUTPUT + logits
     _, full = _estimate("meta-llama/Llama-3.1-8B", weights="gguf-Q4_K_M", seq=4096)
     assert _compute(full) == logits  # every layer on the GPU: the output weight is in the model buffer
 
 
 def test_output_layer_in_host_memory_below_the_op_offload_batch_runs_on_the_cpu() -> None:
-    """-ub 16 (< 32, ggml-cuda.cu offload_op): the output stage runs on the CPU, in the host compute buffer;
-    the GPU's is the largest of its own stages (FFN: 2 x 16 x 14336 x 4 B + 2 rows)."""
+    """-ngl 0, -ub 16 (< 32, ggml-cuda.cu offload_op): the output stage runs on the CPU, in the host compute
+    buffer; the GPU's is the largest of its own stages (FFN: 2 x 16 x 14336 x 4 B + 2 rows)."""
     _, est = _estimate(
-        "meta-llama/Llama-3.1-8B", weights="gguf-Q4_K_M", seq=4096, n_gpu_layers=20, n_ubatch=16
+        "meta-llama/Llama-3.1-8B", weights="gguf-Q4_K_M", seq=4096, n_gpu_layers=0, n_ubatch=16
     )
     assert _compute(est) == 2 * 16 * 14336 * 4 + 2 * 16 * 4096 * 4
     assert est.component("compute_buffer").explain.inputs["stage"] == "ffn"
@@ -189,12 +194,16 @@ _TOKEN_EMBD = 128256 * 3072 // 256 * 210  # Llama 3.2 3B's token_embd in Q6_K: t
 def test_tied_output_is_a_gpu_copy_only_with_the_output_layer() -> None:
     """Llama 3.2 3B (tied): every layer offloaded, the output layer is token_embd's duplicate on the GPU and
     token_embd stays in host memory (published: CPU 308.23 MiB, CUDA0 1918.35 MiB, the llama.cpp data's
-    Llama 3.2 3B point); -ngl 28 leaves the output layer (and norm) in host memory, where the duplicate maps
-    token_embd's file range: the GPU loses the copy and the norm, the host keeps token_embd once
+    Llama 3.2 3B point). -ngl 28 of 28 blocks keeps the output layer (counted first: i_gpu_start = n_layer +
+    1 - n_gpu_layers) and its copy on the GPU and leaves block 0 in host memory; -ngl 0 leaves the output
+    layer in host memory too, where the duplicate maps token_embd's file range: the host holds the file once
     (src/llama-model.cpp load_tensors: output = create_tensor(tok_embd's name, TENSOR_DUPLICATED))."""
     _, full = _estimate("meta-llama/Llama-3.2-3B", weights="gguf-Q4_K_M", seq=2048)
     _, part = _estimate("meta-llama/Llama-3.2-3B", weights="gguf-Q4_K_M", seq=2048, n_gpu_layers=28)
-    norm = 3072 * 4
+    _, none = _estimate("meta-llama/Llama-3.2-3B", weights="gguf-Q4_K_M", seq=2048, n_gpu_layers=0)
+    w_full, w_part = full.component("weights").bytes, part.component("weights").bytes
     assert full.facts["cpu_bytes"] == _TOKEN_EMBD
-    assert part.facts["cpu_bytes"] == _TOKEN_EMBD + norm
-    assert part.component("weights").bytes == full.component("weights").bytes - _TOKEN_EMBD - norm
+    assert part.facts["offloaded_layers"] == 27 and 0 < w_full - w_part < _TOKEN_EMBD
+    assert part.facts["cpu_bytes"] == _TOKEN_EMBD + (w_full - w_part)  # block 0
+    assert none.component("weights").bytes == 0
+    assert none.facts["cpu_bytes"] == w_full  # the file: the GPU's copy gone, token_embd once

@@ -14,11 +14,12 @@ from gpumem_gui.core.results.nontorch import context_bytes
 from gpumem_gui.core.runtimes.base import run_weight_bytes
 from gpumem_gui.core.runtimes.inference import estimate_inference, make_run, runtime
 from gpumem_gui.core.runtimes.llamacpp import _experts_bytes
-from gpumem_gui.core.runtimes.llamacpp_fit import Device, override_blocks
-from gpumem_gui.core.runtimes.llamacpp_split_fit import (
+from gpumem_gui.core.runtimes.llamacpp_fit_search import (
+    Device,
     convert_front_to_back,
     fill_back_to_front,
     fit_devices,
+    override_blocks,
 )
 from gpumem_gui.core.units import GiB, MiB
 

@@ -104,6 +104,13 @@ def test_num_gpu_is_passed_as_ngl_and_fit_places_the_rest() -> None:
     """llm/llama_server.go: -ngl only when num_gpu is set; otherwise llama-server's --fit."""
     set_ = _est(gpu=6 * GiB, num_gpu=10, num_ctx=8192)
     assert set_.facts["offloaded"] == "10/33" and set_.facts["layers_requested"] == 10
+    # llama-server -ngl 10 holds the output layer and the last 9 blocks (src/llama-model.cpp load_tensors:
+    # i_gpu_start = n_layer + 1 - n_gpu_layers); Ollama v0.12.10's own createGPULayers the last 10 blocks
+    assert "9/32 layers + output" in set_.component("weights").label
+    old = estimate_inference(
+        LLAMA8, make_run(engine="ollama", ollama_version="0.12.10", weights="gguf-Q4_K_M", num_gpu=10)
+    )
+    assert "10/32 layers on GPU" in old.component("weights").label
     fit = _est(gpu=6 * GiB, num_ctx=8192)
     assert (
         10 < fit.facts["fit_n_gpu_layers"] < 33
@@ -151,7 +158,8 @@ def test_several_gpus() -> None:
     )
     wb = run_weight_bytes(big, lrun, True)
     head = head_bytes(big, lrun, wb)
-    last = gpu_share(big, lrun, wb, 1, range(80 - counts[1] - 1, 80), head, True)
+    # llama.cpp's layout (output layer counted first): the output layer and the counts[1] blocks before it
+    last = gpu_share(big, lrun, wb, 1, range(80 - counts[1], 81), head, True)
     assert last.peak_bytes > free - 1024 * MiB
     # a MoE model whose experts must leave the GPUs: --fit's steps 3 and 4 (tests/test_llamacpp_split_fit.py)
     moe = _est(QWEN30, gpu=12 * GiB, pp=2, num_ctx=65536)

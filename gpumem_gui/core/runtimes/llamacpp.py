@@ -53,10 +53,18 @@ _FLOAT_KV = ("fp16", "f16", "fp32", "f32", "bf16")
 # layers, n_ff(il) != 0); cross-attention layers keep their cells as before
 
 
-def output_on_gpu(spec: ModelSpec, run: InferenceRun) -> bool:
-    """llama.cpp offloads the output layer (and norm) only when every repeating layer is offloaded
-    (``-ngl`` above n_layer; src/llama-model.cpp load_tensors: dev_output)."""
-    return run.n_gpu_layers < 0 or run.n_gpu_layers > spec.num_layers
+def gpu_blocks(spec: ModelSpec, run: InferenceRun, output_first: bool = True) -> tuple[int, bool]:
+    """(blocks on the GPU, whether the output layer is) for ``-ngl``: the last blocks, and the output layer
+    counted first, as llama.cpp lays them out (``src/llama-model.cpp`` ``load_tensors``:
+    ``i_gpu_start = n_layer + 1 - n_gpu_layers``, ``dev_output = get_layer_buft_list(n_layer)``: -ngl k holds
+    the output layer and the last k - 1 blocks); ``output_first`` False: Ollama v0.12.10's own layout
+    (``llm/server.go`` ``createGPULayers``: the last k blocks, the output layer only with every block)."""
+    n, ngl = spec.num_layers, run.n_gpu_layers
+    if ngl < 0 or ngl > n:
+        return n, True
+    if output_first:
+        return max(ngl - 1, 0), ngl > 0
+    return ngl, False
 
 
 def _head_bytes(spec: ModelSpec, wb: WeightBytes) -> int:
@@ -78,15 +86,16 @@ def _experts_bytes(spec: ModelSpec, wb: WeightBytes, blocks: frozenset[int]) -> 
 
 
 def _offload(
-    spec: ModelSpec, run: InferenceRun, wb: WeightBytes, cpu_experts: frozenset[int] = frozenset()
+    spec: ModelSpec,
+    run: InferenceRun,
+    wb: WeightBytes,
+    cpu_experts: frozenset[int] = frozenset(),
+    output_first: bool = True,
 ) -> tuple[int, int, int]:
-    """(offloaded layers, model bytes on the GPU, model bytes in host memory): llama.cpp offloads the last
-    layers first and the output layer (and norm) only when every layer is offloaded; ``cpu_experts``: the
-    offloaded blocks whose routed experts ``--fit`` keeps in host memory."""
+    """(offloaded blocks, model bytes on the GPU, model bytes in host memory) of :func:`gpu_blocks`'s layout;
+    ``cpu_experts``: the offloaded blocks whose routed experts ``--fit`` keeps in host memory."""
     n_layers = spec.num_layers
-    ngl = run.n_gpu_layers
-    offloaded = n_layers if ngl < 0 or ngl > n_layers else ngl
-    on_gpu = output_on_gpu(spec, run)
+    offloaded, on_gpu = gpu_blocks(spec, run, output_first)
     model_gpu = sum(wb.per_layer[n_layers - offloaded :]) + (_head_bytes(spec, wb) if on_gpu else 0)
     model_gpu -= _experts_bytes(spec, wb, frozenset(i for i in cpu_experts if i >= n_layers - offloaded))
     # a tied output layer on the GPU is a copy: token_embd itself stays in host memory (published Ollama log
@@ -103,28 +112,26 @@ def _compute_buffer(
     wb: WeightBytes | None = None,
     chunked: bool = True,
     host_experts: int = 0,
+    output_first: bool = True,
 ) -> Component:
     """The GPU's compute buffer (:func:`.llamacpp_compute.compute_buffer`), one KQ mask per KV cache (the
     full-attention one and llama_kv_cache_iswa's SWA one). ``output`` False: a GPU of a layer split that
-    does not hold the output layer (no logits stage). ``wb`` given: a single GPU under ``-ngl``, where the
-    output layer and the layers left in host memory are copied in for a micro-batch of at least
-    OP_OFFLOAD_MIN_BATCH tokens (ggml_backend_sched op offload); ``host_experts``: one layer's routed experts
-    that ``--fit`` left in host memory, copied in the same way."""
+    does not hold the output layer (no logits stage). ``wb`` given: a single GPU under ``-ngl``
+    (:func:`gpu_blocks`), where the output layer and the layers left in host memory are copied in for a
+    micro-batch of at least OP_OFFLOAD_MIN_BATCH tokens (ggml_backend_sched op offload); ``host_experts``:
+    one layer's routed experts that ``--fit`` left in host memory, copied in the same way."""
     cells = kv_caches(spec, run, chunked)
     full = [c for layers, c in cells if model_kinds(spec).bounds(chunked)[layers[0]] is None]
     swa = [c for layers, c in cells if model_kinds(spec).bounds(chunked)[layers[0]] is not None]
     caches = tuple(max(group) for group in (full, swa) if group)
     offload = min(run.n_ubatch, run.batch * run.tokens) >= OP_OFFLOAD_MIN_BATCH
-    if wb is None or output_on_gpu(spec, run):
+    if wb is None or gpu_blocks(spec, run, output_first) == (spec.num_layers, True):
         return compute_buffer(spec, run, caches, output=output, host_layer=host_experts if offload else 0)
-    host_layers = wb.per_layer[: spec.num_layers - max(run.n_gpu_layers, 0)]
+    blocks, on_gpu = gpu_blocks(spec, run, output_first)
+    host_layer = max(*wb.per_layer[: spec.num_layers - blocks], host_experts, 0) if offload else 0
+    head = _head_bytes(spec, wb) if offload and not on_gpu else 0
     return compute_buffer(
-        spec,
-        run,
-        caches,
-        output=offload,
-        output_weight=_head_bytes(spec, wb) if offload else 0,
-        host_layer=max(*host_layers, host_experts, 0) if offload else 0,
+        spec, run, caches, output=on_gpu or offload, output_weight=head, host_layer=host_layer
     )
 
 
@@ -134,14 +141,15 @@ def _one(spec: ModelSpec, wb: WeightBytes, experts: frozenset[int]) -> int:
 
 
 def _device_bytes(
-    spec: ModelSpec, run: InferenceRun, wb: WeightBytes, experts: frozenset[int], chunked: bool
+    spec: ModelSpec, run: InferenceRun, wb: WeightBytes, experts: frozenset[int], chunked: bool, first: bool
 ) -> int:
     """What llama.cpp's no-alloc probe projects on the GPU (common/fit.cpp
     common_get_device_memory_data: model + context + compute of ``llama_memory_breakdown``)."""
-    offloaded, model_gpu, _ = _offload(spec, run, wb, experts)
+    offloaded, model_gpu, _ = _offload(spec, run, wb, experts, first)
     kv_gpu = kv_buffers(spec, run, offloaded, chunked)[0]
     rs = llamacpp_state_buffers(spec, run.batch, spec.num_layers - offloaded, run.kv_offload)["gpu_bytes"]
-    compute = _compute_buffer(spec, run, wb=wb, chunked=chunked, host_experts=_one(spec, wb, experts)).bytes
+    one = _one(spec, wb, experts)
+    compute = _compute_buffer(spec, run, wb=wb, chunked=chunked, host_experts=one, output_first=first).bytes
     return model_gpu + kv_gpu + rs + compute
 
 
@@ -156,6 +164,8 @@ class LlamaCpp(Runtime):
     fallback_format = "gguf-Q4_K_M"
     # chunked-local layers keep one chunk (+ a micro-batch) of cells, as SWA layers (LLAMA_SWA_TYPE_CHUNKED)
     chunked_local = True
+    # -ngl counts the output layer first (src/llama-model.cpp load_tensors: i_gpu_start = n_layer + 1 - ngl)
+    output_first = True
 
     def check(self, spec: ModelSpec, run: InferenceRun) -> list[str]:
         """-ctk/-ctv must be types llama.cpp takes (an error); a quantized V cache without flash attention is
@@ -202,15 +212,19 @@ class LlamaCpp(Runtime):
     ) -> Estimate:
         run, experts, fit_facts, fit_notes = self._fit(spec, run, gpu, wb)
         warnings = (*warnings, *fit_notes)
-        offloaded, model_gpu, model_cpu = _offload(spec, run, wb, experts)
+        offloaded, model_gpu, model_cpu = _offload(spec, run, wb, experts, self.output_first)
+        output = (
+            " + output" if gpu_blocks(spec, run, self.output_first)[1] and offloaded < spec.num_layers else ""
+        )
         kv_gpu, kv_host = kv_buffers(spec, run, offloaded, self.chunked_local)
         k_type, v_type = kv_types(run)
         weights_c = component(
             "weights",
-            f"model buffer ({run.weights}, {offloaded}/{spec.num_layers} layers on GPU)",
+            f"model buffer ({run.weights}, {offloaded}/{spec.num_layers} layers{output} on GPU)",
             model_gpu,
-            "offloaded layers' tensors + output layer when all layers are offloaded",
-            "llama.cpp src/llama-model.cpp load_tensors (token_embd stays in host memory)",
+            "offloaded layers' tensors + the output layer where it is offloaded",
+            "llama.cpp src/llama-model.cpp load_tensors (token_embd stays in host memory; -ngl counts the "
+            "output layer first: i_gpu_start = n_layer + 1 - n_gpu_layers)",
             offloaded=offloaded,
             n_layers=spec.num_layers,
         )
@@ -226,9 +240,8 @@ class LlamaCpp(Runtime):
             type_v=v_type,
             host_bytes=kv_host,
         )
-        compute_c = _compute_buffer(
-            spec, run, wb=wb, chunked=self.chunked_local, host_experts=_one(spec, wb, experts)
-        )
+        one = _one(spec, wb, experts)
+        compute_c = _compute_buffer(spec, run, True, wb, self.chunked_local, one, self.output_first)
         rs = llamacpp_state_buffers(spec, run.batch, spec.num_layers - offloaded, run.kv_offload)
         state_c = state_component(rs) if has_state(spec) else None
         ctx = component(
@@ -286,11 +299,11 @@ class LlamaCpp(Runtime):
         free = gpu.cuda_bytes - context_bytes(run.gpu_arch, run.cuda_context_mib)
 
         def used(ngl: int, cpu: frozenset[int]) -> int:
-            return _device_bytes(
-                spec, run.model_copy(update={"n_gpu_layers": ngl}), wb, cpu, self.chunked_local
-            )
+            at = run.model_copy(update={"n_gpu_layers": ngl})
+            return _device_bytes(spec, at, wb, cpu, self.chunked_local, self.output_first)
 
-        plc = fit_single_gpu(spec.num_layers, spec.moe is not None, free, run.fit_target_mib, used)
+        moe = frozenset(i for i in range(spec.num_layers) if spec.is_moe_layer(i))
+        plc = fit_single_gpu(spec.num_layers, moe, free, run.fit_target_mib, used)
         facts: dict[str, object] = {
             "fit_projected_bytes": plc.projected,
             "fit_n_gpu_layers": plc.n_gpu_layers,
@@ -299,8 +312,9 @@ class LlamaCpp(Runtime):
         return run.model_copy(update={"n_gpu_layers": plc.n_gpu_layers}), plc.cpu_experts, facts, (plc.note,)
 
     def fit_levers(self, spec: ModelSpec, run: InferenceRun, fits: Callable[..., bool]) -> list[Lever]:
-        """Leave layers in host memory: the most layers on the GPU that still fit (``-ngl``)."""
-        n = spec.num_layers
+        """Leave layers in host memory: the most layers on the GPU that still fit (``-ngl``, the output layer
+        counted as one)."""
+        n = spec.num_layers + 1
         best = largest(lambda k: fits(n_gpu_layers=k), 0, n)
         if best is None or best >= n:
             return []

@@ -16,10 +16,13 @@ common/fit.cpp ``common_params_fit_impl`` (llama.cpp; the build Ollama v0.30+ pi
 5. for a MoE model whose dense tensors all fit (``global_surplus_cpu_moe > 0``), converts dense-only layers
    back to full ones front to back while they fit.
 
-The search is llama.cpp's method of false position over a monotone memory use; it ends at the largest count
-that fits, which is what :func:`~gpumem_gui.core.monotone.largest` finds by bisection. Not modelled: the one
-extra layer llama.cpp then tries to split (``LAYER_FRACTION_UP`` / ``GATE``: its up (and gate) experts on the
-GPU too), at most one layer's share of experts (said in the estimate's note).
+Steps 4 and 5 are the loops every device count runs (``nd == 1`` here,
+:func:`.llamacpp_fit_search.fit_devices`): llama.cpp's method of false position as written, so a use that does
+not grow with each layer (a MoE model whose first blocks have no routed experts) ends where llama.cpp's search
+ends. ``-ngl`` then counts the output
+layer first (``src/llama-model.cpp`` ``load_tensors``: ``i_gpu_start = n_layer + 1 - n_gpu_layers``). Not
+modelled: the one extra layer llama.cpp then tries to split (``LAYER_FRACTION_UP`` / ``GATE``: its up (and
+gate) experts on the GPU too), at most one layer's share of experts (said in the estimate's note).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gpumem_gui.core.monotone import largest
+from gpumem_gui.core.runtimes.llamacpp_fit_search import Device, fit_devices, override_blocks
 from gpumem_gui.core.units import MiB
 
 # (GPU layers counting the output layer as one, blocks whose routed experts stay in host memory) -> bytes
@@ -45,53 +48,26 @@ class FitPlacement:
     projected: int  # the device bytes with every layer and expert on the GPU (fit's first projection)
 
 
-@dataclass(frozen=True)
-class Device:
-    """One device's share of a placement (common/fit.cpp ``ngl_t``): ``n_layer`` layers (the output layer
-    counting as one on the last device), the last ``n_part`` of them "dense-only" (their routed experts in
-    host memory)."""
-
-    n_layer: int
-    n_part: int = 0
-
-    @property
-    def n_full(self) -> int:
-        return self.n_layer - self.n_part
-
-
-def override_blocks(devices: tuple[Device, ...], hp_ngl: int) -> frozenset[int]:
-    """The blocks whose routed experts overflow to host memory: common/fit.cpp set_ngl_tensor_split_tbo
-    starts at ``il0 = hp_ngl + 1 - n_gpu_layers`` and, device by device, skips its ``n_full`` full layers and
-    overrides its next ``n_part`` (index ``hp_ngl`` is the output layer, which has no experts)."""
-    il0 = hp_ngl + 1 - sum(d.n_layer for d in devices)
-    out: set[int] = set()
-    for d in devices:
-        il0 += d.n_full
-        out.update(i for i in range(il0, il0 + d.n_part) if i < hp_ngl)
-        il0 += d.n_part
-    return frozenset(out)
-
-
-def cpu_expert_blocks(n_layer: int, n_part: int, hp_ngl: int) -> frozenset[int]:
-    """:func:`override_blocks` of a single GPU."""
-    return override_blocks((Device(n_layer, n_part),), hp_ngl)
-
-
-def fit_single_gpu(hp_ngl: int, moe: bool, free: int, target_mib: int, used: Usage) -> FitPlacement:
-    """common_params_fit_impl on one device with ``-c`` given: ``free`` bytes free on the GPU (after the
-    process's CUDA context), a margin of ``target_mib`` MiB, ``used`` the projected device bytes of a
-    placement."""
+def fit_single_gpu(hp_ngl: int, moe: frozenset[int], free: int, target_mib: int, used: Usage) -> FitPlacement:
+    """common_params_fit_impl on one device with ``-c`` given: ``moe`` the blocks with routed experts (none:
+    a dense model), ``free`` bytes free on the GPU (after the process's CUDA context), a margin of
+    ``target_mib`` MiB, ``used`` the projected device bytes of a placement. A block without experts that
+    falls among the overridden ones (a DeepSeek model's first blocks) matches no ``ffn_*_exps`` tensor: it
+    counts in the search's placements but moves nothing."""
     target = free - target_mib * MiB
     full = used(-1, frozenset())
     if full <= target:
         return FitPlacement(-1, frozenset(), f"--fit: {full // MiB} MiB projected, no changes needed", full)
     total = hp_ngl + 1
 
-    def dense_only(k: int) -> frozenset[int]:
-        return cpu_expert_blocks(k, max(k - 1, 0), hp_ngl) if moe else frozenset()
+    def use(devs: tuple[Device, ...]) -> list[int]:
+        return [used(devs[0].n_layer, override_blocks(devs, hp_ngl) & moe)]
 
-    k = largest(lambda n: used(n, dense_only(n)) <= target, 0, total)
-    if k is None:  # not even the compute buffer: llama.cpp keeps every layer in host memory and goes on
+    # global_surplus_cpu_moe: every layer on the GPU, every routed expert in host memory
+    surplus = target - used(-1, moe) if moe else 0
+    (dev,) = fit_devices(1, hp_ngl, bool(moe), target, use, surplus)
+    k, parts = dev.n_layer, override_blocks((dev,), hp_ngl) & moe
+    if k == 0 and used(0, frozenset()) > target:  # not even the compute buffer: llama.cpp goes on with -ngl 0
         return FitPlacement(
             0,
             frozenset(),
@@ -99,12 +75,6 @@ def fit_single_gpu(hp_ngl: int, moe: bool, free: int, target_mib: int, used: Usa
             "host memory (-ngl 0) and the GPU still holds its compute buffer",
             full,
         )
-    parts = dense_only(k)
-    if moe and free - used(-1, frozenset(range(hp_ngl))) - target_mib * MiB > 0:
-        # step 4 (global_surplus_cpu_moe > 0): the fewest partial layers that fit, converted front to back
-        n_part = max(k - 1, 0)
-        best = largest(lambda p: used(k, cpu_expert_blocks(k, n_part - p, hp_ngl)) <= target, 0, n_part)
-        parts = cpu_expert_blocks(k, n_part - (best or 0), hp_ngl)
     where = "every layer" if k == total else f"{k} of {total} layers (the output layer counted)"
     experts = f", the routed experts of {len(parts)} layers in host memory" if parts else ""
     extra = " (llama.cpp's one extra split layer, LAYER_FRACTION_UP/GATE, not modelled)" if parts else ""

@@ -93,6 +93,9 @@ class _OllamaBuffers(LlamaCpp):
     (kvcache/causal.go ``Init``: the chunk only masks)."""
 
     chunked_local = False
+    # Ollama's own layout: num_gpu k holds the last k blocks, the output layer only with every block
+    # (llm/server.go createGPULayers; :func:`.ollama_split.gpu_layers`)
+    output_first = False
 
 
 OLLAMA_RUNNER = _OllamaBuffers()
@@ -370,7 +373,7 @@ class OllamaServer(Ollama):
             notes = (*notes, *([plc.note] if plc.note else []))
         est = LLAMA_CPP.estimate(spec, lrun, notes, gpu, wb)
         if split:
-            est = split_estimate(spec, lrun, wb, est, split, lrun.n_gpu_layers, True, plc.cpu_experts)
+            est = split_estimate(spec, lrun, wb, est, split, lrun.n_gpu_layers, True, plc.cpu_experts, True)
             est = est.model_copy(update={"facts": split_fit_facts(spec, wb, plc, est.facts)})
         ngl = int(est.facts.get("fit_n_gpu_layers", lrun.n_gpu_layers))
         layers = n if ngl < 0 else min(ngl, n)

@@ -49,8 +49,11 @@ def _f32(x: float) -> float:
     return float(struct.unpack("f", struct.pack("f", x))[0])
 
 
-def gpu_layers(split: tuple[int, ...], blocks: int, num_gpu: int) -> list[range]:
-    """``createGPULayers``: the contiguous layer indices (``blocks`` is the output layer) of each GPU."""
+def gpu_layers(split: tuple[int, ...], blocks: int, num_gpu: int, output_first: bool = False) -> list[range]:
+    """``createGPULayers``: the contiguous layer indices (``blocks`` is the output layer) of each GPU;
+    ``output_first``: llama.cpp's own layout of ``-ngl``, which counts the output layer first
+    (``src/llama-model.cpp`` ``load_tensors``: ``i_gpu_start = n_layer + 1 - n_gpu_layers``, the same split
+    points otherwise: ``upper_bound(splits, (il - i_gpu_start) / act_gpu_layers)``)."""
     total = sum(split)
     if num_gpu <= 0 or total <= 0:
         return [range(0) for _ in split]
@@ -58,7 +61,7 @@ def gpu_layers(split: tuple[int, ...], blocks: int, num_gpu: int) -> list[range]
     for k in split:
         acc += k
         cum.append(_f32(_f32(float(acc)) / _f32(float(total))))
-    start = max(0, blocks - num_gpu)
+    start = max(0, blocks + (1 if output_first else 0) - num_gpu)
     stop = min(start + num_gpu, blocks + 1)
     owner: list[list[int]] = [[] for _ in split]
     for i in range(start, stop):
@@ -164,10 +167,12 @@ def split_shares(
     layers: int,
     chunked: bool = False,
     cpu_experts: frozenset[int] = frozenset(),
+    output_first: bool = False,
 ) -> tuple[GpuShare, ...]:
-    """Each GPU's share of the layer ``split`` with ``layers`` offloaded (:func:`gpu_share`)."""
+    """Each GPU's share of the layer ``split`` with ``layers`` offloaded (:func:`gpu_share`; ``output_first``:
+    llama.cpp's layout, :func:`gpu_layers`)."""
     head = head_bytes(spec, run, wb)
-    ranges = gpu_layers(split, spec.num_layers, layers)
+    ranges = gpu_layers(split, spec.num_layers, layers, output_first)
     return tuple(gpu_share(spec, run, wb, g, r, head, chunked, cpu_experts) for g, r in enumerate(ranges))
 
 
@@ -180,11 +185,13 @@ def split_estimate(
     layers: int,
     chunked: bool = False,
     cpu_experts: frozenset[int] = frozenset(),
+    output_first: bool = False,
 ) -> Estimate:
     """``est`` (llama.cpp's estimate of ``run`` with ``layers`` offloaded, as on one GPU) with one share per
     GPU of the layer ``split`` (--tensor-split), ``cpu_experts`` the blocks whose routed experts stay in host
-    memory; the headline figures are the most-loaded GPU's."""
-    shares = split_shares(spec, run, wb, split, layers, chunked, cpu_experts)
+    memory (``output_first``: llama.cpp's layout, :func:`gpu_layers`); the headline figures are the
+    most-loaded GPU's."""
+    shares = split_shares(spec, run, wb, split, layers, chunked, cpu_experts, output_first)
     top = max(shares, key=lambda s: s.total_bytes)
     w, kv, compute = (
         next(c for c in top.components if c.key == k) for k in ("weights", "kv_cache", "compute_buffer")
