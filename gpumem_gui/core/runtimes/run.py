@@ -295,7 +295,8 @@ class InferenceRun(Frozen):
         UI(
             "GPU layers (-ngl)",
             "llama.cpp",
-            "layers offloaded to the GPU (-1: all); the rest stay in host memory",
+            "layers offloaded to the GPU, the output layer counted first as current llama.cpp does (k: the "
+            "output layer and the last k - 1 blocks; -1: all); the rest stay in host memory",
             aliases=("-ngl",),
             special="all layers",
             engines=("llama.cpp",),
