@@ -43,6 +43,21 @@ _LLAMA4_NAMED = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
 _LLAMA4_NAMED += ("linear", "linear_1")
 
 
+def _peft_trainable(model: str, targets: str | list[str]) -> int:
+    """``get_peft_model``'s trainable parameters (r 16) on the whole published model (resources/configs),
+    built on the meta device."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    raw = json.loads((REPO / "resources" / "configs" / f"{model.replace('/', '__')}.json").read_text())
+    cfg = transformers.AutoConfig.for_model(**{k: v for k, v in raw.items() if k != "transformers_version"})
+    with torch.device("meta"):
+        built = transformers.AutoModelForImageTextToText.from_config(cfg)
+    conf = peft.LoraConfig(r=16, target_modules=targets, task_type="CAUSAL_LM")
+    peft_model = peft.get_peft_model(built, conf)
+    return sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+
+
 @cache
 def _spec(key: str) -> ModelSpec:
     return load_config_file(Path(HERE / "configs" / f"{key}.json"))
@@ -326,16 +341,7 @@ def test_real_size_all_linear_counts_equal_peft(model: str, count: int) -> None:
 
     est = estimate_training(load_model(model).spec, make_training_run(method="lora", seq=512, images=1))
     assert est.facts["trainable_params"] == count
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    peft = pytest.importorskip("peft")
-    raw = json.loads((REPO / "resources" / "configs" / f"{model.replace('/', '__')}.json").read_text())
-    cfg = transformers.AutoConfig.for_model(**{k: v for k, v in raw.items() if k != "transformers_version"})
-    with torch.device("meta"):
-        built = transformers.AutoModelForImageTextToText.from_config(cfg)
-    conf = peft.LoraConfig(r=16, target_modules="all-linear", task_type="CAUSAL_LM")
-    peft_model = peft.get_peft_model(built, conf)
-    assert sum(p.numel() for p in peft_model.parameters() if p.requires_grad) == count
+    assert _peft_trainable(model, "all-linear") == count
 
 
 @pytest.mark.filterwarnings("ignore::FutureWarning")
@@ -351,13 +357,4 @@ def test_llama4_scout_named_targets_count_equal_peft() -> None:
     for images in (1, 0):
         run = make_training_run(method="lora", seq=512, images=images, lora_targets=targets)
         assert estimate_training(spec, run).facts["trainable_params"] == 70_089_920
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    peft = pytest.importorskip("peft")
-    raw = json.loads((REPO / "resources" / "configs" / f"{model.replace('/', '__')}.json").read_text())
-    cfg = transformers.AutoConfig.for_model(**{k: v for k, v in raw.items() if k != "transformers_version"})
-    with torch.device("meta"):
-        built = transformers.AutoModelForImageTextToText.from_config(cfg)
-    conf = peft.LoraConfig(r=16, target_modules=list(_LLAMA4_NAMED), task_type="CAUSAL_LM")
-    peft_model = peft.get_peft_model(built, conf)
-    assert sum(p.numel() for p in peft_model.parameters() if p.requires_grad) == 70_089_920
+    assert _peft_trainable(model, list(_LLAMA4_NAMED)) == 70_089_920

@@ -62,10 +62,6 @@ class Profile:
     # from its forward all-gather to its post-backward
     fsdp2_root_reshard: bool = True
     fsdp2_root_reshard_source: str = ""
-    # fsdp_units = auto under FSDP2, by method (run.py TrainingRun.method; absent: "layers", the embedding
-    # and the head in the root unit)
-    fsdp2_units: tuple[tuple[str, str], ...] = ()
-    fsdp2_units_source: str = ""
     # LoRA adapters in the model's dtype (the model built under a default dtype) instead of PEFT's fp32
     # (autocast_adapter_dtype); a precision that casts the model (DeepSpeed) or FSDP mixed precision decides
     # either way
@@ -215,14 +211,6 @@ PROFILES: dict[str, Profile] = {
             "to 2.7 kept a root unsharded after forward whatever it was given (torch/distributed/fsdp/"
             "_fully_shard/_fsdp_state.py FSDPState._lazy_init: post_forward_mesh_info = None; changed by "
             "pytorch/pytorch #154704, #155319)",
-            # fsdp_units auto stays "layers" under torchtune: the recipes read
-            # cfg.get("custom_sharded_layers", None) (full_finetune_distributed.py _setup_model, torchtune
-            # bd2a0fc), so only a config that names modules shards them apart. The Llama 3 / 3.1 / 3.3 full
-            # configs set ['tok_embeddings', 'output'] (llama3_1/70B_full.yaml; since afd23fd0b, 2024-08):
-            # --fsdp-units embedding+head; the other full configs (Gemma, Qwen, Phi, Mistral, Llama 2, Llama
-            # 3.2, Llama 4) and the LoRA configs set none (but llama4/scout_17B_16E_lora.yaml's
-            # ['tok_embeddings']). A default by model family would be a name test; the recipe's default is
-            # the higher estimate where a config differs.
             lora_model_dtype=True,
             lora_model_dtype_source="torchtune recipes build the model under "
             "training.set_default_dtype(dtype) (recipes/lora_finetune_single_device.py, "

@@ -84,11 +84,6 @@ def resolve(run: TrainingRun) -> ResolvedTricks:
             f"framework default ({p.name}): gradients reduced on the last micro-batch only "
             f"({p.grad_sync_source})"
         )
-    if run.fsdp_units == "auto" and fsdp2_units(run) != "layers":
-        applied.append(
-            f"framework default ({p.name}): FSDP2 units: {fsdp2_units(run)} apart, unless the head is tied "
-            f"to the embedding ({p.fsdp2_units_source})"
-        )
     compiled = p.compiled_losses if run.tp == 1 or p.compiled_losses_tp is None else p.compiled_losses_tp
     chosen_compile = impl in compiled if run.compile_loss == "auto" else run.compile_loss == "on"
     compile_loss = run.compile and chosen_compile and impl in COMPILED_LOSSES
@@ -115,13 +110,16 @@ def resolve(run: TrainingRun) -> ResolvedTricks:
 
 
 def fsdp2_units(run: TrainingRun) -> str:
-    """The modules FSDP2 makes units (run_fsdp.py FsdpUnits): the run's, or its framework's for its method
-    (``Profile.fsdp2_units``); "layers" without FSDP2."""
-    if run.fsdp == "none" or run.fsdp_version != 2:
+    """The modules FSDP2 makes units (run_fsdp.py FsdpUnits): the run's; "layers" for ``auto`` and without
+    FSDP2. ``auto`` is the layers under every framework: torchtune's recipes read
+    ``cfg.get("custom_sharded_layers", None)`` (full_finetune_distributed.py ``_setup_model``, torchtune
+    bd2a0fc), so only a config that names modules shards them apart. Its Llama 3 / 3.1 / 3.3 full configs set
+    ['tok_embeddings', 'output'] (llama3_1/70B_full.yaml; since afd23fd0b, 2024-08): ``embedding+head``; the
+    other full configs and the LoRA configs set none (llama4/scout_17B_16E_lora.yaml: ['tok_embeddings']). A
+    default by model family would be a name test; the recipe's default is the higher estimate."""
+    if run.fsdp == "none" or run.fsdp_version != 2 or run.fsdp_units == "auto":
         return "layers"
-    if run.fsdp_units != "auto":
-        return run.fsdp_units
-    return dict(profile(run).fsdp2_units).get(run.method, "layers")
+    return run.fsdp_units
 
 
 def unsynced_accumulation(run: TrainingRun) -> bool:
